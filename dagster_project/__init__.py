@@ -1,0 +1,1 @@
+"""Dagster definitions for drainer: assets, schedules, sensors and checks, and nothing else."""

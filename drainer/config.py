@@ -1,0 +1,187 @@
+"""The drains file (DESIGN §10): what each drain reads, how it shares its budget, where it writes.
+
+Every invalid setting fails at load time with the setting's path and how to fix it, so a typo
+never surfaces halfway through a run.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from drainer.settings import load_settings
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOPIC = re.compile(
+    r"^[A-Za-z0-9._]+$"
+)  # Kafka's legal characters, minus '-' (our level separator)
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class ConfigError(ValueError):
+    """The drains file is wrong; the message says which setting and how to fix it."""
+
+
+class SinkConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["postgres"] = "postgres"
+    table: str = Field(description="target table; created from the output schema if missing")
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("must be a plain SQL identifier (letters, digits, underscores)")
+        return value
+
+
+class DrainConfig(BaseModel):
+    """One drain: a logical topic with N priority levels, drained in budgeted runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    topic: str
+    group: str
+    levels: int = Field(ge=1, le=16)
+    partitions: int = Field(
+        default=4, ge=1, description="partitions per level topic, for `topics create`"
+    )
+    replication_factor: int = Field(default=1, ge=1)
+    budget: int = Field(ge=1, description="most records one run drains, across its levels")
+    distributor: str | list[float] = "exponential"
+    history_window: int = Field(default=6, ge=1)
+    maxout_threshold: int = Field(default=4, ge=1)
+    backlog_aware: bool = True
+    max_gap_seconds: float | None = Field(default=None, gt=0)
+    schedule: str | None = "*/5 * * * *"
+    mode: Literal["dataframe", "record"] = "dataframe"
+    processor: str = "spark_jobs.examples:time_buckets"
+    handler: str | None = None
+    output_schema: str | None = None
+    ordering: Literal["partition", "key", "unordered"] = "partition"
+    max_concurrency: int = Field(default=16, ge=1, le=10_000)
+    max_attempts: int = Field(default=3, ge=1)
+    dlq_topic: str | None = None
+    sink: SinkConfig
+    kafka: dict[str, Any] = Field(default_factory=dict, description="extra client settings")
+
+    @field_validator("name", "group")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("use letters, digits and underscores only")
+        return value
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        if not _TOPIC.match(value):
+            raise ValueError(
+                "use letters, digits, '.' and '_' only: '-' separates the level suffix"
+            )
+        return value
+
+    @field_validator("processor", "handler")
+    @classmethod
+    def _import_path(cls, value: str | None) -> str | None:
+        if value is not None and not _IMPORT_PATH.match(value):
+            raise ValueError("write it as 'package.module:function'")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DrainConfig:
+        if self.maxout_threshold > self.history_window:
+            raise ValueError(
+                f"maxout_threshold ({self.maxout_threshold}) exceeds history_window "
+                f"({self.history_window}); no level could ever burst: lower it"
+            )
+        if self.mode == "record" and not self.handler:
+            raise ValueError("mode 'record' needs `handler: package.module:function`")
+        if self.mode == "record" and not self.output_schema:
+            raise ValueError(
+                "mode 'record' needs `output_schema`, a Spark DDL string such as "
+                "'topic string, partition int, offset long'"
+            )
+        for key in self.kafka:
+            if key in ("bootstrap.servers", "group.id", "enable.auto.commit"):
+                raise ValueError(
+                    f"kafka setting '{key}' is managed by drainer: remove it "
+                    "(bootstrap servers come from KAFKA_BOOTSTRAP_SERVERS)"
+                )
+        # reserved shares must give every level at least one record: checked by the allocator
+        from drainer.allocation import reserved_shares
+
+        reserved_shares(self.levels, self.budget, self.distributor)
+        return self
+
+    def level_topic(self, level: int) -> str:
+        return f"{self.topic}-{level}"
+
+    def level_group(self, level: int) -> str:
+        return f"{self.group}-{level}"
+
+    def check_level(self, level: int) -> int:
+        """An unknown level is the caller's mistake; say which levels exist."""
+        if not 0 <= level < self.levels:
+            raise ConfigError(
+                f"drain '{self.name}' has levels 0..{self.levels - 1}; level {level} does not "
+                f"exist (topic {self.topic} has {self.levels} levels, highest = most urgent)"
+            )
+        return level
+
+    @property
+    def max_gap_ms(self) -> int | None:
+        return None if self.max_gap_seconds is None else int(self.max_gap_seconds * 1000)
+
+
+class DrainsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    drains: dict[str, DrainConfig]
+
+
+def load_drains(path: Path | str | None = None) -> dict[str, DrainConfig]:
+    """Read and validate the drains file; ConfigError names the bad setting."""
+    path = Path(path) if path else load_settings().config_path
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"drains file {path} not found: set DRAINER_CONFIG to your drains YAML"
+        ) from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("drains"), dict):
+        raise ConfigError(f"{path}: expected a top-level mapping `drains:` of drain names")
+    for name, body in raw["drains"].items():
+        if isinstance(body, dict):
+            body.setdefault("name", name)
+    try:
+        return DrainsFile.model_validate(raw).drains
+    except ValidationError as err:
+        raise ConfigError(_explain(path, err)) from None
+    except ValueError as err:  # raised by the allocator from inside a validator
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def get_drain(name: str, path: Path | str | None = None) -> DrainConfig:
+    drains = load_drains(path)
+    if name not in drains:
+        known = ", ".join(sorted(drains)) or "none"
+        raise ConfigError(f"no drain named '{name}' (configured: {known})")
+    return drains[name]
+
+
+def _explain(path: Path, err: ValidationError) -> str:
+    lines = [f"{path}: invalid drain configuration:"]
+    for problem in err.errors():
+        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        message = problem["msg"].removeprefix("Value error, ")
+        lines.append(f"  - {where}: {message}")
+    return "\n".join(lines)

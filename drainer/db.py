@@ -1,0 +1,78 @@
+"""Engine and schema migrations.
+
+Migrations are the numbered files in `sql/`, applied in order inside one transaction each and
+recorded in `schema_migrations`, under an advisory lock so two processes starting together do
+not race.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from drainer.settings import REPO_ROOT, load_settings
+
+SQL_DIR = REPO_ROOT / "sql"
+_MIGRATION = re.compile(r"^(\d{3})_[\w-]+\.sql$")
+_MIGRATION_LOCK = 0x64726169  # 'drai': any constant shared by every drainer process
+
+
+class DatabaseUnavailable(RuntimeError):
+    """Postgres cannot be reached; nothing was changed."""
+
+
+@functools.cache
+def get_engine(url: str | None = None) -> Engine:
+    """One pooled engine per URL per process, with the schema brought up to date."""
+    url = url or load_settings().database_url
+    engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    migrate(engine)
+    return engine
+
+
+def migrations(sql_dir: Path = SQL_DIR) -> list[tuple[int, Path]]:
+    found = []
+    for path in sorted(sql_dir.glob("*.sql")):
+        match = _MIGRATION.match(path.name)
+        if not match:
+            raise RuntimeError(f"{path}: migration files are named NNN_description.sql")
+        found.append((int(match.group(1)), path))
+    versions = [version for version, _ in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"{sql_dir}: two migrations share a version number")
+    return found
+
+
+def migrate(engine: Engine) -> list[int]:
+    """Apply pending migrations; returns the versions applied now."""
+    applied_now: list[int] = []
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+            conn.execute(
+                text(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                    " version integer PRIMARY KEY, name text NOT NULL,"
+                    " applied_at timestamptz NOT NULL DEFAULT now())"
+                )
+            )
+            done = set(conn.scalars(text("SELECT version FROM schema_migrations")))
+            for version, path in migrations():
+                if version in done:
+                    continue
+                conn.exec_driver_sql(path.read_text())
+                conn.execute(
+                    text("INSERT INTO schema_migrations (version, name) VALUES (:v, :n)"),
+                    {"v": version, "n": path.name},
+                )
+                applied_now.append(version)
+    except OperationalError as err:
+        raise DatabaseUnavailable(
+            f"cannot reach Postgres at {engine.url.render_as_string(hide_password=True)}: "
+            f"{err.orig}. Start it with `drainer services up` or set DRAINER_DATABASE_URL."
+        ) from None
+    return applied_now

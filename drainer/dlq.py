@@ -1,0 +1,75 @@
+"""Dead letters: records that failed `max_attempts` times (DESIGN §7). List them, retry them.
+
+A retry re-produces the record, unchanged, to its level topic: it drains again as a new record
+(new offset), and the dead letter is marked retried, so it is never retried twice by accident.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import text
+
+from drainer.config import DrainConfig
+from drainer.db import get_engine
+from drainer.producer import OutRecord, produce_records
+
+
+def list_dead_letters(
+    drain: DrainConfig, limit: int = 50, include_retried: bool = False
+) -> list[dict]:
+    with get_engine().connect() as conn:
+        rows = conn.execute(
+            text(
+                'SELECT id, topic, level, partition, "offset", key, error, attempts, created_at, retried_at '
+                "FROM dead_letters WHERE drain = :d AND (:all OR retried_at IS NULL) "
+                "ORDER BY id LIMIT :n"
+            ),
+            {"d": drain.name, "all": include_retried, "n": limit},
+        ).mappings()
+        return [
+            {
+                **row,
+                "key": None if row["key"] is None else bytes(row["key"]).decode("utf-8", "replace"),
+            }
+            for row in rows
+        ]
+
+
+def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
+    """Re-produce dead letters to their level topic, then mark them retried (per level)."""
+    engine = get_engine()
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT id, level, key, value, headers FROM dead_letters WHERE drain = :d "
+                "AND retried_at IS NULL AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(:ids)) ORDER BY id"
+            ),
+            {"d": drain.name, "ids": ids},
+        ).all()
+    retried = 0
+    for level in sorted({r.level for r in rows}):
+        batch = [r for r in rows if r.level == level]
+        produce_records(
+            drain,
+            (
+                OutRecord(
+                    value=None if r.value is None else bytes(r.value),
+                    key=None if r.key is None else bytes(r.key),
+                    headers=[
+                        (k, None if v is None else str(v).encode())
+                        for k, v in (r.headers or {}).items()
+                    ]
+                    + [("drainer-retry-of", json.dumps({"dead_letter": r.id}).encode())],
+                )
+                for r in batch
+            ),
+            level=level,
+        )
+        with engine.begin() as conn:
+            conn.execute(
+                text("UPDATE dead_letters SET retried_at = now() WHERE id = ANY(:ids)"),
+                {"ids": [r.id for r in batch]},
+            )
+        retried += len(batch)
+    return retried

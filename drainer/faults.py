@@ -1,0 +1,24 @@
+"""Fault injection for the crash tests: end the process abruptly at a named point of a run.
+
+Set DRAINER_FAULT to one of POINTS; the run exits with status 86 there, as if killed, so the
+tests can prove that the next run finishes the work exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+POINTS = ("after_plan", "during_spark", "after_staging", "after_commit")
+EXIT_CODE = 86
+
+
+def armed(point: str) -> bool:
+    return os.environ.get("DRAINER_FAULT") == point
+
+
+def crash_point(point: str) -> None:
+    if armed(point):
+        sys.stderr.write(f"drainer: injected fault at {point}: exiting now\n")
+        sys.stderr.flush()
+        os._exit(EXIT_CODE)

@@ -1,0 +1,225 @@
+"""Kafka I/O for planning and mirroring: watermarks, offsets-for-times, group offsets, topics.
+
+Plain confluent-kafka configuration dicts throughout, so any client setting from the drain's
+`kafka:` block (security, SASL, TLS) passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from drainer.config import DrainConfig
+from drainer.settings import load_settings
+
+TIMEOUT_S = 15.0
+
+
+class KafkaUnavailable(RuntimeError):
+    """The broker did not answer; nothing was changed."""
+
+
+def client_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str, Any]:
+    """Base client settings: the bootstrap address plus the drain's pass-through settings."""
+    config: dict[str, Any] = {"bootstrap.servers": load_settings().bootstrap_servers}
+    if drain is not None:
+        config.update(drain.kafka)
+    config.update(extra)
+    return config
+
+
+def admin(drain: DrainConfig | None = None) -> AdminClient:
+    return AdminClient(client_config(drain))
+
+
+def _unreachable(err: Exception) -> KafkaUnavailable:
+    address = load_settings().bootstrap_servers
+    return KafkaUnavailable(
+        f"Kafka at {address} did not answer ({err}). Start it with `drainer services up` "
+        "or point KAFKA_BOOTSTRAP_SERVERS at your brokers."
+    )
+
+
+def partitions_of(drain: DrainConfig, levels: Iterable[int]) -> dict[int, list[int]]:
+    """Partition numbers of each level topic; a missing topic is a clear error."""
+    client = admin(drain)
+    try:
+        metadata = client.list_topics(timeout=TIMEOUT_S)
+    except KafkaException as err:
+        raise _unreachable(err) from None
+    found: dict[int, list[int]] = {}
+    for level in levels:
+        topic = metadata.topics.get(drain.level_topic(level))
+        if topic is None or topic.error is not None:
+            raise KafkaUnavailable(
+                f"topic {drain.level_topic(level)} does not exist: create the level topics "
+                f"with `drainer topics create {drain.name}`"
+            )
+        found[level] = sorted(topic.partitions)
+    return found
+
+
+def list_offsets(
+    drain: DrainConfig, specs: Mapping[tuple[str, int], OffsetSpec]
+) -> dict[tuple[str, int], int]:
+    """One batched ListOffsets request for many partitions (planning cost grows with partitions)."""
+    if not specs:
+        return {}
+    request = {TopicPartition(topic, part): spec for (topic, part), spec in specs.items()}
+    try:
+        futures = admin(drain).list_offsets(request, request_timeout=TIMEOUT_S)
+        return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
+    except KafkaException as err:
+        raise _unreachable(err) from None
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    low: int
+    high: int
+
+
+def watermarks(
+    drain: DrainConfig, partitions: Mapping[int, list[int]]
+) -> dict[tuple[int, int], Watermarks]:
+    """(level, partition) -> earliest and end offsets."""
+    keys = [(drain.level_topic(lvl), p) for lvl, parts in partitions.items() for p in parts]
+    low = list_offsets(drain, {k: OffsetSpec.earliest() for k in keys})
+    high = list_offsets(drain, {k: OffsetSpec.latest() for k in keys})
+    return {
+        (level, part): Watermarks(
+            low[(drain.level_topic(level), part)], high[(drain.level_topic(level), part)]
+        )
+        for level, parts in partitions.items()
+        for part in parts
+    }
+
+
+def offsets_for_time(
+    drain: DrainConfig, requests: Mapping[tuple[int, int], int], ends: Mapping[tuple[int, int], int]
+) -> dict[tuple[int, int], int]:
+    """First offset whose timestamp is >= the given ms per (level, partition); the end if none."""
+    specs = {
+        (drain.level_topic(level), part): OffsetSpec.for_timestamp(ts)
+        for (level, part), ts in requests.items()
+    }
+    found = list_offsets(drain, specs)
+    result = {}
+    for level, part in requests:
+        offset = found[(drain.level_topic(level), part)]
+        result[(level, part)] = ends[(level, part)] if offset < 0 else offset
+    return result
+
+
+def record_timestamps(
+    drain: DrainConfig, positions: Mapping[tuple[int, int], int]
+) -> dict[tuple[int, int], int | None]:
+    """Timestamp (ms) of the record at each (level, partition) offset: the next pending one.
+
+    Reads one record per partition; used only when a drain aligns by event time (`max_gap`).
+    """
+    if not positions:
+        return {}
+    consumer = Consumer(
+        client_config(
+            drain,
+            **{
+                "group.id": f"drainer-probe-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            },
+        )
+    )
+    try:
+        consumer.assign(
+            [TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()]
+        )
+        wanted = {(drain.level_topic(lvl), p): (lvl, p) for (lvl, p) in positions}
+        found: dict[tuple[int, int], int | None] = {}
+        deadline = time.monotonic() + TIMEOUT_S
+        while wanted and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            key = (message.topic(), message.partition())
+            if key not in wanted:
+                continue
+            error = message.error()
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaUnavailable(f"reading {key}: {error}")
+            found[wanted.pop(key)] = None if error is not None else message.timestamp()[1]
+            consumer.pause([TopicPartition(*key)])
+        for key in wanted.values():
+            found[key] = None
+        return found
+    finally:
+        consumer.close()
+
+
+@dataclass(frozen=True)
+class GroupCommit:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+
+
+def commit_group_offsets(drain: DrainConfig, group: str, commits: list[GroupCommit]) -> None:
+    """Mirror committed offsets to a Kafka consumer group so lag tools see the drain's progress."""
+    if not commits:
+        return
+    consumer = Consumer(client_config(drain, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        offsets = [
+            TopicPartition(c.topic, c.partition, c.offset, c.metadata or None) for c in commits
+        ]
+        result = consumer.commit(offsets=offsets, asynchronous=False)
+        failed = [tp for tp in result or [] if tp.error is not None]
+        if failed:
+            raise KafkaUnavailable(f"committing offsets of group {group}: {failed[0].error}")
+    except KafkaException as err:
+        raise _unreachable(err) from None
+    finally:
+        consumer.close()
+
+
+def group_offsets(drain: DrainConfig, group: str, keys: list[tuple[str, int]]) -> dict:
+    """(topic, partition) -> (offset, metadata) of a consumer group; for status and tests."""
+    consumer = Consumer(client_config(drain, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        found = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=TIMEOUT_S)
+        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in found}
+    except KafkaException as err:
+        raise _unreachable(err) from None
+    finally:
+        consumer.close()
+
+
+def create_topics(drain: DrainConfig, extra: Iterable[str] = ()) -> list[str]:
+    """Create the drain's level topics (and e.g. its DLQ topic); existing ones are left alone."""
+    client = admin(drain)
+    try:
+        existing = set(client.list_topics(timeout=TIMEOUT_S).topics)
+    except KafkaException as err:
+        raise _unreachable(err) from None
+    wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + list(extra)
+    new = [
+        NewTopic(name, num_partitions=drain.partitions, replication_factor=drain.replication_factor)
+        for name in wanted
+        if name not in existing
+    ]
+    if not new:
+        return []
+    for name, future in client.create_topics(new, request_timeout=TIMEOUT_S).items():
+        try:
+            future.result()
+        except KafkaException as err:
+            if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KafkaUnavailable(f"creating topic {name}: {err}") from None
+    return [topic.topic for topic in new]

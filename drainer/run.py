@@ -1,0 +1,189 @@
+"""One run of a drain, start to finish: the single code path of the CLI, Dagster and the tests.
+
+lease → mirror leftovers → resume the open plan or plan anew (stored before any read) →
+execute (Spark, injected: this package imports no pyspark) → one commit transaction →
+mirror offsets to Kafka. A crash anywhere leaves a plan that the next run re-executes with
+exactly the same ranges.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from sqlalchemy import Engine, text
+
+from drainer import faults, state
+from drainer.commit import commit_run
+from drainer.config import DrainConfig, get_drain
+from drainer.db import get_engine
+from drainer.mirror import MirrorReport, mirror_offsets
+from drainer.planning import PartitionState, partition_states, plan_next_run, resolve_levels
+from drainer.settings import Settings, load_settings
+from drainer.state import StoredRun, drain_lease
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What an executor needs to process one stored plan."""
+
+    run: StoredRun
+    drain: DrainConfig
+    settings: Settings
+    engine: Engine
+    attempt: int
+
+
+Executor = Callable[[RunContext], None]
+
+
+@dataclass
+class LevelReport:
+    level: int
+    reserved: int
+    burst: int
+    allocated: int
+    backlog_before: int
+    planned: int
+    drained: int
+    failed: int
+    dead_lettered: int
+    fill_ratio: float
+    backlog_after: int
+
+
+@dataclass
+class RunResult:
+    run_id: int
+    drain: str
+    levels: list[LevelReport]
+    resumed: bool
+    attempt: int
+    duration_s: float
+    published_rows: int
+    mirror: MirrorReport = field(default_factory=MirrorReport)
+
+    @property
+    def drained(self) -> int:
+        return sum(level.drained for level in self.levels)
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["drained"] = self.drained
+        return data
+
+
+def drain_once(
+    drain: DrainConfig | str,
+    execute: Executor,
+    levels: list[int] | None = None,
+    trigger: str = "cli",
+    dagster_run_id: str | None = None,
+    wait_s: float = 0.0,
+) -> RunResult:
+    """Run the drain once; returns what each level drained. Raises DrainBusy if it is running."""
+    drain = get_drain(drain) if isinstance(drain, str) else drain
+    levels = resolve_levels(drain, levels)
+    settings = load_settings()
+    engine = get_engine(settings.database_url)
+    started = time.monotonic()
+    with drain_lease(engine, drain, wait_s) as lease:
+        mirror_offsets(engine, drain)  # heal a mirror that failed after an earlier commit
+        with engine.begin() as conn:
+            stored = state.open_run(conn, drain.name)
+        resumed = stored is not None
+        if stored is not None:
+            log.warning(
+                "resuming run %d of drain %s (status %s, levels %s): an uncommitted plan is "
+                "re-executed with the same ranges before anything new is planned",
+                stored.id,
+                drain.name,
+                stored.status,
+                stored.levels,
+            )
+        else:
+            planned = plan_next_run(engine, drain, levels)
+            with engine.begin() as conn:
+                run_id = state.write_plan(
+                    conn,
+                    lease,
+                    drain,
+                    planned.plan,
+                    planned.levels,
+                    trigger,
+                    start_maps={
+                        (drain.level_topic(p.level), p.partition): p.offset_map
+                        for p in planned.partitions
+                    },
+                    initial_offsets={
+                        (drain.level_topic(p.level), p.partition): p.committed
+                        for p in planned.partitions
+                        if not p.stored
+                    },
+                )
+                stored = state.get_run(conn, run_id)
+        faults.crash_point("after_plan")
+        with engine.begin() as conn:
+            attempt = state.mark_running(conn, lease, stored.id, dagster_run_id)
+        try:
+            if stored.ranges:
+                execute(RunContext(stored, drain, settings, engine, attempt))
+            faults.crash_point("after_staging")
+            result = commit_run(engine, lease, drain, stored, time.monotonic() - started)
+        except BaseException as err:
+            state.mark_failed(engine, stored.id, f"{type(err).__name__}: {err}")
+            raise
+        faults.crash_point("after_commit")
+        mirror = mirror_offsets(engine, drain)
+        after = partition_states(engine, drain, stored.levels)
+        report = _report(engine, stored, after)
+    log.info(
+        "run %d of drain %s committed: %d records",
+        stored.id,
+        drain.name,
+        result.levels and sum(o.drained for o in result.levels.values()),
+    )
+    return RunResult(
+        run_id=stored.id,
+        drain=drain.name,
+        levels=report,
+        resumed=resumed,
+        attempt=attempt,
+        duration_s=time.monotonic() - started,
+        published_rows=result.published_rows,
+        mirror=mirror,
+    )
+
+
+def _report(engine: Engine, run: StoredRun, after: list[PartitionState]) -> list[LevelReport]:
+    backlog_after: dict[int, int] = {}
+    for p in after:
+        backlog_after[p.level] = backlog_after.get(p.level, 0) + p.backlog
+    with engine.begin() as conn:
+        for level, backlog in backlog_after.items():
+            conn.execute(
+                text("UPDATE run_levels SET backlog_after = :b WHERE run_id = :r AND level = :l"),
+                {"b": backlog, "r": run.id, "l": level},
+            )
+    return load_level_reports(run.id, engine)
+
+
+def load_level_reports(run_id: int, engine: Engine | None = None) -> list[LevelReport]:
+    """A run's per-level numbers as stored, highest level first."""
+    engine = engine or get_engine()
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT level, reserved, burst, allocated, backlog_before, planned, drained, failed, "
+                "dead_lettered, fill_ratio, backlog_after FROM run_levels WHERE run_id = :r "
+                "ORDER BY level DESC"
+            ),
+            {"r": run_id},
+        ).mappings()
+        return [
+            LevelReport(**{k: (v if v is not None else 0) for k, v in row.items()}) for row in rows
+        ]

@@ -1,0 +1,89 @@
+"""The Postgres sink's tables: a target table and its staging twin keyed by run.
+
+Spark tasks write a run's rows to `<table>_staging` tagged with the run id and a task key; the
+commit transaction moves them into `<table>`. A retried task first deletes its own rows, a
+resumed run replaces its staging, so every result lands in the target exactly once.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, Engine, text
+
+RUN_COLUMN = "_drainer_run_id"
+TASK_COLUMN = "_drainer_task"
+
+
+def staging_name(table: str) -> str:
+    return f"{table}_staging"
+
+
+def ensure_sink_tables(engine: Engine, table: str, columns: list[tuple[str, str]]) -> None:
+    """Create the target and staging tables from (name, postgres type) pairs when missing.
+
+    An existing target whose columns differ from the output is a clear error, not a silent
+    mismatch at commit time.
+    """
+    ddl = ", ".join(f'"{name}" {pg_type}' for name, pg_type in columns)
+    with engine.begin() as conn:
+        conn.execute(
+            text(f'CREATE TABLE IF NOT EXISTS "{table}" ({ddl}, "{RUN_COLUMN}" bigint NOT NULL)')
+        )
+        conn.execute(
+            text(
+                f'CREATE TABLE IF NOT EXISTS "{staging_name(table)}" ({ddl}, '
+                f'"{RUN_COLUMN}" bigint NOT NULL, "{TASK_COLUMN}" text NOT NULL)'
+            )
+        )
+        conn.execute(
+            text(
+                f'CREATE INDEX IF NOT EXISTS "{staging_name(table)}_run" '
+                f'ON "{staging_name(table)}" ("{RUN_COLUMN}", "{TASK_COLUMN}")'
+            )
+        )
+        existing = table_columns(conn, table)
+    wanted = [name for name, _ in columns]
+    if existing != wanted:
+        raise ValueError(
+            f"sink table {table} has columns {existing} but the processor outputs {wanted}: "
+            f"rename the sink table (sink.table) or migrate {table} to the new columns"
+        )
+
+
+def table_columns(conn: Connection, table: str) -> list[str]:
+    rows = conn.execute(
+        text(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = :t ORDER BY ordinal_position"
+        ),
+        {"t": table},
+    )
+    return [r.column_name for r in rows if r.column_name not in (RUN_COLUMN, TASK_COLUMN)]
+
+
+def clear_staging(engine: Engine, table: str, run_id: int) -> None:
+    """A resumed run starts its staging afresh (tasks also replace their own rows)."""
+    with engine.begin() as conn:
+        if table_columns(conn, staging_name(table)):
+            conn.execute(
+                text(f'DELETE FROM "{staging_name(table)}" WHERE "{RUN_COLUMN}" = :r'),
+                {"r": run_id},
+            )
+
+
+def publish_staged(conn: Connection, table: str, run_id: int) -> int:
+    """Inside the commit transaction: move the run's staged rows into the target table."""
+    columns = table_columns(conn, table)
+    if not columns:
+        return 0
+    quoted = ", ".join(f'"{c}"' for c in columns)
+    moved = conn.execute(
+        text(
+            f'INSERT INTO "{table}" ({quoted}, "{RUN_COLUMN}") '
+            f'SELECT {quoted}, "{RUN_COLUMN}" FROM "{staging_name(table)}" WHERE "{RUN_COLUMN}" = :r'
+        ),
+        {"r": run_id},
+    ).rowcount
+    conn.execute(
+        text(f'DELETE FROM "{staging_name(table)}" WHERE "{RUN_COLUMN}" = :r'), {"r": run_id}
+    )
+    return moved

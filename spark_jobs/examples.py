@@ -1,0 +1,58 @@
+"""Example processors and handlers: the demo's, the benchmarks' and the tests'.
+
+A processor (dataframe mode) is `transform(df) -> df` over the run's records; a handler (record
+mode) is `handle(record) -> rows | None` per record, inside the Spark tasks.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from drainer.records import Record
+
+# output_schema of the record handlers below
+RECORD_ECHO_SCHEMA = (
+    "topic string, partition int, offset long, level int, key string, value_size int"
+)
+
+
+def time_buckets(df: DataFrame) -> DataFrame:
+    """Per minute and level, how many records each key had: the "time buckets" use case."""
+    return df.groupBy(
+        "level",
+        F.date_trunc("minute", F.col("timestamp")).alias("minute"),
+        F.col("key").cast("string").alias("key"),
+    ).agg(F.count(F.lit(1)).alias("records"))
+
+
+def _echo(record: Record) -> dict:
+    return {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "level": record.level,
+        "key": None if record.key is None else record.key.decode("utf-8", "replace"),
+        "value_size": len(record.value or b""),
+    }
+
+
+def record_echo(record: Record) -> dict:
+    """One row per record that identifies it: lets tests check 'exactly once' per record."""
+    return _echo(record)
+
+
+def slow_echo(record: Record) -> dict:
+    """A handler that waits on I/O for 0–5 ms, like a call to a downstream service."""
+    time.sleep(random.uniform(0.0, 0.005))
+    return _echo(record)
+
+
+def poison_echo(record: Record) -> dict:
+    """Fails on every record whose value contains b'poison': a record that can never succeed."""
+    if record.value is not None and b"poison" in record.value:
+        raise ValueError(f"poison record at {record.topic}[{record.partition}]@{record.offset}")
+    return _echo(record)

@@ -1,0 +1,70 @@
+"""Shared fixtures. Integration tests use the real broker, Postgres and Spark, brought up once.
+
+Each test gets its own drain (fresh topics, groups and sink table), so tests never see each
+other's records and the suite can run against a long-lived local stack.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from drainer.config import DrainConfig, load_drains
+
+
+@pytest.fixture(scope="session")
+def stack() -> None:
+    """Kafka, Postgres and the Spark connector jars, started if needed (idempotent)."""
+    from drainer import services
+
+    services.up(echo=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def spark(stack):
+    from spark_jobs.session import get_spark
+
+    return get_spark()
+
+
+@pytest.fixture
+def make_drain(stack, tmp_path: Path, monkeypatch) -> Iterator[Callable[..., DrainConfig]]:
+    """Create a uniquely named drain with its topics; also writes it to DRAINER_CONFIG."""
+    from drainer.kafka_io import create_topics
+
+    def factory(**overrides: Any) -> DrainConfig:
+        suffix = uuid.uuid4().hex[:8]
+        name = overrides.pop("name", f"t_{suffix}")
+        body: dict[str, Any] = {
+            "topic": f"t_{suffix}",
+            "group": f"g_{suffix}",
+            "levels": 3,
+            "partitions": 2,
+            "budget": 7000,
+            "schedule": None,
+            "sink": {"type": "postgres", "table": f"sink_{suffix}"},
+        }
+        body.update(overrides)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"drains": {name: body}}))
+        monkeypatch.setenv("DRAINER_CONFIG", str(path))
+        drain = load_drains(path)[name]
+        create_topics(drain, [drain.dlq_topic] if drain.dlq_topic else [])
+        return drain
+
+    yield factory
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in str(item.fspath) and "integration" not in item.keywords:
+            item.add_marker(pytest.mark.integration)
+
+
+os.environ.setdefault("DRAINER_SPARK_LOG_LEVEL", "ERROR")

@@ -1,0 +1,122 @@
+"""Issue 2 acceptance on the real stack: produce at 3 levels, one Dagster run, exact results."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+from sqlalchemy import text
+
+from drainer.config import ConfigError, load_drains
+from drainer.db import get_engine
+from drainer.kafka_io import group_offsets, partitions_of, watermarks
+from drainer.producer import produce_records, synthetic_records
+
+PRODUCED = {0: 1200, 1: 800, 2: 500}
+
+
+def _materialize(drain, levels: list[int]) -> dg.ExecuteInProcessResult:
+    from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
+
+    defs = build_definitions()
+    result = dg.materialize(
+        [defs.get_assets_def(drain.name)],
+        resources={"drainer": defs.resources["drainer"]},
+        instance=dg.DagsterInstance.ephemeral(),
+        tags={RANGE_START: str(min(levels)), RANGE_END: str(max(levels))},
+    )
+    assert result.success
+    return result
+
+
+def _sink_counts(table: str) -> dict[int, int]:
+    with get_engine().connect() as conn:
+        rows = conn.execute(text(f'SELECT level, sum(records) AS n FROM "{table}" GROUP BY level'))
+        return {r.level: int(r.n) for r in rows}
+
+
+def test_dagster_run_drains_all_levels_exactly(make_drain, spark):
+    drain = make_drain()
+    for level, count in PRODUCED.items():
+        produce_records(drain, synthetic_records(count, keys=7, seed=level), level=level)
+
+    result = _materialize(drain, [0, 1, 2])
+    metadata = result.asset_materializations_for_node(drain.name)[0].metadata
+    assert metadata["drained"].value == sum(PRODUCED.values())
+    for level, count in PRODUCED.items():
+        assert metadata[f"level_{level}_drained"].value == count
+        assert metadata[f"level_{level}_backlog_after"].value == 0
+
+    # sink: every record counted once, in its level's buckets
+    assert _sink_counts(drain.sink.table) == PRODUCED
+
+    # committed offsets in Postgres and the Kafka group offsets both equal the end offsets
+    marks = watermarks(drain, partitions_of(drain, range(3)))
+    with get_engine().connect() as conn:
+        stored = {
+            (r.topic, r.partition): (r.committed, r.offset_map)
+            for r in conn.execute(
+                text("SELECT topic, partition, committed, offset_map FROM partition_offsets WHERE drain = :d"),
+                {"d": drain.name},
+            )
+        }
+    expected = {(drain.level_topic(lvl), p): wm.high for (lvl, p), wm in marks.items()}
+    assert {k: v[0] for k, v in stored.items()} == expected
+    assert all(offset_map == "" for _, offset_map in stored.values())
+    for level in range(3):
+        keys = [k for k in expected if k[0] == drain.level_topic(level)]
+        mirrored = group_offsets(drain, drain.level_group(level), keys)
+        assert {k: v[0] for k, v in mirrored.items()} == {k: expected[k] for k in keys}
+
+    # a second run with nothing new drains nothing and changes nothing
+    again = _materialize(drain, [0, 1, 2]).asset_materializations_for_node(drain.name)[0].metadata
+    assert again["drained"].value == 0
+    assert _sink_counts(drain.sink.table) == PRODUCED
+
+    # new records only: the next run drains just those
+    produce_records(drain, synthetic_records(300, keys=7, seed=9), level=1)
+    third = _materialize(drain, [0, 1, 2]).asset_materializations_for_node(drain.name)[0].metadata
+    assert third["drained"].value == 300
+    assert third["level_1_drained"].value == 300
+    assert _sink_counts(drain.sink.table) == {0: 1200, 1: 1100, 2: 500}
+
+
+def test_unknown_level_is_a_clear_error(make_drain):
+    drain = make_drain()
+    with pytest.raises(ConfigError, match=r"levels 0\.\.2; level 5 does not exist"):
+        produce_records(drain, synthetic_records(1), level=5)
+    cli = subprocess.run(
+        [sys.executable, "-m", "drainer.cli", "produce", drain.name, "--level", "3", "--count", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 2
+    assert "level 3 does not exist" in cli.stderr
+    # nothing was sent to any level
+    marks = watermarks(drain, partitions_of(drain, range(3)))
+    assert all(wm.high == 0 for wm in marks.values())
+
+
+def test_invalid_config_names_the_setting(tmp_path, monkeypatch):
+    bad = tmp_path / "drains.yaml"
+    bad.write_text(
+        "drains:\n  orders:\n    topic: orders\n    group: g\n    levels: 3\n    budget: 5\n"
+        "    sink: {table: out}\n"
+    )
+    with pytest.raises(ConfigError, match=r"budget 5 is too small.*budget >= 7"):
+        load_drains(bad)
+    bad.write_text(
+        "drains:\n  orders:\n    topic: orders-x\n    group: g\n    levels: 3\n    budget: 70\n"
+        "    sink: {table: out}\n    ordering: sideways\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_drains(bad)
+    assert "orders.topic" in str(info.value) and "orders.ordering" in str(info.value)
+    monkeypatch.setenv("DRAINER_CONFIG", str(bad))
+    cli = subprocess.run(
+        [sys.executable, "-m", "drainer.cli", "plan", "orders"], capture_output=True, text=True
+    )
+    assert cli.returncode == 2
+    assert "orders.ordering" in cli.stderr

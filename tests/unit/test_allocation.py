@@ -1,0 +1,652 @@
+"""Tests of the allocation algorithm (DESIGN §4): reserved shares, burst, plan, alignment."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from drainer.allocation import (
+    DISTRIBUTORS,
+    Distributor,
+    PartitionBacklog,
+    Plan,
+    burst_allocation,
+    minimum_budget,
+    plan,
+    range_end,
+    reserved_shares,
+)
+
+HEAVY = settings(max_examples=200, deadline=None)
+
+
+# --- strategies -----------------------------------------------------------------------------------
+
+LEVEL_SETS = st.sets(st.integers(0, 11), min_size=1, max_size=12).map(sorted)
+
+DISTRIBUTOR_CHOICES = st.one_of(
+    st.sampled_from(sorted(DISTRIBUTORS)),
+    # explicit weights: a sequence indexed by level, or a mapping level -> weight
+    st.lists(st.floats(0.05, 50, allow_nan=False), min_size=12, max_size=12),
+    st.lists(st.integers(1, 1000), min_size=12, max_size=12).map(lambda ws: dict(enumerate(ws))),
+)
+
+
+@st.composite
+def backlogs(draw: st.DrawFn, max_levels: int = 4) -> tuple[int, list[PartitionBacklog]]:
+    """A number of levels and partitions (some levels may have none) with random done offsets."""
+    n_levels = draw(st.integers(1, max_levels))
+    partitions = []
+    for level in range(n_levels):
+        for partition in range(draw(st.integers(0, 4))):
+            start = draw(st.integers(0, 50))
+            end = start + draw(st.integers(0, 40))
+            done = draw(st.frozensets(st.integers(start, end), max_size=15)) - {end}
+            partitions.append(PartitionBacklog(level, partition, start, end, done))
+    return n_levels, partitions
+
+
+@st.composite
+def plan_inputs(draw: st.DrawFn) -> tuple[int, list[PartitionBacklog], int]:
+    n_levels, partitions = draw(backlogs())
+    budget = draw(st.integers(2**n_levels - 1, 400))
+    return n_levels, partitions, budget
+
+
+HISTORIES = st.dictionaries(
+    st.integers(0, 3), st.lists(st.integers(0, 300), max_size=8), max_size=4
+)
+
+
+def planned_by_partition(result: Plan) -> dict[tuple[int, int], int]:
+    return {(r.level, r.partition): r.records for r in result.ranges}
+
+
+def assert_ranges_valid(result: Plan, partitions: list[PartitionBacklog]) -> None:
+    """Every range starts at the committed offset, stays in [start, end) and counts no done one."""
+    by_key = {(p.level, p.partition): p for p in partitions}
+    keys = [(r.level, r.partition) for r in result.ranges]
+    assert len(keys) == len(set(keys))
+    assert keys == sorted(keys, key=lambda k: (-k[0], k[1]))
+    for r in result.ranges:
+        p = by_key[(r.level, r.partition)]
+        assert r.records > 0
+        assert r.start == p.start
+        assert p.start < r.end <= p.end
+        pending = [o for o in range(r.start, r.end) if o not in p.done]
+        assert r.records == len(pending) <= p.backlog
+        assert r.end - 1 not in p.done  # the range ends right after a record it reads
+    for level in result.levels.values():
+        assert level.planned == sum(r.records for r in result.ranges if r.level == level.level)
+
+
+def assert_max_min_fair(result: Plan, available: dict[tuple[int, int], int]) -> None:
+    """Within a level, a partition that got less than another got all it had available.
+
+    In integers the one exception is the remainder: a partition with room left may get one
+    record less than another, and then only than a lower-numbered one (the deterministic tie-break).
+    """
+    got = planned_by_partition(result)
+    for a in available:
+        for b in available:
+            if a[0] != b[0] or got.get(a, 0) >= got.get(b, 0) or got.get(a, 0) == available[a]:
+                continue
+            assert got.get(b, 0) == got.get(a, 0) + 1, (a, b, got, available)
+            assert b[1] < a[1], (a, b, got, available)
+
+
+# --- reserved shares --------------------------------------------------------------------------
+
+
+def test_exponential_shares_divide_exactly() -> None:
+    assert reserved_shares(3, 70) == {0: 10, 1: 20, 2: 40}
+
+
+def test_rounding_leftover_goes_to_the_highest_level() -> None:
+    # floors: 10*1/7 = 1, 10*2/7 = 2, 10*4/7 = 5 (sum 8); the 2 left over go to level 2
+    assert reserved_shares(3, 10) == {0: 1, 1: 2, 2: 7}
+
+
+def test_subset_of_levels_shares_the_budget_with_their_own_weights() -> None:
+    # levels 0 and 2 keep weights 1 and 4: 50 * 1/5 = 10, 50 * 4/5 = 40
+    assert reserved_shares([2, 0], 50) == {0: 10, 2: 40}
+
+
+def test_linear_and_explicit_weights() -> None:
+    assert reserved_shares(3, 60, "linear") == {0: 10, 1: 20, 2: 30}
+    assert reserved_shares(3, 16, [1.5, 2.5, 4.0]) == {0: 3, 1: 5, 2: 8}
+    assert reserved_shares([1, 3], 10, {1: 3, 3: 2, 7: 100}) == {1: 6, 3: 4}
+
+
+def test_flat_distributor_from_an_import_path_and_as_a_callable() -> None:
+    from_path = reserved_shares(4, 10, "drainer.allocation:equal_weights")
+    assert from_path == {0: 2, 1: 2, 2: 2, 3: 4}
+    assert reserved_shares(4, 10, "equal") == from_path
+
+    def reverse(levels: list[int]) -> list[int]:
+        return [10 - level for level in levels]
+
+    assert reserved_shares(2, 19, reverse) == {0: 10, 1: 9}
+
+
+def test_too_small_budget_names_the_minimum() -> None:
+    with pytest.raises(ValueError) as error:
+        reserved_shares(3, 5)
+    assert str(error.value) == (
+        "budget 5 is too small for levels [0, 1, 2] with the exponential distributor: "
+        "every level needs at least 1 record, so set budget >= 7"
+    )
+    assert reserved_shares(3, 7) == {0: 1, 1: 2, 2: 4}
+    with pytest.raises(ValueError, match=r"set budget >= 5"):
+        reserved_shares([0, 2], 4)  # subset: weights 1 + 4
+    with pytest.raises(ValueError, match=r"set budget >= 6"):
+        reserved_shares(3, 5, "linear")
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 10])
+def test_exponential_minimum_budget_is_two_to_the_n_minus_one(n: int) -> None:
+    assert minimum_budget(n) == 2**n - 1
+    reserved_shares(n, 2**n - 1)
+    if n > 1:
+        with pytest.raises(ValueError, match="too small"):
+            reserved_shares(n, 2**n - 2)
+
+
+def test_unknown_distributor_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError) as error:
+        reserved_shares(3, 100, "exponentail")
+    message = str(error.value)
+    assert "'exponentail'" in message
+    for name in ("exponential", "linear", "equal"):
+        assert name in message
+    assert "package.module:function" in message
+
+
+@pytest.mark.parametrize(
+    ("distributor", "fragment"),
+    [
+        ("no_such_module_xyz:f", "cannot import module"),
+        ("drainer.allocation:no_such_function", "has no attribute"),
+        ("drainer.allocation:DISTRIBUTORS", "not a function"),
+        (":equal_weights", "not a valid import path"),
+        ("drainer.allocation:", "not a valid import path"),
+    ],
+)
+def test_bad_import_path(distributor: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        reserved_shares(3, 100, distributor)
+
+
+@pytest.mark.parametrize(
+    ("levels", "budget", "distributor", "fragment"),
+    [
+        (3, 0, "exponential", "set budget >= 1"),
+        (3, -4, "exponential", "set budget >= 1"),
+        (0, 10, "exponential", "set levels >= 1"),
+        ([], 10, "exponential", "levels is empty"),
+        ([0, -1], 10, "exponential", "level -1 is negative"),
+        (3, 10, [1, 0, 2], "not positive"),
+        (3, 10, [1, -2, 2], "not positive"),
+        (3, 10, [1, float("nan"), 2], "not a number"),
+        (3, 10, [1, float("inf"), 2], "not a number"),
+        (3, 10, [1, 2], "has 2 weights"),
+        (3, 10, {0: 1, 2: 1}, "no weight for levels \\[1\\]"),
+        (3, 10, lambda levels: [1], "returned 1 weights for 3 levels"),
+        (3, 10, lambda levels: ["1", "1", "1"], "not a number"),
+    ],
+)
+def test_invalid_settings(
+    levels: object, budget: int, distributor: Distributor, fragment: str
+) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        reserved_shares(levels, budget, distributor)
+
+
+def _exact_weights(levels: list[int], distributor: Distributor) -> list[Fraction]:
+    if isinstance(distributor, str):
+        raw = DISTRIBUTORS[distributor](levels)
+    else:
+        raw = [distributor[level] for level in levels]  # type: ignore[index]
+    return [Fraction(w) for w in raw]
+
+
+@HEAVY
+@given(LEVEL_SETS, DISTRIBUTOR_CHOICES, st.integers(0, 5_000))
+def test_shares_sum_to_budget_and_floor_exactly(
+    levels: list[int], distributor: Distributor, extra: int
+) -> None:
+    minimum = minimum_budget(levels, distributor)
+    budget = minimum + extra
+    shares = reserved_shares(levels, budget, distributor)
+    assert list(shares) == levels
+    assert sum(shares.values()) == budget
+    assert all(share >= 1 for share in shares.values())
+    weights = _exact_weights(levels, distributor)
+    for level, weight in zip(levels[:-1], weights[:-1], strict=True):
+        assert shares[level] == math.floor(budget * weight / sum(weights))
+
+
+@HEAVY
+@given(LEVEL_SETS, DISTRIBUTOR_CHOICES)
+def test_minimum_budget_is_the_smallest_that_feeds_every_level(
+    levels: list[int], distributor: Distributor
+) -> None:
+    minimum = minimum_budget(levels, distributor)
+    assert min(reserved_shares(levels, minimum, distributor).values()) >= 1
+    if minimum > 1:
+        with pytest.raises(ValueError, match=f"set budget >= {minimum}"):
+            reserved_shares(levels, minimum - 1, distributor)
+
+
+@HEAVY
+@given(LEVEL_SETS, st.sampled_from(["exponential", "linear"]), st.integers(0, 100_000))
+def test_higher_level_never_reserved_less(levels: list[int], distributor: str, extra: int) -> None:
+    shares = reserved_shares(levels, minimum_budget(levels, distributor) + extra, distributor)
+    ordered = [shares[level] for level in levels]
+    assert ordered == sorted(ordered)
+
+
+# --- burst ------------------------------------------------------------------------------------
+
+RESERVED = {0: 10, 1: 20, 2: 40}  # exponential, budget 70
+
+
+def test_nobody_eligible_keeps_reserved() -> None:
+    history = {
+        0: [10, 10, 10, 2, 3, 4],  # maxed 3 of 6 < 4
+        1: [1, 2, 3, 4, 5, 6],
+        2: [40, 40, 40, 39, 39, 39],  # maxed 3 of 6
+    }
+    assert burst_allocation(RESERVED, history) == RESERVED
+
+
+def test_everyone_eligible_but_nobody_underfilled_keeps_reserved() -> None:
+    history = {0: [10] * 6, 1: [25] * 6, 2: [40] * 6}
+    # level 2 bursts, but every other level drained its full share at least once: burst 0
+    assert burst_allocation(RESERVED, history) == RESERVED
+
+
+def test_lower_level_takes_exactly_what_higher_levels_left_unused() -> None:
+    history = {
+        0: [10, 12, 10, 9, 10, 11],  # maxed 5 of 6: eligible
+        1: [4, 6, 2, 0, 5, 1],  # most 6
+        2: [5, 8, 3, 12, 0, 7],  # most 12
+    }
+    # burst of level 0 = (20 - 6) + (40 - 12) = 14 + 28 = 42
+    assert burst_allocation(RESERVED, history) == {0: 10 + 42, 1: 6, 2: 12}
+
+
+def test_missing_runs_count_as_drained_zero() -> None:
+    starving = {1: [0] * 6, 2: [0] * 6}
+    # only 3 runs of history: 3 maxed + 3 missing (drained 0) < 4
+    assert burst_allocation(RESERVED, {0: [10, 10, 10], **starving}) == RESERVED
+    # 4 runs, all maxed: eligible, takes everything the others left: 20 + 40
+    assert burst_allocation(RESERVED, {0: [10] * 4, **starving}) == {0: 70, 1: 0, 2: 0}
+    # only the last `window` runs count: four old maxed runs fell out of the window
+    old = [10, 10, 10, 10, 0, 0, 0, 0, 0, 0]
+    assert burst_allocation(RESERVED, {0: old, **starving}) == RESERVED
+    assert burst_allocation(RESERVED, {0: old, **starving}, window=10) == {0: 70, 1: 0, 2: 0}
+
+
+def test_higher_eligible_level_blocks_a_lower_one() -> None:
+    history = {
+        0: [10] * 6,  # eligible, but level 2 comes first
+        1: [5] * 6,  # most 5: leaves 15 unused
+        2: [40] * 6,  # eligible
+    }
+    assert burst_allocation(RESERVED, history) == {0: 10, 1: 5, 2: 55}
+
+
+def test_threshold_and_window_settings() -> None:
+    history = {0: [10, 10, 0, 0, 0, 0], 1: [0] * 6, 2: [0] * 6}
+    assert burst_allocation(RESERVED, history, maxout_threshold=2) == {0: 70, 1: 0, 2: 0}
+    assert burst_allocation(RESERVED, history, maxout_threshold=3) == RESERVED
+    with pytest.raises(ValueError, match="history_window"):
+        burst_allocation(RESERVED, history, window=0)
+    with pytest.raises(ValueError, match="maxout_threshold"):
+        burst_allocation(RESERVED, history, window=6, maxout_threshold=7)
+    with pytest.raises(ValueError, match="maxout_threshold"):
+        burst_allocation(RESERVED, history, maxout_threshold=0)
+
+
+@HEAVY
+@given(
+    st.dictionaries(st.integers(0, 6), st.integers(0, 200), min_size=1),
+    st.dictionaries(st.integers(0, 8), st.lists(st.integers(0, 300), max_size=10)),
+    st.integers(1, 8),
+    st.data(),
+)
+def test_burst_keeps_the_total_and_moves_capacity_to_one_level(
+    reserved: dict[int, int], history: dict[int, list[int]], window: int, data: st.DataObject
+) -> None:
+    threshold = data.draw(st.integers(1, window))
+    allocation = burst_allocation(reserved, history, window, threshold)
+    assert list(allocation) == sorted(reserved)
+    assert sum(allocation.values()) == sum(reserved.values())
+    gainers = [level for level in reserved if allocation[level] > reserved[level]]
+    assert len(gainers) <= 1
+    for level, share in reserved.items():
+        assert allocation[level] >= 0
+        if level not in gainers:
+            # a lender keeps at least what it drained at its best recent run
+            recent = list(history.get(level, []))[-window:]
+            assert allocation[level] >= min(share, max(recent, default=0))
+
+
+# --- plan -------------------------------------------------------------------------------------
+
+
+def test_backlog_awareness_offers_unused_budget_highest_first() -> None:
+    partitions = [
+        PartitionBacklog(2, 0, 0, 5),
+        PartitionBacklog(1, 0, 0, 100),
+        PartitionBacklog(0, 0, 0, 100),
+    ]
+    result = plan(partitions, 70)
+    # reserved 10/20/40; level 2 can use 5, so 35 spare go to level 1 first (room 80)
+    assert {lvl: (lp.reserved, lp.allocated, lp.planned) for lvl, lp in result.levels.items()} == {
+        0: (10, 10, 10),
+        1: (20, 20, 55),
+        2: (40, 40, 5),
+    }
+    assert result.total_planned == 70
+
+    unaware = plan(partitions, 70, backlog_aware=False)
+    assert [unaware.levels[lvl].planned for lvl in (0, 1, 2)] == [10, 20, 5]
+    assert unaware.total_planned == 35
+
+
+def test_level_without_partitions_keeps_its_share_in_the_table() -> None:
+    result = plan([PartitionBacklog(0, 0, 0, 1000)], 70, levels=range(3))
+    assert result.levels[2].reserved == 40
+    assert result.levels[2].backlog == 0
+    assert result.levels[2].planned == 0
+    assert result.levels[0].planned == 70
+
+
+def test_backfill_of_some_levels_plans_only_those() -> None:
+    partitions = [PartitionBacklog(level, 0, 0, 1000) for level in range(3)]
+    result = plan(partitions, 50, levels=[0, 2])
+    assert sorted(result.levels) == [0, 2]
+    assert [(r.level, r.records) for r in result.ranges] == [(2, 40), (0, 10)]
+
+
+def test_partitions_split_max_min_fairly_with_remainder_to_lower_partitions() -> None:
+    partitions = [
+        PartitionBacklog(0, 3, 100, 101),  # backlog 1
+        PartitionBacklog(0, 1, 0, 10),
+        PartitionBacklog(0, 2, 0, 10),
+    ]
+    result = plan(partitions, 12)
+    # 12 / 3 = 4 each, but partition 3 holds 1: the other 11 split 6 / 5, the extra to partition 1
+    assert [(r.partition, r.start, r.end, r.records) for r in result.ranges] == [
+        (1, 0, 6, 6),
+        (2, 0, 5, 5),
+        (3, 100, 101, 1),
+    ]
+
+
+def test_ranges_skip_done_offsets() -> None:
+    done = frozenset({11, 13, 14, 25, 3})  # 25 and 3 lie outside [10, 20)
+    partition = PartitionBacklog(0, 0, 10, 20, done)
+    assert partition.backlog == 7  # 10, 12, 15, 16, 17, 18, 19
+    result = plan([partition], 4)
+    # read 10, (11 done), 12, (13, 14 done), 15, 16: the range is [10, 17)
+    assert [(r.start, r.end, r.records) for r in result.ranges] == [(10, 17, 4)]
+    everything = plan([partition], 100)
+    assert [(r.start, r.end, r.records) for r in everything.ranges] == [(10, 20, 7)]
+
+
+def test_range_end() -> None:
+    assert range_end(10, 0, frozenset({10})) == 10
+    assert range_end(10, 3, frozenset()) == 13
+    assert range_end(10, 3, frozenset({1, 2, 11, 12, 14})) == 16
+    assert range_end(0, 1, frozenset({0, 1, 2})) == 4
+
+
+def test_backlog_is_never_negative_and_duplicates_are_rejected() -> None:
+    assert PartitionBacklog(0, 0, 50, 40).backlog == 0
+    assert plan([PartitionBacklog(0, 0, 50, 40)], 10).ranges == []
+    with pytest.raises(ValueError, match="listed twice"):
+        plan([PartitionBacklog(0, 0, 0, 1), PartitionBacklog(0, 0, 5, 9)], 10)
+
+
+def test_plan_reports_burst_from_history() -> None:
+    partitions = [PartitionBacklog(level, 0, 0, 1000) for level in range(3)]
+    history = {0: [10] * 6, 1: [20] * 6, 2: [12] * 6}
+    result = plan(partitions, 70, history=history)
+    # level 1 is the highest eligible one; level 2 left 40 - 12 = 28 unused
+    assert {lvl: (lp.burst, lp.allocated) for lvl, lp in result.levels.items()} == {
+        0: (0, 10),
+        1: (28, 48),
+        2: (-28, 12),
+    }
+
+
+def test_plan_surfaces_configuration_errors() -> None:
+    partitions = [PartitionBacklog(level, 0, 0, 10) for level in range(3)]
+    with pytest.raises(ValueError, match="set budget >= 7"):
+        plan(partitions, 6)
+    with pytest.raises(ValueError, match="history_window"):
+        plan(partitions, 70, window=0)
+    with pytest.raises(ValueError, match="offset_for_time"):
+        plan(partitions, 70, max_gap_ms=1000)
+    with pytest.raises(ValueError, match="levels is empty"):
+        plan([], 70)
+
+
+@HEAVY
+@given(plan_inputs())
+def test_backlog_aware_plan_drains_min_of_budget_and_backlog(
+    inputs: tuple[int, list[PartitionBacklog], int],
+) -> None:
+    n_levels, partitions, budget = inputs
+    result = plan(partitions, budget, levels=range(n_levels))
+    assert result.total_planned == min(budget, sum(p.backlog for p in partitions))
+    assert result.cutoff_timestamp is None and result.held_back == []
+    assert_ranges_valid(result, partitions)
+
+
+@HEAVY
+@given(plan_inputs())
+def test_split_is_max_min_fair(inputs: tuple[int, list[PartitionBacklog], int]) -> None:
+    n_levels, partitions, budget = inputs
+    result = plan(partitions, budget, levels=range(n_levels))
+    assert_max_min_fair(result, {(p.level, p.partition): p.backlog for p in partitions})
+
+
+@HEAVY
+@given(plan_inputs(), st.booleans())
+def test_level_gets_at_least_min_of_reserved_and_backlog_without_burst(
+    inputs: tuple[int, list[PartitionBacklog], int], backlog_aware: bool
+) -> None:
+    n_levels, partitions, budget = inputs
+    result = plan(partitions, budget, levels=range(n_levels), backlog_aware=backlog_aware)
+    for level in result.levels.values():
+        assert level.burst == 0 and level.allocated == level.reserved
+        assert level.backlog == sum(p.backlog for p in partitions if p.level == level.level)
+        assert level.planned >= min(level.reserved, level.backlog)
+        if not backlog_aware:
+            assert level.planned == min(level.allocated, level.backlog)
+
+
+@HEAVY
+@given(plan_inputs(), HISTORIES, st.booleans())
+def test_level_gets_at_least_min_of_allocation_and_backlog_with_burst(
+    inputs: tuple[int, list[PartitionBacklog], int],
+    history: dict[int, list[int]],
+    backlog_aware: bool,
+) -> None:
+    # Under burst a lender's allocation may drop below its reserved share, so the guarantee is
+    # relative to the allocation after burst, not to the reserved share.
+    n_levels, partitions, budget = inputs
+    result = plan(
+        partitions, budget, levels=range(n_levels), history=history, backlog_aware=backlog_aware
+    )
+    assert sum(lp.allocated for lp in result.levels.values()) == budget
+    assert sum(lp.burst for lp in result.levels.values()) == 0
+    for level in result.levels.values():
+        assert level.planned >= min(level.allocated, level.backlog)
+        assert level.planned <= level.backlog
+    total_backlog = sum(p.backlog for p in partitions)
+    if backlog_aware:
+        assert result.total_planned == min(budget, total_backlog)
+    assert_ranges_valid(result, partitions)
+
+
+# --- event-time alignment ----------------------------------------------------------------------
+
+
+def clock(bases: dict[tuple[int, int], int], step_ms: int = 1000) -> Callable[[int, int, int], int]:
+    """offsets-for-times over partitions whose offset o has timestamp base + step_ms * o."""
+
+    def offset_for_time(level: int, partition: int, timestamp_ms: int) -> int:
+        return max(0, -(-(timestamp_ms - bases[(level, partition)]) // step_ms))
+
+    return offset_for_time
+
+
+def test_partition_ahead_by_more_than_max_gap_is_held_back() -> None:
+    bases = {(0, 0): 0, (0, 1): 500_000}
+    partitions = [
+        PartitionBacklog(0, 0, 0, 100, next_timestamp=0),  # records at 0, 1000, 2000 ... ms
+        PartitionBacklog(0, 1, 0, 100, next_timestamp=500_000),  # 500 s ahead
+    ]
+    assert [r.records for r in plan(partitions, 40).ranges] == [20, 20]
+
+    result = plan(partitions, 40, max_gap_ms=50_000, offset_for_time=clock(bases))
+    assert result.cutoff_timestamp == 50_000
+    assert result.held_back == [(0, 1)]
+    # partition 0 may read offsets 0..50 (timestamps <= 50 000): its share and partition 1's
+    assert [(r.partition, r.start, r.end, r.records) for r in result.ranges] == [(0, 0, 40, 40)]
+
+    capped = plan(partitions, 80, max_gap_ms=50_000, offset_for_time=clock(bases))
+    assert [(r.partition, r.end) for r in capped.ranges] == [(0, 51)]  # offset 50 is at 50 000
+    assert capped.total_planned == 51
+
+
+def test_held_back_budget_moves_to_another_level() -> None:
+    bases = {(0, 0): 0, (1, 0): 900_000}
+    partitions = [
+        PartitionBacklog(0, 0, 0, 1000, next_timestamp=0),
+        PartitionBacklog(1, 0, 0, 1000, next_timestamp=900_000),
+    ]
+    result = plan(partitions, 30, max_gap_ms=60_000, offset_for_time=clock(bases))
+    assert result.held_back == [(1, 0)]
+    assert result.levels[1].backlog == 1000  # reported before the alignment cap
+    assert (result.levels[1].reserved, result.levels[1].planned) == (20, 0)
+    assert (result.levels[0].reserved, result.levels[0].planned) == (10, 30)
+
+
+def test_partition_holding_t_min_is_never_held_back() -> None:
+    partitions = [
+        PartitionBacklog(0, 0, 10, 100, frozenset({10, 11}), next_timestamp=7_000),
+        PartitionBacklog(0, 1, 0, 100, next_timestamp=9_000),
+    ]
+
+    def lookup_at_start(level: int, partition: int, timestamp_ms: int) -> int:
+        return 0  # out-of-order timestamps: Kafka says even offset 0 is after the cutoff
+
+    result = plan(partitions, 10, max_gap_ms=0, offset_for_time=lookup_at_start)
+    assert result.cutoff_timestamp == 7_000
+    assert result.held_back == [(0, 1)]
+    # partition 0 still reads its next pending record (offset 12)
+    assert [(r.partition, r.start, r.end, r.records) for r in result.ranges] == [(0, 10, 13, 1)]
+
+
+def test_alignment_caps_partitions_of_unknown_time_and_needs_a_known_one() -> None:
+    partitions = [
+        PartitionBacklog(0, 0, 0, 100, next_timestamp=0),
+        PartitionBacklog(0, 1, 0, 100, next_timestamp=None),
+    ]
+    lookup = clock({(0, 0): 0, (0, 1): 5_000})
+    result = plan(partitions, 100, max_gap_ms=9_000, offset_for_time=lookup)
+    assert [(r.partition, r.end) for r in result.ranges] == [(0, 10), (1, 5)]
+
+    unknown = [PartitionBacklog(0, 0, 0, 100), PartitionBacklog(0, 1, 0, 100)]
+    result = plan(unknown, 100, max_gap_ms=9_000, offset_for_time=lookup)
+    assert result.cutoff_timestamp is None and result.total_planned == 100
+
+    def kafka_none(level: int, partition: int, timestamp_ms: int) -> int:
+        return -1  # Kafka's answer when no record is that late: read to the end
+
+    result = plan(partitions, 500, max_gap_ms=9_000, offset_for_time=kafka_none)
+    assert result.total_planned == 200 and result.held_back == []
+
+
+@st.composite
+def timed_backlogs(draw: st.DrawFn) -> tuple[list[PartitionBacklog], dict, int, int, int]:
+    _, untimed = draw(backlogs(max_levels=3))
+    step = draw(st.integers(1, 2_000))
+    bases = {(p.level, p.partition): draw(st.integers(0, 100_000)) for p in untimed}
+    partitions = []
+    for p in untimed:
+        first = next((o for o in range(p.start, p.end) if o not in p.done), None)
+        known = first is not None and draw(st.sampled_from([True, True, False]))
+        stamp = (
+            bases[(p.level, p.partition)] + step * first if first is not None and known else None
+        )
+        partitions.append(PartitionBacklog(p.level, p.partition, p.start, p.end, p.done, stamp))
+    budget = draw(st.integers(7, 300))  # plans cover levels 0..2: exponential needs >= 7
+    gap = draw(st.integers(0, 60_000))
+    return partitions, bases, step, budget, gap
+
+
+@HEAVY
+@given(timed_backlogs())
+def test_alignment_never_reads_past_the_cutoff(
+    inputs: tuple[list[PartitionBacklog], dict, int, int, int],
+) -> None:
+    partitions, bases, step, budget, gap = inputs
+    lookup = clock(bases, step)
+    result = plan(partitions, budget, levels=range(3), max_gap_ms=gap, offset_for_time=lookup)
+
+    def stamp(p: PartitionBacklog, offset: int) -> int:
+        return bases[(p.level, p.partition)] + step * offset
+
+    known = [p.next_timestamp for p in partitions if p.backlog and p.next_timestamp is not None]
+    if not known:
+        assert result.cutoff_timestamp is None
+        return
+    cutoff = min(known) + gap
+    assert result.cutoff_timestamp == cutoff
+    available = {
+        (p.level, p.partition): sum(
+            1 for o in range(p.start, p.end) if o not in p.done and stamp(p, o) <= cutoff
+        )
+        for p in partitions
+    }
+    by_key = {(p.level, p.partition): p for p in partitions}
+    for r in result.ranges:
+        assert stamp(by_key[(r.level, r.partition)], r.end - 1) <= cutoff
+    for key in result.held_back:
+        p = by_key[key]
+        assert p.backlog > 0 and available[key] == 0
+        assert p.next_timestamp is None or p.next_timestamp > cutoff  # t_min's is never held
+    assert result.total_planned == min(budget, sum(available.values()))
+    assert_ranges_valid(result, partitions)
+    assert_max_min_fair(result, available)
+
+
+# --- purity -----------------------------------------------------------------------------------
+
+
+def test_module_imports_no_io_libraries() -> None:
+    code = (
+        "import sys, drainer.allocation; "
+        "heavy = {'dagster', 'pyspark', 'kafka', 'confluent_kafka', 'sqlalchemy', 'psycopg'}; "
+        "print(sorted(heavy & {m.split('.')[0] for m in sys.modules}))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert out.stdout.strip() == "[]"
