@@ -4,8 +4,6 @@ Definitions only: a materialization is one call of `spark_jobs.drain_job.run`, t
 the CLI and the tests make. Connections come from the environment (drainer.settings).
 """
 
-from __future__ import annotations
-
 import dagster as dg
 
 from drainer.config import DrainConfig, load_drains
@@ -104,9 +102,7 @@ def all_levels_tags(drain: DrainConfig) -> dict[str, str]:
     return {RANGE_START: "0", RANGE_END: str(drain.levels - 1)}
 
 
-def drain_schedule(
-    drain: DrainConfig, job: dg.UnresolvedAssetJobDefinition
-) -> dg.ScheduleDefinition:
+def drain_schedule(drain: DrainConfig, job) -> dg.ScheduleDefinition:
     @dg.schedule(
         name=f"{drain.name}_schedule",
         cron_schedule=drain.schedule,

@@ -54,11 +54,9 @@ def cmd_services(args: argparse.Namespace) -> int:
         services.up(echo=echo)
     elif args.action == "down":
         services.down(echo=echo)
-    for item in services.status():
-        style = "green" if item.running else "red"
-        console.print(
-            f"[{style}]{item.name:<9}[/] {'up' if item.running else 'down':<5} {item.detail}"
-        )
+    if args.action == "status":
+        for item in services.status():
+            console.print(item.line())
     return 0
 
 

@@ -72,10 +72,14 @@ def list_offsets(
     if not specs:
         return {}
     request = {TopicPartition(topic, part): spec for (topic, part), spec in specs.items()}
+    client = admin(drain)  # must outlive its futures: they resolve on the client's thread
     try:
-        futures = admin(drain).list_offsets(request, request_timeout=TIMEOUT_S)
-        return {(tp.topic, tp.partition): fut.result().offset for tp, fut in futures.items()}
-    except KafkaException as err:
+        futures = client.list_offsets(request, request_timeout=TIMEOUT_S)
+        return {
+            (tp.topic, tp.partition): fut.result(timeout=TIMEOUT_S + 5).offset
+            for tp, fut in futures.items()
+        }
+    except (KafkaException, TimeoutError) as err:
         raise _unreachable(err) from None
 
 
@@ -176,9 +180,7 @@ def commit_group_offsets(drain: DrainConfig, group: str, commits: list[GroupComm
         return
     consumer = Consumer(client_config(drain, **{"group.id": group, "enable.auto.commit": False}))
     try:
-        offsets = [
-            TopicPartition(c.topic, c.partition, c.offset, c.metadata or None) for c in commits
-        ]
+        offsets = [TopicPartition(c.topic, c.partition, c.offset, c.metadata) for c in commits]
         result = consumer.commit(offsets=offsets, asynchronous=False)
         failed = [tp for tp in result or [] if tp.error is not None]
         if failed:
@@ -218,7 +220,9 @@ def create_topics(drain: DrainConfig, extra: Iterable[str] = ()) -> list[str]:
         return []
     for name, future in client.create_topics(new, request_timeout=TIMEOUT_S).items():
         try:
-            future.result()
+            future.result(timeout=TIMEOUT_S + 5)
+        except TimeoutError as err:
+            raise _unreachable(err) from None
         except KafkaException as err:
             if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise KafkaUnavailable(f"creating topic {name}: {err}") from None

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import sys
 
+from dagster_home import ensure_dagster_home
 from rich.console import Console
 from rich.table import Table
-
-from dagster_home import ensure_dagster_home
 
 PRODUCE = {0: 30_000, 1: 20_000, 2: 10_000}  # records per level: 60,000 < the 70,000 budget
 

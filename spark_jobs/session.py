@@ -23,6 +23,8 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     # workers must run this interpreter, where drainer and the user's handlers are installed
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only, no LAN lookups
     jars = ",".join(str(path) for path in spark_kafka_jars(settings.home))
     builder = (
         SparkSession.builder.appName("drainer")

@@ -58,7 +58,9 @@ def test_dagster_run_drains_all_levels_exactly(make_drain, spark):
         stored = {
             (r.topic, r.partition): (r.committed, r.offset_map)
             for r in conn.execute(
-                text("SELECT topic, partition, committed, offset_map FROM partition_offsets WHERE drain = :d"),
+                text(
+                    "SELECT topic, partition, committed, offset_map FROM partition_offsets WHERE drain = :d"
+                ),
                 {"d": drain.name},
             )
         }
@@ -88,7 +90,17 @@ def test_unknown_level_is_a_clear_error(make_drain):
     with pytest.raises(ConfigError, match=r"levels 0\.\.2; level 5 does not exist"):
         produce_records(drain, synthetic_records(1), level=5)
     cli = subprocess.run(
-        [sys.executable, "-m", "drainer.cli", "produce", drain.name, "--level", "3", "--count", "1"],
+        [
+            sys.executable,
+            "-m",
+            "drainer.cli",
+            "produce",
+            drain.name,
+            "--level",
+            "3",
+            "--count",
+            "1",
+        ],
         capture_output=True,
         text=True,
     )

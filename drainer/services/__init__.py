@@ -1,0 +1,68 @@
+"""The local development stack: PostgreSQL, a KRaft Kafka broker, and Spark's Kafka jars.
+
+`up()` is idempotent and cheap when everything already runs, so the CLI, tests and notebooks can
+call it freely. Services given by environment variables (DRAINER_DATABASE_URL,
+KAFKA_BOOTSTRAP_SERVERS) are only checked, never started. Imports neither pyspark nor dagster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from drainer.services import kafka, postgres
+from drainer.services.errors import ServiceError
+from drainer.services.jars import kafka_broker_jars, pyspark_version, spark_kafka_jars
+from drainer.services.lock import file_lock
+from drainer.services.status import ServiceStatus
+from drainer.settings import Settings, load_settings
+
+__all__ = [
+    "ServiceError",
+    "ServiceStatus",
+    "down",
+    "kafka_broker_jars",
+    "pyspark_version",
+    "spark_kafka_jars",
+    "status",
+    "up",
+]
+
+Echo = Callable[[str], None]
+
+
+def up(settings: Settings | None = None, echo: Echo = print) -> list[ServiceStatus]:
+    """Bring up Postgres and Kafka (or check the configured ones) and resolve Spark's jars."""
+    settings = settings or load_settings()
+    results = []
+    with file_lock(settings.home / "services.lock"):
+        for service in (postgres, kafka):
+            result = service.up(settings, echo)
+            echo(result.line())
+            results.append(result)
+    jars = spark_kafka_jars(settings.home)
+    connector = next((j.name for j in jars if j.name.startswith("spark-sql-kafka")), "?")
+    detail = f"{len(jars)} jars for spark.jars ({connector}"
+    if f"-{pyspark_version()}.jar" not in connector:
+        detail += f"; Maven Central has no connector for pyspark {pyspark_version()}"
+    result = ServiceStatus("spark", True, str(jars[0].parent), None, detail + ")")
+    echo(f"{'spark':<9} jars ready in {result.address}: {result.detail}")
+    results.append(result)
+    return results
+
+
+def down(settings: Settings | None = None, echo: Echo = print) -> list[ServiceStatus]:
+    """Stop the services we started (Kafka first, it is the one with clients); keep data."""
+    settings = settings or load_settings()
+    results = []
+    with file_lock(settings.home / "services.lock"):
+        for service in (kafka, postgres):
+            result = service.stop(settings, echo)
+            echo(result.line())
+            results.append(result)
+    return results
+
+
+def status(settings: Settings | None = None) -> list[ServiceStatus]:
+    """The state of Postgres and Kafka, without starting or stopping anything."""
+    settings = settings or load_settings()
+    return [postgres.status(settings), kafka.status(settings)]

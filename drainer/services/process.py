@@ -1,0 +1,87 @@
+"""Pid files and process lifetimes for the daemons we start ourselves.
+
+A pid file alone is not proof: pids are reused, so a pid only counts as ours when the process is
+alive, not a zombie, and its command line still contains the marker we started it with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections import deque
+from pathlib import Path
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid stored in `pid_file`, or None when the file is missing or garbled."""
+    try:
+        return int(pid_file.read_text().split()[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+
+
+def write_pid(pid_file: Path, pid: int) -> None:
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(f"{pid}\n")
+
+
+def is_alive(pid: int, marker: str | None = None) -> bool:
+    """True when `pid` runs (not a zombie) and, if given, its command line contains `marker`."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    proc = Path("/proc") / str(pid)
+    try:
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state in ("Z", "X"):
+            return False
+        if marker is not None:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            return marker in cmdline
+    except (FileNotFoundError, IndexError):
+        return False
+    return True
+
+
+def terminate(pid: int, grace_seconds: float = 30.0) -> bool:
+    """SIGTERM, wait up to `grace_seconds`, then SIGKILL. True if it had to be killed."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not is_alive(pid):
+            return False
+        time.sleep(0.2)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    for _ in range(50):
+        _reap(pid)
+        if not is_alive(pid):
+            break
+        time.sleep(0.1)
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status when the daemon is our own child (same process started it)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """The last `lines` lines of a log file, or a note that there is none yet."""
+    try:
+        with path.open(errors="replace") as fh:
+            return "".join(deque(fh, maxlen=lines)).rstrip()
+    except FileNotFoundError:
+        return f"({path} does not exist)"

@@ -1,0 +1,83 @@
+"""The local stack comes up once and stays up: repeated `up()` reuses what runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import psycopg
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from drainer.services import ServiceStatus, kafka, pyspark_version, spark_kafka_jars, status, up
+from drainer.settings import Settings, load_settings, psycopg_url
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def settings() -> Settings:
+    return load_settings()
+
+
+@pytest.fixture(scope="module")
+def first_up(settings: Settings) -> dict[str, ServiceStatus]:
+    return {s.name: s for s in up(settings, echo=lambda _: None)}
+
+
+def test_up_twice_is_idempotent(settings: Settings, first_up: dict[str, ServiceStatus]) -> None:
+    second = {s.name: s for s in up(settings, echo=lambda _: None)}
+    assert set(second) == {"postgres", "kafka", "spark"}
+    assert all(s.running for s in second.values())
+    for name in ("postgres", "kafka"):
+        assert second[name].pid == first_up[name].pid
+        if first_up[name].pid is not None:  # ours, not a server somebody else runs
+            assert second[name].detail == "already running"
+    assert [s.running for s in status(settings)] == [True, True]
+
+
+def test_kafka_answers(settings: Settings, first_up: dict[str, ServiceStatus]) -> None:
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    metadata = admin.list_topics(timeout=10)
+    assert metadata.brokers
+
+
+def test_postgres_answers(settings: Settings, first_up: dict[str, ServiceStatus]) -> None:
+    with psycopg.connect(psycopg_url(settings.database_url), connect_timeout=5) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+
+
+def test_spark_jars(settings: Settings, first_up: dict[str, ServiceStatus]) -> None:
+    names = [jar.name for jar in spark_kafka_jars(settings.home)]
+    version = pyspark_version()
+    connector = [n for n in names if n.startswith("spark-sql-kafka-0-10_2.13-")]
+    assert len(connector) == 1, names
+    # exactly pyspark's version, unless Maven Central lacks it: then the newest x.y.z before it
+    found = re.fullmatch(r"spark-sql-kafka-0-10_2\.13-(\d+)\.(\d+)\.(\d+)\.jar", connector[0])
+    assert found, connector
+    wanted = tuple(int(p) for p in version.split(".")[:3])
+    got = tuple(int(p) for p in found.groups())
+    assert got[:2] == wanted[:2] and got <= wanted, (connector, version)
+    assert any(n.startswith("kafka-clients-") for n in names)
+    # Spark ships these itself; a second copy on spark.jars would shadow or clash
+    for shipped in ("scala-library-", "spark-core_", "slf4j-api-", "zstd-jni-"):
+        assert not any(n.startswith(shipped) for n in names), names
+
+
+def test_broker_restart_keeps_data(tmp_path) -> None:
+    """stop() and up() on a throwaway broker (own home and ports), not the shared one."""
+    base = load_settings()
+    isolated = dataclasses.replace(base, bootstrap_servers="127.0.0.1:19092", home=tmp_path)
+    if not isolated.local_kafka:
+        pytest.skip("KAFKA_BOOTSTRAP_SERVERS is set; no local broker to restart")
+    try:
+        started = kafka.up(isolated, echo=lambda _: None)
+        admin = AdminClient({"bootstrap.servers": isolated.bootstrap_servers})
+        admin.create_topics([NewTopic("kept", num_partitions=1)])["kept"].result(15)
+        stopped = kafka.stop(isolated, echo=lambda _: None)
+        assert not stopped.running and not kafka.status(isolated).running
+        restarted = kafka.up(isolated, echo=lambda _: None)
+        assert restarted.pid != started.pid and restarted.detail == "started"
+        assert "kept" in admin.list_topics(timeout=10).topics
+    finally:
+        kafka.stop(isolated, echo=lambda _: None)
