@@ -6,12 +6,19 @@ the CLI and the tests make. Connections come from the environment (drainer.setti
 
 import dagster as dg
 
+from drainer import checks
 from drainer.config import DrainConfig, load_drains
 from drainer.run import RunResult
 from spark_jobs import drain_job
 
 RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 
 
 class DrainerResource(dg.ConfigurableResource):
@@ -116,20 +123,64 @@ def drain_schedule(drain: DrainConfig, job) -> dg.ScheduleDefinition:
     return _schedule
 
 
+def drain_lag_sensor(drain: DrainConfig, job) -> dg.SensorDefinition:
+    threshold = drain.lag_threshold or drain.budget
+
+    @dg.sensor(
+        name=f"{drain.name}_lag_sensor",
+        job=job,
+        minimum_interval_seconds=60,
+        description=f"Requests a run of {drain.name} when its backlog reaches {threshold:,} records.",
+    )
+    def _sensor(context: dg.SensorEvaluationContext):
+        backlog = sum(checks.total_backlog(drain).values())
+        if backlog < threshold:
+            return dg.SkipReason(f"backlog {backlog:,} < {threshold:,}")
+        in_flight = context.instance.get_run_records(
+            dg.RunsFilter(job_name=job.name, statuses=IN_FLIGHT), limit=1
+        )
+        if in_flight:
+            return dg.SkipReason(f"backlog {backlog:,}, but a run of {job.name} is in flight")
+        return dg.RunRequest(tags=all_levels_tags(drain))
+
+    return _sensor
+
+
+def drain_check(drain: DrainConfig, check) -> dg.AssetChecksDefinition:
+    @dg.asset_check(asset=drain.name, name=check.__name__, blocking=False, description=check.__doc__)
+    def _check() -> dg.AssetCheckResult:
+        result = check(drain)
+        return dg.AssetCheckResult(
+            passed=result.passed,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=result.description,
+            metadata=result.numbers,
+        )
+
+    return _check
+
+
+CHECKS = (checks.lag_within_sla, checks.dead_letters_not_growing, checks.offsets_never_backwards)
+
+
 def build_definitions() -> dg.Definitions:
     drains = load_drains()
-    assets, jobs, schedules = [], [], []
+    assets, asset_checks, jobs, schedules, sensors = [], [], [], [], []
     for drain in drains.values():
         asset = drain_asset(drain)
         job = dg.define_asset_job(f"{drain.name}_job", selection=[asset])
         assets.append(asset)
+        asset_checks.extend(drain_check(drain, check) for check in CHECKS)
         jobs.append(job)
+        sensors.append(drain_lag_sensor(drain, job))
         if drain.schedule:
             schedules.append(drain_schedule(drain, job))
     return dg.Definitions(
         assets=assets,
+        asset_checks=asset_checks,
         jobs=jobs,
         schedules=schedules,
+        sensors=sensors,
         resources={"drainer": DrainerResource()},
     )
 

@@ -289,6 +289,35 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rewind(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from drainer.rewind import rewind
+
+    drain = get_drain(args.drain)
+    to_time = None
+    if args.to_time:
+        try:
+            to_time = datetime.fromisoformat(args.to_time)
+        except ValueError:
+            raise ConfigError(
+                f"--to-time {args.to_time!r} is not an ISO time like 2026-11-20T14:00:00+00:00"
+            ) from None
+    moved = rewind(drain, args.level, args.to_offset, to_time, args.partitions, args.reason)
+    table = Table(title=f"rewound {drain.level_topic(args.level)} (audited in offset_rewinds)")
+    for column in ("partition", "from", "to", "records to redo"):
+        table.add_column(column, justify="right")
+    for m in moved:
+        table.add_row(
+            str(m.partition),
+            f"{m.from_offset:,}",
+            f"{m.to_offset:,}",
+            f"{max(0, m.from_offset - m.to_offset):,}",
+        )
+    console.print(table)
+    return 0
+
+
 # ---------------------------------------------------------------- dead letters
 
 
@@ -406,6 +435,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("drain")
     p.add_argument("--recent", type=int, default=10)
     p.add_argument("--json", action="store_true")
+
+    p = add(
+        "rewind", cmd_rewind, "move a level's committed offsets to an offset or a time (audited)"
+    )
+    p.add_argument("drain")
+    p.add_argument("--level", type=int, required=True)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--to-offset", type=int, help="offset to resume from (clamped to what Kafka has)"
+    )
+    target.add_argument("--to-time", help="ISO time: resume from the first record at or after it")
+    p.add_argument("--partitions", type=int, nargs="*", help="only these partitions")
+    p.add_argument("--reason", help="why, for the audit trail")
 
     p = add("dlq", cmd_dlq, "dead letters: list them, or retry them by re-producing to their level")
     p.add_argument("action", choices=["list", "retry"])

@@ -60,6 +60,16 @@ class DrainConfig(BaseModel):
     backlog_aware: bool = True
     max_gap_seconds: float | None = Field(default=None, gt=0)
     schedule: str | None = "*/5 * * * *"
+    lag_threshold: int | None = Field(
+        default=None,
+        ge=1,
+        description="backlog that makes the sensor request a run (default: budget)",
+    )
+    lag_sla: int | None = Field(
+        default=None,
+        ge=0,
+        description="backlog above which the lag check fails (default: 10 x budget)",
+    )
     mode: Literal["dataframe", "record"] = "dataframe"
     processor: str = "spark_jobs.examples:time_buckets"
     handler: str | None = None

@@ -1,0 +1,95 @@
+"""Health checks of a drain (DESIGN §8), shared by the Dagster asset checks and `status`.
+
+Each returns (passed, description, numbers) so any orchestrator can wrap it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from drainer.config import DrainConfig
+from drainer.db import get_engine
+from drainer.planning import partition_states
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    passed: bool
+    description: str
+    numbers: dict[str, int | float] = field(default_factory=dict)
+
+
+def total_backlog(drain: DrainConfig) -> dict[int, int]:
+    """Backlog per level, from Kafka end offsets and Postgres progress."""
+    by_level = {level: 0 for level in range(drain.levels)}
+    for p in partition_states(get_engine(), drain, list(range(drain.levels))):
+        by_level[p.level] += p.backlog
+    return by_level
+
+
+def lag_within_sla(drain: DrainConfig) -> CheckResult:
+    """Passes while the total backlog is at most `lag_sla` records (default 10 budgets)."""
+    sla = drain.lag_sla if drain.lag_sla is not None else 10 * drain.budget
+    by_level = total_backlog(drain)
+    total = sum(by_level.values())
+    numbers: dict[str, int | float] = {"backlog": total, "sla": sla}
+    numbers.update({f"level_{lvl}_backlog": n for lvl, n in by_level.items()})
+    return CheckResult(total <= sla, f"backlog {total:,} records (SLA {sla:,})", numbers)
+
+
+def dead_letters_not_growing(drain: DrainConfig) -> CheckResult:
+    """Passes when the latest committed run dead-lettered nothing."""
+    with get_engine().connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT r.id, coalesce(sum(rl.dead_lettered), 0) AS dead FROM runs r "
+                "JOIN run_levels rl ON rl.run_id = r.id WHERE r.drain = :d AND r.status = 'committed' "
+                "GROUP BY r.id ORDER BY r.id DESC LIMIT 1"
+            ),
+            {"d": drain.name},
+        ).first()
+        pending = conn.scalar(
+            text("SELECT count(*) FROM dead_letters WHERE drain = :d AND retried_at IS NULL"),
+            {"d": drain.name},
+        )
+    new = int(row.dead) if row else 0
+    return CheckResult(
+        new == 0,
+        f"latest run dead-lettered {new:,} records; {pending:,} dead letters not retried",
+        {"new_dead_letters": new, "dead_letters_pending": pending},
+    )
+
+
+def offsets_never_backwards(drain: DrainConfig) -> CheckResult:
+    """Each partition's committed offset at plan time never decreases from run to run.
+
+    Rewinds are deliberate and audited (`drainer rewind`), so runs before a partition's latest
+    rewind are not compared with runs after it.
+    """
+    with get_engine().connect() as conn:
+        regressions = conn.execute(
+            text(
+                "WITH starts AS ("
+                "  SELECT rr.topic, rr.partition, r.id, rr.start_offset,"
+                "         lag(rr.start_offset) OVER (PARTITION BY rr.topic, rr.partition ORDER BY r.id) AS prev,"
+                "         lag(r.committed_at) OVER (PARTITION BY rr.topic, rr.partition ORDER BY r.id) AS prev_at"
+                "  FROM run_ranges rr JOIN runs r ON r.id = rr.run_id"
+                "  WHERE r.drain = :d AND r.status = 'committed')"
+                " SELECT s.topic, s.partition, s.id, s.prev, s.start_offset FROM starts s"
+                " WHERE s.start_offset < s.prev AND NOT EXISTS ("
+                "   SELECT 1 FROM offset_rewinds w WHERE w.drain = :d AND w.topic = s.topic"
+                "   AND w.partition = s.partition AND w.created_at > s.prev_at)"
+            ),
+            {"d": drain.name},
+        ).all()
+    if not regressions:
+        return CheckResult(True, "committed offsets only moved forward", {"regressions": 0})
+    first = regressions[0]
+    return CheckResult(
+        False,
+        f"{len(regressions)} partition(s) moved backwards without a rewind, e.g. "
+        f"{first.topic}[{first.partition}] from {first.prev} to {first.start_offset} at run {first.id}",
+        {"regressions": len(regressions)},
+    )

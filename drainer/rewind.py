@@ -1,0 +1,94 @@
+"""Move a level's committed offsets to an offset or a point in time, with an audit trail.
+
+For reprocessing after a processor fix (backwards) or skipping a bad stretch (forwards). It
+takes the drain's lease, so it never races a run, and refuses while a plan is uncommitted: that
+plan must finish first, or its compare-and-set commit would fail anyway.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+
+from drainer import kafka_io, state
+from drainer.config import ConfigError, DrainConfig
+from drainer.db import get_engine
+from drainer.mirror import mirror_offsets
+
+
+@dataclass(frozen=True)
+class Moved:
+    topic: str
+    partition: int
+    from_offset: int
+    to_offset: int
+
+
+def rewind(
+    drain: DrainConfig,
+    level: int,
+    to_offset: int | None = None,
+    to_time: datetime | None = None,
+    partitions: list[int] | None = None,
+    reason: str | None = None,
+) -> list[Moved]:
+    drain.check_level(level)
+    if (to_offset is None) == (to_time is None):
+        raise ConfigError("give exactly one of --to-offset or --to-time")
+    engine = get_engine()
+    parts = kafka_io.partitions_of(drain, [level])[level]
+    if partitions:
+        unknown = sorted(set(partitions) - set(parts))
+        if unknown:
+            raise ConfigError(f"{drain.level_topic(level)} has partitions {parts}; not {unknown}")
+        parts = sorted(partitions)
+    marks = kafka_io.watermarks(drain, {level: parts})
+    if to_time is not None:
+        ends = {key: wm.high for key, wm in marks.items()}
+        ms = int(to_time.timestamp() * 1000)
+        targets = kafka_io.offsets_for_time(drain, {key: ms for key in ends}, ends)
+    else:
+        targets = {key: min(max(to_offset, wm.low), wm.high) for key, wm in marks.items()}
+    moved: list[Moved] = []
+    with state.drain_lease(engine, drain) as lease, engine.begin() as conn:
+        state.check_fence(conn, lease)
+        open_run = state.open_run(conn, drain.name)
+        if open_run is not None:
+            raise ConfigError(
+                f"run {open_run.id} of drain '{drain.name}' is not committed yet: finish it with "
+                f"`drainer run {drain.name}` before rewinding"
+            )
+        stored = state.partition_offsets(conn, drain.name)
+        for (lvl, part), target in sorted(targets.items()):
+            topic = drain.level_topic(lvl)
+            current, current_map = stored.get((topic, part), (marks[(lvl, part)].low, ""))
+            conn.execute(
+                text(
+                    "INSERT INTO partition_offsets (drain, topic, level, partition, committed, offset_map) "
+                    "VALUES (:d, :t, :l, :p, :c, '') ON CONFLICT (drain, topic, partition) "
+                    "DO UPDATE SET committed = :c, offset_map = '', updated_at = now()"
+                ),
+                {"d": drain.name, "t": topic, "l": lvl, "p": part, "c": target},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO offset_rewinds (drain, topic, partition, from_offset, from_map, "
+                    "to_offset, requested_by, reason) VALUES (:d, :t, :p, :f, :fm, :to, :who, :why)"
+                ),
+                {
+                    "d": drain.name,
+                    "t": topic,
+                    "p": part,
+                    "f": current,
+                    "fm": current_map,
+                    "to": target,
+                    "who": getpass.getuser(),
+                    "why": reason,
+                },
+            )
+            moved.append(Moved(topic, part, current, target))
+    mirror_offsets(engine, drain)
+    return moved
