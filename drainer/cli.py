@@ -468,10 +468,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("py4j", "sqlalchemy", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from sqlalchemy.exc import OperationalError
+
     try:
         return args.func(args)
     except _user_errors() as err:
         err_console.print(f"[red]drainer:[/] {err}")
+        return 2
+    except OperationalError as err:
+        err_console.print(
+            f"[red]drainer:[/] Postgres stopped answering ({err.orig}). Nothing was committed: "
+            "an interrupted run is resumed with the same ranges by the next `drainer run`."
+        )
         return 2
 
 
