@@ -1,0 +1,60 @@
+"""Every invalid setting fails at load time, naming the setting and the fix."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from drainer.config import ConfigError, load_drains
+
+BASE = {"topic": "orders", "group": "billing", "levels": 3, "budget": 70, "sink": {"table": "out"}}
+
+
+def load(tmp_path, **overrides):
+    path = tmp_path / "drains.yaml"
+    path.write_text(yaml.safe_dump({"drains": {"orders": {**BASE, **overrides}}}))
+    return load_drains(path)
+
+
+def test_valid_drain_loads_with_defaults(tmp_path):
+    drain = load(tmp_path)["orders"]
+    assert drain.name == "orders" and drain.level_topic(2) == "orders-2"
+    assert drain.level_group(0) == "billing-0"
+    assert (drain.history_window, drain.maxout_threshold, drain.backlog_aware) == (6, 4, True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"budget": 5}, "set budget >= 7"),
+        ({"levels": 0}, "orders.levels"),
+        ({"topic": "a-b"}, "'-' separates the level suffix"),
+        ({"mode": "record"}, "needs `handler"),
+        ({"mode": "record", "handler": "m:f"}, "needs `output_schema`"),
+        ({"processor": "no_colon"}, "package.module:function"),
+        ({"maxout_threshold": 7}, "exceeds history_window"),
+        ({"distributor": "fibonacci"}, "fibonacci"),
+        ({"kafka": {"bootstrap.servers": "x:1"}}, "KAFKA_BOOTSTRAP_SERVERS"),
+        ({"budgett": 5}, "orders.budgett"),
+        ({"ordering": "sideways"}, "orders.ordering"),
+    ],
+)
+def test_invalid_settings_are_named(tmp_path, overrides, message):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, **overrides)
+    assert message in str(info.value)
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="DRAINER_CONFIG"):
+        load_drains(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("drains: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_drains(bad)
+
+
+def test_unknown_level_names_the_range(tmp_path):
+    drain = load(tmp_path)["orders"]
+    with pytest.raises(ConfigError, match=r"levels 0\.\.2; level 3 does not exist"):
+        drain.check_level(3)
