@@ -367,6 +367,8 @@ def plan(
     for p in members:
         level_available[p.level] += available[_key(p)]
 
+    if backlog_aware:
+        allocated = _return_to_lenders(reserved, allocated, level_available)
     planned = {level: min(allocated[level], level_available[level]) for level in covered}
     if backlog_aware:
         spare = sum(allocated[level] - planned[level] for level in covered)
@@ -397,6 +399,30 @@ def plan(
         for level in covered
     }
     return Plan(levels=level_plans, ranges=ranges, cutoff_timestamp=cutoff, held_back=held_back)
+
+
+def _return_to_lenders(
+    reserved: Mapping[int, int], allocated: Mapping[int, int], available: Mapping[int, int]
+) -> dict[int, int]:
+    """A lender with records waiting takes back up to its reserved share from the burster.
+
+    History alone would starve it: a lender is allocated at most what it drained in the window,
+    so its history could never show that it needs more. With backlog awareness the burst only
+    takes capacity that lenders cannot use now, highest lender first (DESIGN §1: burst capacity
+    is given back as soon as other levels need it).
+    """
+    result = dict(allocated)
+    burster = next((lvl for lvl in result if result[lvl] > reserved[lvl]), None)
+    if burster is None:
+        return result
+    for level in sorted(result, reverse=True):
+        need = min(reserved[level], available[level]) - result[level]
+        if level == burster or need <= 0:
+            continue
+        give = min(need, result[burster] - reserved[burster])
+        result[level] += give
+        result[burster] -= give
+    return result
 
 
 def range_end(start: int, count: int, done: frozenset[int]) -> int:

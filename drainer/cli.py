@@ -106,9 +106,15 @@ def cmd_produce(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from drainer.db import get_engine
     from drainer.planning import plan_next_run
+    from drainer.state import open_run
 
     drain = get_drain(args.drain)
-    planned = plan_next_run(get_engine(), drain, args.levels)
+    engine = get_engine()
+    with engine.connect() as conn:
+        pending = open_run(conn, drain.name)
+    if pending is not None:
+        return _show_open_run(drain, pending, args.json)
+    planned = plan_next_run(engine, drain, args.levels)
     plan = planned.plan
     if args.json:
         print(json.dumps(_plan_json(drain, planned), indent=2))
@@ -149,6 +155,39 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(parts)
     if plan.held_back:
         console.print(f"held back by event-time alignment (max_gap): {plan.held_back}")
+    return 0
+
+
+def _show_open_run(drain: DrainConfig, run, as_json: bool) -> int:
+    """The next run resumes this uncommitted plan, so that is what `plan` must show."""
+    note = (
+        f"run {run.id} of {drain.name} is {run.status} after {run.attempts} attempt(s): "
+        "the next run resumes it with these same ranges"
+    )
+    ranges = [vars(r) for r in run.ranges]
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "drain": drain.name,
+                    "resumes_run": run.id,
+                    "status": run.status,
+                    "levels": run.levels,
+                    "ranges": ranges,
+                    "total_planned": sum(r["records"] for r in ranges),
+                    "note": note,
+                },
+                indent=2,
+            )
+        )
+        return 0
+    console.print(f"[yellow]{note}[/]")
+    table = Table(title=f"ranges of run {run.id}")
+    for column in ("topic", "partition", "start", "end", "records"):
+        table.add_column(column, justify="right")
+    for r in run.ranges:
+        table.add_row(r.topic, str(r.partition), f"{r.start:,}", f"{r.end:,}", f"{r.records:,}")
+    console.print(table)
     return 0
 
 

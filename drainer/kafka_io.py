@@ -12,7 +12,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from drainer.config import DrainConfig
@@ -157,7 +163,11 @@ def record_timestamps(
             error = message.error()
             if error is not None and error.code() != KafkaError._PARTITION_EOF:
                 raise KafkaUnavailable(f"reading {key}: {error}")
-            found[wanted.pop(key)] = None if error is not None else message.timestamp()[1]
+            kind, stamp = (TIMESTAMP_NOT_AVAILABLE, -1) if error else message.timestamp()
+            # at the end, or no usable timestamp (old message format): unknown, so it cannot
+            # define t_min
+            known = kind != TIMESTAMP_NOT_AVAILABLE and stamp >= 0
+            found[wanted.pop(key)] = stamp if known else None
             consumer.pause([TopicPartition(*key)])
         for key in wanted.values():
             found[key] = None

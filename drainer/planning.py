@@ -116,7 +116,11 @@ def plan_next_run(
 
 
 def _with_event_times(drain: DrainConfig, backlogs: list[PartitionBacklog]):
-    """Attach next-pending timestamps and prefetch offsets-for-times in two batched requests."""
+    """Attach next-pending timestamps and prefetch offsets-for-times in two batched requests.
+
+    Always returns a lookup, even when nothing is pending: `plan` requires one whenever the
+    drain has `max_gap`, and an empty backlog is an ordinary state, not an error.
+    """
     pending = {}
     for b in backlogs:
         if b.backlog > 0:
@@ -131,15 +135,16 @@ def _with_event_times(drain: DrainConfig, backlogs: list[PartitionBacklog]):
         )
         for b in backlogs
     ]
-    known = [ts for ts in stamps.values() if ts is not None]
-    if not known:
-        return with_ts, None
-    cutoff = min(known) + drain.max_gap_ms
     ends = {(b.level, b.partition): b.end for b in backlogs}
-    limits = kafka_io.offsets_for_time(drain, {key: cutoff + 1 for key in pending}, ends)
+    known = [ts for ts in stamps.values() if ts is not None]
+    limits: dict[tuple[int, int], int] = {}
+    cutoff = None
+    if known:
+        cutoff = min(known) + drain.max_gap_ms
+        limits = kafka_io.offsets_for_time(drain, {key: cutoff + 1 for key in pending}, ends)
 
     def offset_for_time(level: int, partition: int, ts: int) -> int:
-        if ts == cutoff + 1 and (level, partition) in limits:
+        if cutoff is not None and ts == cutoff + 1 and (level, partition) in limits:
             return limits[(level, partition)]
         return kafka_io.offsets_for_time(drain, {(level, partition): ts}, ends)[(level, partition)]
 

@@ -420,7 +420,9 @@ def test_backlog_is_never_negative_and_duplicates_are_rejected() -> None:
 
 
 def test_plan_reports_burst_from_history() -> None:
-    partitions = [PartitionBacklog(level, 0, 0, 1000) for level in range(3)]
+    # level 2 has only 12 records waiting, so the 28 it left unused in its window stay lent
+    backlogs = {0: 1000, 1: 1000, 2: 12}
+    partitions = [PartitionBacklog(level, 0, 0, backlogs[level]) for level in range(3)]
     history = {0: [10] * 6, 1: [20] * 6, 2: [12] * 6}
     result = plan(partitions, 70, history=history)
     # level 1 is the highest eligible one; level 2 left 40 - 12 = 28 unused
@@ -428,6 +430,30 @@ def test_plan_reports_burst_from_history() -> None:
         0: (0, 10),
         1: (28, 48),
         2: (-28, 12),
+    }
+
+
+def test_a_lender_with_records_waiting_takes_its_share_back() -> None:
+    # level 2 was idle for the whole window, then 1000 records arrive while level 1 bursts:
+    # history alone would keep level 2 at 0 forever; with backlog awareness it gets 40 back
+    partitions = [PartitionBacklog(level, 0, 0, 1000) for level in range(3)]
+    history = {0: [10] * 6, 1: [20] * 6, 2: [0] * 6}
+    aware = plan(partitions, 70, history=history)
+    assert {lvl: lp.planned for lvl, lp in aware.levels.items()} == {0: 10, 1: 20, 2: 40}
+    assert aware.levels[2].burst == 0 and aware.levels[1].burst == 0
+    history_only = plan(partitions, 70, history=history, backlog_aware=False)
+    assert {lvl: lp.planned for lvl, lp in history_only.levels.items()} == {0: 10, 1: 60, 2: 0}
+
+
+def test_a_lender_with_a_little_waiting_takes_back_only_that() -> None:
+    backlogs = {0: 1000, 1: 1000, 2: 15}
+    partitions = [PartitionBacklog(level, 0, 0, backlogs[level]) for level in range(3)]
+    result = plan(partitions, 70, history={0: [10] * 6, 1: [20] * 6, 2: [5] * 6})
+    # level 2 lent 35 but has 15 waiting: it takes back 10 (15 - 5), level 1 keeps a burst of 25
+    assert {lvl: (lp.burst, lp.planned) for lvl, lp in result.levels.items()} == {
+        0: (0, 10),
+        1: (25, 45),
+        2: (-25, 15),
     }
 
 
@@ -499,6 +525,9 @@ def test_level_gets_at_least_min_of_allocation_and_backlog_with_burst(
     total_backlog = sum(p.backlog for p in partitions)
     if backlog_aware:
         assert result.total_planned == min(budget, total_backlog)
+        # and burst never takes what a lender needs now (issue 3: unconditionally)
+        for level in result.levels.values():
+            assert level.planned >= min(level.reserved, level.backlog)
     assert_ranges_valid(result, partitions)
 
 

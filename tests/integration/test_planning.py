@@ -1,0 +1,469 @@
+"""Issue 3 acceptance on the real stack: allocation with history, backfills and event time.
+
+Every test drives real Spark runs (`spark_jobs.drain_job.run` or a Dagster materialization)
+against the real broker and Postgres, and checks the plans stored in `runs`, `run_levels` and
+`run_ranges`, and what `drainer plan --json` reports, against numbers worked out by hand from
+DESIGN §4. Budget 7000 over 3 exponential levels reserves 1000 / 2000 / 4000.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import dagster as dg
+from sqlalchemy import text
+
+from drainer import state
+from drainer.db import get_engine
+from drainer.kafka_io import group_offsets, partitions_of, watermarks
+from drainer.planning import partition_states, plan_next_run
+from drainer.producer import OutRecord, produce_records, synthetic_records
+from spark_jobs import drain_job
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _produce(drain, level: int, partition: int, count: int, seed: int = 0) -> None:
+    """`count` records into one partition of a level (explicit, so splits are exact)."""
+    produce_records(
+        drain, synthetic_records(count, keys=5, seed=seed), level=level, partition=partition
+    )
+
+
+def _produce_times(drain, level: int, partition: int, stamps_ms: list[int]) -> None:
+    records = (
+        OutRecord(value=json.dumps({"i": i}).encode(), key=b"k", timestamp_ms=ts)
+        for i, ts in enumerate(stamps_ms)
+    )
+    produce_records(drain, records, level=level, partition=partition)
+
+
+def _plan_cli(drain, *args: str) -> dict:
+    """`drainer plan <drain> [args] --json` in a subprocess, as an operator would run it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "drainer.cli", "plan", drain.name, *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _levels_of(plan_json: dict) -> dict[int, dict]:
+    return {lv["level"]: lv for lv in plan_json["levels"]}
+
+
+def _cli_ranges(plan_json: dict) -> list[tuple[int, int, int, int, int]]:
+    return [
+        (r["level"], r["partition"], r["start"], r["end"], r["records"])
+        for r in plan_json["ranges"]
+    ]
+
+
+def _stored_ranges(run_id: int) -> list[tuple[int, int, int, int, int]]:
+    with get_engine().connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT level, partition, start_offset, end_offset, records FROM run_ranges "
+                "WHERE run_id = :r ORDER BY level DESC, partition"
+            ),
+            {"r": run_id},
+        )
+        return [tuple(row) for row in rows]
+
+
+def _stored_levels(run_id: int) -> dict[int, dict]:
+    with get_engine().connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT level, reserved, burst, allocated, backlog_before, planned, drained, "
+                "fill_ratio FROM run_levels WHERE run_id = :r"
+            ),
+            {"r": run_id},
+        ).mappings()
+        return {row["level"]: dict(row) for row in rows}
+
+
+def _db_state(drain) -> tuple[list[tuple], list[tuple]]:
+    """Everything a run would change in Postgres: its runs and the partition offsets."""
+    with get_engine().connect() as conn:
+        runs = conn.execute(
+            text("SELECT id, status, levels FROM runs WHERE drain = :d ORDER BY id"),
+            {"d": drain.name},
+        ).all()
+        offsets = conn.execute(
+            text(
+                "SELECT topic, partition, committed, offset_map FROM partition_offsets "
+                "WHERE drain = :d ORDER BY topic, partition"
+            ),
+            {"d": drain.name},
+        ).all()
+    return [tuple(r) for r in runs], [tuple(o) for o in offsets]
+
+
+def _kafka_groups(drain) -> dict[int, dict]:
+    marks = watermarks(drain, partitions_of(drain, range(drain.levels)))
+    found = {}
+    for level in range(drain.levels):
+        keys = [(drain.level_topic(lvl), p) for (lvl, p) in marks if lvl == level]
+        found[level] = group_offsets(drain, drain.level_group(level), keys)
+    return found
+
+
+def _materialize(drain, levels: list[int]) -> dict:
+    """One Dagster run over a partition range of levels; returns its materialization metadata."""
+    from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
+
+    defs = build_definitions()
+    result = dg.materialize(
+        [defs.get_assets_def(drain.name)],
+        resources={"drainer": defs.resources["drainer"]},
+        instance=dg.DagsterInstance.ephemeral(),
+        tags={RANGE_START: str(min(levels)), RANGE_END: str(max(levels))},
+    )
+    assert result.success
+    # one materialization per level partition of the range, all with the run's metadata
+    materializations = result.asset_materializations_for_node(drain.name)
+    assert sorted(m.partition for m in materializations) == [str(lv) for lv in levels]
+    return {key: value.value for key, value in materializations[0].metadata.items()}
+
+
+# --- 1. event-time alignment --------------------------------------------------------------------
+
+
+def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_up(
+    make_drain, spark
+):
+    """Level 0 partition 0: 300 records 1 s apart from t0. Partition 1: 200 records 1 s apart
+    from t0 + 100 s (ahead). max_gap 30 s, budget large enough for everything at once.
+
+    Partition 0 always holds t_min, so run k's cutoff is t0 + 31k - 1 s: partition 0 reads
+    offsets [31(k-1), 31k); partition 1 reads records with t0 + 100 + j <= cutoff, i.e. up to
+    offset 31k - 100, so it waits in runs 1-3 and starts in run 4. Both end in run 10.
+    """
+    drain = make_drain(budget=70_000, max_gap_seconds=30)
+    # two days back: timestamps in the past are always accepted by the broker
+    t0 = (int(time.time()) // 60 - 2 * 24 * 60) * 60_000
+    _produce_times(drain, 0, 0, [t0 + i * 1000 for i in range(300)])
+    _produce_times(drain, 0, 1, [t0 + 100_000 + j * 1000 for j in range(200)])
+
+    before = _plan_cli(drain)
+    assert before["cutoff_timestamp"] == t0 + 30_000
+    assert before["held_back"] == [[0, 1]]
+    assert _cli_ranges(before) == [(0, 0, 0, 31, 31)]
+    assert _levels_of(before)[0]["backlog"] == 500
+    assert _levels_of(before)[0]["planned"] == 31
+
+    p1_end = 0
+    for k in range(1, 11):
+        if k == 4:  # the first run in which partition 1 is within the gap
+            ahead = _plan_cli(drain)
+            assert ahead["held_back"] == []
+            assert ahead["cutoff_timestamp"] == t0 + (31 * 4 - 1) * 1000
+        result = drain_job.run(drain, trigger="test")
+        p0 = (0, 0, 31 * (k - 1), min(31 * k, 300))
+        new_p1_end = min(200, max(0, 31 * k - 100))
+        expected = [(*p0, p0[3] - p0[2])]
+        if new_p1_end > p1_end:
+            expected.append((0, 1, p1_end, new_p1_end, new_p1_end - p1_end))
+        assert _stored_ranges(result.run_id) == expected, f"run {k}"
+        (level0,) = [lv for lv in result.levels if lv.level == 0]
+        assert level0.planned == level0.drained == sum(r[4] for r in expected)
+        if k <= 3:
+            assert len(expected) == 1  # partition 1 waited
+        p1_end = new_p1_end
+    assert p1_end == 200
+
+    # nothing pending: planning with max_gap still works (it used to fail for want of a lookup)
+    after = _plan_cli(drain)
+    assert after["ranges"] == [] and after["held_back"] == []
+    assert after["cutoff_timestamp"] is None
+    idle = drain_job.run(drain, trigger="test")
+    assert idle.drained == 0 and _stored_ranges(idle.run_id) == []
+    assert all(p.backlog == 0 for p in partition_states(get_engine(), drain, [0, 1, 2]))
+
+
+# --- 2. level subsets (backfills) and the history window ----------------------------------------
+
+
+def test_dagster_backfill_of_levels_0_and_1_shares_the_budget_among_them_only(make_drain, spark):
+    drain = make_drain(budget=7000)
+    for level in range(3):
+        for partition in range(2):
+            _produce(drain, level, partition, 2500, seed=level * 10 + partition)
+
+    metadata = _materialize(drain, [0, 1])
+
+    # weights 1 and 2 share 7000: floor(7000/3) = 2333 for level 0, the rest (4667) for level 1
+    assert (metadata["level_0_reserved"], metadata["level_1_reserved"]) == (2333, 4667)
+    assert (metadata["level_0_drained"], metadata["level_1_drained"]) == (2333, 4667)
+    assert metadata["drained"] == 7000
+    assert not any(key.startswith("level_2_") for key in metadata)
+
+    run_id = metadata["drain_run_id"]
+    with get_engine().connect() as conn:
+        assert list(conn.scalar(text("SELECT levels FROM runs WHERE id = :r"), {"r": run_id})) == [
+            0,
+            1,
+        ]
+    assert set(_stored_levels(run_id)) == {0, 1}
+    # max-min fair within each level: the odd record goes to the lower partition
+    assert _stored_ranges(run_id) == [
+        (1, 0, 0, 2334, 2334),
+        (1, 1, 0, 2333, 2333),
+        (0, 0, 0, 1167, 1167),
+        (0, 1, 0, 1166, 1166),
+    ]
+
+    # level 2 untouched: no stored offsets, no Kafka group offsets, its whole backlog left
+    _, offsets = _db_state(drain)
+    assert {topic for topic, *_ in offsets} == {drain.level_topic(0), drain.level_topic(1)}
+    assert all(offset < 0 for offset, _ in _kafka_groups(drain)[2].values())
+    level2 = [p for p in partition_states(get_engine(), drain, [2])]
+    assert sum(p.backlog for p in level2) == 5000
+
+    # the next run over all levels shares the budget with all three weights again
+    full = plan_next_run(get_engine(), drain).plan
+    assert {lv: p.reserved for lv, p in full.levels.items()} == {0: 1000, 1: 2000, 2: 4000}
+
+
+def test_backfills_of_other_levels_do_not_enter_a_levels_history_window(make_drain, spark):
+    """history_window 3, maxout_threshold 2. Two full runs in which level 0 maxes out make it
+    the level that bursts. Two level-2-only backfills follow. Level 0's window must still be its
+    two full runs (not [7000, 0, 0], which would end its burst); level 2's window does include
+    the backfills, because they covered it."""
+    drain = make_drain(budget=7000, history_window=3, maxout_threshold=2)
+    _produce(drain, 0, 0, 10_000, seed=1)
+    _produce(drain, 0, 1, 10_000, seed=2)
+    _produce(drain, 1, 0, 200, seed=3)
+    _produce(drain, 2, 1, 300, seed=4)
+
+    first = drain_job.run(drain, trigger="test")  # 300 + 200, and the 6500 spare to level 0
+    second = drain_job.run(drain, trigger="test")  # levels 1 and 2 empty: 7000 to level 0
+    assert [lv.drained for lv in first.levels] == [300, 200, 6500]
+    assert [lv.drained for lv in second.levels] == [0, 0, 7000]
+
+    _produce(drain, 2, 0, 100, seed=5)
+    backfills = [drain_job.run(drain, levels=[2], trigger="test") for _ in range(2)]
+    assert [[(lv.level, lv.reserved, lv.drained) for lv in b.levels] for b in backfills] == [
+        [(2, 7000, 100)],
+        [(2, 7000, 0)],
+    ]
+
+    with get_engine().connect() as conn:
+        history = state.level_history(conn, drain.name, [0, 1, 2], drain.history_window)
+    assert history == {0: [6500, 7000], 1: [200, 0], 2: [0, 100, 0]}
+
+    # level 0 still bursts: it takes what level 2 left unused at its best (4000 - 100) and what
+    # level 1 left unused at its best (2000 - 200)
+    levels = _levels_of(_plan_cli(drain))
+    assert {lv: (levels[lv]["burst"], levels[lv]["allocated"]) for lv in levels} == {
+        2: (-3900, 100),
+        1: (-1800, 200),
+        0: (5700, 6700),
+    }
+
+    # and a level-0-only backfill does not age level 2's window either
+    drain_job.run(drain, levels=[0], trigger="test")
+    with get_engine().connect() as conn:
+        history = state.level_history(conn, drain.name, [0, 1, 2], drain.history_window)
+    assert history[2] == [0, 100, 0]
+    assert history[0] == [6500, 7000, 6500]  # the rest of level 0's 20000
+
+
+def test_level_history_counts_committed_runs_that_covered_the_level(stack):
+    """The window query on Postgres alone: per level, newest `window` committed runs covering
+    it, oldest first; failed or open runs and other drains never count."""
+    import uuid
+
+    from drainer.config import DrainConfig
+
+    def make(name: str) -> DrainConfig:
+        return DrainConfig(
+            name=name,
+            topic=name,
+            group=name,
+            levels=3,
+            budget=7000,
+            sink={"table": f"sink_{name}"},
+        )
+
+    drain, other = make(f"h_{uuid.uuid4().hex[:8]}"), make(f"h_{uuid.uuid4().hex[:8]}")
+    engine = get_engine()
+    state.ensure_drain(engine, drain)
+    state.ensure_drain(engine, other)
+
+    def add_run(name: str, status: str, drained: dict[int, int | None]) -> None:
+        with engine.begin() as conn:
+            run_id = conn.scalar(
+                text(
+                    "INSERT INTO runs (drain, status, levels, budget, mode) "
+                    "VALUES (:d, :s, :l, 7000, 'dataframe') RETURNING id"
+                ),
+                {"d": name, "s": status, "l": sorted(drained)},
+            )
+            for level, count in drained.items():
+                conn.execute(
+                    text(
+                        "INSERT INTO run_levels (run_id, level, reserved, burst, allocated, "
+                        "backlog_before, planned, drained) VALUES (:r, :l, 1, 0, 1, 0, 0, :n)"
+                    ),
+                    {"r": run_id, "l": level, "n": count},
+                )
+
+    add_run(drain.name, "committed", {0: 1, 1: 2, 2: 3})
+    add_run(drain.name, "committed", {0: 10, 1: 20, 2: 30})
+    add_run(drain.name, "committed", {2: 300})  # a backfill of level 2
+    add_run(other.name, "committed", {0: 888, 1: 888, 2: 888})  # another drain
+    add_run(drain.name, "committed", {0: 100, 1: 200})  # a backfill of levels 0 and 1
+    add_run(drain.name, "committed", {2: 3000})
+    add_run(drain.name, "failed", {0: 999, 1: 999, 2: 999})  # not committed: not history
+
+    def history(levels: list[int], window: int) -> dict[int, list[int]]:
+        with engine.connect() as conn:
+            return state.level_history(conn, drain.name, levels, window)
+
+    assert history([0, 1, 2], 2) == {0: [10, 100], 1: [20, 200], 2: [300, 3000]}
+    assert history([0, 1, 2], 10) == {0: [1, 10, 100], 1: [2, 20, 200], 2: [3, 30, 300, 3000]}
+    assert history([1], 1) == {1: [200]}
+
+    # the failed plan is resumed and commits: it is now the newest run of every level
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE runs SET status = 'committed' WHERE drain = :d AND status = 'failed'"),
+            {"d": drain.name},
+        )
+    assert history([0, 1, 2], 2) == {0: [100, 999], 1: [200, 999], 2: [3000, 999]}
+
+
+# --- 3. history in Postgres drives burst --------------------------------------------------------
+
+
+def test_a_level_that_keeps_maxing_out_bursts_into_what_the_others_leave(make_drain, spark):
+    """Defaults: window 6, threshold 4. Level 2 has a big backlog; levels 0 and 1 have 300 and
+    500, drained in the first run. After 3 runs nobody bursts; after the 4th, level 2 takes
+    (1000 - 300) + (2000 - 500) = 2200 and levels 0 and 1 lend 700 and 1500."""
+    drain = make_drain(budget=7000)
+    _produce(drain, 2, 0, 20_000, seed=1)
+    _produce(drain, 2, 1, 20_000, seed=2)
+    _produce(drain, 1, 1, 500, seed=3)
+    _produce(drain, 0, 0, 300, seed=4)
+
+    runs = []
+    for k in range(1, 5):
+        runs.append(drain_job.run(drain, trigger="test"))
+        plan_json = _plan_cli(drain)
+        bursts = {lv: p["burst"] for lv, p in _levels_of(plan_json).items()}
+        if k < 4:
+            assert bursts == {0: 0, 1: 0, 2: 0}, f"after run {k}"
+    assert [[lv.drained for lv in r.levels] for r in runs] == [
+        [6200, 500, 300],
+        [7000, 0, 0],
+        [7000, 0, 0],
+        [7000, 0, 0],
+    ]
+    levels = _levels_of(plan_json)
+    assert {lv: (p["reserved"], p["burst"], p["allocated"]) for lv, p in levels.items()} == {
+        2: (4000, 2200, 6200),
+        1: (2000, -1500, 500),
+        0: (1000, -700, 300),
+    }
+
+    # level 0 has 100 new records: within what it kept (300), so it drains them; the other
+    # 200 + 500 it cannot use go to level 2 by backlog awareness
+    _produce(drain, 0, 1, 100, seed=5)
+    fifth = drain_job.run(drain, trigger="test")
+    reports = {lv.level: lv for lv in fifth.levels}
+    expected = {
+        # reserved, burst, allocated, planned, drained, fill ratio
+        2: (4000, 2200, 6200, 6900, 6900, 6900 / 4000),
+        1: (2000, -1500, 500, 0, 0, 0.0),
+        0: (1000, -700, 300, 100, 100, 0.1),
+    }
+    got = {
+        lv: (r.reserved, r.burst, r.allocated, r.planned, r.drained, r.fill_ratio)
+        for lv, r in reports.items()
+    }
+    assert got == expected
+    stored = _stored_levels(fifth.run_id)
+    assert {
+        lv: (
+            s["reserved"],
+            s["burst"],
+            s["allocated"],
+            s["planned"],
+            s["drained"],
+            s["fill_ratio"],
+        )
+        for lv, s in stored.items()
+    } == expected
+    assert {lv: s["backlog_before"] for lv, s in stored.items()} == {
+        2: 40_000 - 6200 - 3 * 7000,
+        1: 0,
+        0: 100,
+    }
+
+
+# --- 4. `drainer plan` is a dry run --------------------------------------------------------------
+
+
+def test_plan_cli_shows_the_next_run_and_changes_nothing(make_drain, spark):
+    drain = make_drain(budget=7000)
+    _produce(drain, 2, 0, 50, seed=1)
+    _produce(drain, 1, 0, 500, seed=2)
+    _produce(drain, 1, 1, 600, seed=3)
+    _produce(drain, 0, 0, 10_000, seed=4)
+    _produce(drain, 0, 1, 100, seed=5)
+    # one real run first, so the plan starts from stored offsets: 50 + 1100 + 5850 drained
+    first = drain_job.run(drain, trigger="test")
+    assert [lv.drained for lv in first.levels] == [50, 1100, 5850]
+    _produce(drain, 2, 1, 30, seed=6)
+
+    runs_before, offsets_before = _db_state(drain)
+    groups_before = _kafka_groups(drain)
+
+    everything = _plan_cli(drain)
+    assert everything["budget"] == 7000
+    levels = _levels_of(everything)
+    assert {
+        lv: (p["reserved"], p["burst"], p["allocated"], p["backlog"], p["planned"])
+        for lv, p in levels.items()
+    } == {
+        2: (4000, 0, 4000, 30, 30),
+        1: (2000, 0, 2000, 0, 0),
+        0: (1000, 0, 1000, 4250, 4250),
+    }
+    assert everything["total_planned"] == 4280
+    # level 0's partition 1 was emptied by the first run (5850 = 5750 + 100)
+    assert _cli_ranges(everything) == [(2, 1, 0, 30, 30), (0, 0, 5750, 10_000, 4250)]
+    assert [r["topic"] for r in everything["ranges"]] == [
+        drain.level_topic(2),
+        drain.level_topic(0),
+    ]
+
+    # a backfill of levels 0 and 2: weights 1 and 4 share the budget (1400 / 5600)
+    subset = _plan_cli(drain, "--levels", "0,2")
+    assert {
+        lv: (p["reserved"], p["allocated"], p["planned"]) for lv, p in _levels_of(subset).items()
+    } == {2: (5600, 5600, 30), 0: (1400, 1400, 4250)}
+
+    # the human-readable table shows the same plan
+    table = subprocess.run(
+        [sys.executable, "-m", "drainer.cli", "plan", drain.name, "--levels", "0,2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert table.returncode == 0, table.stderr
+    for fragment in ("reserved", "burst", "allocated", "5,600", "1,400", drain.level_topic(0)):
+        assert fragment in table.stdout
+    assert drain.level_topic(1) not in table.stdout
+
+    # nothing ran: no new run, no offset moved in Postgres or in Kafka
+    assert _db_state(drain) == (runs_before, offsets_before)
+    assert _kafka_groups(drain) == groups_before
+    assert len(runs_before) == 1
