@@ -61,6 +61,30 @@ def make_drain(stack, tmp_path: Path, monkeypatch) -> Iterator[Callable[..., Dra
     yield factory
 
 
+@pytest.fixture
+def materialize_levels(spark) -> Callable[[DrainConfig, list[int]], dict[str, Any]]:
+    """One Dagster run of a drain's asset over a range of levels; returns its metadata values."""
+    import dagster as dg
+
+    from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
+
+    def materialize(drain: DrainConfig, levels: list[int]) -> dict[str, Any]:
+        defs = build_definitions()
+        result = dg.materialize(
+            [defs.get_assets_def(drain.name)],
+            resources={"drainer": defs.resources["drainer"]},
+            instance=dg.DagsterInstance.ephemeral(),
+            tags={RANGE_START: str(min(levels)), RANGE_END: str(max(levels))},
+        )
+        assert result.success
+        # one materialization per level partition of the range, all with the run's metadata
+        materializations = result.asset_materializations_for_node(drain.name)
+        assert sorted(m.partition for m in materializations) == [str(lv) for lv in levels]
+        return {key: value.value for key, value in materializations[0].metadata.items()}
+
+    return materialize
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in str(item.fspath) and "integration" not in item.keywords:

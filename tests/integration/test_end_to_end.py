@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import dagster as dg
 import pytest
 from sqlalchemy import text
 
@@ -17,37 +16,22 @@ from drainer.producer import produce_records, synthetic_records
 PRODUCED = {0: 1200, 1: 800, 2: 500}
 
 
-def _materialize(drain, levels: list[int]) -> dg.ExecuteInProcessResult:
-    from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
-
-    defs = build_definitions()
-    result = dg.materialize(
-        [defs.get_assets_def(drain.name)],
-        resources={"drainer": defs.resources["drainer"]},
-        instance=dg.DagsterInstance.ephemeral(),
-        tags={RANGE_START: str(min(levels)), RANGE_END: str(max(levels))},
-    )
-    assert result.success
-    return result
-
-
 def _sink_counts(table: str) -> dict[int, int]:
     with get_engine().connect() as conn:
         rows = conn.execute(text(f'SELECT level, sum(records) AS n FROM "{table}" GROUP BY level'))
         return {r.level: int(r.n) for r in rows}
 
 
-def test_dagster_run_drains_all_levels_exactly(make_drain, spark):
+def test_dagster_run_drains_all_levels_exactly(make_drain, materialize_levels):
     drain = make_drain()
     for level, count in PRODUCED.items():
         produce_records(drain, synthetic_records(count, keys=7, seed=level), level=level)
 
-    result = _materialize(drain, [0, 1, 2])
-    metadata = result.asset_materializations_for_node(drain.name)[0].metadata
-    assert metadata["drained"].value == sum(PRODUCED.values())
+    metadata = materialize_levels(drain, [0, 1, 2])
+    assert metadata["drained"] == sum(PRODUCED.values())
     for level, count in PRODUCED.items():
-        assert metadata[f"level_{level}_drained"].value == count
-        assert metadata[f"level_{level}_backlog_after"].value == 0
+        assert metadata[f"level_{level}_drained"] == count
+        assert metadata[f"level_{level}_backlog_after"] == 0
 
     # sink: every record counted once, in its level's buckets
     assert _sink_counts(drain.sink.table) == PRODUCED
@@ -73,15 +57,15 @@ def test_dagster_run_drains_all_levels_exactly(make_drain, spark):
         assert {k: v[0] for k, v in mirrored.items()} == {k: expected[k] for k in keys}
 
     # a second run with nothing new drains nothing and changes nothing
-    again = _materialize(drain, [0, 1, 2]).asset_materializations_for_node(drain.name)[0].metadata
-    assert again["drained"].value == 0
+    again = materialize_levels(drain, [0, 1, 2])
+    assert again["drained"] == 0
     assert _sink_counts(drain.sink.table) == PRODUCED
 
     # new records only: the next run drains just those
     produce_records(drain, synthetic_records(300, keys=7, seed=9), level=1)
-    third = _materialize(drain, [0, 1, 2]).asset_materializations_for_node(drain.name)[0].metadata
-    assert third["drained"].value == 300
-    assert third["level_1_drained"].value == 300
+    third = materialize_levels(drain, [0, 1, 2])
+    assert third["drained"] == 300
+    assert third["level_1_drained"] == 300
     assert _sink_counts(drain.sink.table) == {0: 1200, 1: 1100, 2: 500}
 
 

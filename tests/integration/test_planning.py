@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 
-import dagster as dg
 from sqlalchemy import text
 
 from drainer import state
@@ -114,24 +113,6 @@ def _kafka_groups(drain) -> dict[int, dict]:
     return found
 
 
-def _materialize(drain, levels: list[int]) -> dict:
-    """One Dagster run over a partition range of levels; returns its materialization metadata."""
-    from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
-
-    defs = build_definitions()
-    result = dg.materialize(
-        [defs.get_assets_def(drain.name)],
-        resources={"drainer": defs.resources["drainer"]},
-        instance=dg.DagsterInstance.ephemeral(),
-        tags={RANGE_START: str(min(levels)), RANGE_END: str(max(levels))},
-    )
-    assert result.success
-    # one materialization per level partition of the range, all with the run's metadata
-    materializations = result.asset_materializations_for_node(drain.name)
-    assert sorted(m.partition for m in materializations) == [str(lv) for lv in levels]
-    return {key: value.value for key, value in materializations[0].metadata.items()}
-
-
 # --- 1. event-time alignment --------------------------------------------------------------------
 
 
@@ -190,13 +171,15 @@ def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_
 # --- 2. level subsets (backfills) and the history window ----------------------------------------
 
 
-def test_dagster_backfill_of_levels_0_and_1_shares_the_budget_among_them_only(make_drain, spark):
+def test_dagster_backfill_of_levels_0_and_1_shares_the_budget_among_them_only(
+    make_drain, materialize_levels
+):
     drain = make_drain(budget=7000)
     for level in range(3):
         for partition in range(2):
             _produce(drain, level, partition, 2500, seed=level * 10 + partition)
 
-    metadata = _materialize(drain, [0, 1])
+    metadata = materialize_levels(drain, [0, 1])
 
     # weights 1 and 2 share 7000: floor(7000/3) = 2333 for level 0, the rest (4667) for level 1
     assert (metadata["level_0_reserved"], metadata["level_1_reserved"]) == (2333, 4667)
