@@ -45,6 +45,7 @@ def main() -> int:
         resources={"drainer": defs.resources["drainer"]},
         instance=dg.DagsterInstance.get(),
         tags=all_levels_tags(drain),
+        run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
     )
     if not result.success:
         console.print("[red]the Dagster run failed[/]")

@@ -36,6 +36,8 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
         .config("spark.ui.enabled", os.environ.get("DRAINER_SPARK_UI", "false"))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
+        # progress bars interleave with the CLI's and Dagster's output; the UI has the detail
+        .config("spark.ui.showConsoleProgress", "false")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("DRAINER_SPARK_LOG_LEVEL", "WARN"))
