@@ -6,6 +6,7 @@ other's records and the suite can run against a long-lived local stack.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,7 +37,9 @@ def spark(stack):
 @pytest.fixture
 def make_drain(stack, tmp_path: Path, monkeypatch) -> Iterator[Callable[..., DrainConfig]]:
     """Create a uniquely named drain with its topics; also writes it to DRAINER_CONFIG."""
-    from drainer.kafka_io import create_topics
+    from drainer.kafka_io import admin, create_topics
+
+    made: list[DrainConfig] = []
 
     def factory(**overrides: Any) -> DrainConfig:
         suffix = uuid.uuid4().hex[:8]
@@ -56,9 +59,19 @@ def make_drain(stack, tmp_path: Path, monkeypatch) -> Iterator[Callable[..., Dra
         monkeypatch.setenv("DRAINER_CONFIG", str(path))
         drain = load_drains(path)[name]
         create_topics(drain, [drain.dlq_topic] if drain.dlq_topic else [])
+        made.append(drain)
         return drain
 
     yield factory
+    # keep a long-lived local broker from collecting thousands of test topics
+    for drain in made:
+        topics = [drain.level_topic(level) for level in range(drain.levels)]
+        topics += [drain.dlq_topic] if drain.dlq_topic else []
+        client = admin(drain)  # must outlive its futures
+        for future in client.delete_topics(topics, operation_timeout=10).values():
+            # already gone, or the test stopped the broker: nothing to keep
+            with contextlib.suppress(Exception):
+                future.result(timeout=15)
 
 
 @pytest.fixture
