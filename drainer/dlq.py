@@ -7,12 +7,16 @@ A retry re-produces the record, unchanged, to its level topic: it drains again a
 from __future__ import annotations
 
 import json
+import logging
 
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
 from drainer.db import get_engine
+from drainer.kafka_io import KafkaUnavailable
 from drainer.producer import OutRecord, produce_records
+
+log = logging.getLogger(__name__)
 
 
 def list_dead_letters(
@@ -73,3 +77,55 @@ def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
             )
         retried += len(batch)
     return retried
+
+
+def publish_dead_letters(drain: DrainConfig) -> int:
+    """Publish dead letters not yet on the drain's `dlq_topic`; returns how many went out.
+
+    After the commit, like the Kafka mirror: at least once (a crash between the send and the
+    mark sends them again), and a failed publish is retried by the next run.
+    """
+    if not drain.dlq_topic:
+        return 0
+    engine = get_engine()
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                'SELECT id, topic, partition, "offset", key, value, headers, error, attempts '
+                "FROM dead_letters WHERE drain = :d AND dlq_published_at IS NULL ORDER BY id"
+            ),
+            {"d": drain.name},
+        ).all()
+    if not rows:
+        return 0
+    records = [
+        OutRecord(
+            value=None if r.value is None else bytes(r.value),
+            key=None if r.key is None else bytes(r.key),
+            headers=[
+                (k, None if v is None else str(v).encode()) for k, v in (r.headers or {}).items()
+            ]
+            + [
+                ("drainer-source", f"{r.topic}/{r.partition}/{r.offset}".encode()),
+                ("drainer-error", r.error.encode()[:8000]),
+                ("drainer-attempts", str(r.attempts).encode()),
+            ],
+        )
+        for r in rows
+    ]
+    try:
+        produce_records(drain, records, topic=drain.dlq_topic)
+    except KafkaUnavailable as err:
+        log.warning(
+            "publishing %d dead letters to %s failed (%s); the next run retries",
+            len(rows),
+            drain.dlq_topic,
+            err,
+        )
+        return 0
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE dead_letters SET dlq_published_at = now() WHERE id = ANY(:ids)"),
+            {"ids": [r.id for r in rows]},
+        )
+    return len(rows)

@@ -79,10 +79,11 @@ def produce_records(
     level: int = 0,
     on_progress: Callable[[int], None] | None = None,
     partition: int | None = None,
+    topic: str | None = None,
 ) -> int:
-    """Send records at a priority level; returns how many were acknowledged."""
-    drain.check_level(level)
-    topic = drain.level_topic(level)
+    """Send records at a priority level (or to `topic`); returns how many were acknowledged."""
+    if topic is None:
+        topic = drain.level_topic(drain.check_level(level))
     producer = Producer(client_config(drain, **PRODUCER_DEFAULTS))
     errors: list[str] = []
     acked = 0

@@ -12,10 +12,12 @@ Orderings (DESIGN §7):
 
 from __future__ import annotations
 
+import queue
 import threading
+import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -46,18 +48,10 @@ def _attempt(handler: Handler, outcome: Outcome) -> bool:
     try:
         outcome.rows = _as_rows(handler(outcome.record))
         outcome.ok = True
-    except Exception as err:  # the handler's failure is data: it goes to attempts/dead letters
+    # the handler's failure is data (attempts, dead letters), even sys.exit(): never the task's
+    except BaseException as err:
         outcome.error = "".join(traceback.format_exception_only(err)).strip()[:4000]
     return outcome.ok
-
-
-def _run_chain(handler: Handler, chain: Sequence[Outcome]) -> None:
-    """Offset order within a chain; after a failure the rest of the chain waits for next run."""
-    for index, outcome in enumerate(chain):
-        if not _attempt(handler, outcome):
-            for later in chain[index + 1 :]:
-                later.held_back = True
-            return
 
 
 def process_records(
@@ -66,49 +60,126 @@ def process_records(
     ordering: Ordering = "partition",
     max_concurrency: int = 16,
 ) -> list[Outcome]:
-    """Outcomes in the input (offset) order: ok, failed with error text, or held back."""
-    outcomes = [Outcome(record) for record in records]
-    offsets = [o.record.offset for o in outcomes]
-    if any(b <= a for a, b in zip(offsets, offsets[1:], strict=False)):
-        raise ValueError("records of one partition must arrive in increasing offset order")
-    if ordering == "partition":
-        chains = [outcomes]
-    elif ordering == "key":
-        chains = _by_key(outcomes)
-    elif ordering == "unordered":
-        chains = [[o] for o in outcomes]
-    else:
+    """Outcomes in the input (offset) order: ok, failed with error text, or held back.
+
+    Records are handed to the handler as they arrive (the input may be a stream, such as a
+    Spark partition being read), so the handler's waiting overlaps the reading. Input must be
+    in increasing offset order: records of one Kafka partition.
+    """
+    if ordering not in ("partition", "key", "unordered"):
         raise ValueError(f"unknown ordering {ordering!r}: use partition, key or unordered")
-    if len(chains) <= 1 or max_concurrency == 1:
-        for chain in chains:
-            _run_chain(handler, chain)
-        return outcomes
-    _run_concurrently(handler, chains, max_concurrency)
+    if ordering == "partition" or max_concurrency == 1:
+        return _serial(records, handler, ordering)
+    return _Concurrent(handler, ordering, max_concurrency).run(records)
+
+
+def _in_offset_order(records: Iterable[Record]) -> Iterator[Record]:
+    previous = None
+    for record in records:
+        if previous is not None and record.offset <= previous:
+            raise ValueError(
+                "records of one partition must arrive in increasing offset order: "
+                f"offset {record.offset} came after {previous}"
+            )
+        previous = record.offset
+        yield record
+
+
+def _serial(records: Iterable[Record], handler: Handler, ordering: Ordering) -> list[Outcome]:
+    """One at a time, in offset order; a failure holds back its partition or its key."""
+    outcomes: list[Outcome] = []
+    failed_keys: set[bytes | None] = set()
+    partition_failed = False
+    for record in _in_offset_order(records):
+        outcome = Outcome(record)
+        outcomes.append(outcome)
+        if partition_failed or (ordering == "key" and record.key in failed_keys):
+            outcome.held_back = True
+        elif not _attempt(handler, outcome):
+            partition_failed = ordering == "partition"
+            failed_keys.add(record.key)
     return outcomes
 
 
-def _by_key(outcomes: list[Outcome]) -> list[list[Outcome]]:
-    chains: dict[bytes | None, list[Outcome]] = {}
-    for outcome in outcomes:
-        chains.setdefault(outcome.record.key, []).append(outcome)
-    return list(chains.values())
+_STOP = object()
+YIELD_EVERY = 16  # records read between two yields of the reading thread (see _Concurrent.run)
 
 
-def _run_concurrently(handler: Handler, chains: list[list[Outcome]], limit: int) -> None:
-    """A fixed pool of workers pulls whole chains, so at most `limit` handlers run at once."""
-    lock = threading.Lock()
-    pending = iter(chains)
+class _Concurrent:
+    """Key or unordered ordering on at most `limit` worker threads, fed while reading.
 
-    def worker() -> None:
+    A key is a chain: its records run one after another, in offset order, in the worker that
+    holds the chain; the next record of a busy key queues behind it. After a failure, the
+    queued and all later records of that key are held back. Unordered records are chains of
+    one. Workers start as work arrives, up to the limit.
+    """
+
+    def __init__(self, handler: Handler, ordering: Ordering, limit: int) -> None:
+        self.handler = handler
+        self.keyed = ordering == "key"
+        self.limit = limit
+        self.lock = threading.Lock()
+        self.ready: queue.SimpleQueue = queue.SimpleQueue()
+        self.busy: dict[bytes | None, deque[Outcome]] = {}  # key -> its queued records
+        self.failed: set[bytes | None] = set()
+        self.workers: list[threading.Thread] = []
+
+    def run(self, records: Iterable[Record]) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        try:
+            for record in _in_offset_order(records):
+                outcome = Outcome(record)
+                outcomes.append(outcome)
+                if len(outcomes) % YIELD_EVERY == 0:
+                    time.sleep(0)  # let handlers that woke up run: reading must not starve them
+                if not self.keyed:
+                    self._dispatch(outcome)
+                    continue
+                with self.lock:
+                    if record.key in self.failed:
+                        outcome.held_back = True
+                        continue
+                    queued = self.busy.get(record.key)
+                    if queued is not None:
+                        queued.append(outcome)
+                        continue
+                    self.busy[record.key] = deque()
+                self._dispatch(outcome)
+        finally:
+            for _ in self.workers:
+                self.ready.put(_STOP)
+            for worker in self.workers:
+                worker.join()
+        return outcomes
+
+    def _dispatch(self, outcome: Outcome) -> None:
+        self.ready.put(outcome)
+        # work is waiting: add a worker, up to the limit (only this thread starts them)
+        if len(self.workers) < self.limit and self.ready.qsize():
+            worker = threading.Thread(
+                target=self._work, name=f"drainer-handler-{len(self.workers)}", daemon=True
+            )
+            self.workers.append(worker)
+            worker.start()
+
+    def _work(self) -> None:
         while True:
-            with lock:
-                chain = next(pending, None)
-            if chain is None:
+            item = self.ready.get()
+            if item is _STOP:
                 return
-            _run_chain(handler, chain)
+            outcome: Outcome | None = item
+            while outcome is not None:
+                ok = _attempt(self.handler, outcome)
+                outcome = self._next_of_chain(outcome.record.key, ok) if self.keyed else None
 
-    workers = min(limit, len(chains))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="drainer-handler") as pool:
-        futures = [pool.submit(worker) for _ in range(workers)]
-        for future in futures:
-            future.result()
+    def _next_of_chain(self, key: bytes | None, ok: bool) -> Outcome | None:
+        with self.lock:
+            queued = self.busy[key]
+            if ok and queued:
+                return queued.popleft()
+            del self.busy[key]
+            if not ok:
+                self.failed.add(key)
+                for later in queued:
+                    later.held_back = True
+            return None

@@ -19,10 +19,11 @@ from drainer import faults, state
 from drainer.commit import commit_run
 from drainer.config import DrainConfig, get_drain
 from drainer.db import get_engine
+from drainer.dlq import publish_dead_letters
 from drainer.mirror import MirrorReport, mirror_offsets
 from drainer.planning import PartitionState, partition_states, plan_next_run, resolve_levels
 from drainer.settings import Settings, load_settings
-from drainer.state import StoredRun, drain_lease
+from drainer.state import Lease, StoredRun, drain_lease
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class RunContext:
     settings: Settings
     engine: Engine
     attempt: int
+    lease: Lease | None = None  # staging writes check its fence: a zombie run cannot touch them
 
 
 Executor = Callable[[RunContext], None]
@@ -131,14 +133,18 @@ def drain_once(
             attempt = state.mark_running(conn, lease, stored.id, dagster_run_id)
         try:
             if stored.ranges:
-                execute(RunContext(stored, drain, settings, engine, attempt))
+                execute(RunContext(stored, drain, settings, engine, attempt, lease))
             faults.crash_point("after_staging")
             result = commit_run(engine, lease, drain, stored, time.monotonic() - started)
         except BaseException as err:
-            state.mark_failed(engine, stored.id, f"{type(err).__name__}: {err}")
+            try:
+                state.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
+            except Exception as mark_err:  # never hide the run's own error behind this one
+                log.warning("could not mark run %d failed: %s", stored.id, mark_err)
             raise
         faults.crash_point("after_commit")
         mirror = mirror_offsets(engine, drain)
+        publish_dead_letters(drain)
         after = partition_states(engine, drain, stored.levels)
         report = _report(engine, stored, after)
     log.info(

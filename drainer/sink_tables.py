@@ -60,16 +60,6 @@ def table_columns(conn: Connection, table: str) -> list[str]:
     return [r.column_name for r in rows if r.column_name not in (RUN_COLUMN, TASK_COLUMN)]
 
 
-def clear_staging(engine: Engine, table: str, run_id: int) -> None:
-    """A resumed run starts its staging afresh (tasks also replace their own rows)."""
-    with engine.begin() as conn:
-        if table_columns(conn, staging_name(table)):
-            conn.execute(
-                text(f'DELETE FROM "{staging_name(table)}" WHERE "{RUN_COLUMN}" = :r'),
-                {"r": run_id},
-            )
-
-
 def publish_staged(conn: Connection, table: str, run_id: int) -> int:
     """Inside the commit transaction: move the run's staged rows into the target table."""
     columns = table_columns(conn, table)

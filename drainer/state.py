@@ -6,15 +6,19 @@ lifecycle module decides what commits together.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
 
 from drainer.allocation import Plan
 from drainer.config import DrainConfig
+
+log = logging.getLogger(__name__)
 
 
 class DrainBusy(RuntimeError):
@@ -63,13 +67,30 @@ def drain_lease(engine: Engine, drain: DrainConfig, wait_s: float = 0.0) -> Iter
         try:
             yield Lease(drain.name, fence)
         finally:
-            conn.execute(
-                text("SELECT pg_advisory_unlock(hashtextextended('drainer:' || :n, 0))"),
-                {"n": drain.name},
-            )
-            conn.commit()
+            _release(conn, drain.name)
     finally:
         conn.close()
+
+
+def _release(conn: Connection, name: str) -> None:
+    """Unlock; if the lock's connection is already gone, so is the lock (the server dropped it).
+
+    Raising here would hide the run's own outcome (e.g. FencedOut of a run that lost its lock).
+    """
+    try:
+        conn.execute(
+            text("SELECT pg_advisory_unlock(hashtextextended('drainer:' || :n, 0))"), {"n": name}
+        )
+        conn.commit()
+    except DBAPIError as err:
+        if not err.connection_invalidated:
+            raise
+        log.warning(
+            "drain '%s': the lock's connection was lost before the run ended (%s); "
+            "the server released the lock with it",
+            name,
+            err.orig,
+        )
 
 
 def _busy_message(engine: Engine, name: str, wait_s: float) -> str:
@@ -100,10 +121,15 @@ def ensure_drain(engine: Engine, drain: DrainConfig) -> None:
         )
 
 
-def check_fence(conn: Connection, lease: Lease) -> None:
-    """Lock the drain row and prove the lease is still the newest; call first in a commit."""
+def check_fence(conn: Connection, lease: Lease, shared: bool = False) -> None:
+    """Lock the drain row and prove the lease is still the newest; call first in a commit.
+
+    `shared` takes a share lock instead, for writes that may run side by side (staging): a new
+    lease bumps the fence under a row lock, so it waits for them, and they fail after it.
+    """
+    lock = "FOR SHARE" if shared else "FOR UPDATE"
     current = conn.scalar(
-        text("SELECT fence FROM drains WHERE name = :n FOR UPDATE"), {"n": lease.drain}
+        text(f"SELECT fence FROM drains WHERE name = :n {lock}"), {"n": lease.drain}
     )
     if current != lease.fence:
         raise FencedOut(
@@ -308,12 +334,17 @@ def mark_running(conn: Connection, lease: Lease, run_id: int, dagster_run_id: st
     return attempts
 
 
-def mark_failed(engine: Engine, run_id: int, error: str) -> None:
-    """Best effort: the plan stays and is resumed by the next run either way."""
+def mark_failed(engine: Engine, lease: Lease, run_id: int, error: str) -> None:
+    """Best effort: the plan stays and is resumed by the next run either way.
+
+    Only while the run still carries this lease's fence: a zombie that was fenced out must not
+    mark failed the plan that a newer run has resumed and is executing (its commit would refuse).
+    """
     with engine.begin() as conn:
         conn.execute(
             text(
-                "UPDATE runs SET status = 'failed', error = :e WHERE id = :r AND status <> 'committed'"
+                "UPDATE runs SET status = 'failed', error = :e "
+                "WHERE id = :r AND status <> 'committed' AND fence = :f"
             ),
-            {"r": run_id, "e": error[:8000]},
+            {"r": run_id, "e": error[:8000], "f": lease.fence},
         )

@@ -11,7 +11,8 @@ from sqlalchemy import text
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.run import RunContext, RunResult, drain_once
-from drainer.sink_tables import RUN_COLUMN, clear_staging, staging_name
+from drainer.sink_tables import RUN_COLUMN, staging_name, table_columns
+from drainer.state import check_fence
 from spark_jobs.kafka_source import read_ranges
 from spark_jobs.modes import run_dataframe_mode, run_record_mode
 from spark_jobs.session import get_spark
@@ -24,7 +25,7 @@ def execute(ctx: RunContext) -> None:
         f"drainer-{ctx.drain.name}-run-{ctx.run.id}",
         f"drain {ctx.drain.name}: run {ctx.run.id}, attempt {ctx.attempt}",
     )
-    clear_staging(ctx.engine, ctx.drain.sink.table, ctx.run.id)
+    clear_run_outputs(ctx)
     if faults.armed("during_spark"):
         _crash_once_staging_starts(ctx)
     df = read_ranges(spark, ctx.drain, ctx.settings.bootstrap_servers, ctx.run.ranges)
@@ -35,6 +36,23 @@ def execute(ctx: RunContext) -> None:
         if not isinstance(schema, StructType):
             raise ValueError(f"output_schema {ctx.drain.output_schema!r} must list columns")
         run_record_mode(ctx, df, schema)
+
+
+def clear_run_outputs(ctx: RunContext) -> None:
+    """A resumed run starts afresh: drop what an earlier attempt staged (rows and failures).
+
+    Fenced like the tasks' writes, so a zombie attempt cannot wipe the staging of the run that
+    took its plan over (that run would then publish less than it processed).
+    """
+    staging = staging_name(ctx.drain.sink.table)
+    with ctx.engine.begin() as conn:
+        if ctx.lease is not None:
+            check_fence(conn, ctx.lease, shared=True)
+        if table_columns(conn, staging):
+            conn.execute(
+                text(f'DELETE FROM "{staging}" WHERE "{RUN_COLUMN}" = :r'), {"r": ctx.run.id}
+            )
+        conn.execute(text("DELETE FROM record_failures WHERE run_id = :r"), {"r": ctx.run.id})
 
 
 def run(

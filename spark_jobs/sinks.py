@@ -28,6 +28,7 @@ from pyspark.sql.types import (
 )
 
 from drainer.sink_tables import RUN_COLUMN, TASK_COLUMN, staging_name
+from drainer.state import FencedOut
 
 _PG_TYPES: dict[type[DataType], str] = {
     StringType: "text",
@@ -58,6 +59,24 @@ def pg_columns(schema: StructType) -> list[tuple[str, str]]:
     return columns
 
 
+def check_fence(conn: psycopg.Connection, drain: str, fence: int | None) -> None:
+    """In a task's write transaction: refuse to write for a run whose lease was superseded.
+
+    The share lock makes a new lease (which bumps the fence under a row lock) wait for this
+    transaction; after the bump, a zombie run's tasks fail here instead of touching the
+    staging of the run that took over. Many tasks of one run hold it side by side.
+    """
+    if fence is None:
+        return
+    row = conn.execute("SELECT fence FROM drains WHERE name = %s FOR SHARE", (drain,)).fetchone()
+    current = None if row is None else row[0]
+    if current != fence:
+        raise FencedOut(
+            f"run of drain '{drain}' holds fence {fence} but the drain is at {current}: a newer "
+            "run took over, so this task does not write its results"
+        )
+
+
 def write_staged(
     conn: psycopg.Connection,
     table: str,
@@ -66,7 +85,10 @@ def write_staged(
     task: str,
     rows: Iterable[tuple[Any, ...]],
 ) -> int:
-    """Replace this task's staged rows; the caller commits (together with anything else)."""
+    """Replace this task's staged rows; the caller commits (together with anything else).
+
+    Call `check_fence` first in the same transaction.
+    """
     staging = staging_name(table)
     conn.execute(
         f'DELETE FROM "{staging}" WHERE "{RUN_COLUMN}" = %s AND "{TASK_COLUMN}" = %s',
