@@ -40,6 +40,16 @@ def list_dead_letters(
         ]
 
 
+def _as_record(row, extra_headers: list[tuple[str, bytes]]) -> OutRecord:
+    """A dead letter as it was produced (key, value, headers), plus drainer's own headers."""
+    headers = [(k, None if v is None else str(v).encode()) for k, v in (row.headers or {}).items()]
+    return OutRecord(
+        value=None if row.value is None else bytes(row.value),
+        key=None if row.key is None else bytes(row.key),
+        headers=headers + extra_headers,
+    )
+
+
 def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
     """Re-produce dead letters to their level topic, then mark them retried (per level)."""
     engine = get_engine()
@@ -57,15 +67,7 @@ def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
         produce_records(
             drain,
             (
-                OutRecord(
-                    value=None if r.value is None else bytes(r.value),
-                    key=None if r.key is None else bytes(r.key),
-                    headers=[
-                        (k, None if v is None else str(v).encode())
-                        for k, v in (r.headers or {}).items()
-                    ]
-                    + [("drainer-retry-of", json.dumps({"dead_letter": r.id}).encode())],
-                )
+                _as_record(r, [("drainer-retry-of", json.dumps({"dead_letter": r.id}).encode())])
                 for r in batch
             ),
             level=level,
@@ -99,13 +101,9 @@ def publish_dead_letters(drain: DrainConfig) -> int:
     if not rows:
         return 0
     records = [
-        OutRecord(
-            value=None if r.value is None else bytes(r.value),
-            key=None if r.key is None else bytes(r.key),
-            headers=[
-                (k, None if v is None else str(v).encode()) for k, v in (r.headers or {}).items()
-            ]
-            + [
+        _as_record(
+            r,
+            [
                 ("drainer-source", f"{r.topic}/{r.partition}/{r.offset}".encode()),
                 ("drainer-error", r.error.encode()[:8000]),
                 ("drainer-attempts", str(r.attempts).encode()),

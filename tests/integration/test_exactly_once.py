@@ -18,13 +18,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from offsets import high_watermarks, kafka_offsets, stored_offsets
 from sqlalchemy import text
 
 from drainer import faults
 from drainer.commit import commit_run
 from drainer.config import DrainConfig
 from drainer.db import get_engine
-from drainer.kafka_io import group_offsets, partitions_of, watermarks
 from drainer.planning import partition_states
 from drainer.producer import OutRecord, produce_records, synthetic_records
 from drainer.run import RunResult, drain_once
@@ -90,32 +90,6 @@ def drain_until_empty(drain: DrainConfig, max_runs: int = 6) -> list[RunResult]:
         assert len(results) < max_runs, f"backlog still {backlog(drain)} after {max_runs} runs"
         results.append(drain_job.run(drain.name, trigger="test"))
     return results
-
-
-def high_watermarks(drain: DrainConfig) -> dict[tuple[str, int], int]:
-    marks = watermarks(drain, partitions_of(drain, range(drain.levels)))
-    return {(drain.level_topic(level), p): wm.high for (level, p), wm in marks.items()}
-
-
-def stored_offsets(drain: DrainConfig) -> dict[tuple[str, int], tuple[int, str]]:
-    with get_engine().connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT topic, partition, committed, offset_map FROM partition_offsets "
-                "WHERE drain = :d"
-            ),
-            {"d": drain.name},
-        )
-        return {(r.topic, r.partition): (r.committed, r.offset_map) for r in rows}
-
-
-def kafka_offsets(drain: DrainConfig) -> dict[tuple[str, int], tuple[int, str]]:
-    """The mirror: each level's consumer group `{group}-{level}`, offset and metadata."""
-    found = {}
-    for level, parts in partitions_of(drain, range(drain.levels)).items():
-        keys = [(drain.level_topic(level), p) for p in parts]
-        found.update(group_offsets(drain, drain.level_group(level), keys))
-    return found
 
 
 def sink_rows(drain: DrainConfig) -> Counter:

@@ -19,11 +19,12 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from offsets import kafka_offsets, stored_offsets
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
 from drainer.db import get_engine
-from drainer.kafka_io import group_offsets, partitions_of, watermarks
+from drainer.kafka_io import partitions_of, watermarks
 from drainer.offset_map import decode_offset_map
 from drainer.planning import partition_states
 from drainer.producer import OutRecord, produce_records
@@ -197,15 +198,15 @@ def test_poison_records_are_dead_lettered_and_the_rest_drains_once(make_drain, s
     # offsets at the end, in Postgres and in the Kafka groups
     marks = watermarks(drain, partitions_of(drain, range(3)))
     high = {(drain.level_topic(lvl), p): wm.high for (lvl, p), wm in marks.items()}
-    assert _stored(drain) == {k: (end, "") for k, end in high.items()}
-    assert {k: v[0] for k, v in _mirrored(drain).items()} == high
+    assert stored_offsets(drain) == {k: (end, "") for k, end in high.items()}
+    assert {k: v[0] for k, v in kafka_offsets(drain).items()} == high
 
 
 def _check_offsets_after_first_run(drain, layout, ordering, first: RunResult) -> None:
     """After one run: committed offset at the first not-done record, the done ones above it in
     the offset map, and both mirrored to the Kafka group (offset map as commit metadata)."""
-    stored = _stored(drain)
-    mirrored = _mirrored(drain)
+    stored = stored_offsets(drain)
+    mirrored = kafka_offsets(drain)
     failed = {level: 0 for level in range(drain.levels)}
     for (level, partition), records in layout.items():
         topic = drain.level_topic(level)
@@ -230,23 +231,3 @@ def _check_offsets_after_first_run(drain, layout, ordering, first: RunResult) ->
         assert mirrored[(topic, partition)] == (committed, offset_map)
     # failed: attempted and raised; the poison records that were held back were not attempted
     assert {lv.level: lv.failed for lv in first.levels} == failed
-
-
-def _stored(drain: DrainConfig) -> dict[tuple[str, int], tuple[int, str]]:
-    with get_engine().connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT topic, partition, committed, offset_map FROM partition_offsets "
-                "WHERE drain = :d"
-            ),
-            {"d": drain.name},
-        )
-        return {(r.topic, r.partition): (r.committed, r.offset_map) for r in rows}
-
-
-def _mirrored(drain: DrainConfig) -> dict[tuple[str, int], tuple[int, str]]:
-    found = {}
-    for level, parts in partitions_of(drain, range(drain.levels)).items():
-        keys = [(drain.level_topic(level), p) for p in parts]
-        found.update(group_offsets(drain, drain.level_group(level), keys))
-    return found
