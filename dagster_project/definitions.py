@@ -152,7 +152,9 @@ def drain_lag_sensor(drain: DrainConfig, job) -> dg.SensorDefinition:
 
 
 def drain_check(drain: DrainConfig, check) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=drain.name, name=check.__name__, blocking=False, description=check.__doc__)
+    @dg.asset_check(
+        asset=drain.name, name=check.__name__, blocking=False, description=check.__doc__
+    )
     def _check() -> dg.AssetCheckResult:
         result = check(drain)
         return dg.AssetCheckResult(
