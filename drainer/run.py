@@ -151,7 +151,7 @@ def drain_once(
         "run %d of drain %s committed: %d records",
         stored.id,
         drain.name,
-        result.levels and sum(o.drained for o in result.levels.values()),
+        sum(outcome.drained for outcome in result.levels.values()),
     )
     return RunResult(
         run_id=stored.id,
