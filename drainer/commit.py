@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, text
 
@@ -31,8 +31,6 @@ class LevelOutcome:
 class CommitResult:
     levels: dict[int, LevelOutcome]
     published_rows: int
-    offsets: dict[tuple[str, int], tuple[int, str]] = field(default_factory=dict)
-    new_dead_letters: list[int] = field(default_factory=list)
 
 
 def commit_run(
@@ -48,8 +46,6 @@ def commit_run(
         published = publish_staged(conn, drain.sink.table, run.id)
         failures = _failures(conn, run.id)
         levels = {level: LevelOutcome() for level in run.levels}
-        offsets: dict[tuple[str, int], tuple[int, str]] = {}
-        dead: list[int] = []
         for rng in run.ranges:
             outcome = levels[rng.level]
             outcome.planned += rng.records
@@ -65,11 +61,8 @@ def commit_run(
                     not_done.add(f["offset"])
                 else:
                     outcome.dead_lettered += 1
-                    dead.append(dead_id)
             outcome.drained += rng.records - len(not_done)
-            offsets[(rng.topic, rng.partition)] = _advance_partition(
-                conn, drain.name, rng, not_done
-            )
+            _advance_partition(conn, drain.name, rng, not_done)
         _store_level_stats(conn, run.id, levels)
         conn.execute(text("DELETE FROM record_failures WHERE run_id = :r"), {"r": run.id})
         conn.execute(
@@ -79,7 +72,7 @@ def commit_run(
             ),
             {"r": run.id, "d": duration_s},
         )
-    return CommitResult(levels, published, offsets, dead)
+    return CommitResult(levels, published)
 
 
 def _failures(conn: Connection, run_id: int) -> dict[tuple[str, int], list[dict]]:
@@ -151,10 +144,8 @@ def _count_attempt(
     return dead_id
 
 
-def _advance_partition(
-    conn: Connection, drain: str, rng: StoredRange, not_done: set[int]
-) -> tuple[int, str]:
-    """New committed offset and offset map, written only from the values the plan started from."""
+def _advance_partition(conn: Connection, drain: str, rng: StoredRange, not_done: set[int]) -> None:
+    """Write the new committed offset and offset map, only from the values the plan started from."""
     earlier = decode_offset_map(rng.start, rng.start_map)
     if not_done:
         first = min(not_done)
@@ -186,7 +177,6 @@ def _advance_partition(
             "offset map (was it rewound?): the run's results were not published; "
             "run again to plan afresh"
         )
-    return committed, new_map
 
 
 def _store_level_stats(conn: Connection, run_id: int, levels: dict[int, LevelOutcome]) -> None:
