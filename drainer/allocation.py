@@ -1,4 +1,4 @@
-"""Allocation of one run's record budget across levels and partitions (DESIGN §4).
+"""Allocation of one run's record budget across levels and partitions (docs/allocation.md).
 
 Pure arithmetic, no I/O: the caller looks up history (Postgres), backlogs and offsets-for-times
 (Kafka) and passes the results in, so the CLI dry run, the Dagster asset and the tests all get the
@@ -7,11 +7,12 @@ same plan from the same inputs.
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+
+from drainer.callables import load_callable
 
 WeightFunction = Callable[[list[int]], Sequence[float]]
 """A pluggable distributor: the covered levels (ascending) in, one positive weight per level out."""
@@ -132,7 +133,7 @@ def _weights(levels: list[int], distributor: Distributor) -> list[Fraction]:
         if distributor in DISTRIBUTORS:
             raw = DISTRIBUTORS[distributor](list(levels))
         elif ":" in distributor:
-            raw = _import_distributor(distributor)(list(levels))
+            raw = load_callable(distributor, "distributor")(list(levels))
         else:
             raise ValueError(
                 f"distributor {distributor!r} is unknown: use one of "
@@ -190,35 +191,38 @@ def _positive_weight(level: int, weight: object, distributor: Distributor) -> Fr
     )
 
 
-def _import_distributor(path: str) -> WeightFunction:
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(
-            f"distributor {path!r} is not a valid import path: use 'package.module:function'"
-        )
-    try:
-        target: object = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(
-            f"distributor {path!r}: cannot import module {module_name!r} ({error}); "
-            "check the import path 'package.module:function' and that the module is installed"
-        ) from error
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise ValueError(
-                f"distributor {path!r}: module {module_name!r} has no attribute {attribute!r}; "
-                "check the function name after the ':'"
-            )
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(
-            f"distributor {path!r} names {type(target).__name__}, not a function: "
-            "point it at a callable f(levels: list[int]) -> weights"
-        )
-    return target  # type: ignore[return-value]
-
-
 # --- burst from history (§4.2) --------------------------------------------------------------------
+
+
+def _recent_history(
+    reserved: Mapping[int, int], history: Mapping[int, Sequence[int]], window: int
+) -> dict[int, list[int]]:
+    """Each level's last `window` drained counts, missing runs counted as drained 0."""
+    recent: dict[int, list[int]] = {}
+    for level, share in reserved.items():
+        if share < 0:
+            raise ValueError(f"reserved share {share} of level {level} is negative")
+        runs = list(history.get(level, ()))[-window:]
+        if any(drained < 0 for drained in runs):
+            raise ValueError(f"history of level {level} has a negative drained count: {runs}")
+        recent[level] = [0] * (window - len(runs)) + runs
+    return recent
+
+
+def burst_eligible(
+    reserved: Mapping[int, int],
+    history: Mapping[int, Sequence[int]],
+    window: int = 6,
+    maxout_threshold: int = 4,
+) -> set[int]:
+    """Levels that maxed out (drained at least their share) in `maxout_threshold` of the window."""
+    _check_window(window, maxout_threshold)
+    recent = _recent_history(reserved, history, window)
+    return {
+        level
+        for level in reserved
+        if sum(drained >= reserved[level] for drained in recent[level]) >= maxout_threshold
+    }
 
 
 def burst_allocation(
@@ -233,23 +237,9 @@ def burst_allocation(
     kept filling its share; it takes only what the others left unused at their best recent run,
     so a lender that needs its share again gets it back as soon as its drained count shows it.
     """
-    _check_window(window, maxout_threshold)
-    recent: dict[int, list[int]] = {}
-    for level, share in reserved.items():
-        if share < 0:
-            raise ValueError(f"reserved share {share} of level {level} is negative")
-        runs = list(history.get(level, ()))[-window:]
-        if any(drained < 0 for drained in runs):
-            raise ValueError(f"history of level {level} has a negative drained count: {runs}")
-        recent[level] = [0] * (window - len(runs)) + runs  # missing runs drained 0
-    burster = next(
-        (
-            level
-            for level in sorted(reserved, reverse=True)
-            if sum(drained >= reserved[level] for drained in recent[level]) >= maxout_threshold
-        ),
-        None,
-    )
+    eligible = burst_eligible(reserved, history, window, maxout_threshold)
+    recent = _recent_history(reserved, history, window)
+    burster = max(eligible, default=None)
     allocation = dict(sorted(reserved.items()))
     if burster is None:
         return allocation
@@ -408,7 +398,7 @@ def _return_to_lenders(
 
     History alone would starve it: a lender is allocated at most what it drained in the window,
     so its history could never show that it needs more. With backlog awareness the burst only
-    takes capacity that lenders cannot use now, highest lender first (DESIGN §1: burst capacity
+    takes capacity that lenders cannot use now, highest lender first (burst capacity
     is given back as soon as other levels need it).
     """
     result = dict(allocated)

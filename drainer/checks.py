@@ -1,4 +1,4 @@
-"""Health checks of a drain (DESIGN §8), shared by the Dagster asset checks and `status`.
+"""Health checks of a drain , shared by the Dagster asset checks and `status`.
 
 Each returns (passed, description, numbers) so any orchestrator can wrap it.
 """
@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sqlalchemy import text
-
 from drainer.config import DrainConfig
-from drainer.db import get_engine
 from drainer.planning import partition_states
+from drainer.store import dead_letters, get_engine, offsets, runs
 
 
 @dataclass(frozen=True)
@@ -42,19 +40,8 @@ def lag_within_sla(drain: DrainConfig) -> CheckResult:
 def dead_letters_not_growing(drain: DrainConfig) -> CheckResult:
     """Passes when the latest committed run dead-lettered nothing."""
     with get_engine().connect() as conn:
-        row = conn.execute(
-            text(
-                "SELECT r.id, coalesce(sum(rl.dead_lettered), 0) AS dead FROM runs r "
-                "JOIN run_levels rl ON rl.run_id = r.id WHERE r.drain = :d AND r.status = 'committed' "
-                "GROUP BY r.id ORDER BY r.id DESC LIMIT 1"
-            ),
-            {"d": drain.name},
-        ).first()
-        pending = conn.scalar(
-            text("SELECT count(*) FROM dead_letters WHERE drain = :d AND retried_at IS NULL"),
-            {"d": drain.name},
-        )
-    new = int(row.dead) if row else 0
+        new = runs.latest_committed_dead_lettered(conn, drain.name)
+        pending = dead_letters.pending_dead_letters(conn, drain.name)
     return CheckResult(
         new == 0,
         f"latest run dead-lettered {new:,} records; {pending:,} dead letters not retried",
@@ -69,21 +56,7 @@ def offsets_never_backwards(drain: DrainConfig) -> CheckResult:
     rewind are not compared with runs after it.
     """
     with get_engine().connect() as conn:
-        regressions = conn.execute(
-            text(
-                "WITH starts AS ("
-                "  SELECT rr.topic, rr.partition, r.id, rr.start_offset,"
-                "         lag(rr.start_offset) OVER (PARTITION BY rr.topic, rr.partition ORDER BY r.id) AS prev,"
-                "         lag(r.committed_at) OVER (PARTITION BY rr.topic, rr.partition ORDER BY r.id) AS prev_at"
-                "  FROM run_ranges rr JOIN runs r ON r.id = rr.run_id"
-                "  WHERE r.drain = :d AND r.status = 'committed')"
-                " SELECT s.topic, s.partition, s.id, s.prev, s.start_offset FROM starts s"
-                " WHERE s.start_offset < s.prev AND NOT EXISTS ("
-                "   SELECT 1 FROM offset_rewinds w WHERE w.drain = :d AND w.topic = s.topic"
-                "   AND w.partition = s.partition AND w.created_at > s.prev_at)"
-            ),
-            {"d": drain.name},
-        ).all()
+        regressions = offsets.unexplained_regressions(conn, drain.name)
     if not regressions:
         return CheckResult(True, "committed offsets only moved forward", {"regressions": 0})
     first = regressions[0]

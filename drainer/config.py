@@ -1,4 +1,4 @@
-"""The drains file (DESIGN §10): what each drain reads, how it shares its budget, where it writes.
+"""The drains file (docs/configuration.md): what each drain reads, how it shares its budget, where it writes.
 
 Every invalid setting fails at load time with the setting's path and how to fix it, so a typo
 never surfaces halfway through a run.
@@ -11,26 +11,39 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from drainer.allocation import reserved_shares
+from drainer.callables import check_import_path
+from drainer.errors import ConfigError
 from drainer.settings import load_settings
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOPIC = re.compile(
-    r"^[A-Za-z0-9._]+$"
-)  # Kafka's legal characters, minus '-' (our level separator)
-_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
-class ConfigError(ValueError):
-    """The drains file is wrong; the message says which setting and how to fix it."""
+# Kafka's legal topic characters, minus '-' (our level separator)
+_TOPIC = re.compile(r"^[A-Za-z0-9._]+$")
 
 
 class SinkConfig(BaseModel):
+    """Where a drain's output goes."""
+
     model_config = ConfigDict(extra="forbid")
 
-    type: Literal["postgres"] = "postgres"
-    table: str = Field(description="target table; created from the output schema if missing")
+    type: Literal["postgres"] = Field(
+        default="postgres",
+        description="sink kind; `postgres` writes into a table of the drainer database",
+    )
+    table: str = Field(
+        description="target table, created from the output's columns when missing; the "
+        "run's rows are staged in `<table>_staging` and published by the commit"
+    )
 
     @field_validator("table")
     @classmethod
@@ -45,41 +58,104 @@ class DrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    topic: str
-    group: str
-    levels: int = Field(ge=1, le=16)
-    partitions: int = Field(
-        default=4, ge=1, description="partitions per level topic, for `topics create`"
+    name: str = Field(description="the drain's name: the key under `drains:` (set for you)")
+    topic: str = Field(description="logical topic; level i lives in the Kafka topic `<topic>-<i>`")
+    group: str = Field(
+        description="logical consumer group; level i's progress is mirrored to `<group>-<i>`"
     )
-    replication_factor: int = Field(default=1, ge=1)
+    levels: int = Field(
+        ge=1, le=16, description="number of priority levels N; level N-1 is the most urgent"
+    )
+    partitions: int = Field(
+        default=4, ge=1, description="partitions per level topic, for `drainer topics create`"
+    )
+    replication_factor: int = Field(
+        default=1, ge=1, description="replication factor, for `drainer topics create`"
+    )
     budget: int = Field(ge=1, description="most records one run drains, across its levels")
-    distributor: str | list[float] = "exponential"
-    history_window: int = Field(default=6, ge=1)
-    maxout_threshold: int = Field(default=4, ge=1)
-    backlog_aware: bool = True
-    max_gap_seconds: float | None = Field(default=None, gt=0)
-    schedule: str | None = "*/5 * * * *"
+    distributor: str | list[float] = Field(
+        default="exponential",
+        description="how the budget is split into reserved shares: `exponential` (2^i), "
+        "`linear` (i+1), `equal`, a list of weights per level, or "
+        "'package.module:function' returning weights",
+    )
+    history_window: int = Field(
+        default=6, ge=1, description="how many recent runs burst decisions look at"
+    )
+    maxout_threshold: int = Field(
+        default=4,
+        ge=1,
+        description="a level may burst after filling its reserved share in this many runs "
+        "of the window",
+    )
+    backlog_aware: bool = Field(
+        default=True,
+        description="offer budget a level cannot use to the levels with records waiting, "
+        "highest first; `false` keeps the plain reserved-share-plus-burst rule",
+    )
+    max_gap_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="event-time alignment: a partition waits while its next record is more "
+        "than this many seconds ahead of the partitions behind it; null turns it off",
+    )
+    schedule: str | None = Field(
+        default="*/5 * * * *",
+        description="Dagster cron schedule launching one run over all levels; null for none",
+    )
     lag_threshold: int | None = Field(
         default=None,
         ge=1,
-        description="backlog that makes the sensor request a run (default: budget)",
+        description="backlog that makes the lag sensor request a run (default: budget)",
     )
     lag_sla: int | None = Field(
         default=None,
         ge=0,
-        description="backlog above which the lag check fails (default: 10 x budget)",
+        description="backlog above which the lag asset check fails (default: 10 x budget)",
     )
-    mode: Literal["dataframe", "record"] = "dataframe"
-    processor: str = "spark_jobs.examples:time_buckets"
-    handler: str | None = None
-    output_schema: str | None = None
-    ordering: Literal["partition", "key", "unordered"] = "partition"
-    max_concurrency: int = Field(default=16, ge=1, le=10_000)
-    max_attempts: int = Field(default=3, ge=1)
-    dlq_topic: str | None = None
-    sink: SinkConfig
-    kafka: dict[str, Any] = Field(default_factory=dict, description="extra client settings")
+    mode: Literal["dataframe", "record"] = Field(
+        default="dataframe",
+        description="`dataframe`: `processor` transforms the run's records as one DataFrame; "
+        "`record`: `handler` is called per record inside the Spark tasks",
+    )
+    processor: str = Field(
+        default="spark_jobs.examples:time_buckets",
+        description="dataframe mode: 'package.module:function', `transform(df) -> df`",
+    )
+    handler: str | None = Field(
+        default=None,
+        description="record mode: 'package.module:function', `handle(record) -> rows | None`",
+    )
+    output_schema: str | None = Field(
+        default=None,
+        description="record mode: the handler rows' columns as a Spark DDL string, e.g. "
+        "'topic string, partition int, offset long'",
+    )
+    ordering: Literal["partition", "key", "unordered"] = Field(
+        default="partition",
+        description="record mode: offset order per partition, per key, or none",
+    )
+    max_concurrency: int = Field(
+        default=16,
+        ge=1,
+        le=10_000,
+        description="record mode: handler calls in flight at once per Spark task",
+    )
+    max_attempts: int = Field(
+        default=3,
+        ge=1,
+        description="record mode: failed attempts after which a record is dead-lettered",
+    )
+    dlq_topic: str | None = Field(
+        default=None,
+        description="record mode: Kafka topic that dead letters are also published to",
+    )
+    sink: SinkConfig = Field(description="where the output goes (see `sink.*`)")
+    kafka: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra Kafka client settings (security.protocol, sasl.*, ssl.*), "
+        "given to both clients",
+    )
 
     @field_validator("name", "group")
     @classmethod
@@ -99,10 +175,8 @@ class DrainConfig(BaseModel):
 
     @field_validator("processor", "handler")
     @classmethod
-    def _import_path(cls, value: str | None) -> str | None:
-        if value is not None and not _IMPORT_PATH.match(value):
-            raise ValueError("write it as 'package.module:function'")
-        return value
+    def _import_path(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None else check_import_path(value, str(info.field_name))
 
     @model_validator(mode="after")
     def _consistent(self) -> DrainConfig:
@@ -125,8 +199,6 @@ class DrainConfig(BaseModel):
                     "(bootstrap servers come from KAFKA_BOOTSTRAP_SERVERS)"
                 )
         # reserved shares must give every level at least one record: checked by the allocator
-        from drainer.allocation import reserved_shares
-
         reserved_shares(self.levels, self.budget, self.distributor)
         return self
 

@@ -1,4 +1,4 @@
-"""Dead letters: records that failed `max_attempts` times (DESIGN §7). List them, retry them.
+"""Dead letters: records that failed `max_attempts` times. List them, retry them, publish them.
 
 A retry re-produces the record, unchanged, to its level topic: it drains again as a new record
 (new offset), and the dead letter is marked retried, so it is never retried twice by accident.
@@ -9,12 +9,10 @@ from __future__ import annotations
 import json
 import logging
 
-from sqlalchemy import text
-
 from drainer.config import DrainConfig
-from drainer.db import get_engine
-from drainer.kafka_io import KafkaUnavailable
+from drainer.errors import KafkaUnavailable
 from drainer.producer import OutRecord, produce_records
+from drainer.store import dead_letters, get_engine
 
 log = logging.getLogger(__name__)
 
@@ -23,21 +21,11 @@ def list_dead_letters(
     drain: DrainConfig, limit: int = 50, include_retried: bool = False
 ) -> list[dict]:
     with get_engine().connect() as conn:
-        rows = conn.execute(
-            text(
-                'SELECT id, topic, level, partition, "offset", key, error, attempts, created_at, retried_at '
-                "FROM dead_letters WHERE drain = :d AND (:all OR retried_at IS NULL) "
-                "ORDER BY id LIMIT :n"
-            ),
-            {"d": drain.name, "all": include_retried, "n": limit},
-        ).mappings()
-        return [
-            {
-                **row,
-                "key": None if row["key"] is None else bytes(row["key"]).decode("utf-8", "replace"),
-            }
-            for row in rows
-        ]
+        rows = dead_letters.list_dead_letters(conn, drain.name, limit, include_retried)
+    return [
+        {**row, "key": None if row["key"] is None else bytes(row["key"]).decode("utf-8", "replace")}
+        for row in rows
+    ]
 
 
 def _as_record(row, extra_headers: list[tuple[str, bytes]]) -> OutRecord:
@@ -54,13 +42,7 @@ def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
     """Re-produce dead letters to their level topic, then mark them retried (per level)."""
     engine = get_engine()
     with engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT id, level, key, value, headers FROM dead_letters WHERE drain = :d "
-                "AND retried_at IS NULL AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(:ids)) ORDER BY id"
-            ),
-            {"d": drain.name, "ids": ids},
-        ).all()
+        rows = dead_letters.retryable(conn, drain.name, ids)
     retried = 0
     for level in sorted({r.level for r in rows}):
         batch = [r for r in rows if r.level == level]
@@ -73,10 +55,7 @@ def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
             level=level,
         )
         with engine.begin() as conn:
-            conn.execute(
-                text("UPDATE dead_letters SET retried_at = now() WHERE id = ANY(:ids)"),
-                {"ids": [r.id for r in batch]},
-            )
+            dead_letters.mark_retried(conn, [r.id for r in batch])
         retried += len(batch)
     return retried
 
@@ -91,13 +70,7 @@ def publish_dead_letters(drain: DrainConfig) -> int:
         return 0
     engine = get_engine()
     with engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                'SELECT id, topic, partition, "offset", key, value, headers, error, attempts '
-                "FROM dead_letters WHERE drain = :d AND dlq_published_at IS NULL ORDER BY id"
-            ),
-            {"d": drain.name},
-        ).all()
+        rows = dead_letters.unpublished(conn, drain.name)
     if not rows:
         return 0
     records = [
@@ -122,8 +95,5 @@ def publish_dead_letters(drain: DrainConfig) -> int:
         )
         return 0
     with engine.begin() as conn:
-        conn.execute(
-            text("UPDATE dead_letters SET dlq_published_at = now() WHERE id = ANY(:ids)"),
-            {"ids": [r.id for r in rows]},
-        )
+        dead_letters.mark_published(conn, [r.id for r in rows])
     return len(rows)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import sys
 
+from drainer.settings import load_settings
+
 POINTS = ("after_plan", "during_spark", "after_staging", "after_commit")
 EXIT_CODE = 86
 
 
 def armed(point: str) -> bool:
-    return os.environ.get("DRAINER_FAULT") == point
+    return load_settings().fault == point
 
 
 def crash_point(point: str) -> None:

@@ -22,13 +22,10 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from drainer.config import DrainConfig
+from drainer.errors import KafkaUnavailable
 from drainer.settings import load_settings
 
 TIMEOUT_S = 15.0
-
-
-class KafkaUnavailable(RuntimeError):
-    """The broker did not answer; nothing was changed."""
 
 
 def client_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str, Any]:

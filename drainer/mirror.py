@@ -1,4 +1,4 @@
-"""Mirror Postgres's committed offsets to Kafka consumer groups (DESIGN §5, after the commit).
+"""Mirror Postgres's committed offsets to Kafka consumer groups (after the commit).
 
 Postgres stays the source of truth; the mirror lets standard lag tools see the drain. Every
 partition whose mirror lags behind Postgres is mirrored, so a failed mirror heals next run.
@@ -10,11 +10,13 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from drainer.config import DrainConfig
-from drainer.kafka_io import GroupCommit, KafkaUnavailable, commit_group_offsets
+from drainer.errors import KafkaUnavailable
+from drainer.kafka_io import GroupCommit, commit_group_offsets
 from drainer.offset_map import MAX_KAFKA_METADATA
+from drainer.store import offsets
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +31,7 @@ class MirrorReport:
 def mirror_offsets(engine: Engine, drain: DrainConfig) -> MirrorReport:
     report = MirrorReport()
     with engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT topic, level, partition, committed, offset_map FROM partition_offsets "
-                "WHERE drain = :d AND (mirrored_offset IS DISTINCT FROM committed "
-                "OR mirrored_map IS DISTINCT FROM offset_map)"
-            ),
-            {"d": drain.name},
-        ).all()
+        rows = offsets.unmirrored(conn, drain.name)
     by_level: dict[int, list[GroupCommit]] = defaultdict(list)
     for row in rows:
         metadata = row.offset_map
@@ -65,12 +60,6 @@ def mirror_offsets(engine: Engine, drain: DrainConfig) -> MirrorReport:
             continue
         with engine.begin() as conn:
             for c in commits:
-                conn.execute(
-                    text(
-                        "UPDATE partition_offsets SET mirrored_offset = :c, mirrored_map = offset_map "
-                        "WHERE drain = :d AND topic = :t AND partition = :p AND committed = :c"
-                    ),
-                    {"c": c.offset, "d": drain.name, "t": c.topic, "p": c.partition},
-                )
+                offsets.mark_mirrored(conn, drain.name, c.topic, c.partition, c.offset)
         report.partitions += len(commits)
     return report

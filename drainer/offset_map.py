@@ -1,4 +1,4 @@
-"""Offset maps: which offsets above a partition's committed offset are already done (DESIGN §6).
+"""Offset maps: which offsets above a partition's committed offset are already done (docs/design.md, "Offset map").
 
 Records complete out of order, so the committed offset alone would replay every finished record
 above the first unfinished one. The map records those finished offsets compactly enough for
@@ -33,6 +33,8 @@ import binascii
 from collections.abc import Callable, Iterable
 
 import zstandard
+
+from drainer.errors import OffsetMapError
 
 __all__ = ["MAX_KAFKA_METADATA", "advance", "decode_offset_map", "encode_offset_map"]
 
@@ -70,8 +72,8 @@ _ZSTD_LEVEL = 19
 _BIT_POSITIONS = tuple(tuple(i for i in range(8) if byte >> i & 1) for byte in range(256))
 
 
-def _err(what: str) -> ValueError:
-    return ValueError(f"offset map: {what}")
+def _err(what: str) -> OffsetMapError:
+    return OffsetMapError(f"offset map: {what}")
 
 
 # --- varints -------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Plan the next run from live state: Kafka watermarks, Postgres offsets and run history.
 
-The I/O half of DESIGN §4; the arithmetic is `drainer.allocation.plan`, which stays pure.
+The I/O half of allocation (docs/allocation.md); the arithmetic is `drainer.allocation.plan`, which stays pure.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from drainer import kafka_io, state
+from drainer import kafka_io
 from drainer.allocation import PartitionBacklog, Plan, plan
 from drainer.config import DrainConfig
 from drainer.offset_map import decode_offset_map
+from drainer.store import history, offsets
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def partition_states(engine: Engine, drain: DrainConfig, levels: list[int]) -> l
     """Where every partition of the covered levels stands: what Kafka has, what is done."""
     marks = kafka_io.watermarks(drain, kafka_io.partitions_of(drain, levels))
     with engine.connect() as conn:
-        stored = state.partition_offsets(conn, drain.name)
+        stored = offsets.partition_offsets(conn, drain.name)
     found = []
     for (level, part), wm in sorted(marks.items()):
         topic = drain.level_topic(level)
@@ -96,7 +97,7 @@ def plan_next_run(
         for p in parts
     ]
     with engine.connect() as conn:
-        history = state.level_history(conn, drain.name, levels, drain.history_window)
+        level_history = history.level_history(conn, drain.name, levels, drain.history_window)
     lookup = None
     if drain.max_gap_ms is not None:
         backlogs, lookup = _with_event_times(drain, backlogs)
@@ -105,7 +106,7 @@ def plan_next_run(
         budget=drain.budget,
         levels=levels,
         distributor=drain.distributor,
-        history=history,
+        history=level_history,
         window=drain.history_window,
         maxout_threshold=drain.maxout_threshold,
         backlog_aware=drain.backlog_aware,

@@ -1,4 +1,4 @@
-"""Priority producer: send records to `{topic}-{level}`, level 0 by default (DESIGN §1).
+"""Priority producer: send records to `{topic}-{level}`, level 0 by default.
 
 A Python API for applications and the engine behind `drainer produce`. Delivery is checked:
 `produce_records` returns only after every record is acknowledged, and raises if any failed.
@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, Producer
 
-from drainer.config import ConfigError, DrainConfig
-from drainer.kafka_io import KafkaUnavailable, client_config
+from drainer.config import DrainConfig
+from drainer.errors import ConfigError, KafkaUnavailable
+from drainer.kafka_io import client_config
 
 PRODUCER_DEFAULTS = {
     "acks": "all",

@@ -3,7 +3,7 @@
 Pure Python (threads, no Spark), so the ordering guarantees are unit-tested directly; the Spark
 job calls `process_records` once per Kafka partition inside its tasks.
 
-Orderings (DESIGN §7):
+Orderings:
 - `partition`: one record at a time in offset order; a failure holds back the rest.
 - `key`: records of one key in offset order, different keys concurrently; a failure holds back
   the later records of that key only.

@@ -7,16 +7,15 @@ plan must finish first, or its compare-and-set commit would fail anyway.
 
 from __future__ import annotations
 
-import getpass
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
-
-from drainer import kafka_io, state
-from drainer.config import ConfigError, DrainConfig
-from drainer.db import get_engine
+from drainer import kafka_io
+from drainer.config import DrainConfig
+from drainer.errors import ConfigError
 from drainer.mirror import mirror_offsets
+from drainer.store import get_engine, offsets, runs
+from drainer.store.leases import check_fence, drain_lease
 
 
 @dataclass(frozen=True)
@@ -53,41 +52,20 @@ def rewind(
     else:
         targets = {key: min(max(to_offset, wm.low), wm.high) for key, wm in marks.items()}
     moved: list[Moved] = []
-    with state.drain_lease(engine, drain) as lease, engine.begin() as conn:
-        state.check_fence(conn, lease)
-        open_run = state.open_run(conn, drain.name)
+    with drain_lease(engine, drain) as lease, engine.begin() as conn:
+        check_fence(conn, lease)
+        open_run = runs.open_run(conn, drain.name)
         if open_run is not None:
             raise ConfigError(
                 f"run {open_run.id} of drain '{drain.name}' is not committed yet: finish it with "
                 f"`drainer run {drain.name}` before rewinding"
             )
-        stored = state.partition_offsets(conn, drain.name)
+        stored = offsets.partition_offsets(conn, drain.name)
         for (lvl, part), target in sorted(targets.items()):
             topic = drain.level_topic(lvl)
             current, current_map = stored.get((topic, part), (marks[(lvl, part)].low, ""))
-            conn.execute(
-                text(
-                    "INSERT INTO partition_offsets (drain, topic, level, partition, committed, offset_map) "
-                    "VALUES (:d, :t, :l, :p, :c, '') ON CONFLICT (drain, topic, partition) "
-                    "DO UPDATE SET committed = :c, offset_map = '', updated_at = now()"
-                ),
-                {"d": drain.name, "t": topic, "l": lvl, "p": part, "c": target},
-            )
-            conn.execute(
-                text(
-                    "INSERT INTO offset_rewinds (drain, topic, partition, from_offset, from_map, "
-                    "to_offset, requested_by, reason) VALUES (:d, :t, :p, :f, :fm, :to, :who, :why)"
-                ),
-                {
-                    "d": drain.name,
-                    "t": topic,
-                    "p": part,
-                    "f": current,
-                    "fm": current_map,
-                    "to": target,
-                    "who": getpass.getuser(),
-                    "why": reason,
-                },
+            offsets.rewind_partition(
+                conn, drain.name, topic, part, (current, current_map), target, reason
             )
             moved.append(Moved(topic, part, current, target))
     mirror_offsets(engine, drain)

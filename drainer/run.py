@@ -13,17 +13,18 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
-from drainer import faults, state
+from drainer import faults
 from drainer.commit import commit_run
 from drainer.config import DrainConfig, get_drain
-from drainer.db import get_engine
 from drainer.dlq import publish_dead_letters
 from drainer.mirror import MirrorReport, mirror_offsets
 from drainer.planning import PartitionState, partition_states, plan_next_run, resolve_levels
 from drainer.settings import Settings, load_settings
-from drainer.state import Lease, StoredRun, drain_lease
+from drainer.store import get_engine, runs
+from drainer.store.leases import Lease, drain_lease
+from drainer.store.runs import StoredRun
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ def drain_once(
     with drain_lease(engine, drain, wait_s) as lease:
         mirror_offsets(engine, drain)  # heal a mirror that failed after an earlier commit
         with engine.begin() as conn:
-            stored = state.open_run(conn, drain.name)
+            stored = runs.open_run(conn, drain.name)
         resumed = stored is not None
         if stored is not None:
             log.warning(
@@ -110,7 +111,7 @@ def drain_once(
         else:
             planned = plan_next_run(engine, drain, levels)
             with engine.begin() as conn:
-                run_id = state.write_plan(
+                run_id = runs.write_plan(
                     conn,
                     lease,
                     drain,
@@ -127,10 +128,10 @@ def drain_once(
                         if not p.stored
                     },
                 )
-                stored = state.get_run(conn, run_id)
+                stored = runs.get_run(conn, run_id)
         faults.crash_point("after_plan")
         with engine.begin() as conn:
-            attempt = state.mark_running(conn, lease, stored.id, dagster_run_id)
+            attempt = runs.mark_running(conn, lease, stored.id, dagster_run_id)
         try:
             if stored.ranges:
                 execute(RunContext(stored, drain, settings, engine, attempt, lease))
@@ -138,7 +139,7 @@ def drain_once(
             result = commit_run(engine, lease, drain, stored, time.monotonic() - started)
         except BaseException as err:
             try:
-                state.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
+                runs.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
             except Exception as mark_err:  # never hide the run's own error behind this one
                 log.warning("could not mark run %d failed: %s", stored.id, mark_err)
             raise
@@ -170,11 +171,7 @@ def _report(engine: Engine, run: StoredRun, after: list[PartitionState]) -> list
     for p in after:
         backlog_after[p.level] = backlog_after.get(p.level, 0) + p.backlog
     with engine.begin() as conn:
-        for level, backlog in backlog_after.items():
-            conn.execute(
-                text("UPDATE run_levels SET backlog_after = :b WHERE run_id = :r AND level = :l"),
-                {"b": backlog, "r": run.id, "l": level},
-            )
+        runs.store_backlog_after(conn, run.id, backlog_after)
     return load_level_reports(run.id, engine)
 
 
@@ -182,14 +179,4 @@ def load_level_reports(run_id: int, engine: Engine | None = None) -> list[LevelR
     """A run's per-level numbers as stored, highest level first."""
     engine = engine or get_engine()
     with engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT level, reserved, burst, allocated, backlog_before, planned, drained, failed, "
-                "dead_lettered, fill_ratio, backlog_after FROM run_levels WHERE run_id = :r "
-                "ORDER BY level DESC"
-            ),
-            {"r": run_id},
-        ).mappings()
-        return [
-            LevelReport(**{k: (v if v is not None else 0) for k, v in row.items()}) for row in rows
-        ]
+        return [LevelReport(**row) for row in runs.level_rows(conn, run_id)]

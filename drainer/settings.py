@@ -1,4 +1,4 @@
-"""Connection settings from the environment (DESIGN §10).
+"""Every environment variable drainer reads, read here and nowhere else (docs/configuration.md).
 
 Connections live in environment variables, drains in the YAML file, so one config file can be
 pointed at a laptop stack or at production brokers without edits.
@@ -6,7 +6,10 @@ pointed at a laptop stack or at production brokers without edits.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +30,11 @@ class Settings:
     spark_master: str
     home: Path
     config_path: Path
+    spark_driver_memory: str = "2g"
+    spark_shuffle_partitions: str = "8"
+    spark_ui: str = "false"
+    spark_log_level: str = "WARN"
+    fault: str | None = None  # DRAINER_FAULT: a crash point for the fault-injection tests
 
     @property
     def local_kafka(self) -> bool:
@@ -49,8 +57,31 @@ def load_settings() -> Settings:
         database_url_from_env=bool(url),
         spark_master=os.environ.get("SPARK_MASTER", DEFAULT_SPARK_MASTER),
         home=home,
-        config_path=Path(config).expanduser() if config else REPO_ROOT / "drains.yaml",
+        config_path=Path(config).expanduser() if config else _default_config(),
+        spark_driver_memory=os.environ.get("DRAINER_SPARK_DRIVER_MEMORY", "2g"),
+        spark_shuffle_partitions=os.environ.get("DRAINER_SHUFFLE_PARTITIONS", "8"),
+        spark_ui=os.environ.get("DRAINER_SPARK_UI", "false"),
+        spark_log_level=os.environ.get("DRAINER_SPARK_LOG_LEVEL", "WARN"),
+        fault=os.environ.get("DRAINER_FAULT") or None,
     )
+
+
+def _default_config() -> Path:
+    """`./drains.yaml` where it exists, else the checkout's demo file (`make demo`)."""
+    here = Path.cwd() / "drains.yaml"
+    return (
+        here
+        if here.exists() or not (REPO_ROOT / "drains.yaml").exists()
+        else REPO_ROOT / "drains.yaml"
+    )
+
+
+def export_spark_python_env(local_master: bool) -> None:
+    """Make Spark's Python workers run this interpreter, and a local Spark stay on loopback."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if local_master:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no LAN lookups
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -64,3 +95,17 @@ def _sqlalchemy_url(url: str) -> str:
 def psycopg_url(sqlalchemy_url: str) -> str:
     """The libpq form of a SQLAlchemy URL, for psycopg connections opened in Spark tasks."""
     return sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+@contextlib.contextmanager
+def use_config_path(path: Path) -> Iterator[None]:
+    """Make `path` the drains file (DRAINER_CONFIG) for this process and its children, for a while."""
+    previous = os.environ.get("DRAINER_CONFIG")
+    os.environ["DRAINER_CONFIG"] = str(path)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("DRAINER_CONFIG", None)
+        else:
+            os.environ["DRAINER_CONFIG"] = previous

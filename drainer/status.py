@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
-
-from drainer import state
-from drainer.allocation import burst_allocation, reserved_shares
+from drainer.allocation import burst_allocation, burst_eligible, reserved_shares
 from drainer.config import DrainConfig
-from drainer.db import get_engine
 from drainer.planning import partition_states
+from drainer.store import dead_letters, get_engine, history, runs
 
 
 def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
@@ -16,30 +13,17 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
     levels = list(range(drain.levels))
     parts = partition_states(engine, drain, levels)
     with engine.connect() as conn:
-        history = state.level_history(conn, drain.name, levels, drain.history_window)
-        runs = conn.execute(
-            text(
-                "SELECT r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, r.duration_s, "
-                "coalesce(sum(rl.drained), 0) AS drained, "
-                "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills "
-                "FROM runs r LEFT JOIN run_levels rl ON rl.run_id = r.id WHERE r.drain = :d "
-                "GROUP BY r.id ORDER BY r.id DESC LIMIT :n"
-            ),
-            {"d": drain.name, "n": recent},
-        ).all()
-        dead = conn.scalar(
-            text("SELECT count(*) FROM dead_letters WHERE drain = :d AND retried_at IS NULL"),
-            {"d": drain.name},
-        )
+        history_by_level = history.level_history(conn, drain.name, levels, drain.history_window)
+        recent_runs = runs.recent_runs(conn, drain.name, recent)
+        dead = dead_letters.pending_dead_letters(conn, drain.name)
     reserved = reserved_shares(levels, drain.budget, drain.distributor)
-    allocation = burst_allocation(reserved, history, drain.history_window, drain.maxout_threshold)
+    allocation = burst_allocation(
+        reserved, history_by_level, drain.history_window, drain.maxout_threshold
+    )
     bursting = {lvl for lvl in levels if allocation[lvl] > reserved[lvl]}
-    eligible = {
-        lvl
-        for lvl in levels
-        if sum(1 for d in history[lvl][-drain.history_window :] if d >= reserved[lvl])
-        >= drain.maxout_threshold
-    }
+    eligible = burst_eligible(
+        reserved, history_by_level, drain.history_window, drain.maxout_threshold
+    )
     report_levels = []
     for level in reversed(levels):
         mine = [p for p in parts if p.level == level]
@@ -54,7 +38,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
                 "next_allocation": allocation[level],
                 "burst_eligible": level in eligible,
                 "bursting": level in bursting,
-                "history": history[level],
+                "history": history_by_level[level],
                 "partitions": [
                     {
                         "partition": p.partition,
@@ -83,7 +67,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
                 "drained": int(r.drained),
                 "fill_ratios": {int(k): v for k, v in (r.fills or {}).items()},
             }
-            for r in runs
+            for r in recent_runs
         ],
         "dead_letters": dead,
     }

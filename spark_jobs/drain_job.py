@@ -6,13 +6,13 @@ import threading
 import time
 
 from pyspark.sql.types import DataType, StructType
-from sqlalchemy import text
 
 from drainer import faults
 from drainer.config import DrainConfig
+from drainer.errors import ConfigError
 from drainer.run import RunContext, RunResult, drain_once
-from drainer.sink_tables import RUN_COLUMN, staging_name, table_columns
-from drainer.state import check_fence
+from drainer.store import dead_letters, sinks
+from drainer.store.leases import check_fence
 from spark_jobs.kafka_source import read_ranges
 from spark_jobs.modes import run_dataframe_mode, run_record_mode
 from spark_jobs.session import get_spark
@@ -34,7 +34,7 @@ def execute(ctx: RunContext) -> None:
     else:
         schema = DataType.fromDDL(ctx.drain.output_schema)
         if not isinstance(schema, StructType):
-            raise ValueError(f"output_schema {ctx.drain.output_schema!r} must list columns")
+            raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")
         run_record_mode(ctx, df, schema)
 
 
@@ -44,15 +44,10 @@ def clear_run_outputs(ctx: RunContext) -> None:
     Fenced like the tasks' writes, so a zombie attempt cannot wipe the staging of the run that
     took its plan over (that run would then publish less than it processed).
     """
-    staging = staging_name(ctx.drain.sink.table)
     with ctx.engine.begin() as conn:
-        if ctx.lease is not None:
-            check_fence(conn, ctx.lease, shared=True)
-        if table_columns(conn, staging):
-            conn.execute(
-                text(f'DELETE FROM "{staging}" WHERE "{RUN_COLUMN}" = :r'), {"r": ctx.run.id}
-            )
-        conn.execute(text("DELETE FROM record_failures WHERE run_id = :r"), {"r": ctx.run.id})
+        check_fence(conn, ctx.lease, shared=True)
+        sinks.clear_staged(conn, ctx.drain.sink.table, ctx.run.id)
+        dead_letters.clear_failures(conn, ctx.run.id)
 
 
 def run(
@@ -68,16 +63,11 @@ def run(
 
 def _crash_once_staging_starts(ctx: RunContext) -> None:
     """Fault injection: end the process while the Spark job is writing its results."""
-    staging = staging_name(ctx.drain.sink.table)
 
     def watch() -> None:
         while True:
             with ctx.engine.connect() as conn:
-                exists = conn.scalar(text("SELECT to_regclass(:t)"), {"t": staging})
-                if exists and conn.scalar(
-                    text(f'SELECT count(*) FROM "{staging}" WHERE "{RUN_COLUMN}" = :r'),
-                    {"r": ctx.run.id},
-                ):
+                if sinks.staged_rows(conn, ctx.drain.sink.table, ctx.run.id):
                     faults.crash_point("during_spark")
             time.sleep(0.02)
 

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from drainer.config import DrainConfig
 from drainer.offset_map import decode_offset_map
-from drainer.state import StoredRange
+from drainer.store.runs import StoredRange
 
 
 def read_ranges(

@@ -1,4 +1,4 @@
-"""Processing modes (DESIGN §7): dataframe (whole-run transform) and record (per-record handler).
+"""Processing modes (docs/design.md): dataframe (whole-run transform) and record (per-record handler).
 
 Both write their output through the staging sink inside the Spark tasks and send nothing but
 per-task counts back to the driver, so driver memory is bounded by the plan, not the backlog.
@@ -18,11 +18,14 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from drainer.records import Record, load_callable
+from drainer.callables import load_callable
+from drainer.records import Record
 from drainer.run import RunContext
 from drainer.settings import psycopg_url
-from drainer.sink_tables import ensure_sink_tables
-from spark_jobs.sinks import check_fence, pg_columns, write_staged
+from drainer.store.dead_letters import stage_failures
+from drainer.store.leases import check_fence
+from drainer.store.sinks import ensure_sink_tables, write_staged
+from spark_jobs.sinks import pg_columns
 
 
 def _plain(value: Any) -> Any:
@@ -40,12 +43,12 @@ def run_dataframe_mode(ctx: RunContext, df: DataFrame) -> None:
     ensure_sink_tables(ctx.engine, ctx.drain.sink.table, columns)
     names = [name for name, _ in columns]
     url, table, run_id = psycopg_url(ctx.settings.database_url), ctx.drain.sink.table, ctx.run.id
-    drain_name, fence = ctx.drain.name, ctx.lease.fence if ctx.lease else None
+    lease = ctx.lease
 
     def write_partition(rows: Iterator[Row]) -> None:
         task = f"p{TaskContext.get().partitionId()}"
         with psycopg.connect(url) as conn:
-            check_fence(conn, drain_name, fence)
+            check_fence(conn, lease, shared=True)
             write_staged(
                 conn, table, names, run_id, task, (tuple(_plain(v) for v in row) for row in rows)
             )
@@ -65,7 +68,7 @@ def run_record_mode(ctx: RunContext, df: DataFrame, output_schema: StructType) -
     url, table, run_id = psycopg_url(ctx.settings.database_url), ctx.drain.sink.table, ctx.run.id
     handler_path, ordering = ctx.drain.handler, ctx.drain.ordering
     concurrency = ctx.drain.max_concurrency
-    drain_name, fence = ctx.drain.name, ctx.lease.fence if ctx.lease else None
+    lease = ctx.lease
 
     def process_partition(rows: Iterator[Row]) -> Iterator[tuple]:
         from drainer.record_processing import process_records
@@ -81,7 +84,7 @@ def run_record_mode(ctx: RunContext, df: DataFrame, output_schema: StructType) -
             out_rows = (_as_tuple(row, names) for o in outcomes if o.ok for row in o.rows)
             not_done = [o for o in outcomes if not o.ok]
             with psycopg.connect(url) as conn:
-                check_fence(conn, drain_name, fence)
+                check_fence(conn, lease, shared=True)
                 write_staged(conn, table, names, run_id, task, out_rows)
                 _stage_failures(conn, run_id, topic, partition, first, last, not_done)
             failed = sum(1 for o in not_done if not o.held_back)
@@ -171,31 +174,21 @@ def _as_tuple(row: Any, names: list[str]) -> tuple:
 
 
 def _stage_failures(conn, run_id, topic, partition, first, last, not_done) -> None:
-    conn.execute(
-        "DELETE FROM record_failures WHERE run_id = %s AND topic = %s AND partition = %s "
-        'AND "offset" BETWEEN %s AND %s',
-        (run_id, topic, partition, first, last),
+    rows = (
+        (
+            o.record.offset,
+            o.held_back,
+            o.record.key,
+            o.record.value,
+            json.dumps(
+                {
+                    k: None if v is None else v.decode("utf-8", "replace")
+                    for k, v in o.record.headers
+                }
+            ),
+            _plain(o.record.timestamp),
+            o.error,
+        )
+        for o in not_done
     )
-    with conn.cursor().copy(
-        'COPY record_failures (run_id, topic, partition, "offset", held_back, key, value, headers, ts, error) '
-        "FROM STDIN"
-    ) as copy:
-        for o in not_done:
-            r = o.record
-            headers = json.dumps(
-                {k: None if v is None else v.decode("utf-8", "replace") for k, v in r.headers}
-            )
-            copy.write_row(
-                (
-                    run_id,
-                    topic,
-                    partition,
-                    r.offset,
-                    o.held_back,
-                    r.key,
-                    r.value,
-                    headers,
-                    _plain(r.timestamp),
-                    o.error,
-                )
-            )
+    stage_failures(conn, run_id, topic, partition, first, last, rows)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from drainer.errors import ServiceError
 from drainer.services import kafka, postgres
-from drainer.services.errors import ServiceError
 from drainer.services.jars import kafka_broker_jars, pyspark_version, spark_kafka_jars
 from drainer.services.lock import file_lock
 from drainer.services.status import ServiceStatus

@@ -13,7 +13,7 @@ import re
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from drainer.services.errors import ResolutionError, ServiceError
+from drainer.errors import ResolutionError, ServiceError
 from drainer.services.lock import file_lock
 from drainer.services.maven import cached, resolve_jars
 

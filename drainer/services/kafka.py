@@ -13,8 +13,8 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from drainer.errors import ServiceError
 from drainer.services import process
-from drainer.services.errors import ServiceError
 from drainer.services.jars import kafka_broker_jars, kafka_broker_jars_cached
 from drainer.services.kafka_config import KafkaPaths, cluster_id, write_configs
 from drainer.services.net import host_port, port_open

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from drainer.services.errors import ResolutionError
+from drainer.errors import ResolutionError
 from drainer.services.tools import require
 
 STAMP = ".resolved.json"

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from drainer.services.errors import ServiceError
+from drainer.errors import ServiceError
 
 INSTALL_HINT = "apt-get install postgresql (or your platform's PostgreSQL server package)"
 

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from drainer.services.errors import ServiceError
+from drainer.errors import ServiceError
 from drainer.services.tools import require
 
 OS_USER = "postgres"

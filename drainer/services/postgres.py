@@ -12,16 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-from psycopg import sql
 from sqlalchemy.engine import URL, make_url
 
+from drainer.errors import ServiceError
 from drainer.services import process
-from drainer.services.errors import ServiceError
 from drainer.services.net import port_open
 from drainer.services.pg_install import bindir
 from drainer.services.pg_layout import PgLayout, layout
 from drainer.services.status import ServiceStatus
 from drainer.settings import Settings, psycopg_url
+from drainer.store.server import create_role_and_database, ping
 
 NAME = "postgres"
 SUPERUSER = "postgres"
@@ -116,8 +116,7 @@ def _answers(database_url: str) -> bool:
 def _check(database_url: str, source: str) -> None:
     """`select 1` through the URL, or a ServiceError that names it (password hidden)."""
     try:
-        with psycopg.connect(psycopg_url(database_url), connect_timeout=5) as conn:
-            conn.execute("select 1")
+        ping(psycopg_url(database_url))
     except psycopg.Error as exc:
         shown = make_url(database_url).render_as_string(hide_password=True)
         origin = f" ({source})" if source else ""
@@ -188,29 +187,9 @@ def _run(pg: PgLayout, argv: list[str], what: str) -> None:
 def _bootstrap(url: URL) -> None:
     """Create the URL's role (superuser, it is a dev box) and database when missing."""
     try:
-        _create_role_and_database(url)
+        create_role_and_database(url, SUPERUSER)
     except psycopg.Error as exc:
         raise ServiceError(
             f"could not create role/database of {url.render_as_string(hide_password=True)} "
             f"as {SUPERUSER}: {exc}"
         ) from exc
-
-
-def _create_role_and_database(url: URL) -> None:
-    user, database = url.username or SUPERUSER, url.database or SUPERUSER
-    conninfo = {"host": url.host, "port": url.port or 5432, "user": SUPERUSER}
-    with psycopg.connect(**conninfo, dbname="postgres", connect_timeout=5, autocommit=True) as conn:
-        if (
-            user != SUPERUSER
-            and not conn.execute("select 1 from pg_roles where rolname = %s", (user,)).fetchone()
-        ):
-            stmt = sql.SQL("create role {} login superuser").format(sql.Identifier(user))
-            if url.password:
-                stmt += sql.SQL(" password {}").format(sql.Literal(url.password))
-            conn.execute(stmt)
-        if not conn.execute("select 1 from pg_database where datname = %s", (database,)).fetchone():
-            conn.execute(
-                sql.SQL("create database {} owner {}").format(
-                    sql.Identifier(database), sql.Identifier(user)
-                )
-            )

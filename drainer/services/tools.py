@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 
-from drainer.services.errors import ServiceError
+from drainer.errors import ServiceError
 
 JAVA_MAVEN_HINT = "apt-get install maven openjdk-17-jre-headless"
 

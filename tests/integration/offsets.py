@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
-from drainer.db import get_engine
 from drainer.kafka_io import group_offsets, partitions_of, watermarks
+from drainer.store import get_engine
 
 
 def high_watermarks(drain: DrainConfig) -> dict[tuple[str, int], int]:

@@ -8,13 +8,13 @@ import sys
 
 from sqlalchemy import text
 
-from drainer.db import get_engine
 from drainer.kafka_io import partitions_of, watermarks
+from drainer.store import get_engine
 
 
 def drainer(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "drainer.cli", *args],
+        [sys.executable, "-m", "spark_jobs.cli", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Issue 4 acceptance on the real stack: `drainer dlq list` and `drainer dlq retry` (DESIGN §7, §9).
+"""Issue 4 acceptance on the real stack: `drainer dlq list` and `drainer dlq retry`.
 
 Dead letters are listed from Postgres; a retry re-produces them, unchanged, to their level
 topic and marks them retried, so the next run drains them as new records once the handler is
@@ -16,9 +16,9 @@ from pathlib import Path
 import yaml
 from sqlalchemy import text
 
-from drainer.db import get_engine
 from drainer.kafka_io import partitions_of, watermarks
 from drainer.producer import OutRecord, produce_records
+from drainer.store import get_engine
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 

@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import text
 
 from drainer.config import ConfigError, load_drains
-from drainer.db import get_engine
 from drainer.kafka_io import group_offsets, partitions_of, watermarks
 from drainer.producer import produce_records, synthetic_records
+from drainer.store import get_engine
 
 PRODUCED = {0: 1200, 1: 800, 2: 500}
 
@@ -77,7 +77,7 @@ def test_unknown_level_is_a_clear_error(make_drain):
         [
             sys.executable,
             "-m",
-            "drainer.cli",
+            "spark_jobs.cli",
             "produce",
             drain.name,
             "--level",
@@ -112,7 +112,7 @@ def test_invalid_config_names_the_setting(tmp_path, monkeypatch):
     assert "orders.topic" in str(info.value) and "orders.ordering" in str(info.value)
     monkeypatch.setenv("DRAINER_CONFIG", str(bad))
     cli = subprocess.run(
-        [sys.executable, "-m", "drainer.cli", "plan", "orders"], capture_output=True, text=True
+        [sys.executable, "-m", "spark_jobs.cli", "plan", "orders"], capture_output=True, text=True
     )
     assert cli.returncode == 2
     assert "orders.ordering" in cli.stderr

@@ -1,5 +1,5 @@
 """Issue 4 acceptance on the real stack: crashes, concurrent runs and zombies never lose or
-duplicate a record (DESIGN §5).
+duplicate a record.
 
 Each crash is a real `drainer run` process that exits 86 at an injected point
 (DRAINER_FAULT); the runs that finish the work afterwards run in this process on the shared
@@ -24,12 +24,14 @@ from sqlalchemy import text
 from drainer import faults
 from drainer.commit import commit_run
 from drainer.config import DrainConfig
-from drainer.db import get_engine
+from drainer.errors import FencedOut
 from drainer.planning import partition_states
 from drainer.producer import OutRecord, produce_records, synthetic_records
 from drainer.run import RunResult, drain_once
-from drainer.sink_tables import RUN_COLUMN, staging_name
-from drainer.state import FencedOut, ensure_drain, get_run
+from drainer.store import get_engine
+from drainer.store.leases import ensure_drain
+from drainer.store.runs import get_run
+from drainer.store.sinks import RUN_COLUMN, staging_name
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 

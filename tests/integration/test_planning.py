@@ -3,7 +3,7 @@
 Every test drives real Spark runs (`spark_jobs.drain_job.run` or a Dagster materialization)
 against the real broker and Postgres, and checks the plans stored in `runs`, `run_levels` and
 `run_ranges`, and what `drainer plan --json` reports, against numbers worked out by hand from
-DESIGN §4. Budget 7000 over 3 exponential levels reserves 1000 / 2000 / 4000.
+docs/allocation.md. Budget 7000 over 3 exponential levels reserves 1000 / 2000 / 4000.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import time
 
 from sqlalchemy import text
 
-from drainer import state
-from drainer.db import get_engine
 from drainer.kafka_io import group_offsets, partitions_of, watermarks
 from drainer.planning import partition_states, plan_next_run
 from drainer.producer import OutRecord, produce_records, synthetic_records
+from drainer.store import get_engine
+from drainer.store.history import level_history
+from drainer.store.leases import ensure_drain
 from spark_jobs import drain_job
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -43,7 +44,7 @@ def _produce_times(drain, level: int, partition: int, stamps_ms: list[int]) -> N
 def _plan_cli(drain, *args: str) -> dict:
     """`drainer plan <drain> [args] --json` in a subprocess, as an operator would run it."""
     done = subprocess.run(
-        [sys.executable, "-m", "drainer.cli", "plan", drain.name, *args, "--json"],
+        [sys.executable, "-m", "spark_jobs.cli", "plan", drain.name, *args, "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -238,7 +239,7 @@ def test_backfills_of_other_levels_do_not_enter_a_levels_history_window(make_dra
     ]
 
     with get_engine().connect() as conn:
-        history = state.level_history(conn, drain.name, [0, 1, 2], drain.history_window)
+        history = level_history(conn, drain.name, [0, 1, 2], drain.history_window)
     assert history == {0: [6500, 7000], 1: [200, 0], 2: [0, 100, 0]}
 
     # level 0 still bursts: it takes what level 2 left unused at its best (4000 - 100) and what
@@ -253,7 +254,7 @@ def test_backfills_of_other_levels_do_not_enter_a_levels_history_window(make_dra
     # and a level-0-only backfill does not age level 2's window either
     drain_job.run(drain, levels=[0], trigger="test")
     with get_engine().connect() as conn:
-        history = state.level_history(conn, drain.name, [0, 1, 2], drain.history_window)
+        history = level_history(conn, drain.name, [0, 1, 2], drain.history_window)
     assert history[2] == [0, 100, 0]
     assert history[0] == [6500, 7000, 6500]  # the rest of level 0's 20000
 
@@ -277,8 +278,8 @@ def test_level_history_counts_committed_runs_that_covered_the_level(stack):
 
     drain, other = make(f"h_{uuid.uuid4().hex[:8]}"), make(f"h_{uuid.uuid4().hex[:8]}")
     engine = get_engine()
-    state.ensure_drain(engine, drain)
-    state.ensure_drain(engine, other)
+    ensure_drain(engine, drain)
+    ensure_drain(engine, other)
 
     def add_run(name: str, status: str, drained: dict[int, int | None]) -> None:
         with engine.begin() as conn:
@@ -308,7 +309,7 @@ def test_level_history_counts_committed_runs_that_covered_the_level(stack):
 
     def history(levels: list[int], window: int) -> dict[int, list[int]]:
         with engine.connect() as conn:
-            return state.level_history(conn, drain.name, levels, window)
+            return level_history(conn, drain.name, levels, window)
 
     assert history([0, 1, 2], 2) == {0: [10, 100], 1: [20, 200], 2: [300, 3000]}
     assert history([0, 1, 2], 10) == {0: [1, 10, 100], 1: [2, 20, 200], 2: [3, 30, 300, 3000]}
@@ -436,7 +437,7 @@ def test_plan_cli_shows_the_next_run_and_changes_nothing(make_drain, spark):
 
     # the human-readable table shows the same plan
     table = subprocess.run(
-        [sys.executable, "-m", "drainer.cli", "plan", drain.name, "--levels", "0,2"],
+        [sys.executable, "-m", "spark_jobs.cli", "plan", drain.name, "--levels", "0,2"],
         capture_output=True,
         text=True,
         timeout=120,

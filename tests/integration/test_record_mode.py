@@ -1,4 +1,4 @@
-"""Issue 4 acceptance on the real stack: poison records in record mode (DESIGN §7).
+"""Issue 4 acceptance on the real stack: poison records in record mode.
 
 1% of the records always raise (`poison_echo`); max_attempts is 3. Whatever the ordering, the
 drain ends with every poison record dead-lettered (with its error, after 3 attempts), every
@@ -23,13 +23,13 @@ from offsets import kafka_offsets, stored_offsets
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
-from drainer.db import get_engine
 from drainer.kafka_io import partitions_of, watermarks
 from drainer.offset_map import decode_offset_map
 from drainer.planning import partition_states
 from drainer.producer import OutRecord, produce_records
 from drainer.run import RunResult
-from drainer.sink_tables import RUN_COLUMN
+from drainer.store import get_engine
+from drainer.store.sinks import RUN_COLUMN
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 

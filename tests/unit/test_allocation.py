@@ -1,4 +1,4 @@
-"""Tests of the allocation algorithm (DESIGN §4): reserved shares, burst, plan, alignment."""
+"""Tests of the allocation algorithm: reserved shares, burst, plan, alignment."""
 
 from __future__ import annotations
 

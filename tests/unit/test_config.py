@@ -58,3 +58,20 @@ def test_unknown_level_names_the_range(tmp_path):
     drain = load(tmp_path)["orders"]
     with pytest.raises(ConfigError, match=r"levels 0\.\.2; level 3 does not exist"):
         drain.check_level(3)
+
+
+def test_every_setting_is_described_and_documented():
+    """Each field says what it is where it is declared, and docs/configuration.md names it."""
+    from pathlib import Path
+
+    from drainer.config import DrainConfig, SinkConfig
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    fields = {
+        **DrainConfig.model_fields,
+        **{f"sink.{k}": v for k, v in SinkConfig.model_fields.items()},
+    }
+    for name, info in fields.items():
+        assert info.description, f"{name} has no description"
+        if name != "name":  # the key under `drains:`, not a setting one writes
+            assert f"`{name}`" in docs, f"docs/configuration.md does not describe `{name}`"

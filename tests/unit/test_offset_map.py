@@ -1,4 +1,4 @@
-"""Offset map encoding (DESIGN §6): round trips, size budgets, wire format and damage handling."""
+"""Offset map encoding: round trips, size budgets, wire format and damage handling."""
 
 import base64
 import random

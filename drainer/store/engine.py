@@ -1,28 +1,30 @@
 """Engine and schema migrations.
 
-Migrations are the numbered files in `sql/`, applied in order inside one transaction each and
-recorded in `schema_migrations`, under an advisory lock so two processes starting together do
-not race.
+Migrations are the numbered files in `drainer/store/migrations/`, shipped as package data and
+read with `importlib.resources`, so an installed (non-editable) drainer finds them too. Each is
+applied in its own transaction and recorded in `schema_migrations`, under an advisory lock so
+two processes starting together do not race.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
+from importlib import resources
+from importlib.abc import Traversable
 
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 
-from drainer.settings import REPO_ROOT, load_settings
+from drainer.errors import DatabaseUnavailable
+from drainer.settings import load_settings
 
-SQL_DIR = REPO_ROOT / "sql"
 _MIGRATION = re.compile(r"^(\d{3})_[\w-]+\.sql$")
 _MIGRATION_LOCK = 0x64726169  # 'drai': any constant shared by every drainer process
 
 
-class DatabaseUnavailable(RuntimeError):
-    """Postgres cannot be reached; nothing was changed."""
+def migrations_dir() -> Traversable:
+    return resources.files("drainer.store") / "migrations"
 
 
 @functools.cache
@@ -34,9 +36,12 @@ def get_engine(url: str | None = None) -> Engine:
     return engine
 
 
-def migrations(sql_dir: Path = SQL_DIR) -> list[tuple[int, Path]]:
+def migrations(sql_dir: Traversable | None = None) -> list[tuple[int, Traversable]]:
+    sql_dir = sql_dir or migrations_dir()
     found = []
-    for path in sorted(sql_dir.glob("*.sql")):
+    for path in sorted(sql_dir.iterdir(), key=lambda p: p.name):
+        if not path.name.endswith(".sql"):
+            continue
         match = _MIGRATION.match(path.name)
         if not match:
             raise RuntimeError(f"{path}: migration files are named NNN_description.sql")
@@ -44,6 +49,8 @@ def migrations(sql_dir: Path = SQL_DIR) -> list[tuple[int, Path]]:
     versions = [version for version, _ in found]
     if len(set(versions)) != len(versions):
         raise RuntimeError(f"{sql_dir}: two migrations share a version number")
+    if not found:
+        raise RuntimeError(f"no migrations found in {sql_dir}: the drainer package is incomplete")
     return found
 
 

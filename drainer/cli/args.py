@@ -1,0 +1,26 @@
+"""Argument types and the subcommand helper shared by the command groups."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+def levels(value: str) -> list[int]:
+    try:
+        return [int(part) for part in value.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"levels are numbers, like '2' or '0,1': got {value!r}"
+        ) from None
+
+
+def add_command(
+    sub: argparse._SubParsersAction,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    help_text: str,
+) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help_text, description=help_text)
+    parser.set_defaults(func=func)
+    return parser

@@ -1,0 +1,71 @@
+"""The parser, and the one place where errors become exit codes.
+
+A `DrainerError` is the user's to fix: one line on stderr, exit with its `exit_code` (2, or 3
+when another run holds the drain), nothing changed. Anything else is a bug and keeps its
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+
+from drainer.cli import dlq, produce, runs, services, status
+from drainer.cli.output import err_console
+from drainer.errors import DrainerError
+
+GROUPS = (services, produce, runs, status, dlq)
+
+ExecutorFactory = Callable[[], Callable]
+"""Returns the executor of `drainer run` (`drainer.run.Executor`); called only by `run`."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="drainer", description="Drain Kafka backlogs by priority, exactly once."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in GROUPS:
+        group.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None, executor: ExecutorFactory | None = None) -> int:
+    """Run one command; `executor` supplies the Spark job for `drainer run`."""
+    args = build_parser().parse_args(argv)
+    args.executor = executor
+    _configure_logging(args.verbose)
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        return args.func(args)
+    except DrainerError as err:
+        colour = "yellow" if err.exit_code == 3 else "red"
+        err_console.print(f"[{colour}]drainer:[/] {err}", highlight=False)
+        return err.exit_code
+    except OperationalError as err:
+        err_console.print(
+            f"[red]drainer:[/] Postgres stopped answering ({err.orig}). Nothing was committed: "
+            "an interrupted run is resumed with the same ranges by the next `drainer run`.",
+            highlight=False,
+        )
+        return 2
+
+
+def _configure_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(console=err_console, show_path=False)],
+    )
+    for noisy in ("py4j", "sqlalchemy", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

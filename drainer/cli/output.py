@@ -1,0 +1,56 @@
+"""Everything the CLI prints: one console pair, one table renderer, one progress bar."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def cell(value: Any) -> str:
+    """Numbers with thousands separators, ratios with two decimals, None as empty."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def print_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    total: Sequence[Any] | None = None,
+    justify: str = "right",
+) -> None:
+    """A rich table from column names and rows of values (formatted by `cell`)."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*(v if isinstance(v, str) else cell(v) for v in row))
+    if total is not None:
+        table.add_row(*(v if isinstance(v, str) else cell(v) for v in total), style="bold")
+    console.print(table)
+
+
+def progress() -> Progress:
+    """A progress bar on stderr, so stdout stays clean for `--json` and pipes."""
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    )

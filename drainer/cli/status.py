@@ -1,0 +1,114 @@
+"""`drainer status` (where a drain stands) and `drainer rewind` (move offsets, audited)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from drainer.cli.args import add_command
+from drainer.cli.output import console, print_table
+from drainer.config import get_drain
+from drainer.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = add_command(
+        sub,
+        "status",
+        cmd_status,
+        "backlog per level and partition, recent runs, fill ratios, burst state",
+    )
+    p.add_argument("drain")
+    p.add_argument("--recent", type=int, default=10)
+    p.add_argument("--json", action="store_true")
+
+    p = add_command(
+        sub,
+        "rewind",
+        cmd_rewind,
+        "move a level's committed offsets to an offset or a time (audited)",
+    )
+    p.add_argument("drain")
+    p.add_argument("--level", type=int, required=True)
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--to-offset", type=int, help="offset to resume from (clamped to what Kafka has)"
+    )
+    target.add_argument("--to-time", help="ISO time: resume from the first record at or after it")
+    p.add_argument("--partitions", type=int, nargs="*", help="only these partitions")
+    p.add_argument("--reason", help="why, for the audit trail")
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from drainer.status import drain_status
+
+    drain = get_drain(args.drain)
+    report = drain_status(drain, recent=args.recent)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print_table(
+        f"{drain.name}: backlog by level",
+        ["level", "topic", "partitions", "backlog", "committed", "end offset", "burst eligible"],
+        [
+            [
+                str(lv["level"]),
+                lv["topic"],
+                len(lv["partitions"]),
+                lv["backlog"],
+                lv["committed"],
+                lv["end"],
+                lv["burst_eligible"],
+            ]
+            for lv in report["levels"]
+        ],
+    )
+    print_table(
+        "recent runs",
+        ["run", "status", "levels", "drained", "fill ratios (level: ratio)", "duration", "when"],
+        [
+            [
+                str(r["id"]),
+                r["status"],
+                ",".join(map(str, r["levels"])),
+                r["drained"],
+                ", ".join(
+                    f"{lvl}: {fr:.2f}"
+                    for lvl, fr in sorted(r["fill_ratios"].items(), reverse=True)
+                    if fr is not None
+                ),
+                f"{r['duration_s']:.1f} s" if r["duration_s"] is not None else "",
+                str(r["planned_at"])[:19],
+            ]
+            for r in report["runs"]
+        ],
+        justify="left",
+    )
+    console.print(f"dead letters: {report['dead_letters']:,}")
+    return 0
+
+
+def cmd_rewind(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from drainer.rewind import rewind
+
+    drain = get_drain(args.drain)
+    to_time = None
+    if args.to_time:
+        try:
+            to_time = datetime.fromisoformat(args.to_time)
+        except ValueError:
+            raise ConfigError(
+                f"--to-time {args.to_time!r} is not an ISO time like 2026-11-20T14:00:00+00:00"
+            ) from None
+    moved = rewind(drain, args.level, args.to_offset, to_time, args.partitions, args.reason)
+    print_table(
+        f"rewound {drain.level_topic(args.level)} (audited in offset_rewinds)",
+        ["partition", "from", "to", "records to redo"],
+        [
+            [str(m.partition), m.from_offset, m.to_offset, max(0, m.from_offset - m.to_offset)]
+            for m in moved
+        ],
+    )
+    return 0

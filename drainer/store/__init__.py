@@ -1,0 +1,21 @@
+"""Every SQL statement of drainer, split by what it keeps.
+
+| module          | keeps                                                              |
+|-----------------|--------------------------------------------------------------------|
+| `engine`        | the pooled engine per URL and the schema migrations (package data) |
+| `leases`        | the drain row, its advisory lock and the fencing token             |
+| `runs`          | plans, their ranges and per-level numbers, run status              |
+| `offsets`       | committed offsets and offset maps per partition, the Kafka mirror, |
+|                 | audited rewinds                                                    |
+| `history`       | what each level drained in recent runs (burst decisions)           |
+| `dead_letters`  | record failures, attempts, dead letters                            |
+| `sinks`         | the Postgres sink's target and staging tables                      |
+
+Functions take an open connection and run inside the caller's transaction, so the run
+lifecycle (`drainer.run`, `drainer.commit`) decides what commits together. No module outside
+this package holds SQL text (a unit test checks it).
+"""
+
+from drainer.store.engine import get_engine, migrate
+
+__all__ = ["get_engine", "migrate"]

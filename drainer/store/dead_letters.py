@@ -1,0 +1,170 @@
+"""Records that were not done: per-run failures, attempts across runs, dead letters.
+
+Spark tasks stage a run's failures (`stage_failures`, plain psycopg); the commit transaction
+counts attempts and moves records that reached `max_attempts` to the dead letters, where they
+count as done.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+
+def stage_failures(
+    conn: Any, run_id: int, topic: str, partition: int, first: int, last: int, rows: Iterable[tuple]
+) -> None:
+    """In a Spark task's transaction (psycopg): replace the failures of offsets first..last.
+
+    Each row is (offset, held_back, key, value, headers, ts, error).
+    """
+    conn.execute(
+        "DELETE FROM record_failures WHERE run_id = %s AND topic = %s AND partition = %s "
+        'AND "offset" BETWEEN %s AND %s',
+        (run_id, topic, partition, first, last),
+    )
+    with conn.cursor().copy(
+        'COPY record_failures (run_id, topic, partition, "offset", held_back, key, value, headers, ts, error) '
+        "FROM STDIN"
+    ) as copy:
+        for row in rows:
+            copy.write_row((run_id, topic, partition, *row))
+
+
+def clear_failures(conn: Connection, run_id: int) -> None:
+    conn.execute(text("DELETE FROM record_failures WHERE run_id = :r"), {"r": run_id})
+
+
+def run_failures(conn: Connection, run_id: int) -> dict[tuple[str, int], list[dict]]:
+    """(topic, partition) -> the run's not-done records in offset order."""
+    found: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    rows = conn.execute(
+        text(
+            'SELECT topic, partition, "offset", held_back, key, value, headers, ts, error '
+            'FROM record_failures WHERE run_id = :r ORDER BY topic, partition, "offset"'
+        ),
+        {"r": run_id},
+    )
+    for row in rows.mappings():
+        found[(row["topic"], row["partition"])].append(dict(row))
+    return found
+
+
+def count_attempt(
+    conn: Connection, drain: str, topic: str, partition: int, offset: int, error: str | None
+) -> int:
+    """One more failed attempt of a record; returns its attempts so far."""
+    return conn.scalar(
+        text(
+            'INSERT INTO record_attempts (drain, topic, partition, "offset", attempts, last_error) '
+            'VALUES (:d, :t, :p, :o, 1, :e) ON CONFLICT (drain, topic, partition, "offset") '
+            "DO UPDATE SET attempts = record_attempts.attempts + 1, last_error = :e, "
+            "updated_at = now() RETURNING attempts"
+        ),
+        {"d": drain, "t": topic, "p": partition, "o": offset, "e": error},
+    )
+
+
+def insert_dead_letter(
+    conn: Connection,
+    drain: str,
+    run_id: int,
+    level: int,
+    failure: dict,
+    headers_json: str | None,
+    attempts: int,
+    topic: str,
+    partition: int,
+) -> int:
+    """Move a record to the dead letters (done from now on) and forget its attempts."""
+    dead_id = conn.scalar(
+        text(
+            'INSERT INTO dead_letters (drain, run_id, topic, level, partition, "offset", key, value, '
+            "headers, ts, error, attempts) VALUES (:d, :r, :t, :l, :p, :o, :k, :v, "
+            'CAST(:h AS jsonb), :ts, :e, :a) ON CONFLICT (drain, topic, partition, "offset") '
+            "DO UPDATE SET run_id = :r, error = :e, attempts = :a, retried_at = NULL, "
+            "created_at = now() RETURNING id"
+        ),
+        {
+            "d": drain,
+            "r": run_id,
+            "t": topic,
+            "l": level,
+            "p": partition,
+            "o": failure["offset"],
+            "k": failure["key"],
+            "v": failure["value"],
+            "h": headers_json,
+            "ts": failure["ts"],
+            "e": failure["error"],
+            "a": attempts,
+        },
+    )
+    conn.execute(
+        text(
+            "DELETE FROM record_attempts WHERE drain = :d AND topic = :t AND partition = :p "
+            'AND "offset" = :o'
+        ),
+        {"d": drain, "t": topic, "p": partition, "o": failure["offset"]},
+    )
+    return dead_id
+
+
+def list_dead_letters(
+    conn: Connection, drain: str, limit: int, include_retried: bool
+) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        text(
+            'SELECT id, topic, level, partition, "offset", key, error, attempts, created_at, retried_at '
+            "FROM dead_letters WHERE drain = :d AND (:all OR retried_at IS NULL) "
+            "ORDER BY id LIMIT :n"
+        ),
+        {"d": drain, "all": include_retried, "n": limit},
+    ).mappings()
+    return [dict(row) for row in rows]
+
+
+def pending_dead_letters(conn: Connection, drain: str) -> int:
+    """Dead letters not retried yet: the one count `status` and the asset check both show."""
+    return conn.scalar(
+        text("SELECT count(*) FROM dead_letters WHERE drain = :d AND retried_at IS NULL"),
+        {"d": drain},
+    )
+
+
+def retryable(conn: Connection, drain: str, ids: list[int] | None) -> list[Any]:
+    """Dead letters not retried yet (only `ids`, when given), oldest first."""
+    return conn.execute(
+        text(
+            "SELECT id, level, key, value, headers FROM dead_letters WHERE drain = :d "
+            "AND retried_at IS NULL AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(:ids)) ORDER BY id"
+        ),
+        {"d": drain, "ids": ids},
+    ).all()
+
+
+def mark_retried(conn: Connection, ids: list[int]) -> None:
+    conn.execute(
+        text("UPDATE dead_letters SET retried_at = now() WHERE id = ANY(:ids)"), {"ids": ids}
+    )
+
+
+def unpublished(conn: Connection, drain: str) -> list[Any]:
+    """Dead letters not yet on the drain's DLQ topic, oldest first."""
+    return conn.execute(
+        text(
+            'SELECT id, topic, partition, "offset", key, value, headers, error, attempts '
+            "FROM dead_letters WHERE drain = :d AND dlq_published_at IS NULL ORDER BY id"
+        ),
+        {"d": drain},
+    ).all()
+
+
+def mark_published(conn: Connection, ids: list[int]) -> None:
+    conn.execute(
+        text("UPDATE dead_letters SET dlq_published_at = now() WHERE id = ANY(:ids)"),
+        {"ids": ids},
+    )

@@ -1,0 +1,147 @@
+"""Per partition: the committed offset and offset map, their Kafka mirror, audited rewinds.
+
+Postgres is the source of truth. Offsets move only by compare-and-set from the value a plan
+started from, or by an audited rewind under the drain's lease.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+
+def partition_offsets(conn: Connection, drain: str) -> dict[tuple[str, int], tuple[int, str]]:
+    """(topic, partition) -> (committed offset, offset map) of every partition with progress."""
+    rows = conn.execute(
+        text(
+            "SELECT topic, partition, committed, offset_map FROM partition_offsets WHERE drain = :d"
+        ),
+        {"d": drain},
+    )
+    return {(r.topic, r.partition): (r.committed, r.offset_map) for r in rows}
+
+
+def _level_of(topic: str) -> int:
+    return int(topic.rsplit("-", 1)[1])
+
+
+def insert_initial_offsets(
+    conn: Connection, drain: str, initial_offsets: dict[tuple[str, int], int]
+) -> None:
+    """First progress row of partitions a plan covers for the first time (never overwrites)."""
+    for (topic, partition), committed in initial_offsets.items():
+        conn.execute(
+            text(
+                "INSERT INTO partition_offsets (drain, topic, level, partition, committed) "
+                "VALUES (:d, :t, :l, :p, :c) ON CONFLICT DO NOTHING"
+            ),
+            {"d": drain, "t": topic, "l": _level_of(topic), "p": partition, "c": committed},
+        )
+
+
+def compare_and_set(
+    conn: Connection,
+    drain: str,
+    topic: str,
+    partition: int,
+    expected: tuple[int, str],
+    new: tuple[int, str],
+) -> bool:
+    """Move a partition's (committed, map) to `new` only if it still is `expected`."""
+    updated = conn.execute(
+        text(
+            "UPDATE partition_offsets SET committed = :c, offset_map = :m, updated_at = now() "
+            "WHERE drain = :d AND topic = :t AND partition = :p "
+            "AND committed = :c0 AND offset_map = :m0"
+        ),
+        {
+            "c": new[0],
+            "m": new[1],
+            "d": drain,
+            "t": topic,
+            "p": partition,
+            "c0": expected[0],
+            "m0": expected[1],
+        },
+    ).rowcount
+    return updated == 1
+
+
+def unmirrored(conn: Connection, drain: str) -> list[Any]:
+    """Partitions whose Kafka group offset lags what Postgres committed."""
+    return conn.execute(
+        text(
+            "SELECT topic, level, partition, committed, offset_map FROM partition_offsets "
+            "WHERE drain = :d AND (mirrored_offset IS DISTINCT FROM committed "
+            "OR mirrored_map IS DISTINCT FROM offset_map)"
+        ),
+        {"d": drain},
+    ).all()
+
+
+def mark_mirrored(conn: Connection, drain: str, topic: str, partition: int, offset: int) -> None:
+    """Record that Kafka has `offset` (unless Postgres moved on meanwhile)."""
+    conn.execute(
+        text(
+            "UPDATE partition_offsets SET mirrored_offset = :c, mirrored_map = offset_map "
+            "WHERE drain = :d AND topic = :t AND partition = :p AND committed = :c"
+        ),
+        {"c": offset, "d": drain, "t": topic, "p": partition},
+    )
+
+
+def rewind_partition(
+    conn: Connection,
+    drain: str,
+    topic: str,
+    partition: int,
+    current: tuple[int, str],
+    target: int,
+    reason: str | None,
+) -> None:
+    """Set a partition's committed offset (clearing its map) and audit who, when and why."""
+    conn.execute(
+        text(
+            "INSERT INTO partition_offsets (drain, topic, level, partition, committed, offset_map) "
+            "VALUES (:d, :t, :l, :p, :c, '') ON CONFLICT (drain, topic, partition) "
+            "DO UPDATE SET committed = :c, offset_map = '', updated_at = now()"
+        ),
+        {"d": drain, "t": topic, "l": _level_of(topic), "p": partition, "c": target},
+    )
+    conn.execute(
+        text(
+            "INSERT INTO offset_rewinds (drain, topic, partition, from_offset, from_map, "
+            "to_offset, requested_by, reason) VALUES (:d, :t, :p, :f, :fm, :to, :who, :why)"
+        ),
+        {
+            "d": drain,
+            "t": topic,
+            "p": partition,
+            "f": current[0],
+            "fm": current[1],
+            "to": target,
+            "who": getpass.getuser(),
+            "why": reason,
+        },
+    )
+
+
+def unexplained_regressions(conn: Connection, drain: str) -> list[Any]:
+    """Committed runs whose start offset is below the previous run's, with no rewind between."""
+    return conn.execute(
+        text(
+            "WITH starts AS ("
+            "  SELECT rr.topic, rr.partition, r.id, rr.start_offset,"
+            "         lag(rr.start_offset) OVER (PARTITION BY rr.topic, rr.partition ORDER BY r.id) AS prev,"
+            "         lag(r.committed_at) OVER (PARTITION BY rr.topic, rr.partition ORDER BY r.id) AS prev_at"
+            "  FROM run_ranges rr JOIN runs r ON r.id = rr.run_id"
+            "  WHERE r.drain = :d AND r.status = 'committed')"
+            " SELECT s.topic, s.partition, s.id, s.prev, s.start_offset FROM starts s"
+            " WHERE s.start_offset < s.prev AND NOT EXISTS ("
+            "   SELECT 1 FROM offset_rewinds w WHERE w.drain = :d AND w.topic = s.topic"
+            "   AND w.partition = s.partition AND w.created_at > s.prev_at)"
+        ),
+        {"d": drain},
+    ).all()

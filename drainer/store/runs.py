@@ -1,0 +1,265 @@
+"""Plans and runs: the stored plan (ranges and per-level numbers) and each run's status.
+
+A plan is written before anything is read, and an uncommitted one is resumed with exactly the
+same ranges, so its output is the same and writing it again changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, text
+
+from drainer.allocation import Plan
+from drainer.config import DrainConfig
+from drainer.store.leases import Lease, check_fence, set_owner
+from drainer.store.offsets import insert_initial_offsets
+
+
+@dataclass(frozen=True)
+class StoredRange:
+    topic: str
+    level: int
+    partition: int
+    start: int
+    end: int
+    start_map: str
+    records: int
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    id: int
+    drain: str
+    status: str
+    levels: list[int]
+    budget: int
+    mode: str
+    attempts: int
+    ranges: list[StoredRange]
+
+
+_RUN_COLUMNS = "id, drain, status, levels, budget, mode, attempts"
+
+
+def open_run(conn: Connection, drain: str) -> StoredRun | None:
+    """The drain's uncommitted plan, if any: it must be resumed before anything new is planned."""
+    row = conn.execute(
+        text(f"SELECT {_RUN_COLUMNS} FROM runs WHERE drain = :d AND status <> 'committed'"),
+        {"d": drain},
+    ).first()
+    return None if row is None else _load_run(conn, row)
+
+
+def get_run(conn: Connection, run_id: int) -> StoredRun:
+    row = conn.execute(text(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = :r"), {"r": run_id}).one()
+    return _load_run(conn, row)
+
+
+def _load_run(conn: Connection, row: Any) -> StoredRun:
+    ranges = [
+        StoredRange(
+            r.topic, r.level, r.partition, r.start_offset, r.end_offset, r.start_map, r.records
+        )
+        for r in conn.execute(
+            text(
+                "SELECT topic, level, partition, start_offset, end_offset, start_map, records "
+                "FROM run_ranges WHERE run_id = :r ORDER BY level DESC, partition"
+            ),
+            {"r": row.id},
+        )
+    ]
+    return StoredRun(
+        row.id, row.drain, row.status, list(row.levels), row.budget, row.mode, row.attempts, ranges
+    )
+
+
+def write_plan(
+    conn: Connection,
+    lease: Lease,
+    drain: DrainConfig,
+    plan: Plan,
+    levels: list[int],
+    trigger: str,
+    start_maps: dict[tuple[str, int], str],
+    initial_offsets: dict[tuple[str, int], int],
+) -> int:
+    """Store the plan before anything is read, so a crash after this point resumes it."""
+    check_fence(conn, lease)
+    insert_initial_offsets(conn, drain.name, initial_offsets)
+    run_id = conn.scalar(
+        text(
+            "INSERT INTO runs (drain, status, levels, budget, mode, trigger, fence) "
+            "VALUES (:d, 'planned', :levels, :b, :m, :t, :f) RETURNING id"
+        ),
+        {
+            "d": drain.name,
+            "levels": levels,
+            "b": drain.budget,
+            "m": drain.mode,
+            "t": trigger,
+            "f": lease.fence,
+        },
+    )
+    conn.execute(
+        text(
+            "INSERT INTO run_levels (run_id, level, reserved, burst, allocated, backlog_before, planned) "
+            "VALUES (:r, :level, :reserved, :burst, :allocated, :backlog, :planned)"
+        ),
+        [
+            {
+                "r": run_id,
+                "level": lp.level,
+                "reserved": lp.reserved,
+                "burst": lp.burst,
+                "allocated": lp.allocated,
+                "backlog": lp.backlog,
+                "planned": lp.planned,
+            }
+            for lp in plan.levels.values()
+        ],
+    )
+    if plan.ranges:
+        conn.execute(
+            text(
+                "INSERT INTO run_ranges (run_id, topic, level, partition, start_offset, end_offset, "
+                "start_map, records) VALUES (:r, :t, :l, :p, :s, :e, :m, :n)"
+            ),
+            [
+                {
+                    "r": run_id,
+                    "t": drain.level_topic(pr.level),
+                    "l": pr.level,
+                    "p": pr.partition,
+                    "s": pr.start,
+                    "e": pr.end,
+                    "n": pr.records,
+                    "m": start_maps.get((drain.level_topic(pr.level), pr.partition), ""),
+                }
+                for pr in plan.ranges
+            ],
+        )
+    set_owner(conn, drain.name, run_id)
+    return run_id
+
+
+def mark_running(conn: Connection, lease: Lease, run_id: int, dagster_run_id: str | None) -> int:
+    check_fence(conn, lease)
+    attempts = conn.scalar(
+        text(
+            "UPDATE runs SET status = 'running', attempts = attempts + 1, started_at = now(), "
+            "fence = :f, error = NULL, dagster_run_id = coalesce(:dr, dagster_run_id) "
+            "WHERE id = :r RETURNING attempts"
+        ),
+        {"f": lease.fence, "r": run_id, "dr": dagster_run_id},
+    )
+    set_owner(conn, lease.drain, run_id)
+    return attempts
+
+
+def mark_failed(engine: Engine, lease: Lease, run_id: int, error: str) -> None:
+    """Best effort: the plan stays and is resumed by the next run either way.
+
+    Only while the run still carries this lease's fence: a zombie that was fenced out must not
+    mark failed the plan that a newer run has resumed and is executing (its commit would refuse).
+    """
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE runs SET status = 'failed', error = :e "
+                "WHERE id = :r AND status <> 'committed' AND fence = :f"
+            ),
+            {"r": run_id, "e": error[:8000], "f": lease.fence},
+        )
+
+
+def lock_status(conn: Connection, run_id: int) -> str | None:
+    """The run's status, row-locked for the rest of the commit transaction."""
+    return conn.scalar(text("SELECT status FROM runs WHERE id = :r FOR UPDATE"), {"r": run_id})
+
+
+def mark_committed(conn: Connection, run_id: int, duration_s: float) -> None:
+    conn.execute(
+        text(
+            "UPDATE runs SET status = 'committed', committed_at = now(), duration_s = :d "
+            "WHERE id = :r"
+        ),
+        {"r": run_id, "d": duration_s},
+    )
+
+
+def store_level_outcome(
+    conn: Connection, run_id: int, level: int, drained: int, failed: int, dead_lettered: int
+) -> None:
+    """A level's results, with its fill ratio (drained / reserved) for the burst history."""
+    conn.execute(
+        text(
+            "UPDATE run_levels SET drained = :dr, failed = :f, dead_lettered = :dl, "
+            "fill_ratio = CASE WHEN reserved > 0 THEN CAST(:dr AS float) / reserved END "
+            "WHERE run_id = :r AND level = :l"
+        ),
+        {"dr": drained, "f": failed, "dl": dead_lettered, "r": run_id, "l": level},
+    )
+
+
+def store_backlog_after(conn: Connection, run_id: int, backlog_by_level: dict[int, int]) -> None:
+    for level, backlog in backlog_by_level.items():
+        conn.execute(
+            text("UPDATE run_levels SET backlog_after = :b WHERE run_id = :r AND level = :l"),
+            {"b": backlog, "r": run_id, "l": level},
+        )
+
+
+LEVEL_REPORT_COLUMNS = (
+    "level",
+    "reserved",
+    "burst",
+    "allocated",
+    "backlog_before",
+    "planned",
+    "drained",
+    "failed",
+    "dead_lettered",
+    "fill_ratio",
+    "backlog_after",
+)
+
+
+def level_rows(conn: Connection, run_id: int) -> list[dict[str, Any]]:
+    """A run's per-level numbers as stored (missing ones as 0), highest level first."""
+    rows = conn.execute(
+        text(
+            f"SELECT {', '.join(LEVEL_REPORT_COLUMNS)} FROM run_levels WHERE run_id = :r "
+            "ORDER BY level DESC"
+        ),
+        {"r": run_id},
+    ).mappings()
+    return [{k: (v if v is not None else 0) for k, v in row.items()} for row in rows]
+
+
+def recent_runs(conn: Connection, drain: str, limit: int) -> list[Any]:
+    """The drain's latest runs with their drained totals and fill ratios, newest first."""
+    return conn.execute(
+        text(
+            "SELECT r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, r.duration_s, "
+            "coalesce(sum(rl.drained), 0) AS drained, "
+            "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills "
+            "FROM runs r LEFT JOIN run_levels rl ON rl.run_id = r.id WHERE r.drain = :d "
+            "GROUP BY r.id ORDER BY r.id DESC LIMIT :n"
+        ),
+        {"d": drain, "n": limit},
+    ).all()
+
+
+def latest_committed_dead_lettered(conn: Connection, drain: str) -> int:
+    """How many records the drain's latest committed run dead-lettered (0 with no run)."""
+    row = conn.execute(
+        text(
+            "SELECT r.id, coalesce(sum(rl.dead_lettered), 0) AS dead FROM runs r "
+            "JOIN run_levels rl ON rl.run_id = r.id WHERE r.drain = :d AND r.status = 'committed' "
+            "GROUP BY r.id ORDER BY r.id DESC LIMIT 1"
+        ),
+        {"d": drain},
+    ).first()
+    return int(row.dead) if row else 0

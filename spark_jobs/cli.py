@@ -1,0 +1,27 @@
+"""The `drainer` command: drainer's CLI with the Spark job injected as the run executor.
+
+`drainer.cli` cannot import pyspark (the core stays light and pure), so the one place that
+knows the executor is this entry point; it imports the Spark job only when `drainer run`
+asks for it, so `--help`, `plan` and `status` never start or import Spark.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from drainer.cli import main as cli_main
+
+
+def spark_executor() -> Callable:
+    from spark_jobs.drain_job import execute
+
+    return execute
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli_main(argv, executor=spark_executor)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
