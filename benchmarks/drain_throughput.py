@@ -16,48 +16,24 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import resource
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
-
-import yaml
 
 OUT = Path(__file__).resolve().parent / "out"
 
 
 def one_size(records: int) -> dict:
     from drainer import services
-    from drainer.config import load_drains
-    from drainer.kafka_io import create_topics
+    from drainer.settings import use_config_path
+    from drainer.testing import create_drain
 
     services.up(echo=lambda *_: None)
-    suffix = uuid.uuid4().hex[:8]
-    name = f"bench_{suffix}"
-    config = OUT / f"{name}.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "drains": {
-                    name: {
-                        "topic": name,
-                        "group": name,
-                        "levels": 3,
-                        "partitions": 4,
-                        "budget": records,
-                        "schedule": None,
-                        "sink": {"table": f"{name}_buckets"},
-                    }
-                }
-            }
-        )
-    )
-    os.environ["DRAINER_CONFIG"] = str(config)
-    drain = load_drains(config)[name]
-    create_topics(drain)
+    drain, config = create_drain(OUT, prefix="bench", partitions=4, budget=records)
+    use_config_path(config).__enter__()  # current for the rest of this benchmark process
+    name = drain.name
     started = time.monotonic()
     per_level = [records // 3 + (1 if i < records % 3 else 0) for i in range(3)]
     for level, count in enumerate(per_level):  # a child process, so its buffers are not ours
@@ -65,7 +41,7 @@ def one_size(records: int) -> dict:
             [
                 sys.executable,
                 "-m",
-                "drainer.cli",
+                "spark_jobs.cli",
                 "produce",
                 name,
                 "--level",

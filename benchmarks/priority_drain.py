@@ -29,11 +29,8 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-
-import yaml
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -58,28 +55,21 @@ FIELDS = [
 
 
 def make_drain(args: argparse.Namespace, scenario: str, config_dir: Path):
-    from drainer.config import load_drains
-    from drainer.kafka_io import create_topics
+    """A fresh drain for one scenario; current in DRAINER_CONFIG so `drainer status` sees it."""
+    from drainer.settings import use_config_path
+    from drainer.testing import create_drain
 
-    suffix = uuid.uuid4().hex[:8]
-    name = f"bench_prio_{scenario}_{suffix}"
-    body = {
-        "topic": name,
-        "group": name,
-        "levels": args.levels,
-        "partitions": args.partitions,
-        "budget": args.budget,
-        "schedule": None,
-        "mode": "dataframe",
-        "processor": "spark_jobs.examples:time_buckets",
-        "sink": {"table": f"{name}_buckets"},
+    drain, path = create_drain(
+        config_dir,
+        prefix=f"bench_prio_{scenario}",
+        levels=args.levels,
+        partitions=args.partitions,
+        budget=args.budget,
+        mode="dataframe",
+        processor="spark_jobs.examples:time_buckets",
         **SCENARIOS[scenario],
-    }
-    path = config_dir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"drains": {name: body}}))
-    os.environ["DRAINER_CONFIG"] = str(path)  # so `drainer status <name>` works while it runs
-    drain = load_drains(path)[name]
-    create_topics(drain)
+    )
+    use_config_path(path).__enter__()  # current for the rest of this benchmark process
     return drain
 
 

@@ -42,11 +42,8 @@ import sys
 import tempfile
 import time
 import urllib.request
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-
-import yaml
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
@@ -67,30 +64,23 @@ FIELDS = [
 
 
 def make_drain(config_dir: Path, ordering: str, args: argparse.Namespace, handler: str):
-    from drainer.config import load_drains
-    from drainer.kafka_io import create_topics
+    from drainer.settings import use_config_path
+    from drainer.testing import create_drain
     from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
-    name = f"bench_slow_{ordering}_{uuid.uuid4().hex[:8]}"
-    body = {
-        "topic": name,
-        "group": name,
-        "levels": 1,
-        "partitions": 1,
-        "budget": args.records,
-        "schedule": None,
-        "mode": "record",
-        "handler": handler,
-        "output_schema": RECORD_ECHO_SCHEMA,
-        "ordering": ordering,
-        "max_concurrency": args.concurrency,
-        "sink": {"table": f"{name}_out"},
-    }
-    path = config_dir / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"drains": {name: body}}))
-    os.environ["DRAINER_CONFIG"] = str(path)
-    drain = load_drains(path)[name]
-    create_topics(drain)
+    drain, path = create_drain(
+        config_dir,
+        prefix=f"bench_slow_{ordering}",
+        levels=1,
+        partitions=1,
+        budget=args.records,
+        mode="record",
+        handler=handler,
+        output_schema=RECORD_ECHO_SCHEMA,
+        ordering=ordering,
+        max_concurrency=args.concurrency,
+    )
+    use_config_path(path).__enter__()  # current for the rest of this benchmark process
     return drain
 
 
@@ -163,7 +153,7 @@ def stage_seconds(drain, run_id: int) -> float | None:
 def sink_rows(drain) -> tuple[int, int]:
     from sqlalchemy import text
 
-    from drainer.db import get_engine
+    from drainer.store import get_engine
 
     with get_engine().connect() as conn:
         return conn.execute(

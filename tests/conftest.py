@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from drainer.config import DrainConfig, load_drains
+from drainer.config import DrainConfig
+from drainer.testing import temporary_drain
 
 
 @pytest.fixture(scope="session")
@@ -35,43 +35,20 @@ def spark(stack):
 
 
 @pytest.fixture
-def make_drain(stack, tmp_path: Path, monkeypatch) -> Iterator[Callable[..., DrainConfig]]:
+def make_drain(stack, tmp_path: Path) -> Iterator[Callable[..., DrainConfig]]:
     """Create a uniquely named drain with its topics; also writes it to DRAINER_CONFIG."""
-    from drainer.kafka_io import admin, create_topics
+    with contextlib.ExitStack() as drains:
 
-    made: list[DrainConfig] = []
+        def factory(**overrides: Any) -> DrainConfig:
+            suffix = uuid.uuid4().hex[:8]
+            defaults = {"topic": f"t_{suffix}", "group": f"g_{suffix}"}
+            defaults["sink"] = {"type": "postgres", "table": f"sink_{suffix}"}
+            name = overrides.pop("name", f"t_{suffix}")
+            return drains.enter_context(
+                temporary_drain(tmp_path, name=name, **{**defaults, **overrides})
+            )
 
-    def factory(**overrides: Any) -> DrainConfig:
-        suffix = uuid.uuid4().hex[:8]
-        name = overrides.pop("name", f"t_{suffix}")
-        body: dict[str, Any] = {
-            "topic": f"t_{suffix}",
-            "group": f"g_{suffix}",
-            "levels": 3,
-            "partitions": 2,
-            "budget": 7000,
-            "schedule": None,
-            "sink": {"type": "postgres", "table": f"sink_{suffix}"},
-        }
-        body.update(overrides)
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump({"drains": {name: body}}))
-        monkeypatch.setenv("DRAINER_CONFIG", str(path))
-        drain = load_drains(path)[name]
-        create_topics(drain, [drain.dlq_topic] if drain.dlq_topic else [])
-        made.append(drain)
-        return drain
-
-    yield factory
-    # keep a long-lived local broker from collecting thousands of test topics
-    for drain in made:
-        topics = [drain.level_topic(level) for level in range(drain.levels)]
-        topics += [drain.dlq_topic] if drain.dlq_topic else []
-        client = admin(drain)  # must outlive its futures
-        for future in client.delete_topics(topics, operation_timeout=10).values():
-            # already gone, or the test stopped the broker: nothing to keep
-            with contextlib.suppress(Exception):
-                future.result(timeout=15)
+        yield factory
 
 
 @pytest.fixture
