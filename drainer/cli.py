@@ -216,6 +216,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except DrainBusy as err:
         err_console.print(f"[yellow]drainer:[/] {err}")
         return 3
+    print(f"spark: {drain_job.which_spark()}", file=sys.stderr)  # plain: never wrapped
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, default=str))
         return 0

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.run import RunContext, RunResult, drain_once
+from drainer.settings import Settings
 from drainer.sink_tables import RUN_COLUMN, staging_name, table_columns
 from drainer.state import check_fence
 from spark_jobs.kafka_source import read_ranges
@@ -43,6 +44,11 @@ def execute(ctx: RunContext) -> None:
             run_record_mode(ctx, df, schema)
     finally:
         spark.removeTag(tag)
+
+
+def which_spark(settings: Settings | None = None) -> str:
+    """The Spark that runs use in this process, in words (`Spark Connect sc://…`)."""
+    return describe(get_spark(settings))
 
 
 def clear_run_outputs(ctx: RunContext) -> None:
