@@ -30,6 +30,9 @@ OUT = Path(__file__).resolve().parent / "out"
 
 
 def one_size(records: int) -> dict:
+    # this benchmark reads the JVM's memory, so it needs the JVM in this process
+    os.environ["SPARK_MASTER"] = os.environ.get("SPARK_MASTER", "local[*]")
+    os.environ.pop("SPARK_REMOTE", None)
     from drainer import services
     from drainer.config import load_drains
     from drainer.kafka_io import create_topics
