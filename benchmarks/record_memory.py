@@ -3,7 +3,7 @@
   .venv/bin/python benchmarks/record_memory.py           # --records 100000 1000000
 
 One level, one partition, so the whole backlog is one Kafka partition range handled by one
-Spark task; handler `spark_jobs.examples:record_echo` (one output row per record), key ordering.
+Spark task; handler `spark_jobs.examples:record_echo` (one output row per record), partition ordering.
 Each size runs in a fresh process with an in-process `local[*]` session, so its Python workers
 are fresh and their peak resident memory (VmHWM, reported by the task itself) belongs to that
 size only. Flat across sizes = bounded by a chunk, not by the range.
@@ -34,7 +34,7 @@ def one_size(records: int) -> dict:
         mode="record",
         handler="spark_jobs.examples:record_echo",
         output_schema=RECORD_ECHO_SCHEMA,
-        ordering="key",
+        ordering="partition",
     )
     produce(drain, records)
     tasks: list[tuple] = []
