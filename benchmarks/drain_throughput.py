@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -26,6 +27,9 @@ OUT = Path(__file__).resolve().parent / "out"
 
 
 def one_size(records: int) -> dict:
+    # this benchmark reads the JVM's memory, so it needs the JVM in this process
+    os.environ["SPARK_MASTER"] = os.environ.get("SPARK_MASTER", "local[*]")
+    os.environ.pop("SPARK_REMOTE", None)
     from drainer import services
     from drainer.settings import use_config_path
     from drainer.testing import create_drain

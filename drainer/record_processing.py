@@ -1,7 +1,8 @@
 """Run a handler over one partition's records with an ordering mode and bounded concurrency.
 
 Pure Python (threads, no Spark), so the ordering guarantees are unit-tested directly; the Spark
-job calls `process_records` once per Kafka partition inside its tasks.
+job calls `process_in_chunks` once per Kafka partition inside its tasks, and stages each chunk's
+outcomes as it completes, so a task holds one chunk of outcomes, not its whole range.
 
 Orderings:
 - `partition`: one record at a time in offset order; a failure holds back the rest.
@@ -25,6 +26,15 @@ from drainer.records import Record
 
 Ordering = Literal["partition", "key", "unordered"]
 Handler = Callable[[Record], Any]
+CHUNK_RECORDS = 10_000  # records whose outcomes a task holds at a time (process_in_chunks)
+
+
+@dataclass
+class HeldBack:
+    """What holds later records back, carried from one chunk of a partition to the next."""
+
+    partition_failed: bool = False
+    failed_keys: set[bytes | None] = field(default_factory=set)
 
 
 @dataclass
@@ -59,18 +69,53 @@ def process_records(
     handler: Handler,
     ordering: Ordering = "partition",
     max_concurrency: int = 16,
+    held: HeldBack | None = None,
 ) -> list[Outcome]:
     """Outcomes in the input (offset) order: ok, failed with error text, or held back.
 
     Records are handed to the handler as they arrive (the input may be a stream, such as a
     Spark partition being read), so the handler's waiting overlaps the reading. Input must be
-    in increasing offset order: records of one Kafka partition.
+    in increasing offset order: records of one Kafka partition. `held` carries failures in from
+    earlier records of the same partition and out to later ones (see `process_in_chunks`).
     """
     if ordering not in ("partition", "key", "unordered"):
         raise ValueError(f"unknown ordering {ordering!r}: use partition, key or unordered")
+    held = held if held is not None else HeldBack()
     if ordering == "partition" or max_concurrency == 1:
-        return _serial(records, handler, ordering)
-    return _Concurrent(handler, ordering, max_concurrency).run(records)
+        return _serial(records, handler, ordering, held)
+    return _Concurrent(handler, ordering, max_concurrency, held).run(records)
+
+
+def process_in_chunks(
+    records: Iterable[Record],
+    handler: Handler,
+    ordering: Ordering = "partition",
+    max_concurrency: int = 16,
+    chunk_records: int = CHUNK_RECORDS,
+) -> Iterator[list[Outcome]]:
+    """`process_records` over one partition's records, `chunk_records` at a time.
+
+    Yields each chunk's outcomes, in offset order, once every record of the chunk is done; the
+    caller stages them before asking for the next. A failure holds back later records across
+    chunk boundaries exactly as within one call (its partition, or its key), so the outcomes
+    are those of a single `process_records` over the whole input; memory is one chunk's.
+    """
+    held = HeldBack()
+    previous: int | None = None
+    chunk: list[Record] = []
+    for record in records:
+        if previous is not None and record.offset <= previous:
+            raise ValueError(
+                "records of one partition must arrive in increasing offset order: "
+                f"offset {record.offset} came after {previous}"
+            )
+        previous = record.offset
+        chunk.append(record)
+        if len(chunk) >= chunk_records:
+            yield process_records(chunk, handler, ordering, max_concurrency, held)
+            chunk = []
+    if chunk:
+        yield process_records(chunk, handler, ordering, max_concurrency, held)
 
 
 def _in_offset_order(records: Iterable[Record]) -> Iterator[Record]:
@@ -85,19 +130,20 @@ def _in_offset_order(records: Iterable[Record]) -> Iterator[Record]:
         yield record
 
 
-def _serial(records: Iterable[Record], handler: Handler, ordering: Ordering) -> list[Outcome]:
+def _serial(
+    records: Iterable[Record], handler: Handler, ordering: Ordering, held: HeldBack
+) -> list[Outcome]:
     """One at a time, in offset order; a failure holds back its partition or its key."""
     outcomes: list[Outcome] = []
-    failed_keys: set[bytes | None] = set()
-    partition_failed = False
     for record in _in_offset_order(records):
         outcome = Outcome(record)
         outcomes.append(outcome)
-        if partition_failed or (ordering == "key" and record.key in failed_keys):
+        if held.partition_failed or (ordering == "key" and record.key in held.failed_keys):
             outcome.held_back = True
         elif not _attempt(handler, outcome):
-            partition_failed = ordering == "partition"
-            failed_keys.add(record.key)
+            held.partition_failed = ordering == "partition"
+            if ordering == "key":
+                held.failed_keys.add(record.key)
     return outcomes
 
 
@@ -114,14 +160,14 @@ class _Concurrent:
     one. Workers start as work arrives, up to the limit.
     """
 
-    def __init__(self, handler: Handler, ordering: Ordering, limit: int) -> None:
+    def __init__(self, handler: Handler, ordering: Ordering, limit: int, held: HeldBack) -> None:
         self.handler = handler
         self.keyed = ordering == "key"
         self.limit = limit
         self.lock = threading.Lock()
         self.ready: queue.SimpleQueue = queue.SimpleQueue()
         self.busy: dict[bytes | None, deque[Outcome]] = {}  # key -> its queued records
-        self.failed: set[bytes | None] = set()
+        self.failed = held.failed_keys  # shared with the next chunk of the partition
         self.workers: list[threading.Thread] = []
 
     def run(self, records: Iterable[Record]) -> list[Outcome]:

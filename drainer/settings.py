@@ -18,6 +18,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_DATABASE_URL = "postgresql+psycopg://drainer@127.0.0.1:55432/drainer"
 DEFAULT_SPARK_MASTER = "local[*]"
+DEFAULT_CONNECT_PORT = 15002
+DEFAULT_SPARK_REMOTE = f"sc://127.0.0.1:{DEFAULT_CONNECT_PORT}"
 
 
 @dataclass(frozen=True)
@@ -30,11 +32,39 @@ class Settings:
     spark_master: str
     home: Path
     config_path: Path
+    spark_remote: str | None = None
+    """SPARK_REMOTE: a Spark Connect endpoint (`sc://host:port`) every run uses; None when unset."""
+    spark_master_from_env: bool = False
+    """True when SPARK_MASTER was given: runs use an in-process session on that master."""
     spark_driver_memory: str = "2g"
-    spark_shuffle_partitions: str = "8"
-    spark_ui: str = "false"
+    """DRAINER_SPARK_DRIVER_MEMORY: heap of a JVM drainer starts (in-process or Connect server)."""
+    shuffle_partitions: str = "8"
+    """DRAINER_SHUFFLE_PARTITIONS: small batches on few cores; 200 would be mostly overhead."""
+    spark_ui: bool = False
+    """DRAINER_SPARK_UI: Spark's web UI in the JVMs drainer starts (off: no port is opened)."""
     spark_log_level: str = "WARN"
-    fault: str | None = None  # DRAINER_FAULT: a crash point for the fault-injection tests
+    """DRAINER_SPARK_LOG_LEVEL: log level of an in-process session."""
+    python_path: str = ""
+    """PYTHONPATH, passed on to the Connect server so its Python workers import drainer."""
+
+    @property
+    def local_spark_connect(self) -> bool:
+        """True when `services up` runs the Spark Connect server (neither SPARK_* variable set)."""
+        return self.spark_remote is None and not self.spark_master_from_env
+
+    @property
+    def spark_endpoint(self) -> str | None:
+        """The Connect endpoint runs use, or None for an in-process session on `spark_master`.
+
+        SPARK_REMOTE wins; SPARK_MASTER alone means in-process; neither means the local Connect
+        server (`spark_jobs.session` falls back to `local[*]` when that server is not running).
+        """
+        if self.spark_remote:
+            return self.spark_remote
+        return None if self.spark_master_from_env else DEFAULT_SPARK_REMOTE
+
+    fault: str | None = None
+    """DRAINER_FAULT: a crash point for the fault-injection tests (drainer.faults)."""
 
     @property
     def local_kafka(self) -> bool:
@@ -51,17 +81,21 @@ def load_settings() -> Settings:
     url = os.environ.get("DRAINER_DATABASE_URL") or os.environ.get("DATABASE_URL")
     home = Path(os.environ.get("DRAINER_HOME", Path.home() / ".cache" / "drainer")).expanduser()
     config = os.environ.get("DRAINER_CONFIG")
+    master = os.environ.get("SPARK_MASTER")
     return Settings(
         bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
         database_url=_sqlalchemy_url(url or DEFAULT_DATABASE_URL),
         database_url_from_env=bool(url),
-        spark_master=os.environ.get("SPARK_MASTER", DEFAULT_SPARK_MASTER),
+        spark_master=master or DEFAULT_SPARK_MASTER,
         home=home,
         config_path=Path(config).expanduser() if config else _default_config(),
+        spark_remote=os.environ.get("SPARK_REMOTE") or None,
+        spark_master_from_env=bool(master),
         spark_driver_memory=os.environ.get("DRAINER_SPARK_DRIVER_MEMORY", "2g"),
-        spark_shuffle_partitions=os.environ.get("DRAINER_SHUFFLE_PARTITIONS", "8"),
-        spark_ui=os.environ.get("DRAINER_SPARK_UI", "false"),
+        shuffle_partitions=os.environ.get("DRAINER_SHUFFLE_PARTITIONS", "8"),
+        spark_ui=os.environ.get("DRAINER_SPARK_UI", "false").lower() in ("1", "true", "yes"),
         spark_log_level=os.environ.get("DRAINER_SPARK_LOG_LEVEL", "WARN"),
+        python_path=os.environ.get("PYTHONPATH", ""),
         fault=os.environ.get("DRAINER_FAULT") or None,
     )
 

@@ -30,6 +30,10 @@ def main() -> int:
     from drainer.run import load_level_reports
 
     services.up(echo=console.print)
+    from spark_jobs.drain_job import which_spark
+
+    spark = which_spark()  # the session the Dagster run below uses (in this process)
+    console.print(f"Spark: [bold]{spark}[/]")
     drain = get_drain("events")
     create_topics(drain)
     for level, count in PRODUCE.items():
@@ -69,6 +73,7 @@ def main() -> int:
     drained = sum(lv.drained for lv in levels)
     table.add_row("total", f"{sum(PRODUCE.values()):,}", "", "", f"{drained:,}", "", style="bold")
     console.print(table)
+    console.print(f"ran on {spark}")
     console.print(
         "per-minute key counts are in Postgres table [bold]events_time_buckets[/]; "
         "open the Dagster UI with [bold]make dagster[/]"

@@ -14,8 +14,10 @@ from drainer.cli import main as cli_main
 
 
 def spark_executor() -> Callable:
-    from spark_jobs.drain_job import execute
+    """The Spark job, after saying on stderr which Spark runs it (`spark: Spark Connect …`)."""
+    from spark_jobs.drain_job import execute, which_spark
 
+    print(f"spark: {which_spark()}", file=sys.stderr)  # plain print: never wrapped by rich
     return execute
 
 

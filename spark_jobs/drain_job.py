@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -11,31 +12,43 @@ from drainer import faults
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
 from drainer.run import RunContext, RunResult, drain_once
+from drainer.settings import Settings
 from drainer.store import dead_letters, sinks
 from drainer.store.leases import check_fence
 from spark_jobs.kafka_source import read_ranges
 from spark_jobs.modes import run_dataframe_mode, run_record_mode
-from spark_jobs.session import get_spark
+from spark_jobs.session import describe, get_spark
+
+log = logging.getLogger(__name__)
 
 
 def execute(ctx: RunContext) -> None:
     """Process one stored plan: read its ranges, run the processing mode, stage the results."""
     spark = get_spark(ctx.settings)
-    spark.sparkContext.setJobGroup(
-        f"drainer-{ctx.drain.name}-run-{ctx.run.id}",
-        f"drain {ctx.drain.name}: run {ctx.run.id}, attempt {ctx.attempt}",
-    )
+    log.info("drain %s run %s on %s", ctx.drain.name, ctx.run.id, describe(spark))
     clear_run_outputs(ctx)
     if faults.armed("during_spark"):
         _crash_once_staging_starts(ctx)
-    df = read_ranges(spark, ctx.drain, ctx.settings.bootstrap_servers, ctx.run.ranges)
-    if ctx.drain.mode == "dataframe":
-        run_dataframe_mode(ctx, df)
-    else:
-        schema = DataType.fromDDL(ctx.drain.output_schema)
-        if not isinstance(schema, StructType):
-            raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")
-        run_record_mode(ctx, df, schema)
+    # the tag names this run's Spark jobs (in the UI, and for spark.interruptTag); a session
+    # API, so it works on Connect as well as in-process
+    tag = f"drainer-{ctx.drain.name}-run-{ctx.run.id}-attempt-{ctx.attempt}"
+    spark.addTag(tag)
+    try:
+        df = read_ranges(spark, ctx.drain, ctx.settings.bootstrap_servers, ctx.run.ranges)
+        if ctx.drain.mode == "dataframe":
+            run_dataframe_mode(ctx, df)
+        else:
+            schema = DataType.fromDDL(ctx.drain.output_schema)
+            if not isinstance(schema, StructType):
+                raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")
+            run_record_mode(ctx, df, schema)
+    finally:
+        spark.removeTag(tag)
+
+
+def which_spark(settings: Settings | None = None) -> str:
+    """The Spark that runs use in this process, in words (`Spark Connect sc://…`)."""
+    return describe(get_spark(settings))
 
 
 def clear_run_outputs(ctx: RunContext) -> None:

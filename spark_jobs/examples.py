@@ -56,3 +56,15 @@ def poison_echo(record: Record) -> dict:
     if record.value is not None and b"poison" in record.value:
         raise ValueError(f"poison record at {record.topic}[{record.partition}]@{record.offset}")
     return _echo(record)
+
+
+def one_row_per_record(df: DataFrame) -> DataFrame:
+    """One output row per record (the sink's worst case: as many rows as records)."""
+    return df.select(
+        "topic",
+        "partition",
+        "offset",
+        "level",
+        F.col("key").cast("string").alias("key"),
+        F.length("value").alias("value_size"),
+    )

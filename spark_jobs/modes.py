@@ -1,42 +1,68 @@
 """Processing modes (docs/design.md): dataframe (whole-run transform) and record (per-record handler).
 
-Both write their output through the staging sink inside the Spark tasks and send nothing but
+Both run on the DataFrame API only (no RDD, no SparkContext), so they work alike on an
+in-process session and on a Spark Connect client. Rows reach Python as Arrow batches
+(`mapInArrow`); the tasks write their output through the staging sink and send nothing but
 per-task counts back to the driver, so driver memory is bounded by the plan, not the backlog.
+Record mode stages its outcomes a chunk at a time, so a task's memory is bounded by a chunk,
+not by its range.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from drainer.callables import load_callable
+from drainer.record_processing import CHUNK_RECORDS, Outcome, process_in_chunks
 from drainer.records import Record
 from drainer.run import RunContext
 from drainer.settings import psycopg_url
 from drainer.store.dead_letters import stage_failures
 from drainer.store.leases import check_fence
-from drainer.store.sinks import ensure_sink_tables, write_staged
+from drainer.store.sinks import clear_task_partition, ensure_sink_tables, write_staged
 from spark_jobs.sinks import pg_columns
+
+# what the tasks send back, as Spark DDL and as the Arrow schema of the batches they yield
+DATAFRAME_COUNTS = "task string, rows long"
+_DATAFRAME_ARROW = pa.schema([("task", pa.string()), ("rows", pa.int64())])
+RECORD_COUNTS = (
+    "topic string, partition int, ok long, failed long, held_back long, seconds double, "
+    "worker_peak_kb long"
+)
+_RECORD_ARROW = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("ok", pa.int64()),
+        ("failed", pa.int64()),
+        ("held_back", pa.int64()),
+        ("seconds", pa.float64()),
+        ("worker_peak_kb", pa.int64()),
+    ]
+)
 
 
 def _plain(value: Any) -> Any:
     if isinstance(value, datetime) and value.tzinfo is None:
-        return value.astimezone()  # PySpark hands out local naive times; make them exact
+        return value.astimezone()  # a naive time from a handler is local time; make it exact
     if isinstance(value, bytearray):
         return bytes(value)
     return value
 
 
-def run_dataframe_mode(ctx: RunContext, df: DataFrame) -> None:
+def run_dataframe_mode(ctx: RunContext, df: DataFrame) -> int:
+    """Stage the processor's output from the tasks; returns the number of rows staged."""
     transform = load_callable(ctx.drain.processor, "processor")
     out = transform(df)
     columns = pg_columns(out.schema)
@@ -45,22 +71,29 @@ def run_dataframe_mode(ctx: RunContext, df: DataFrame) -> None:
     url, table, run_id = psycopg_url(ctx.settings.database_url), ctx.drain.sink.table, ctx.run.id
     lease = ctx.lease
 
-    def write_partition(rows: Iterator[Row]) -> None:
+    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         task = f"p{TaskContext.get().partitionId()}"
         with psycopg.connect(url) as conn:
             check_fence(conn, lease, shared=True)
-            write_staged(
-                conn, table, names, run_id, task, (tuple(_plain(v) for v in row) for row in rows)
-            )
+            count = write_staged(conn, table, names, run_id, task, _arrow_rows(batches))
+        yield pa.RecordBatch.from_pylist([{"task": task, "rows": count}], _DATAFRAME_ARROW)
 
-    out.foreachPartition(write_partition)
+    return sum(row[1] for row in out.mapInArrow(write_partition, DATAFRAME_COUNTS).collect())
+
+
+def _arrow_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
+    """Rows of Arrow batches as tuples, one batch converted at a time (timestamps arrive in
+    UTC, binary as bytes: nothing left to convert)."""
+    for batch in batches:
+        yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
 
 
 def run_record_mode(ctx: RunContext, df: DataFrame, output_schema: StructType) -> list[tuple]:
-    """Per Kafka partition: (topic, partition, ok, failed, held_back, seconds).
+    """Per Kafka partition: (topic, partition, ok, failed, held_back, seconds, worker_peak_kb).
 
     `seconds` is the task's wall time for that partition, from asking for its first record
-    to its results staged: the processing itself, without the job's scheduling.
+    to its last chunk staged: the processing itself, without the job's scheduling.
+    `worker_peak_kb` is the peak resident memory of the Python worker that ran it.
     """
     columns = pg_columns(output_schema)
     ensure_sink_tables(ctx.engine, ctx.drain.sink.table, columns)
@@ -69,34 +102,63 @@ def run_record_mode(ctx: RunContext, df: DataFrame, output_schema: StructType) -
     handler_path, ordering = ctx.drain.handler, ctx.drain.ordering
     concurrency = ctx.drain.max_concurrency
     lease = ctx.lease
+    chunk_records = CHUNK_RECORDS
 
-    def process_partition(rows: Iterator[Row]) -> Iterator[tuple]:
-        from drainer.record_processing import process_records
-
+    def process_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         handler = load_callable(handler_path, "handler")
-        started = time.perf_counter()
         # a Spark partition of a Kafka read is one Kafka partition's range, in offset order;
         # its records stream into the handler while Spark is still reading them
-        for (topic, partition), records in _by_kafka_partition(rows):
-            outcomes = process_records(records, handler, ordering, concurrency)
-            first, last = outcomes[0].record.offset, outcomes[-1].record.offset
-            task = f"{topic}:{partition}:{first}"
-            out_rows = (_as_tuple(row, names) for o in outcomes if o.ok for row in o.rows)
-            not_done = [o for o in outcomes if not o.ok]
+        for (topic, partition), records in _by_kafka_partition(_arrow_records(batches)):
+            started = time.perf_counter()
+            ok = failed = held_back = 0
             with psycopg.connect(url) as conn:
+                # a retried task starts its partition afresh: its chunks' keys may differ
                 check_fence(conn, lease, shared=True)
-                write_staged(conn, table, names, run_id, task, out_rows)
-                _stage_failures(conn, run_id, topic, partition, first, last, not_done)
-            failed = sum(1 for o in not_done if not o.held_back)
-            seconds, started = time.perf_counter() - started, time.perf_counter()
-            ok = len(outcomes) - len(not_done)
-            yield (topic, partition, ok, failed, len(not_done) - failed, seconds)
+                clear_task_partition(conn, table, run_id, topic, partition)
+                conn.commit()
+                for outcomes in process_in_chunks(
+                    records, handler, ordering, concurrency, chunk_records
+                ):
+                    task = f"{topic}:{partition}:{outcomes[0].record.offset}"
+                    out_rows = (_as_tuple(row, names) for o in outcomes if o.ok for row in o.rows)
+                    not_done = [o for o in outcomes if not o.ok]
+                    check_fence(conn, lease, shared=True)
+                    write_staged(conn, table, names, run_id, task, out_rows)
+                    _stage_failures(conn, run_id, topic, partition, not_done)
+                    conn.commit()
+                    chunk_failed = sum(1 for o in not_done if not o.held_back)
+                    ok += len(outcomes) - len(not_done)
+                    failed += chunk_failed
+                    held_back += len(not_done) - chunk_failed
+            row = {
+                "topic": topic,
+                "partition": partition,
+                "ok": ok,
+                "failed": failed,
+                "held_back": held_back,
+                "seconds": time.perf_counter() - started,
+                "worker_peak_kb": _peak_rss_kb(),
+            }
+            yield pa.RecordBatch.from_pylist([row], _RECORD_ARROW)
 
-    return _record_columns(df).rdd.mapPartitions(process_partition).collect()
+    counts = _record_columns(df).mapInArrow(process_partition, RECORD_COUNTS).collect()
+    return [tuple(row) for row in counts]
+
+
+def _peak_rss_kb() -> int:
+    """This process's peak resident set (VmHWM), in KiB; 0 where /proc is missing."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def _record_columns(df: DataFrame) -> DataFrame:
-    """The record's columns in a fixed order and in types PySpark hands over unconverted.
+    """The record's columns in a fixed order and in types that convert cheaply from Arrow.
 
     Per row, Python-side conversion is most of the cost of reading: timestamps go as epoch
     microseconds, headers as [key, value] byte pairs, and rows are read by position.
@@ -115,50 +177,54 @@ def _record_columns(df: DataFrame) -> DataFrame:
     )
 
 
-def _by_kafka_partition(rows: Iterator[Row]) -> Iterator[tuple[tuple[str, int], Iterator[Record]]]:
-    """Split a stream of `_record_columns` rows into runs of one (topic, partition), each lazy.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _arrow_records(batches: Iterable[pa.RecordBatch]) -> Iterator[Record]:
+    """`_record_columns` batches as Records, one batch converted at a time."""
+    for topic, partition, offset, level, key, value, timestamp_us, headers in _arrow_rows(batches):
+        yield Record(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            level=level,
+            key=key,
+            value=value,
+            timestamp=None
+            if timestamp_us is None
+            else _EPOCH + timedelta(microseconds=timestamp_us),
+            headers=[(k.decode(), v) for k, v in headers or ()],
+        )
+
+
+def _by_kafka_partition(
+    records: Iterator[Record],
+) -> Iterator[tuple[tuple[str, int], Iterator[Record]]]:
+    """Split a stream of records into runs of one (topic, partition), each lazy.
 
     Each run must be consumed before the next is asked for. A Kafka partition that comes back
     after another one would break its offset order across two batches: a clear error.
     """
-    rows = iter(rows)
-    head = next(rows, None)
+    records = iter(records)
+    head = next(records, None)
     seen: set[tuple[str, int]] = set()
     while head is not None:
-        current = (head[0], head[1])
+        current = (head.topic, head.partition)
         if current in seen:
             raise ValueError(
                 f"{current[0]}[{current[1]}]: rows of one Kafka partition are not contiguous"
             )
         seen.add(current)
 
-        def run(first: Row = head, current: tuple[str, int] = current) -> Iterator[Record]:
+        def run(first: Record = head, current: tuple[str, int] = current) -> Iterator[Record]:
             nonlocal head
-            row = first
-            while row is not None and (row[0], row[1]) == current:
-                yield _record(row)
-                row = next(rows, None)
-            head = row
+            record: Record | None = first
+            while record is not None and (record.topic, record.partition) == current:
+                yield record
+                record = next(records, None)
+            head = record
 
         yield current, run()
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _record(row: Row) -> Record:
-    """A `_record_columns` row as a Record, by position (Row attribute lookups are slow)."""
-    topic, partition, offset, level, key, value, timestamp_us, headers = row
-    return Record(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        level=level,
-        key=None if key is None else bytes(key),
-        value=None if value is None else bytes(value),
-        timestamp=None if timestamp_us is None else _EPOCH + timedelta(microseconds=timestamp_us),
-        headers=[(bytes(k).decode(), None if v is None else bytes(v)) for k, v in headers or ()],
-    )
 
 
 def _as_tuple(row: Any, names: list[str]) -> tuple:
@@ -173,7 +239,7 @@ def _as_tuple(row: Any, names: list[str]) -> tuple:
     return tuple(_plain(v) for v in values)
 
 
-def _stage_failures(conn, run_id, topic, partition, first, last, not_done) -> None:
+def _stage_failures(conn, run_id, topic, partition, not_done: list[Outcome]) -> None:
     rows = (
         (
             o.record.offset,
@@ -191,4 +257,4 @@ def _stage_failures(conn, run_id, topic, partition, first, last, not_done) -> No
         )
         for o in not_done
     )
-    stage_failures(conn, run_id, topic, partition, first, last, rows)
+    stage_failures(conn, run_id, topic, partition, rows)

@@ -1,4 +1,11 @@
-"""One SparkSession per process, with the Kafka connector as local jar files.
+"""The Spark session of a process: a Spark Connect client by default, in-process on request.
+
+Which Spark (Settings.spark_endpoint; docs/operations.md):
+- SPARK_REMOTE=sc://host:port: a Connect client of that server; this process starts no JVM;
+- SPARK_MASTER=local[*] | spark://host:port (and no SPARK_REMOTE): an in-process session (a JVM
+  in this process) on that master;
+- neither: the local Connect server that `drainer services up` runs at sc://127.0.0.1:15002;
+  when it is not running, an in-process `local[*]` session (said so on stderr).
 
 The connector jars are resolved with Maven (`drainer services up`) rather than Spark's own Ivy
 resolver, which ignores Maven's settings and mirrors.
@@ -6,33 +13,107 @@ resolver, which ignores Maven's settings and mirrors.
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+import threading
+
 from pyspark.sql import SparkSession
 
 from drainer.services import spark_kafka_jars
+from drainer.services.connect import endpoint_port
+from drainer.services.net import port_open
 from drainer.settings import Settings, export_spark_python_env, load_settings
+
+log = logging.getLogger(__name__)
+
+_sessions: dict[str, SparkSession] = {}
+_lock = threading.Lock()
 
 
 def get_spark(settings: Settings | None = None) -> SparkSession:
+    """The session for `settings`, created once per process and endpoint (or master)."""
     settings = settings or load_settings()
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
+    endpoint = settings.spark_endpoint
+    if endpoint is not None and settings.spark_remote is None:
+        host, port = endpoint_port(endpoint)
+        if not port_open(host, port):
+            print(
+                f"drainer: no Spark Connect server at {endpoint} (`drainer services up` starts "
+                f"one); using an in-process {settings.spark_master} session",
+                file=sys.stderr,
+            )
+            endpoint = None
+    key = endpoint or settings.spark_master
+    with _lock:
+        session = _sessions.get(key)
+        if session is None:
+            session = _connect(endpoint, settings) if endpoint else _in_process(settings)
+            _sessions[key] = session
+    return session
+
+
+def describe(spark: SparkSession) -> str:
+    """Which Spark a session is, for logs and the demo: `Spark Connect sc://… (Spark 4.1.3 …)`."""
+    master = spark.conf.get("spark.master", "?")
+    if is_connect(spark):
+        endpoint = next((k for k, v in _sessions.items() if v is spark), "?")
+        return f"Spark Connect {endpoint} (Spark {spark.version}, server master {master})"
+    return f"in-process Spark {spark.version} on {master}"
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect client session (no SparkContext, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _connect(endpoint: str, settings: Settings) -> SparkSession:
+    """A Connect client: its settings are per session, the server's JVM is shared."""
+    spark = SparkSession.builder.remote(endpoint).getOrCreate()
+    spark.conf.set("spark.sql.shuffle.partitions", settings.shuffle_partitions)
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    return spark
+
+
+def _in_process(settings: Settings) -> SparkSession:
+    existing = SparkSession.getActiveSession()
+    if existing is not None and not is_connect(existing):
+        master = existing.sparkContext.master
+        if master != settings.spark_master:
+            raise RuntimeError(
+                f"this process already runs an in-process Spark session on {master}; one process "
+                f"cannot also run one on {settings.spark_master}: start another process"
+            )
+        return existing
+    # inherited from a parent process that used Spark Connect, this flag would make the builder
+    # return a Connect client instead of the in-process session asked for
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     # workers must run this interpreter, where drainer and the user's handlers are installed
-    export_spark_python_env(local_master=settings.spark_master.startswith("local"))
+    export_spark_python_env(local_master=_loopback(settings.spark_master))
     jars = ",".join(str(path) for path in spark_kafka_jars(settings.home))
     builder = (
         SparkSession.builder.appName("drainer")
         .master(settings.spark_master)
         .config("spark.jars", jars)
         .config("spark.driver.memory", settings.spark_driver_memory)
-        # small batches on few cores: 200 shuffle partitions would be mostly overhead
-        .config("spark.sql.shuffle.partitions", settings.spark_shuffle_partitions)
-        .config("spark.ui.enabled", settings.spark_ui)
+        .config("spark.sql.shuffle.partitions", settings.shuffle_partitions)
+        .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
         # progress bars interleave with the CLI's and Dagster's output; the UI has the detail
         .config("spark.ui.showConsoleProgress", "false")
     )
+    if _loopback(settings.spark_master) and not settings.spark_master.startswith("local"):
+        # a cluster on this machine: its executors call this driver back on loopback
+        builder = builder.config("spark.driver.host", "127.0.0.1")
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level)
     return spark
+
+
+def _loopback(master: str) -> bool:
+    """A local master, or a cluster master on this machine's loopback address."""
+    if master.startswith("local"):
+        return True
+    host = master.split("://", 1)[-1].split(":", 1)[0]
+    return host in ("127.0.0.1", "localhost")

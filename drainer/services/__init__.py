@@ -1,8 +1,10 @@
-"""The local development stack: PostgreSQL, a KRaft Kafka broker, and Spark's Kafka jars.
+"""The local development stack: PostgreSQL, a KRaft Kafka broker, Spark's Kafka jars and a
+Spark Connect server.
 
 `up()` is idempotent and cheap when everything already runs, so the CLI, tests and notebooks can
 call it freely. Services given by environment variables (DRAINER_DATABASE_URL,
-KAFKA_BOOTSTRAP_SERVERS) are only checked, never started. Imports neither pyspark nor dagster.
+KAFKA_BOOTSTRAP_SERVERS, SPARK_REMOTE) are only checked, never started; with SPARK_MASTER set
+runs use an in-process session and no Connect server is started. Imports neither pyspark nor dagster.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from drainer.errors import ServiceError
-from drainer.services import kafka, postgres
+from drainer.services import connect, kafka, postgres
 from drainer.services.jars import kafka_broker_jars, pyspark_version, spark_kafka_jars
 from drainer.services.lock import file_lock
 from drainer.services.status import ServiceStatus
@@ -31,7 +33,7 @@ Echo = Callable[[str], None]
 
 
 def up(settings: Settings | None = None, echo: Echo = print) -> list[ServiceStatus]:
-    """Bring up Postgres and Kafka (or check the configured ones) and resolve Spark's jars."""
+    """Bring up Postgres, Kafka and the Spark Connect server (or check the configured ones)."""
     settings = settings or load_settings()
     results = []
     with file_lock(settings.home / "services.lock"):
@@ -47,15 +49,19 @@ def up(settings: Settings | None = None, echo: Echo = print) -> list[ServiceStat
     result = ServiceStatus("spark", True, str(jars[0].parent), None, detail + ")")
     echo(f"{'spark':<9} jars ready in {result.address}: {result.detail}")
     results.append(result)
+    with file_lock(settings.home / "services.lock"):
+        result = connect.up(settings, echo)
+    echo(result.line())
+    results.append(result)
     return results
 
 
 def down(settings: Settings | None = None, echo: Echo = print) -> list[ServiceStatus]:
-    """Stop the services we started (Kafka first, it is the one with clients); keep data."""
+    """Stop the services we started (Spark, then Kafka: those with clients first); keep data."""
     settings = settings or load_settings()
     results = []
     with file_lock(settings.home / "services.lock"):
-        for service in (kafka, postgres):
+        for service in (connect, kafka, postgres):
             result = service.stop(settings, echo)
             echo(result.line())
             results.append(result)
@@ -63,6 +69,6 @@ def down(settings: Settings | None = None, echo: Echo = print) -> list[ServiceSt
 
 
 def status(settings: Settings | None = None) -> list[ServiceStatus]:
-    """The state of Postgres and Kafka, without starting or stopping anything."""
+    """The state of Postgres, Kafka and Spark Connect, without starting or stopping anything."""
     settings = settings or load_settings()
-    return [postgres.status(settings), kafka.status(settings)]
+    return [postgres.status(settings), kafka.status(settings), connect.status(settings)]

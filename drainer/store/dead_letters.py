@@ -15,17 +15,13 @@ from sqlalchemy import Connection, text
 
 
 def stage_failures(
-    conn: Any, run_id: int, topic: str, partition: int, first: int, last: int, rows: Iterable[tuple]
+    conn: Any, run_id: int, topic: str, partition: int, rows: Iterable[tuple]
 ) -> None:
-    """In a Spark task's transaction (psycopg): replace the failures of offsets first..last.
+    """In a Spark task's transaction (psycopg): add not-done records of one Kafka partition.
 
-    Each row is (offset, held_back, key, value, headers, ts, error).
+    Each row is (offset, held_back, key, value, headers, ts, error). The task cleared the
+    partition's earlier attempt first (`drainer.store.sinks.clear_task_partition`).
     """
-    conn.execute(
-        "DELETE FROM record_failures WHERE run_id = %s AND topic = %s AND partition = %s "
-        'AND "offset" BETWEEN %s AND %s',
-        (run_id, topic, partition, first, last),
-    )
     with conn.cursor().copy(
         'COPY record_failures (run_id, topic, partition, "offset", held_back, key, value, headers, ts, error) '
         "FROM STDIN"

@@ -92,6 +92,23 @@ def clear_staged(conn: Connection, table: str, run_id: int) -> None:
         )
 
 
+def clear_task_partition(conn: Any, table: str, run_id: int, topic: str, partition: int) -> None:
+    """In a Spark task (psycopg): drop what an earlier attempt staged for one Kafka partition.
+
+    Record mode stages a partition in chunks whose task keys start `topic:partition:`; the
+    partition's staged failures go with them.
+    """
+    conn.execute(
+        f'DELETE FROM "{staging_name(table)}" WHERE "{RUN_COLUMN}" = %s '
+        f'AND starts_with("{TASK_COLUMN}", %s)',
+        (run_id, f"{topic}:{partition}:"),
+    )
+    conn.execute(
+        "DELETE FROM record_failures WHERE run_id = %s AND topic = %s AND partition = %s",
+        (run_id, topic, partition),
+    )
+
+
 def staged_rows(conn: Connection, table: str, run_id: int) -> int:
     """Rows the run has staged so far (0 before the staging table exists)."""
     if not conn.scalar(text("SELECT to_regclass(:t)"), {"t": staging_name(table)}):

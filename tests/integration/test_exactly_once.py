@@ -427,11 +427,11 @@ def test_zombie_run_cannot_touch_the_run_that_took_over(make_drain, spark):
 
 
 def test_task_writes_hold_off_a_takeover_and_are_refused_after_it(make_drain, stack):
-    """The check each Spark task makes before staging (spark_jobs.sinks.check_fence)."""
+    """The check each Spark task makes before staging (drainer.store.leases.check_fence)."""
     import psycopg
 
     from drainer.settings import load_settings, psycopg_url
-    from spark_jobs.sinks import check_fence
+    from drainer.store.leases import Lease, check_fence
 
     drain = make_drain(**RECORD_MODE)
     engine = get_engine()
@@ -449,14 +449,14 @@ def test_task_writes_hold_off_a_takeover_and_are_refused_after_it(make_drain, st
         bumped.set()
 
     with psycopg.connect(url) as task:
-        check_fence(task, drain.name, fence)  # a task of the current run, mid-write
+        check_fence(task, Lease(drain.name, fence), shared=True)  # a task of the run, mid-write
         taker = threading.Thread(target=take_over)
         taker.start()
         assert not bumped.wait(1.0)  # the takeover waits for the task's transaction
     taker.join(10)
     assert bumped.is_set()
     with psycopg.connect(url) as task, pytest.raises(FencedOut, match="a newer run took over"):
-        check_fence(task, drain.name, fence)  # the old run's next task is refused
+        check_fence(task, Lease(drain.name, fence), shared=True)  # the old run's next task
 
 
 # ---------------------------------------------------------------- 4. the Kafka mirror

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 
 import psycopg
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import drainer
 from drainer.services import ServiceStatus, kafka, pyspark_version, spark_kafka_jars, status, up
 from drainer.settings import Settings, load_settings, psycopg_url
 
@@ -27,13 +29,35 @@ def first_up(settings: Settings) -> dict[str, ServiceStatus]:
 
 def test_up_twice_is_idempotent(settings: Settings, first_up: dict[str, ServiceStatus]) -> None:
     second = {s.name: s for s in up(settings, echo=lambda _: None)}
-    assert set(second) == {"postgres", "kafka", "spark"}
-    assert all(s.running for s in second.values())
-    for name in ("postgres", "kafka"):
+    assert set(second) == {"postgres", "kafka", "spark", "connect"}
+    assert all(s.running for s in second.values()) or not settings.local_spark_connect
+    for name in ("postgres", "kafka", "connect"):
         assert second[name].pid == first_up[name].pid
         if first_up[name].pid is not None:  # ours, not a server somebody else runs
-            assert second[name].detail == "already running"
-    assert [s.running for s in status(settings)] == [True, True]
+            assert second[name].detail.startswith("already running")
+    assert [s.running for s in status(settings)][:2] == [True, True]
+
+
+def test_connect_server_runs_drainer_code(settings: Settings, first_up) -> None:
+    """The local Spark Connect server answers, and its Python workers import drainer (same
+    virtualenv, same PYTHONPATH): what record mode's tasks need."""
+    if not settings.local_spark_connect:
+        pytest.skip("SPARK_REMOTE or SPARK_MASTER is set: no local Connect server")
+    from spark_jobs.session import describe, get_spark, is_connect
+
+    spark = get_spark(settings)
+    assert is_connect(spark) and "Spark Connect sc://127.0.0.1:15002" in describe(spark)
+
+    def where(batches):
+        import pyarrow as pa
+
+        import drainer
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pylist([{"path": drainer.__file__}])
+
+    paths = {r.path for r in spark.range(2).mapInArrow(where, "path string").collect()}
+    assert paths == {str(Path(drainer.__file__))}
 
 
 def test_kafka_answers(settings: Settings, first_up: dict[str, ServiceStatus]) -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drainer.record_processing import process_records
+from drainer.record_processing import process_in_chunks, process_records
 from drainer.records import Record
 
 
@@ -104,3 +104,41 @@ def test_key_order_is_offset_order_per_key(keys, poison, concurrency):
                 assert not o.ok and not o.held_back
             else:
                 assert o.held_back and i not in handler.calls
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    keys=st.lists(st.sampled_from("abcde"), min_size=1, max_size=40),
+    poison=st.sets(st.integers(0, 39), max_size=5),
+    ordering=st.sampled_from(["partition", "key", "unordered"]),
+    concurrency=st.integers(1, 8),
+    chunk=st.integers(1, 12),
+)
+def test_chunks_have_the_outcomes_of_one_call(keys, poison, ordering, concurrency, chunk):
+    """Staging chunk by chunk changes nothing: a failure holds back across chunk boundaries."""
+
+    def summary(outcomes):
+        return [(o.record.offset, o.ok, o.held_back, o.error is not None) for o in outcomes]
+
+    whole = process_records(_records(keys, poison), Recorder(), ordering, concurrency)
+    chunks = list(
+        process_in_chunks(_records(keys, poison), Recorder(), ordering, concurrency, chunk)
+    )
+    assert all(0 < len(c) <= chunk for c in chunks)
+    assert summary([o for c in chunks for o in c]) == summary(whole)
+
+
+def test_chunks_are_yielded_before_the_input_ends():
+    """Bounded memory: a chunk's outcomes leave before later records are even read."""
+    read: list[int] = []
+
+    def stream():
+        for record in _records(["a"] * 10):
+            read.append(record.offset)
+            yield record
+
+    chunks = process_in_chunks(stream(), Recorder(), "partition", 1, chunk_records=3)
+    first = next(chunks)
+    assert [o.record.offset for o in first] == [0, 1, 2]
+    assert read == [0, 1, 2]
+    assert sum(len(c) for c in chunks) == 7

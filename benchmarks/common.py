@@ -1,0 +1,41 @@
+"""Shared by the benchmarks: a fresh drain on the real stack and a backlog produced for it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def fresh_drain(records: int, levels: int = 3, partitions: int = 4, **overrides: Any):
+    """A uniquely named drain (topics created) whose budget covers `records`."""
+    from drainer import services
+    from drainer.settings import use_config_path
+    from drainer.testing import create_drain
+
+    services.up(echo=lambda *_: None)
+    OUT.mkdir(exist_ok=True)
+    drain, config = create_drain(
+        OUT,
+        prefix="bench",
+        levels=levels,
+        partitions=partitions,
+        budget=max(records, 2**levels),
+        **overrides,
+    )
+    use_config_path(config).__enter__()  # current for the rest of this benchmark process
+    return drain
+
+
+def produce(drain, records: int, keys: int = 1000, value_size: int = 100) -> None:
+    """`records` spread over the drain's levels, produced by child processes (the CLI)."""
+    per_level = [
+        records // drain.levels + (i < records % drain.levels) for i in range(drain.levels)
+    ]
+    for level, count in enumerate(per_level):
+        cmd = [sys.executable, "-m", "spark_jobs.cli", "produce", drain.name, "--level", str(level)]
+        cmd += ["--count", str(count), "--keys", str(keys), "--value-size", str(value_size)]
+        subprocess.run([*cmd, "--seed", str(level)], check=True, capture_output=True)

@@ -1,0 +1,194 @@
+"""drainer next to its peers on the same records and the same output table (issue 10).
+
+  .venv/bin/python benchmarks/peers.py                   # --records 1000000 --small 1000
+
+Peers, each a whole process timed from launch to exit, each reading the same Kafka records
+(3 levels × 4 partitions, 100-byte values over 1,000 keys) and writing the same table shape
+(level, minute, key, records: the `time_buckets` use case) into Postgres:
+- drainer: `drainer run <drain>` from the CLI, on the default Spark (the local Connect server);
+- pyspark: a hand-written PySpark job, cold (its own `local[*]` JVM), reading the topics from
+  earliest to latest, aggregating, and inserting the buckets with psycopg;
+- poll loop: a confluent-kafka consumer polling the same partitions to their end, aggregating
+  in a dict, and inserting the buckets with psycopg.
+Then the per-run cost of a small run (`--small` records): `drainer run` vs the cold PySpark job.
+
+TODO(issue 10, Dagster part): the cost of a 3,000-record run launched through the Dagster
+webserver (dagster-webserver + GraphQL launchPipelineExecution, time until the run succeeds)
+is not measured here yet; another engineer is building that surface.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from datetime import UTC, datetime
+
+from common import OUT, fresh_drain, produce
+
+BUCKETS_DDL = "level int, minute timestamptz, key text, records bigint"
+
+
+def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, str]:
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd[:4]} failed:\n{done.stderr[-3000:]}")
+    return seconds, done.stdout + done.stderr
+
+
+def _topics(drain) -> list[str]:
+    return [drain.level_topic(level) for level in range(drain.levels)]
+
+
+def _write_buckets(table: str, buckets: list[tuple]) -> None:
+    import psycopg
+
+    from drainer.settings import load_settings, psycopg_url
+
+    with psycopg.connect(psycopg_url(load_settings().database_url)) as conn:
+        conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        conn.execute(f'CREATE TABLE "{table}" ({BUCKETS_DDL})')
+        with conn.cursor().copy(f'COPY "{table}" FROM STDIN') as copy:
+            for row in buckets:
+                copy.write_row(row)
+
+
+def pyspark_job(topics: list[str], table: str) -> int:
+    """The hand-written job: what a data engineer writes without drainer."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from drainer.services import spark_kafka_jars
+    from drainer.settings import load_settings
+
+    settings = load_settings()
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .config("spark.jars", ",".join(str(j) for j in spark_kafka_jars(settings.home)))
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    df = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+    )
+    buckets = df.groupBy(
+        F.element_at(F.split("topic", "-"), -1).cast("int").alias("level"),
+        F.date_trunc("minute", "timestamp").alias("minute"),
+        F.col("key").cast("string").alias("key"),
+    ).agg(F.count(F.lit(1)).alias("records"))
+    rows = [tuple(r) for r in buckets.collect()]
+    _write_buckets(table, rows)
+    spark.stop()
+    return sum(r[3] for r in rows)
+
+
+def poll_loop(topics: list[str], table: str) -> int:
+    """A confluent-kafka consumer: poll every partition to its end, count, insert."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from drainer.settings import load_settings
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": load_settings().bootstrap_servers,
+            "group.id": f"peers-{os.getpid()}",
+            "enable.auto.commit": False,
+        }
+    )
+    ends: dict[tuple[str, int], int] = {}
+    assignment = []
+    for topic in topics:
+        for partition in consumer.list_topics(topic, timeout=10).topics[topic].partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
+            if high > low:
+                ends[(topic, partition)] = high
+                assignment.append(TopicPartition(topic, partition, low))
+    consumer.assign(assignment)
+    counts: Counter = Counter()
+    while ends:
+        for msg in consumer.consume(10_000, timeout=1.0):
+            if msg.error():
+                continue
+            topic, partition = msg.topic(), msg.partition()
+            minute = datetime.fromtimestamp(msg.timestamp()[1] // 60_000 * 60, UTC)
+            key = None if msg.key() is None else msg.key().decode("utf-8", "replace")
+            counts[(int(topic.rsplit("-", 1)[1]), minute, key)] += 1
+            if msg.offset() + 1 >= ends.get((topic, partition), 0):
+                ends.pop((topic, partition), None)
+    consumer.close()
+    _write_buckets(table, [(*k, n) for k, n in counts.items()])
+    return sum(counts.values())
+
+
+def _drainer_run(drain) -> tuple[float, dict, str]:
+    seconds, output = _timed([sys.executable, "-m", "spark_jobs.cli", "run", drain.name, "--json"])
+    spark = next(line for line in output.splitlines() if line.startswith("spark: "))
+    result = json.loads(output[output.index("{") : output.rindex("}") + 1])
+    return seconds, result, spark
+
+
+def _peer(kind: str, drain, table: str) -> float:
+    cmd = [sys.executable, __file__, f"--{kind}", ",".join(_topics(drain)), "--table", table]
+    seconds, output = _timed(cmd)
+    assert int(output.strip().splitlines()[-1]) == sum_planned(drain), output
+    return seconds
+
+
+def sum_planned(drain) -> int:
+    from drainer.kafka_io import partitions_of, watermarks
+
+    marks = watermarks(drain, partitions_of(drain, range(drain.levels)))
+    return sum(wm.high - wm.low for wm in marks.values())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--small", type=int, default=1_000)
+    parser.add_argument("--pyspark", help=argparse.SUPPRESS)
+    parser.add_argument("--poll", help=argparse.SUPPRESS)
+    parser.add_argument("--table", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.pyspark:
+        print(pyspark_job(args.pyspark.split(","), args.table))
+        return 0
+    if args.poll:
+        print(poll_loop(args.poll.split(","), args.table))
+        return 0
+
+    report: dict = {}
+    for label, records in (("large", args.records), ("small", args.small)):
+        drain = fresh_drain(records)
+        produce(drain, records)
+        drainer_s, result, spark = _drainer_run(drain)
+        assert result["drained"] == records, result
+        pyspark_s = _peer("pyspark", drain, f"{drain.name}_pyspark")
+        row = {"records": records, "drainer_s": round(drainer_s, 1), "spark": spark}
+        row["pyspark_s"] = round(pyspark_s, 1)
+        if label == "large":
+            row["poll_loop_s"] = round(_peer("poll", drain, f"{drain.name}_poll"), 1)
+        row["drainer_over_pyspark"] = round(drainer_s / pyspark_s, 2)
+        report[label] = row
+        print(json.dumps(row), flush=True)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "peers.json").write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Sink cost when every record becomes a row: 1,000,000 records, one output row each.
+
+  .venv/bin/python benchmarks/sink_one_row.py            # --records 1000000
+
+Dataframe mode with `spark_jobs.examples:one_row_per_record`, on the session runs use by default
+(the local Spark Connect server). Reported: the whole run, the execute step (Spark read, the
+processor and the tasks' COPY into the staging table) as staging rows/s, and the commit's
+publish step (`drainer.store.sinks.publish_staged`, inside the commit transaction).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from common import fresh_drain, produce
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    args = parser.parse_args()
+
+    from drainer import commit, run
+    from spark_jobs import drain_job
+
+    drain = fresh_drain(args.records, processor="spark_jobs.examples:one_row_per_record")
+    produce(drain, args.records)
+    print(f"spark: {drain_job.which_spark()}", file=sys.stderr)
+    timings: dict[str, float] = {}
+
+    def timed_execute(ctx) -> None:
+        started = time.perf_counter()
+        drain_job.execute(ctx)
+        timings["execute_s"] = time.perf_counter() - started
+
+    publish = commit.publish_staged
+
+    def timed_publish(conn, table, run_id):
+        started = time.perf_counter()
+        moved = publish(conn, table, run_id)
+        timings["publish_s"] = time.perf_counter() - started
+        timings["published_rows"] = moved
+        return moved
+
+    commit.publish_staged = timed_publish
+    started = time.perf_counter()
+    result = run.drain_once(drain, timed_execute, None, "benchmark")
+    total = time.perf_counter() - started
+    assert result.drained == args.records, result.drained
+    assert timings["published_rows"] == args.records, timings
+    report = {
+        "records": args.records,
+        "run_s": round(total, 2),
+        "execute_s": round(timings["execute_s"], 2),
+        "staging_rows_per_s": round(args.records / timings["execute_s"]),
+        "publish_s": round(timings["publish_s"], 2),
+        "spark": drain_job.which_spark(),
+    }
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""The local Spark Connect server: one long-lived JVM that every run connects to.
+
+Started from the installed pyspark (`spark-submit --class …SparkConnectServer`), with the Kafka
+connector jars, bound to 127.0.0.1. `up` is idempotent like the broker's: a server we started
+(pid file + live process) is reused, a server somebody else runs on the port is used as is, and
+only a free port gets a new server. Its Python workers run the interpreter of this virtualenv with
+our PYTHONPATH, so drainer and the drains' handlers import there as they do in the driver.
+
+Imports neither pyspark nor dagster: the server is a process, found through pyspark's metadata.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from drainer.errors import ServiceError
+from drainer.services import process
+from drainer.services.jars import pyspark_version, spark_kafka_jars
+from drainer.services.net import port_open
+from drainer.services.status import ServiceStatus
+from drainer.services.tools import require
+from drainer.settings import DEFAULT_CONNECT_PORT, Settings
+
+NAME = "connect"
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+MARKER = SERVER_CLASS  # on the server's command line; tells our pid from a reused one
+START_TIMEOUT_SECONDS = 120.0
+HOST = "127.0.0.1"
+# the server's session defaults; a client may change them per session (runtime SQL settings)
+SESSION_DEFAULTS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.python.worker.reuse": "true",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ConnectPaths:
+    root: Path
+
+    @classmethod
+    def under(cls, home: Path, name: str = "spark-connect") -> ConnectPaths:
+        return cls(home / name)
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "server.pid"
+
+    @property
+    def console_log(self) -> Path:
+        return self.root / "server.log"
+
+    @property
+    def started_with(self) -> Path:
+        """What the running server was started with (master, PYTHONPATH), for `status`."""
+        return self.root / "started_with"
+
+
+def spark_home() -> Path:
+    """The installed pyspark package: it is a Spark distribution (bin/, jars/), found without
+    importing pyspark."""
+    try:
+        home = Path(str(importlib.metadata.distribution("pyspark").locate_file("pyspark")))
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ServiceError(
+            "pyspark is not installed in this environment: pip install -e ."
+        ) from exc
+    if not (home / "bin" / "spark-submit").exists():
+        raise ServiceError(f"{home} has no bin/spark-submit: reinstall pyspark (pip install -e .)")
+    return home
+
+
+def spark_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a Spark JVM we start: this interpreter for Python workers, loopback only.
+
+    SPARK_REMOTE and SPARK_MASTER are removed: a server (or cluster daemon) must not try to be
+    a Connect client itself, nor take the client's master for its own.
+    """
+    client_only = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_MASTER")
+    env = {k: v for k, v in os.environ.items() if k not in client_only}
+    env.update(
+        SPARK_HOME=str(spark_home()),
+        SPARK_LOCAL_IP=HOST,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOG_DIR=str(settings.home / "spark-logs"),
+        SPARK_PID_DIR=str(settings.home / "spark-pids"),
+    )
+    if settings.python_path:
+        env["PYTHONPATH"] = settings.python_path
+    env.update(extra or {})
+    return env
+
+
+def endpoint_port(endpoint: str) -> tuple[str, int]:
+    """Host and port of `sc://host:port/;params` (the port defaults to 15002)."""
+    parsed = urlparse(endpoint)
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise ServiceError(
+            f"SPARK_REMOTE {endpoint!r} is not a Spark Connect URL: use sc://host:port"
+        )
+    return parsed.hostname, parsed.port or DEFAULT_CONNECT_PORT
+
+
+def up(settings: Settings, echo: Echo = print) -> ServiceStatus:
+    """Make the Connect server answer at sc://127.0.0.1:15002, starting ours if the port is free.
+
+    With SPARK_REMOTE set, only checks that it answers; with SPARK_MASTER set (and no
+    SPARK_REMOTE), runs use an in-process session, so nothing is started.
+    """
+    if settings.spark_remote:
+        return _check_remote(settings.spark_remote)
+    if not settings.local_spark_connect:
+        return ServiceStatus(
+            NAME, False, "-", None, f"not used: SPARK_MASTER={settings.spark_master} (in-process)"
+        )
+    return start(
+        settings, ConnectPaths.under(settings.home), DEFAULT_CONNECT_PORT, "local[*]", echo
+    )
+
+
+def start(
+    settings: Settings,
+    paths: ConnectPaths,
+    port: int,
+    master: str,
+    echo: Echo = print,
+    conf: Mapping[str, str] | None = None,
+) -> ServiceStatus:
+    """Start (or reuse) a Connect server on 127.0.0.1:`port` running on `master`.
+
+    Also used to attach a server to a standalone cluster (`master="spark://…"`).
+    """
+    address = f"sc://{HOST}:{port}"
+    pid = _our_pid(paths)
+    if pid is not None:
+        _wait_ready(port, paths, pid, proc=None)
+        return ServiceStatus(NAME, True, address, pid, _detail(paths, settings, "already running"))
+    paths.pid_file.unlink(missing_ok=True)
+    if port_open(HOST, port):
+        echo(f"{NAME:<9} a server not started by drainer listens at {address}; using it")
+        return ServiceStatus(NAME, True, address, None, "not started by drainer")
+    require("java")
+    jars = ",".join(str(j) for j in spark_kafka_jars(settings.home))
+    settings_conf = {
+        **SESSION_DEFAULTS,
+        "spark.connect.grpc.binding.address": HOST,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.host": HOST,
+        "spark.driver.bindAddress": HOST,
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        "spark.sql.shuffle.partitions": settings.shuffle_partitions,
+        **(conf or {}),
+    }
+    home = spark_home()
+    cmd = [
+        str(home / "bin" / "spark-submit"),
+        "--class",
+        SERVER_CLASS,
+        "--name",
+        f"drainer Spark Connect server on port {port}",
+        "--master",
+        master,
+        "--driver-memory",
+        settings.spark_driver_memory,
+        "--jars",
+        jars,
+    ]
+    for key, value in settings_conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    cmd.append("spark-internal")
+    paths.root.mkdir(parents=True, exist_ok=True)
+    echo(f"{NAME:<9} starting a Spark Connect server at {address} ({master})")
+    with paths.console_log.open("ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=paths.root,
+            env=spark_env(settings),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this process, like the broker
+        )
+    _children[proc.pid] = proc
+    process.write_pid(paths.pid_file, proc.pid)
+    paths.started_with.write_text(
+        f"master={master} pyspark={pyspark_version()} python={sys.executable} "
+        f"PYTHONPATH={settings.python_path or '(none)'}\n"
+    )
+    _wait_ready(port, paths, proc.pid, proc)
+    return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
+
+
+def stop(
+    settings: Settings, echo: Echo = print, paths: ConnectPaths | None = None
+) -> ServiceStatus:
+    """Stop the server we started (SIGTERM, then SIGKILL after 30 s)."""
+    paths = paths or ConnectPaths.under(settings.home)
+    address = f"sc://{HOST}:{DEFAULT_CONNECT_PORT}"
+    if settings.spark_remote:
+        return ServiceStatus(
+            NAME, _answers(settings.spark_remote), settings.spark_remote, None, "not ours to stop"
+        )
+    pid = _our_pid(paths)
+    if pid is None:
+        paths.pid_file.unlink(missing_ok=True)
+        return ServiceStatus(NAME, False, address, None, "not started by drainer")
+    echo(f"{NAME:<9} stopping pid {pid}")
+    killed = process.terminate(pid)
+    paths.pid_file.unlink(missing_ok=True)
+    return ServiceStatus(NAME, False, address, None, "killed" if killed else "stopped")
+
+
+def status(settings: Settings) -> ServiceStatus:
+    """Whether the Connect server runs answers, whether it is ours, and what it runs with."""
+    if settings.spark_remote:
+        ok = _answers(settings.spark_remote)
+        return ServiceStatus(
+            NAME, ok, settings.spark_remote, None, "external" if ok else "not reachable"
+        )
+    if not settings.local_spark_connect:
+        return ServiceStatus(
+            NAME, False, "-", None, f"not used: SPARK_MASTER={settings.spark_master} (in-process)"
+        )
+    address = f"sc://{HOST}:{DEFAULT_CONNECT_PORT}"
+    paths = ConnectPaths.under(settings.home)
+    pid = _our_pid(paths)
+    ok = port_open(HOST, DEFAULT_CONNECT_PORT)
+    if pid is not None:
+        return ServiceStatus(
+            NAME, ok, address, pid, _detail(paths, settings, "" if ok else "starting")
+        )
+    if ok:
+        return ServiceStatus(NAME, True, address, None, "not started by drainer")
+    return ServiceStatus(NAME, False, address, None, "stopped (runs fall back to local[*])")
+
+
+def _detail(paths: ConnectPaths, settings: Settings, state: str) -> str:
+    try:
+        started = paths.started_with.read_text().strip()
+    except FileNotFoundError:
+        started = ""
+    parts = [p for p in (state, started) if p]
+    wanted = f"PYTHONPATH={settings.python_path or '(none)'}"
+    if started and wanted not in started.split(" "):
+        parts.append(
+            f"this shell has {wanted}: `drainer services down` then `up` to give the server's "
+            "Python workers the same code"
+        )
+    return "; ".join(parts)
+
+
+def _answers(endpoint: str) -> bool:
+    host, port = endpoint_port(endpoint)
+    return port_open(host, port, timeout=5.0)
+
+
+def _check_remote(endpoint: str) -> ServiceStatus:
+    """SPARK_REMOTE was given: never start anything, only check that it listens."""
+    if not _answers(endpoint):
+        raise ServiceError(
+            f"the Spark Connect server at {endpoint} (SPARK_REMOTE) did not answer within 5 s; "
+            "check the address, or unset SPARK_REMOTE to run a local one"
+        )
+    return ServiceStatus(NAME, True, endpoint, None, "external")
+
+
+def _our_pid(paths: ConnectPaths) -> int | None:
+    pid = process.read_pid(paths.pid_file)
+    return pid if pid is not None and process.is_alive(pid, MARKER) else None
+
+
+_children: dict[int, subprocess.Popen[bytes]] = {}  # keeps Popen objects from warning on GC
+
+
+def _wait_ready(
+    port: int, paths: ConnectPaths, pid: int, proc: subprocess.Popen[bytes] | None
+) -> None:
+    """The gRPC port opens once the server's SparkContext is up: wait for it."""
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        exited = proc.poll() if proc is not None else None
+        if exited is not None or not process.is_alive(pid, MARKER):
+            paths.pid_file.unlink(missing_ok=True)
+            raise ServiceError(
+                f"the Spark Connect server exited (code {exited}); last lines of "
+                f"{paths.console_log}:\n{process.tail(paths.console_log, 30)}"
+            )
+        if port_open(HOST, port):
+            return
+        time.sleep(0.5)
+    process.terminate(pid)
+    paths.pid_file.unlink(missing_ok=True)
+    raise ServiceError(
+        f"the Spark Connect server did not listen on {HOST}:{port} within "
+        f"{START_TIMEOUT_SECONDS:.0f} s; stopped it. Last lines of {paths.console_log}:\n"
+        f"{process.tail(paths.console_log, 30)}"
+    )

@@ -1,0 +1,224 @@
+"""A real Spark standalone cluster: a master and a worker from the installed pyspark, on loopback.
+
+Drains run as the CLI runs them, in their own processes: with SPARK_MASTER=spark://… (an
+in-process driver whose executors run on the cluster's worker) in both modes, and through a
+Spark Connect server attached to the cluster (SPARK_REMOTE). Each checks exact counts in the
+sink, and that the cluster's master saw the application (the work did not run elsewhere).
+The cluster comes up once per session; the classic runs go first, because a Connect server
+holds the worker's cores for as long as it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from drainer.producer import produce_records, synthetic_records
+from drainer.services import connect, process
+from drainer.settings import load_settings
+from drainer.store import get_engine
+from spark_jobs.examples import RECORD_ECHO_SCHEMA
+
+PRODUCED = {0: 700, 1: 500, 2: 300}
+START_TIMEOUT_SECONDS = 90.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    master_url: str
+    ui_port: int
+
+    def apps(self) -> dict:
+        """The master's state (JSON API of its web UI): workers, running and completed apps."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=5) as r:
+            return json.load(r)
+
+    def app_names(self) -> list[str]:
+        state = self.apps()
+        return [a["name"] for a in state["activeapps"] + state["completedapps"]]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spark_class(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    home = connect.spark_home()
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [str(home / "bin" / "spark-class"), *args],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+@pytest.fixture(scope="session")
+def cluster(stack, tmp_path_factory) -> Iterator[Cluster]:
+    """A standalone master and one worker (2 cores, 1 GiB), both on 127.0.0.1."""
+    root = tmp_path_factory.mktemp("spark-cluster")
+    settings = load_settings()
+    env = connect.spark_env(settings, {"SPARK_WORKER_DIR": str(root / "work")})
+    port, ui_port, worker_ui = _free_port(), _free_port(), _free_port()
+    master_url = f"spark://127.0.0.1:{port}"
+    master = _spark_class(
+        env,
+        root / "master.log",
+        "org.apache.spark.deploy.master.Master",
+        "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port),
+    )  # fmt: skip
+    worker = _spark_class(
+        env,
+        root / "worker.log",
+        "org.apache.spark.deploy.worker.Worker",
+        master_url,
+        "--host", "127.0.0.1", "--cores", "2", "--memory", "1g", "--webui-port", str(worker_ui),
+    )  # fmt: skip
+    try:
+        found = Cluster(master_url, ui_port)
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while True:
+            try:
+                if found.apps().get("aliveworkers", 0) >= 1:
+                    break
+            except OSError:
+                pass
+            if (
+                time.monotonic() > deadline
+                or master.poll() is not None
+                or worker.poll() is not None
+            ):
+                pytest.fail(
+                    "the standalone cluster did not come up:\n"
+                    + process.tail(root / "master.log", 20)
+                    + "\n"
+                    + process.tail(root / "worker.log", 20)
+                )
+            time.sleep(0.5)
+        yield found
+    finally:
+        for proc in (worker, master):
+            process.terminate(proc.pid, grace_seconds=15)
+
+
+@pytest.fixture(scope="session")
+def connect_on_cluster(cluster, tmp_path_factory) -> Iterator[str]:
+    """A second Spark Connect server (own port), whose executors run on the cluster."""
+    settings = load_settings()
+    paths = connect.ConnectPaths(tmp_path_factory.mktemp("connect-on-cluster"))
+    port = _free_port()
+    started = connect.start(
+        settings,
+        paths,
+        port,
+        cluster.master_url,
+        echo=lambda _: None,
+        conf={"spark.executor.memory": "768m"},
+    )
+    try:
+        yield started.address
+    finally:
+        if started.pid:
+            process.terminate(started.pid, grace_seconds=15)
+
+
+def _drain_in_process(drain, **spark_env: str) -> dict:
+    """`drainer run --json` in its own process with the given SPARK_* variables only."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SPARK_REMOTE", "SPARK_MASTER", "SPARK_CONNECT_MODE_ENABLED")
+    }
+    env.update(spark_env)
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "run", drain.name, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout)
+    result["spark"] = done.stderr
+    return result
+
+
+def _produce(drain) -> None:
+    for level, count in PRODUCED.items():
+        produce_records(drain, synthetic_records(count, keys=7, seed=level), level=level)
+
+
+def _scalar(sql: str) -> int:
+    with get_engine().connect() as conn:
+        return int(conn.scalar(text(sql)) or 0)
+
+
+def test_dataframe_mode_on_a_standalone_cluster(make_drain, cluster):
+    drain = make_drain(budget=5000)
+    _produce(drain)
+    before = cluster.app_names().count("drainer")
+    result = _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
+    assert result["drained"] == sum(PRODUCED.values())
+    assert f"on {cluster.master_url}" in result["spark"]
+    assert cluster.app_names().count("drainer") == before + 1
+    table = drain.sink.table
+    assert _scalar(f'SELECT sum(records) FROM "{table}"') == sum(PRODUCED.values())
+    for level, count in PRODUCED.items():
+        assert _scalar(f'SELECT sum(records) FROM "{table}" WHERE level = {level}') == count
+
+
+def test_record_mode_on_a_standalone_cluster(make_drain, cluster):
+    drain = make_drain(
+        budget=5000,
+        mode="record",
+        handler="spark_jobs.examples:record_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        ordering="key",
+    )
+    _produce(drain)
+    before = cluster.app_names().count("drainer")
+    result = _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
+    assert result["drained"] == sum(PRODUCED.values())
+    assert cluster.app_names().count("drainer") == before + 1
+    table = drain.sink.table
+    assert _scalar(f'SELECT count(*) FROM "{table}"') == sum(PRODUCED.values())
+    distinct = f'SELECT count(DISTINCT (topic, partition, "offset")) FROM "{table}"'
+    assert _scalar(distinct) == sum(PRODUCED.values())
+
+
+@pytest.mark.parametrize("mode", ["dataframe", "record"])
+def test_spark_connect_server_attached_to_the_cluster(
+    make_drain, cluster, connect_on_cluster, mode
+):
+    record = {
+        "mode": "record",
+        "handler": "spark_jobs.examples:record_echo",
+        "output_schema": RECORD_ECHO_SCHEMA,
+    }
+    drain = make_drain(budget=5000, **(record if mode == "record" else {}))
+    _produce(drain)
+    assert any("Spark Connect server" in name for name in cluster.app_names())
+    result = _drain_in_process(drain, SPARK_REMOTE=connect_on_cluster)
+    assert result["drained"] == sum(PRODUCED.values())
+    assert f"Spark Connect {connect_on_cluster}" in result["spark"]
+    assert f"server master {cluster.master_url}" in result["spark"]
+    table = drain.sink.table
+    if mode == "record":
+        assert _scalar(f'SELECT count(*) FROM "{table}"') == sum(PRODUCED.values())
+    else:
+        assert _scalar(f'SELECT sum(records) FROM "{table}"') == sum(PRODUCED.values())
