@@ -218,6 +218,9 @@ def stop(
     echo(f"{NAME:<9} stopping pid {pid}")
     killed = process.terminate(pid)
     paths.pid_file.unlink(missing_ok=True)
+    deadline = time.monotonic() + 30
+    while port_open(HOST, DEFAULT_CONNECT_PORT) and time.monotonic() < deadline:
+        time.sleep(0.2)  # a JVM's shutdown hooks may hold the port a moment after the signal
     return ServiceStatus(NAME, False, address, None, "killed" if killed else "stopped")
 
 
