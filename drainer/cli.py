@@ -119,27 +119,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_plan_json(drain, planned), indent=2))
         return 0
-    table = Table(
-        title=f"next run of {drain.name}: budget {drain.budget:,}, levels {planned.levels}"
-    )
-    for column in ("level", "reserved", "burst", "allocated", "backlog", "planned"):
-        table.add_column(column, justify="right")
-    for lp in sorted(plan.levels.values(), key=lambda lp: -lp.level):
-        table.add_row(
-            *(
-                f"{v:,}" if isinstance(v, int) and k != "level" else str(v)
-                for k, v in vars(lp).items()
-            )
-        )
-    table.add_row(
-        "total",
-        "",
-        "",
-        "",
-        f"{sum(lp.backlog for lp in plan.levels.values()):,}",
-        f"{plan.total_planned:,}",
-        style="bold",
-    )
+    table = _plan_level_table(drain, planned)
     console.print(table)
     parts = Table(title="ranges")
     for column in ("topic", "partition", "start", "end", "records"):
@@ -153,9 +133,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
             f"{r.records:,}",
         )
     console.print(parts)
-    if plan.held_back:
-        console.print(f"held back by event-time alignment (max_gap): {plan.held_back}")
+    for wait in plan.alignment:
+        console.print(f"{drain.level_topic(wait.level)}[{wait.partition}] {wait.reason}")
     return 0
+
+
+def _plan_level_table(drain: DrainConfig, planned) -> Table:
+    """Per level: its numbers, and where its planned records come from (reserved, burst from
+    history, handed on by backlog awareness); `available` is what event-time alignment allows."""
+    plan = planned.plan
+    table = Table(
+        title=f"next run of {drain.name}: budget {drain.budget:,}, levels {planned.levels}"
+    )
+    columns = ("reserved", "burst", "allocated", "backlog", "available", "planned")
+    sources = ("from_reserved", "from_burst", "handed_on")
+    for column in ("level", *columns, *(s.replace("_", " ") for s in sources)):
+        table.add_column(column, justify="right")
+    levels = sorted(plan.levels.values(), key=lambda lp: -lp.level)
+    for lp in levels:
+        table.add_row(str(lp.level), *(f"{getattr(lp, c):,}" for c in (*columns, *sources)))
+    total = {c: f"{sum(getattr(lp, c) for lp in levels):,}" for c in (*columns, *sources)}
+    total.update(reserved="", burst="", allocated="")
+    table.add_row("total", *total.values(), style="bold")
+    return table
 
 
 def _show_open_run(drain: DrainConfig, run, as_json: bool) -> int:
@@ -199,8 +199,11 @@ def _plan_json(drain: DrainConfig, planned) -> dict:
         "levels": [vars(lp) for lp in sorted(plan.levels.values(), key=lambda lp: -lp.level)],
         "ranges": [{"topic": drain.level_topic(r.level), **vars(r)} for r in plan.ranges],
         "total_planned": plan.total_planned,
-        "cutoff_timestamp": plan.cutoff_timestamp,
         "held_back": [list(x) for x in plan.held_back],
+        "alignment": [
+            {**vars(w), "behind": list(w.behind), "waits": w.waits, "reason": w.reason}
+            for w in plan.alignment
+        ],
     }
 
 

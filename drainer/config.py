@@ -59,6 +59,14 @@ class DrainConfig(BaseModel):
     maxout_threshold: int = Field(default=4, ge=1)
     backlog_aware: bool = True
     max_gap_seconds: float | None = Field(default=None, gt=0)
+    align: Literal["level", "drain"] = Field(
+        default="level",
+        description=(
+            "what event-time alignment (max_gap_seconds) keeps together: each level's "
+            "partitions (`level`), so no level waits for another level's older records, or all "
+            "partitions of the drain (`drain`)"
+        ),
+    )
     schedule: str | None = "*/5 * * * *"
     lag_threshold: int | None = Field(
         default=None,
