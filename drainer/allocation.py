@@ -461,7 +461,10 @@ def plan(
                 break
             # a level held by older data of another level (`align: drain`) reads less than
             # planned: plan it at most that, so the rest is offered on
-            available = {level: min(available[level], got[level]) for level in covered}
+            available = {
+                level: got[level] if got[level] < numbers[level].planned else available[level]
+                for level in covered
+            }
         numbers = {level: numbers[level].trimmed(got[level]) for level in covered}
 
     ranges = [
@@ -601,10 +604,11 @@ class _Aligner:
 
     Within a group, partitions are taken oldest-first by their next pending record. The oldest
     reads its whole allocation; every later one reads only records at most `gap_ms` later than
-    what the run reaches in the partitions before it (the least advanced of them), and waits
-    when even its next record is later than that. What a stopped partition cannot read is
-    offered to the other partitions of its level; what the level still cannot use, the caller
-    offers to other levels. Lookups are cached: each is a Kafka request in production.
+    what the run reaches in the partitions before it (the least advanced of those it does not
+    empty), and waits when even its next record is later than that. What a stopped partition cannot read goes to
+    the other partitions of its level (the split stays max-min fair under those limits); what
+    the level still cannot use, the caller offers to other levels. Lookups are cached: each is
+    a Kafka request in production.
     """
 
     members: list[PartitionBacklog]
@@ -675,29 +679,62 @@ class _Aligner:
     def _fill_group(
         self, group: list[PartitionBacklog], amounts: Mapping[int, int]
     ) -> tuple[dict[tuple[int, int], int], list[AlignmentWait]]:
+        """Max-min fair under alignment: a water level per level, as high as its amount allows.
+
+        Every partition reads min(level, what alignment lets it read); raising a level only lets
+        later partitions read more (the partitions behind them reach further), so the highest
+        level whose total fits the amount is found by bisection. What is left below the next
+        level goes one record each to the oldest partitions that can take it.
+        """
         by_level: dict[int, list[PartitionBacklog]] = {}
-        for p in sorted(group, key=lambda p: p.partition):
+        for p in group:  # oldest first
             by_level.setdefault(p.level, []).append(p)
-        shares: dict[tuple[int, int], int] = {}
-        for level, own in by_level.items():
-            split = _water_fill(
-                min(amounts.get(level, 0), sum(p.backlog for p in own)), [p.backlog for p in own]
-            )
-            shares.update((_key(p), n) for p, n in zip(own, split, strict=True))
-        for _ in range(4 * len(group) + 4):
-            reads, readable, limits = self._pass(group, shares)
-            moved = False
+        water = {level: 0 for level in by_level}
+        fixed: dict[tuple[int, int], int] = {}  # shares set explicitly, for the remainder
+
+        def run() -> tuple[dict, dict, dict]:
+            shares = {_key(p): fixed.get(_key(p), water[p.level]) for p in group}
+            return self._pass(group, shares)
+
+        def total(level: int) -> int:
+            reads = run()[0]
+            return sum(reads[_key(p)] for p in by_level[level])
+
+        for _ in range(2 if len(by_level) > 1 else 1):  # levels aligned together: two sweeps
             for level, own in by_level.items():
-                freed = amounts.get(level, 0) - sum(reads[_key(p)] for p in own)
-                room = [readable[_key(p)] - reads[_key(p)] for p in own]
-                give = min(freed, sum(room))
-                extra = _water_fill(give, room) if give > 0 else [0] * len(own)
-                moved = moved or give > 0
-                for p, more in zip(own, extra, strict=True):
-                    shares[_key(p)] = reads[_key(p)] + more
-            if not moved:
-                break
-        reads, readable, limits = self._pass(group, shares)
+                amount = amounts.get(level, 0)
+                for p in own:
+                    fixed.pop(_key(p), None)
+                low, high = 0, max(p.backlog for p in own)
+                water[level] = high
+                if total(level) <= amount:
+                    continue
+                while low < high:  # the highest water level whose total fits
+                    water[level] = (low + high + 1) // 2
+                    if total(level) <= amount:
+                        low = water[level]
+                    else:
+                        high = water[level] - 1
+                water[level] = low
+                # the rest: shares frozen where they are, then one more record each, oldest
+                # first, then as much as fits, oldest first (each raise lets later ones read on)
+                reads = run()[0]
+                fixed.update((_key(p), reads[_key(p)]) for p in own)
+                for step in (1, None):
+                    for p in own:
+                        left = amount - total(level)
+                        if left <= 0:
+                            break
+                        base = fixed[_key(p)]
+                        low, high = 0, left if step is None else 1
+                        while low < high:
+                            fixed[_key(p)] = base + (low + high + 1) // 2
+                            if total(level) <= amount:
+                                low = fixed[_key(p)] - base
+                            else:
+                                high = fixed[_key(p)] - base - 1
+                        fixed[_key(p)] = base + low
+        reads, readable, limits = run()
         waits = [
             AlignmentWait(
                 level=p.level,
@@ -710,9 +747,7 @@ class _Aligner:
                 planned=reads[_key(p)],
             )
             for p in group
-            if _key(p) in limits
-            and readable[_key(p)] < p.backlog
-            and reads[_key(p)] == readable[_key(p)]
+            if _key(p) in limits and reads[_key(p)] == readable[_key(p)] < p.backlog
         ]
         return reads, waits
 
@@ -738,7 +773,8 @@ class _Aligner:
             readable[key] = _pending(p.start, cap, p.done)
             reads[key] = min(shares.get(key, 0), readable[key])
             reach = self._reach(p, reads[key])
-            if reach is not None:
+            # a partition this run empties holds nobody back: nothing of it is left behind
+            if reach is not None and reads[key] < p.backlog:
                 reached.append((reach, key))
         return reads, readable, limits
 

@@ -120,52 +120,94 @@ def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_
     make_drain, spark
 ):
     """Level 0 partition 0: 300 records 1 s apart from t0. Partition 1: 200 records 1 s apart
-    from t0 + 100 s (ahead). max_gap 30 s, budget large enough for everything at once.
+    from t0 + 100 s (ahead). max_gap 30 s, budget 140 (level 0 reserves 20, the other levels
+    are empty and hand their 120 on).
 
-    Partition 0 always holds t_min, so run k's cutoff is t0 + 31k - 1 s: partition 0 reads
-    offsets [31(k-1), 31k); partition 1 reads records with t0 + 100 + j <= cutoff, i.e. up to
-    offset 31k - 100, so it waits in runs 1-3 and starts in run 4. Both end in run 10.
+    Partition 0 is behind, so it reads its whole allocation: max-min 70 / 70 at first; partition
+    1 waits while its next record is more than 30 s past what the run reaches in partition 0,
+    and the budget it frees goes to partition 0. Run 1 reads partition 0's offsets 0..139 (it
+    reaches t0 + 139 s); from run 2 on, both read: partition 0 70 (to t0 + 209 s) and partition
+    1 up to t0 + 239 s, offsets 0..69 (70 records)...
     """
-    drain = make_drain(budget=70_000, max_gap_seconds=30)
+    drain = make_drain(budget=140, max_gap_seconds=30)
     # two days back: timestamps in the past are always accepted by the broker
     t0 = (int(time.time()) // 60 - 2 * 24 * 60) * 60_000
     _produce_times(drain, 0, 0, [t0 + i * 1000 for i in range(300)])
     _produce_times(drain, 0, 1, [t0 + 100_000 + j * 1000 for j in range(200)])
 
     before = _plan_cli(drain)
-    assert before["cutoff_timestamp"] == t0 + 30_000
     assert before["held_back"] == [[0, 1]]
-    assert _cli_ranges(before) == [(0, 0, 0, 31, 31)]
-    assert _levels_of(before)[0]["backlog"] == 500
-    assert _levels_of(before)[0]["planned"] == 31
+    (wait,) = before["alignment"]
+    assert (wait["behind"], wait["reached_timestamp"]) == ([0, 0], t0 + 139_000)
+    assert wait["reason"].startswith("waits: its next record is")
+    assert _cli_ranges(before) == [(0, 0, 0, 140, 140)]
+    level0 = _levels_of(before)[0]
+    assert (level0["backlog"], level0["planned"]) == (500, 140)
+    assert (level0["from_reserved"], level0["handed_on"]) == (20, 120)
 
-    p1_end = 0
-    for k in range(1, 11):
-        if k == 4:  # the first run in which partition 1 is within the gap
-            ahead = _plan_cli(drain)
-            assert ahead["held_back"] == []
-            assert ahead["cutoff_timestamp"] == t0 + (31 * 4 - 1) * 1000
-        result = drain_job.run(drain, trigger="test")
-        p0 = (0, 0, 31 * (k - 1), min(31 * k, 300))
-        new_p1_end = min(200, max(0, 31 * k - 100))
-        expected = [(*p0, p0[3] - p0[2])]
-        if new_p1_end > p1_end:
-            expected.append((0, 1, p1_end, new_p1_end, new_p1_end - p1_end))
-        assert _stored_ranges(result.run_id) == expected, f"run {k}"
-        (level0,) = [lv for lv in result.levels if lv.level == 0]
-        assert level0.planned == level0.drained == sum(r[4] for r in expected)
-        if k <= 3:
-            assert len(expected) == 1  # partition 1 waited
-        p1_end = new_p1_end
-    assert p1_end == 200
+    first = drain_job.run(drain, trigger="test")
+    assert _stored_ranges(first.run_id) == [(0, 0, 0, 140, 140)]
+    second = drain_job.run(drain, trigger="test")
+    # shares 70 / 70: partition 0 reaches t0 + 209 s, so partition 1 may read to t0 + 239 s
+    assert _stored_ranges(second.run_id) == [(0, 0, 140, 210, 70), (0, 1, 0, 70, 70)]
+    runs = 2
+    while sum(p.backlog for p in partition_states(get_engine(), drain, [0])):
+        drain_job.run(drain, trigger="test")
+        runs += 1
+    assert runs == 4  # 500 records at 140 per run: as many runs as the budget needs
 
     # nothing pending: planning with max_gap still works (it used to fail for want of a lookup)
     after = _plan_cli(drain)
-    assert after["ranges"] == [] and after["held_back"] == []
-    assert after["cutoff_timestamp"] is None
+    assert after["ranges"] == [] and after["held_back"] == [] and after["alignment"] == []
     idle = drain_job.run(drain, trigger="test")
     assert idle.drained == 0 and _stored_ranges(idle.run_id) == []
     assert all(p.backlog == 0 for p in partition_states(get_engine(), drain, [0, 1, 2]))
+
+
+def test_an_hour_of_lag_drains_at_full_budget_and_fresh_urgent_records_do_not_wait(
+    make_drain, spark
+):
+    """Issue 11's example on the real broker: max_gap 60 s; level 0 partition 0 holds 1,000
+    records an hour old (one per second), level 0 partition 1 and level 1 partition 0 hold 1,000
+    fresh ones each; budget 3,000. It used to take one run per 61 records of the old partition.
+
+    Run 1: level 1 reads its 1,000 (alignment is per level), level 0's old partition reads its
+    whole allocation of 1,000 and the fresh partition of level 0 waits (what the run reaches in
+    the old one is an hour behind it). Run 2: the fresh partition of level 0 reads its 1,000.
+    """
+    drain = make_drain(budget=3000, max_gap_seconds=60)
+    fresh = (int(time.time()) // 60 - 60) * 60_000  # an hour ago: sure to be in the past
+    old = fresh - 3_600_000
+    _produce_times(drain, 0, 0, [old + i * 1000 for i in range(1000)])
+    _produce_times(drain, 0, 1, [fresh + i * 1000 for i in range(1000)])
+    _produce_times(drain, 1, 0, [fresh + i * 1000 for i in range(1000)])
+
+    shown = _plan_cli(drain)
+    assert shown["held_back"] == [[0, 1]]
+    assert "level 0 partition 0" in shown["alignment"][0]["reason"]
+    first = drain_job.run(drain, trigger="test")
+    assert _stored_ranges(first.run_id) == [(1, 0, 0, 1000, 1000), (0, 0, 0, 1000, 1000)]
+    assert {lv.level: lv.drained for lv in first.levels} == {0: 1000, 1: 1000, 2: 0}
+    second = drain_job.run(drain, trigger="test")
+    assert _stored_ranges(second.run_id) == [(0, 1, 0, 1000, 1000)]
+    assert sum(p.backlog for p in partition_states(get_engine(), drain, [0, 1, 2])) == 0
+
+
+def test_align_drain_makes_fresh_levels_wait_for_older_levels(make_drain, spark):
+    """The same records with `align: drain`: level 1 and level 0's fresh partition wait in run 1
+    for level 0's hour-old records, then read in run 2."""
+    drain = make_drain(budget=3000, max_gap_seconds=60, align="drain")
+    fresh = (int(time.time()) // 60 - 60) * 60_000
+    old = fresh - 3_600_000
+    _produce_times(drain, 0, 0, [old + i * 1000 for i in range(1000)])
+    _produce_times(drain, 0, 1, [fresh + i * 1000 for i in range(1000)])
+    _produce_times(drain, 1, 0, [fresh + i * 1000 for i in range(1000)])
+
+    first = drain_job.run(drain, trigger="test")
+    assert _stored_ranges(first.run_id) == [(0, 0, 0, 1000, 1000)]
+    second = drain_job.run(drain, trigger="test")
+    # reserved 857 / 1,715 of level 1 and 0's... level 1 first: it reads all 1,000
+    assert {lv.level: lv.drained for lv in second.levels} == {0: 1000, 1: 1000, 2: 0}
 
 
 # --- 2. level subsets (backfills) and the history window ----------------------------------------

@@ -677,35 +677,51 @@ def test_alignment_is_per_level_by_default_so_fresh_urgent_records_do_not_wait()
     assert {lvl: lp.planned for lvl, lp in result.levels.items()} == {0: 1000, 1: 1000}
     assert result.alignment == []
 
-    # across the whole drain, level 1 waits for level 0's older records, and says so
+    # across the whole drain (and level 0 with an hour of records, so the run does not empty
+    # it), level 1 waits for level 0's older records and says why; its budget goes to level 0
+    bases[(0, 0)] = 0
+    partitions[0] = PartitionBacklog(0, 0, 0, 3600, next_timestamp=0)
     drain = plan(partitions, 3000, max_gap_ms=60_000, align="drain", **timed(bases))
-    assert {lvl: lp.planned for lvl, lp in drain.levels.items()} == {0: 1000, 1: 0}
+    assert {lvl: lp.planned for lvl, lp in drain.levels.items()} == {0: 3000, 1: 0}
     assert drain.held_back == [(1, 0)]
     (wait,) = drain.alignment
     assert (wait.behind, wait.reached_timestamp, wait.limit_timestamp) == (
         (0, 0),
-        999_000,
-        1_059_000,
+        2_999_000,
+        3_059_000,
     )
-    assert wait.reason.startswith("waits: its next record is 2,601 s after what the run reaches")
+    assert wait.reason.startswith("waits: its next record is 601 s after what the run reaches")
+    level = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    assert {lvl: lp.planned for lvl, lp in level.levels.items()} == {0: 2000, 1: 1000}
 
 
 def test_the_partition_an_hour_behind_reads_its_whole_allocation_while_a_fresh_one_waits() -> None:
-    bases = {(0, 0): 0, (0, 1): HOUR_MS}
+    # budget 3,000 over levels 0 and 1 reserves 1,000 / 2,000; level 1 has plenty of fresh records
+    bases = {(0, 0): 0, (0, 1): HOUR_MS, (1, 0): HOUR_MS}
     partitions = [
-        PartitionBacklog(0, 0, 0, 1000, next_timestamp=0),
+        PartitionBacklog(0, 0, 0, 3600, next_timestamp=0),  # an hour of records, one a second
         PartitionBacklog(0, 1, 0, 1000, next_timestamp=HOUR_MS),
+        PartitionBacklog(1, 0, 0, 5000, next_timestamp=HOUR_MS),
     ]
-    assert [r.records for r in plan(partitions, 2000).ranges] == [1000, 1000]  # max-min: 1,000 each
+    unaligned = plan(partitions, 3000)
+    assert [(r.level, r.partition, r.records) for r in unaligned.ranges] == [
+        (1, 0, 2000),
+        (0, 0, 500),  # max-min: 500 each
+        (0, 1, 500),
+    ]
 
-    result = plan(partitions, 2000, max_gap_ms=60_000, **timed(bases))
-    assert [(r.partition, r.start, r.end, r.records) for r in result.ranges] == [(0, 0, 1000, 1000)]
+    result = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    assert [(r.level, r.partition, r.records) for r in result.ranges] == [
+        (1, 0, 2000),
+        (0, 0, 1000),  # the whole allocation of level 0
+    ]
     assert result.held_back == [(0, 1)]
-    assert result.levels[0].available == 1000 and result.levels[0].backlog == 2000
+    assert result.levels[0].available == 4600  # had it the budget, it would empty partition 0
 
-    # the next run (partition 0 done): partition 1 is the oldest and reads everything
-    after = [PartitionBacklog(0, 1, 0, 1000, next_timestamp=HOUR_MS)]
-    assert plan(after, 2000, max_gap_ms=60_000, **timed(bases)).total_planned == 1000
+    # a partition the run empties holds nobody back: with 1,000 old records, both read
+    partitions[0] = PartitionBacklog(0, 0, 0, 1000, next_timestamp=0)
+    emptied = plan(partitions, 3000, levels=[0], max_gap_ms=60_000, **timed(bases))
+    assert [(r.partition, r.records) for r in emptied.ranges] == [(0, 1000), (1, 1000)]
 
 
 def test_budget_a_waiting_partition_frees_goes_to_its_level_then_to_other_levels() -> None:
@@ -722,14 +738,15 @@ def test_budget_a_waiting_partition_frees_goes_to_its_level_then_to_other_levels
     assert result.held_back == [(0, 1)]
     assert (result.levels[0].from_reserved, result.levels[0].handed_on) == (1000, 1700)
 
-    # partition 1 starts at 2,000 s: the max-min split gives 2,000 / 1,000; partition 0 reaches
-    # 1,999 s, so partition 1 may read up to 2,059 s (60 records) and frees 940, which partition
-    # 0 takes; it is never read past what the partitions behind it reach plus the gap
+    # partition 1 starts at 2,000 s. Max-min under alignment: both read up to a common water
+    # level, partition 1 only records at most 60 s past what partition 0 reaches. At 2,470 /
+    # 530 partition 0 reaches 2,469 s and partition 1 reads exactly to 2,529 s: the budget of
+    # 3,000 is used and neither could get more without taking from the other
     bases[(0, 1)] = 2_000_000
     near = [*partitions[:1], PartitionBacklog(0, 1, 0, 1000, next_timestamp=2_000_000)]
     result = plan(near, 3000, max_gap_ms=60_000, levels=[0, 1], **timed(bases))
-    assert [(r.partition, r.records) for r in result.ranges] == [(0, 2940), (1, 60)]
-    assert result.alignment == []  # partition 1 ends where its budget does, not at the limit
+    assert [(r.partition, r.records) for r in result.ranges] == [(0, 2470), (1, 530)]
+    assert [(w.partition, w.readable) for w in result.alignment] == [(1, 530)]
 
 
 def test_the_tardy_partition_is_never_capped_and_the_next_one_always_progresses() -> None:
@@ -760,18 +777,20 @@ def test_the_tardy_partition_is_never_capped_and_the_next_one_always_progresses(
 def test_alignment_caps_partitions_of_unknown_time_and_needs_a_known_one() -> None:
     lookups = timed({(0, 0): 0, (0, 1): 5_000})
     partitions = [
-        PartitionBacklog(0, 0, 0, 10, next_timestamp=0),  # 0 .. 9 s
-        PartitionBacklog(0, 1, 0, 100, next_timestamp=None),  # 5 s, 6 s, ... (unknown here)
+        PartitionBacklog(0, 0, 0, 100, next_timestamp=0),  # 0, 1, 2 ... s
+        PartitionBacklog(0, 1, 0, 100, next_timestamp=None),  # 5, 6, 7 ... s (unknown here)
     ]
-    result = plan(partitions, 100, max_gap_ms=9_000, **lookups)
-    # partition 0 reaches 9 s: partition 1 may read up to 18 s, offsets 0..13
-    assert [(r.partition, r.end) for r in result.ranges] == [(0, 10), (1, 14)]
+    result = plan(partitions, 29, max_gap_ms=2_000, **lookups)
+    # water level 16: partition 0 reaches 15 s, so partition 1 reads only up to 17 s (offsets
+    # 0..12, 13 records): 16 + 13 = 29
+    assert [(r.partition, r.records) for r in result.ranges] == [(0, 16), (1, 13)]
     (wait,) = result.alignment
-    assert (wait.partition, wait.readable, wait.waits) == (1, 14, False)
+    assert (wait.partition, wait.readable, wait.planned, wait.waits) == (1, 13, 13, False)
+    assert (wait.reached_timestamp, wait.limit_timestamp) == (15_000, 17_000)
     assert "its next record's time is unknown" in wait.reason
 
     unknown = [PartitionBacklog(0, 0, 0, 100), PartitionBacklog(0, 1, 0, 100)]
-    result = plan(unknown, 100, max_gap_ms=9_000, **lookups)
+    result = plan(unknown, 100, max_gap_ms=2_000, **lookups)
     assert result.alignment == [] and result.total_planned == 100
 
     def kafka_none(level: int, partition: int, timestamp_ms: int) -> int:
@@ -780,7 +799,7 @@ def test_alignment_caps_partitions_of_unknown_time_and_needs_a_known_one() -> No
     result = plan(
         partitions, 500, max_gap_ms=9_000, offset_for_time=kafka_none, timestamp_at=lambda *a: 0
     )
-    assert result.total_planned == 110 and result.held_back == []
+    assert result.total_planned == 200 and result.held_back == []
 
 
 def test_alignment_settings_are_checked() -> None:
@@ -858,6 +877,8 @@ def test_alignment_reads_nothing_past_the_gap_behind_older_partitions(
                 first = range_end(p.start, 1, p.done) - 1
                 # nothing past the limit, but the one record a partition within the gap must read
                 assert stamp(p, last) <= limit or (n == 1 and stamp(p, first) <= limit + 0), p
+            if n == p.backlog:
+                continue  # the run empties it: it holds nobody back
             if n:
                 reached.append(
                     max(stamp(p, range_end(p.start, n, p.done) - 1), p.next_timestamp or 0)
