@@ -120,41 +120,43 @@ def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_
     make_drain, spark
 ):
     """Level 0 partition 0: 300 records 1 s apart from t0. Partition 1: 200 records 1 s apart
-    from t0 + 100 s (ahead). max_gap 30 s, budget 140 (level 0 reserves 20, the other levels
+    from t0 + 200 s (ahead). max_gap 30 s, budget 140 (level 0 reserves 20; the other levels
     are empty and hand their 120 on).
 
-    Partition 0 is behind, so it reads its whole allocation: max-min 70 / 70 at first; partition
-    1 waits while its next record is more than 30 s past what the run reaches in partition 0,
-    and the budget it frees goes to partition 0. Run 1 reads partition 0's offsets 0..139 (it
-    reaches t0 + 139 s); from run 2 on, both read: partition 0 70 (to t0 + 209 s) and partition
-    1 up to t0 + 239 s, offsets 0..69 (70 records)...
+    Partition 0 is behind, so it reads its whole allocation; partition 1 reads only records at
+    most 30 s past what the run reaches in partition 0, and waits while even its next one is
+    later. Run 1: partition 0 reads 140 (to t0 + 139 s), partition 1 waits. Run 2: water level
+    85: partition 0 reaches t0 + 224 s, partition 1 reads to t0 + 254 s (55 records). Run 3:
+    70 / 70. Run 4: partition 0's last 5 empty it, so it holds nobody back: partition 1 reads
+    its last 75. Four runs, as many as 500 records at 140 per run need.
     """
     drain = make_drain(budget=140, max_gap_seconds=30)
     # two days back: timestamps in the past are always accepted by the broker
     t0 = (int(time.time()) // 60 - 2 * 24 * 60) * 60_000
     _produce_times(drain, 0, 0, [t0 + i * 1000 for i in range(300)])
-    _produce_times(drain, 0, 1, [t0 + 100_000 + j * 1000 for j in range(200)])
+    _produce_times(drain, 0, 1, [t0 + 200_000 + j * 1000 for j in range(200)])
 
     before = _plan_cli(drain)
     assert before["held_back"] == [[0, 1]]
     (wait,) = before["alignment"]
     assert (wait["behind"], wait["reached_timestamp"]) == ([0, 0], t0 + 139_000)
-    assert wait["reason"].startswith("waits: its next record is")
+    assert wait["reason"].startswith("waits: its next record is 61 s after what the run reaches")
     assert _cli_ranges(before) == [(0, 0, 0, 140, 140)]
     level0 = _levels_of(before)[0]
-    assert (level0["backlog"], level0["planned"]) == (500, 140)
+    assert (level0["backlog"], level0["available"], level0["planned"]) == (500, 500, 140)
     assert (level0["from_reserved"], level0["handed_on"]) == (20, 120)
 
-    first = drain_job.run(drain, trigger="test")
-    assert _stored_ranges(first.run_id) == [(0, 0, 0, 140, 140)]
-    second = drain_job.run(drain, trigger="test")
-    # shares 70 / 70: partition 0 reaches t0 + 209 s, so partition 1 may read to t0 + 239 s
-    assert _stored_ranges(second.run_id) == [(0, 0, 140, 210, 70), (0, 1, 0, 70, 70)]
-    runs = 2
-    while sum(p.backlog for p in partition_states(get_engine(), drain, [0])):
-        drain_job.run(drain, trigger="test")
-        runs += 1
-    assert runs == 4  # 500 records at 140 per run: as many runs as the budget needs
+    expected = [
+        [(0, 0, 0, 140, 140)],
+        [(0, 0, 140, 225, 85), (0, 1, 0, 55, 55)],
+        [(0, 0, 225, 295, 70), (0, 1, 55, 125, 70)],
+        [(0, 0, 295, 300, 5), (0, 1, 125, 200, 75)],
+    ]
+    for k, ranges in enumerate(expected, start=1):
+        result = drain_job.run(drain, trigger="test")
+        assert _stored_ranges(result.run_id) == ranges, f"run {k}"
+        (level,) = [lv for lv in result.levels if lv.level == 0]
+        assert level.planned == level.drained == sum(r[4] for r in ranges)
 
     # nothing pending: planning with max_gap still works (it used to fail for want of a lookup)
     after = _plan_cli(drain)
@@ -164,50 +166,67 @@ def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_
     assert all(p.backlog == 0 for p in partition_states(get_engine(), drain, [0, 1, 2]))
 
 
+def _an_hour_of_lag(drain, old_records: int) -> None:
+    """Level 0 partition 0: `old_records` an hour old, one a second. Level 0 partition 1 and
+    level 1 partition 0: 1,000 fresh records each, one a second."""
+    fresh = (int(time.time()) // 60 - 60) * 60_000  # an hour ago: sure to be in the past
+    old = fresh - 3_600_000
+    _produce_times(drain, 0, 0, [old + i * 1000 for i in range(old_records)])
+    _produce_times(drain, 0, 1, [fresh + i * 1000 for i in range(1000)])
+    _produce_times(drain, 1, 0, [fresh + i * 1000 for i in range(1000)])
+
+
+def _runs_until_empty(drain) -> list[list[tuple[int, int, int, int, int]]]:
+    ranges = []
+    while sum(p.backlog for p in partition_states(get_engine(), drain, [0, 1, 2])):
+        ranges.append(_stored_ranges(drain_job.run(drain, trigger="test").run_id))
+        assert len(ranges) < 10, ranges
+    return ranges
+
+
 def test_an_hour_of_lag_drains_at_full_budget_and_fresh_urgent_records_do_not_wait(
     make_drain, spark
 ):
-    """Issue 11's example on the real broker: max_gap 60 s; level 0 partition 0 holds 1,000
-    records an hour old (one per second), level 0 partition 1 and level 1 partition 0 hold 1,000
-    fresh ones each; budget 3,000. It used to take one run per 61 records of the old partition.
+    """Issue 11's example on the real broker, max_gap 60 s, budget 3,000 (reserves 428 / 857 /
+    1,715). It used to read 61 records of the hour-old partition per run and nothing else.
 
-    Run 1: level 1 reads its 1,000 (alignment is per level), level 0's old partition reads its
-    whole allocation of 1,000 and the fresh partition of level 0 waits (what the run reaches in
-    the old one is an hour behind it). Run 2: the fresh partition of level 0 reads its 1,000.
+    With 1,000 old records: one run reads all 3,000 (level 1's 1,000 and level 0's 2,000; the
+    old partition is emptied, so the fresh one of level 0 does not wait for it).
+    With 3,600 old records (an hour of them): run 1 reads level 1's 1,000 and 2,000 of the old
+    partition, whose whole allocation that is, while the fresh partition of level 0 waits; run
+    2 reads the old partition's last 1,600 and then the fresh partition's 1,000.
     """
     drain = make_drain(budget=3000, max_gap_seconds=60)
-    fresh = (int(time.time()) // 60 - 60) * 60_000  # an hour ago: sure to be in the past
-    old = fresh - 3_600_000
-    _produce_times(drain, 0, 0, [old + i * 1000 for i in range(1000)])
-    _produce_times(drain, 0, 1, [fresh + i * 1000 for i in range(1000)])
-    _produce_times(drain, 1, 0, [fresh + i * 1000 for i in range(1000)])
+    _an_hour_of_lag(drain, 1000)
+    shown = _plan_cli(drain)
+    assert {lv: p["planned"] for lv, p in _levels_of(shown).items()} == {2: 0, 1: 1000, 0: 2000}
+    assert shown["alignment"] == []
+    assert _runs_until_empty(drain) == [
+        [(1, 0, 0, 1000, 1000), (0, 0, 0, 1000, 1000), (0, 1, 0, 1000, 1000)]
+    ]
 
+    drain = make_drain(budget=3000, max_gap_seconds=60)
+    _an_hour_of_lag(drain, 3600)
     shown = _plan_cli(drain)
     assert shown["held_back"] == [[0, 1]]
     assert "level 0 partition 0" in shown["alignment"][0]["reason"]
-    first = drain_job.run(drain, trigger="test")
-    assert _stored_ranges(first.run_id) == [(1, 0, 0, 1000, 1000), (0, 0, 0, 1000, 1000)]
-    assert {lv.level: lv.drained for lv in first.levels} == {0: 1000, 1: 1000, 2: 0}
-    second = drain_job.run(drain, trigger="test")
-    assert _stored_ranges(second.run_id) == [(0, 1, 0, 1000, 1000)]
-    assert sum(p.backlog for p in partition_states(get_engine(), drain, [0, 1, 2])) == 0
+    assert _runs_until_empty(drain) == [
+        [(1, 0, 0, 1000, 1000), (0, 0, 0, 2000, 2000)],
+        [(0, 0, 2000, 3600, 1600), (0, 1, 0, 1000, 1000)],
+    ]
 
 
 def test_align_drain_makes_fresh_levels_wait_for_older_levels(make_drain, spark):
-    """The same records with `align: drain`: level 1 and level 0's fresh partition wait in run 1
-    for level 0's hour-old records, then read in run 2."""
+    """`align: drain` with an hour of old records in level 0: level 1's fresh records wait in
+    run 1 (level 0 reads the whole budget), and read in run 2 once level 0 is emptied."""
     drain = make_drain(budget=3000, max_gap_seconds=60, align="drain")
-    fresh = (int(time.time()) // 60 - 60) * 60_000
-    old = fresh - 3_600_000
-    _produce_times(drain, 0, 0, [old + i * 1000 for i in range(1000)])
-    _produce_times(drain, 0, 1, [fresh + i * 1000 for i in range(1000)])
-    _produce_times(drain, 1, 0, [fresh + i * 1000 for i in range(1000)])
-
-    first = drain_job.run(drain, trigger="test")
-    assert _stored_ranges(first.run_id) == [(0, 0, 0, 1000, 1000)]
-    second = drain_job.run(drain, trigger="test")
-    # reserved 857 / 1,715 of level 1 and 0's... level 1 first: it reads all 1,000
-    assert {lv.level: lv.drained for lv in second.levels} == {0: 1000, 1: 1000, 2: 0}
+    _an_hour_of_lag(drain, 3600)
+    shown = _plan_cli(drain)
+    assert shown["held_back"] == [[1, 0], [0, 1]]
+    assert _runs_until_empty(drain) == [
+        [(0, 0, 0, 3000, 3000)],
+        [(1, 0, 0, 1000, 1000), (0, 0, 3000, 3600, 600), (0, 1, 0, 1000, 1000)],
+    ]
 
 
 # --- 2. level subsets (backfills) and the history window ----------------------------------------
