@@ -119,8 +119,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_plan_json(drain, planned), indent=2))
         return 0
-    table = _plan_level_table(drain, planned)
-    console.print(table)
+    for table in _plan_level_tables(drain, planned):
+        console.print(table)
     parts = Table(title="ranges")
     for column in ("topic", "partition", "start", "end", "records"):
         parts.add_column(column, justify="right")
@@ -138,24 +138,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan_level_table(drain: DrainConfig, planned) -> Table:
-    """Per level: its numbers, and where its planned records come from (reserved, burst from
-    history, handed on by backlog awareness); `available` is what event-time alignment allows."""
+def _plan_level_tables(drain: DrainConfig, planned) -> list[Table]:
+    """Per level: its numbers (`available`: what event-time alignment lets it read), and where
+    its planned records come from (its reserved share, the history burst, handed on)."""
     plan = planned.plan
-    table = Table(
+    levels = sorted(plan.levels.values(), key=lambda lp: -lp.level)
+    numbers = Table(
         title=f"next run of {drain.name}: budget {drain.budget:,}, levels {planned.levels}"
     )
-    columns = ("reserved", "burst", "allocated", "backlog", "available", "planned")
-    sources = ("from_reserved", "from_burst", "handed_on")
-    for column in ("level", *columns, *(s.replace("_", " ") for s in sources)):
-        table.add_column(column, justify="right")
-    levels = sorted(plan.levels.values(), key=lambda lp: -lp.level)
-    for lp in levels:
-        table.add_row(str(lp.level), *(f"{getattr(lp, c):,}" for c in (*columns, *sources)))
-    total = {c: f"{sum(getattr(lp, c) for lp in levels):,}" for c in (*columns, *sources)}
-    total.update(reserved="", burst="", allocated="")
-    table.add_row("total", *total.values(), style="bold")
-    return table
+    sources = Table(title="where the planned records come from")
+    for table, columns, totals in (
+        (numbers, ("reserved", "burst", "allocated", "backlog", "available", "planned"), 3),
+        (sources, ("from_reserved", "from_burst", "handed_on"), 0),
+    ):
+        for column in ("level", *columns):
+            table.add_column(column.replace("_", " "), justify="right", no_wrap=True)
+        for lp in levels:
+            table.add_row(str(lp.level), *(f"{getattr(lp, c):,}" for c in columns))
+        sums = [f"{sum(getattr(lp, c) for lp in levels):,}" for c in columns]
+        table.add_row("total", *([""] * totals + sums[totals:]), style="bold")
+    return [numbers, sources]
 
 
 def _show_open_run(drain: DrainConfig, run, as_json: bool) -> int:
