@@ -546,11 +546,12 @@ def _level_numbers(
 
     own = {level: min(reserved[level], available[level]) for level in covered}
     burst = {level: 0 for level in covered}
+    taken = {level: 0 for level in covered}  # of its burst, what the burster reads
     handed = {level: 0 for level in covered}
     spare = sum(reserved[level] - own[level] for level in covered)
 
     def room(level: int) -> int:
-        return available[level] - own[level] - max(burst[level], 0) - handed[level]
+        return available[level] - own[level] - taken[level] - handed[level]
 
     def hand_on(levels: Iterable[int]) -> None:
         nonlocal spare
@@ -561,18 +562,22 @@ def _level_numbers(
 
     if burster is not None:
         hand_on(level for level in covered if level > burster)
-        # a lender lends only what it cannot use now, and at most what history says it leaves
+        # a lender lends only what it cannot use now, and at most what history says it leaves;
+        # `burst` is that whole entitlement (as stored and shown), the burster takes of it what
+        # it can read, and what it cannot is offered on below
         lent = {j: min(unused, reserved[j] - own[j]) for j, unused in lendable.items()}
-        burst[burster] = min(spare, room(burster), sum(lent.values()))
-        spare -= burst[burster]
-        owed = burst[burster]
+        entitled = min(spare, sum(lent.values()))
+        taken[burster] = min(entitled, room(burster))
+        burst[burster] = entitled
+        spare -= taken[burster]
+        owed = entitled
         for j in sorted(lent, reverse=True):
             take = min(owed, lent[j])
             burst[j] -= take
             owed -= take
     hand_on(covered)
     return {
-        level: _Numbers(burst[level], own[level], max(burst[level], 0), handed[level])
+        level: _Numbers(burst[level], own[level], taken[level], handed[level])
         for level in covered
     }
 
