@@ -577,8 +577,7 @@ def _level_numbers(
             owed -= take
     hand_on(covered)
     return {
-        level: _Numbers(burst[level], own[level], taken[level], handed[level])
-        for level in covered
+        level: _Numbers(burst[level], own[level], taken[level], handed[level]) for level in covered
     }
 
 
@@ -739,6 +738,9 @@ class _Aligner:
                             else:
                                 high = fixed[_key(p)] - base - 1
                         fixed[_key(p)] = base + low
+                        # keep only what it reads: a share it cannot use now must not make it
+                        # read later, when a raise elsewhere lets it, past the amount
+                        fixed[_key(p)] = run()[0][_key(p)]
         reads, readable, limits = run()
         waits = [
             AlignmentWait(
