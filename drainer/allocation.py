@@ -50,7 +50,7 @@ DISTRIBUTORS: dict[str, WeightFunction] = {
 """Distributors known by name; anything else is given as an import path or as weights."""
 
 
-# --- reserved shares (§4.1) ---------------------------------------------------------------------
+# --- reserved shares ---------------------------------------------------------------------
 
 
 def reserved_shares(
@@ -191,7 +191,7 @@ def _positive_weight(level: int, weight: object, distributor: Distributor) -> Fr
     )
 
 
-# --- burst from history (§4.2) --------------------------------------------------------------------
+# --- burst from history --------------------------------------------------------------------
 
 
 def _recent_history(
@@ -215,7 +215,10 @@ def burst_eligible(
     window: int = 6,
     maxout_threshold: int = 4,
 ) -> set[int]:
-    """Levels that maxed out (drained at least their share) in `maxout_threshold` of the window."""
+    """Levels that maxed out (drained at least their share) in `maxout_threshold` of the window.
+
+    The one definition of eligibility: planning (`_history_burst`) and `drainer status` use it.
+    """
     _check_window(window, maxout_threshold)
     recent = _recent_history(reserved, history, window)
     return {
@@ -236,19 +239,41 @@ def burst_allocation(
     Only the highest eligible level bursts, so capacity flows to the most urgent level that has
     kept filling its share; it takes only what the others left unused at their best recent run,
     so a lender that needs its share again gets it back as soon as its drained count shows it.
+    This is the history-only rule (`backlog_aware: false`); with backlog awareness `plan` lets
+    the burst take only what no higher level with records waiting wants.
     """
-    eligible = burst_eligible(reserved, history, window, maxout_threshold)
-    recent = _recent_history(reserved, history, window)
-    burster = max(eligible, default=None)
+    burster, lendable = _history_burst(reserved, history, window, maxout_threshold)
     allocation = dict(sorted(reserved.items()))
     if burster is None:
         return allocation
-    for level in allocation:
-        if level != burster:
-            unused = max(0, reserved[level] - max(recent[level]))
-            allocation[level] -= unused
-            allocation[burster] += unused
+    for level, unused in lendable.items():
+        allocation[level] -= unused
+        allocation[burster] += unused
     return allocation
+
+
+def _history_burst(
+    reserved: Mapping[int, int],
+    history: Mapping[int, Sequence[int]],
+    window: int,
+    maxout_threshold: int,
+) -> tuple[int | None, dict[int, int]]:
+    """The one level history lets burst (or None) and what every other level left unused.
+
+    A level is eligible when it drained at least its reserved share in `maxout_threshold` of
+    its last `window` runs (missing runs drained 0); the highest eligible level is the burster.
+    A level `j` left `max(0, reserved_j - most drained in the window)` unused.
+    """
+    recent = _recent_history(reserved, history, window)
+    eligible = burst_eligible(reserved, history, window, maxout_threshold)
+    burster = max(eligible, default=None)
+    if burster is None:
+        return None, {}
+    return burster, {
+        level: max(0, reserved[level] - max(recent[level]))
+        for level in sorted(reserved)
+        if level != burster
+    }
 
 
 def _check_window(window: int, maxout_threshold: int) -> None:
@@ -264,7 +289,13 @@ def _check_window(window: int, maxout_threshold: int) -> None:
         )
 
 
-# --- the plan (§4.3-4.5) ----------------------------------------------------------------------
+# --- the plan ----------------------------------------------------------------------
+
+TimestampAt = Callable[[int, int, int], int | None]
+"""`(level, partition, offset) -> timestamp_ms of the record at offset` (None: unknown)."""
+
+ALIGN_SCOPES = ("level", "drain")
+"""Event-time alignment groups: each level's partitions by themselves, or the whole drain's."""
 
 
 @dataclass(frozen=True)
@@ -297,7 +328,13 @@ class PartitionRange:
 
 @dataclass(frozen=True)
 class LevelPlan:
-    """One level's numbers for this run; `burst` is negative for a level that lent capacity."""
+    """One level's numbers for this run.
+
+    `burst` is what the history rule moves: positive for the burster, negative for a level that
+    lent capacity; `allocated = reserved + burst`. Where `planned` came from:
+    `planned = from_reserved + from_burst + handed_on`, where `handed_on` is budget that other
+    levels could not use, offered on by backlog awareness (highest level first).
+    """
 
     level: int
     reserved: int
@@ -305,6 +342,48 @@ class LevelPlan:
     allocated: int
     backlog: int  # the level's full backlog, before event-time alignment
     planned: int
+    available: int = 0  # what event-time alignment lets the level read (= backlog without it)
+    from_reserved: int = 0
+    from_burst: int = 0
+    handed_on: int = 0
+
+
+@dataclass(frozen=True)
+class AlignmentWait:
+    """A partition that event-time alignment stops this run, and why.
+
+    It may read only records at most `max_gap` later than `reached_timestamp`, what the run
+    reaches in the partition `behind` (the least advanced of the partitions behind it in event
+    time). `readable` of its records are that early; `readable == 0` means it waits this run.
+    """
+
+    level: int
+    partition: int
+    next_timestamp: int | None  # its next pending record (ms), None when unknown
+    behind: tuple[int, int]  # (level, partition) whose reach holds it
+    reached_timestamp: int  # what the run reaches in `behind` (ms)
+    limit_timestamp: int  # reached_timestamp + max_gap: nothing later is read
+    readable: int  # its pending records up to limit_timestamp
+    planned: int
+
+    @property
+    def waits(self) -> bool:
+        return self.readable == 0
+
+    @property
+    def reason(self) -> str:
+        """One line for the operator, e.g. for `drainer plan`."""
+        ahead = (
+            "its next record's time is unknown"
+            if self.next_timestamp is None
+            else f"its next record is {(self.next_timestamp - self.reached_timestamp) / 1000:,.0f}"
+            " s after"
+        )
+        what = "waits" if self.waits else f"stops after {self.readable:,} records"
+        return (
+            f"{what}: {ahead} what the run reaches in level {self.behind[0]} partition "
+            f"{self.behind[1]}, and nothing later than that plus max_gap is read"
+        )
 
 
 @dataclass(frozen=True)
@@ -313,8 +392,12 @@ class Plan:
 
     levels: dict[int, LevelPlan]
     ranges: list[PartitionRange]  # records > 0 only, sorted by (level desc, partition)
-    cutoff_timestamp: int | None = None  # t_min + max_gap when alignment applied
-    held_back: list[tuple[int, int]] = field(default_factory=list)  # (level, partition)
+    alignment: list[AlignmentWait] = field(default_factory=list)  # sorted like `ranges`
+
+    @property
+    def held_back(self) -> list[tuple[int, int]]:
+        """(level, partition) of the partitions that wait this run for event-time alignment."""
+        return [(w.level, w.partition) for w in self.alignment if w.waits]
 
     @property
     def total_planned(self) -> int:
@@ -333,8 +416,10 @@ def plan(
     backlog_aware: bool = True,
     max_gap_ms: int | None = None,
     offset_for_time: OffsetForTime | None = None,
+    timestamp_at: TimestampAt | None = None,
+    align: str = "level",
 ) -> Plan:
-    """Plan one run: reserved shares, burst, event-time alignment, backlog awareness, ranges.
+    """Plan one run: reserved shares, burst, backlog awareness, event-time alignment, ranges.
 
     `levels` defaults to the levels present in `partitions`; partitions of levels not covered
     (a backfill of some levels) are left out of the plan entirely.
@@ -347,72 +432,373 @@ def plan(
         seen.add((p.level, p.partition))
     covered_set = set(covered)
     members = sorted((p for p in partitions if p.level in covered_set), key=_range_order)
-
     reserved = reserved_shares(covered, budget, distributor)
-    allocated = burst_allocation(reserved, history or {}, window, maxout_threshold)
+    burster, lendable = _history_burst(reserved, history or {}, window, maxout_threshold)
+    backlog = {level: sum(p.backlog for p in members if p.level == level) for level in covered}
 
-    caps, cutoff, held_back = _align(members, max_gap_ms, offset_for_time)
-    available = {_key(p): _pending(p.start, caps[_key(p)], p.done) for p in members}
-    level_available = {level: 0 for level in covered}
-    for p in members:
-        level_available[p.level] += available[_key(p)]
+    aligner = _Aligner.make(members, max_gap_ms, offset_for_time, timestamp_at, align)
+    if aligner is None:
+        numbers = _level_numbers(covered, reserved, burster, lendable, backlog, backlog_aware)
+        reads = _split(members, {level: n.planned for level, n in numbers.items()})
+        available, waits = backlog, []
+    else:
+        # What each level can read if given everything (exact per level; an upper bound when
+        # levels align with each other), then plan and fill until the plan is what is read.
+        reads, _ = aligner.fill(backlog)
+        available = _per_level(covered, members, reads)
+        for _ in range(2 * len(covered) + 2):
+            numbers = _level_numbers(covered, reserved, burster, lendable, available, backlog_aware)
+            reads, waits = aligner.fill({level: n.planned for level, n in numbers.items()})
+            got = _per_level(covered, members, reads)
+            if all(got[level] == numbers[level].planned for level in covered):
+                break
+            # a level held by older data of another level (`align: drain`) reads less than
+            # planned: plan it at most that, so the rest is offered on
+            available = {
+                level: got[level] if got[level] < numbers[level].planned else available[level]
+                for level in covered
+            }
+        numbers = {level: numbers[level].trimmed(got[level]) for level in covered}
 
-    if backlog_aware:
-        allocated = _return_to_lenders(reserved, allocated, level_available)
-    planned = {level: min(allocated[level], level_available[level]) for level in covered}
-    if backlog_aware:
-        spare = sum(allocated[level] - planned[level] for level in covered)
-        for level in reversed(covered):
-            take = min(spare, level_available[level] - planned[level])
-            planned[level] += take
-            spare -= take
-
-    ranges: list[PartitionRange] = []
-    for level in reversed(covered):
-        own = sorted((p for p in members if p.level == level), key=lambda p: p.partition)
-        counts = _water_fill(planned[level], [available[_key(p)] for p in own])
-        ranges.extend(
-            PartitionRange(p.level, p.partition, p.start, range_end(p.start, n, p.done), n)
-            for p, n in zip(own, counts, strict=True)
-            if n > 0
-        )
-
+    ranges = [
+        PartitionRange(p.level, p.partition, p.start, range_end(p.start, n, p.done), n)
+        for p in members
+        if (n := reads.get(_key(p), 0)) > 0
+    ]
     level_plans = {
         level: LevelPlan(
             level=level,
             reserved=reserved[level],
-            burst=allocated[level] - reserved[level],
-            allocated=allocated[level],
-            backlog=sum(p.backlog for p in members if p.level == level),
-            planned=planned[level],
+            burst=numbers[level].burst,
+            allocated=reserved[level] + numbers[level].burst,
+            backlog=backlog[level],
+            planned=numbers[level].planned,
+            available=available[level],
+            from_reserved=numbers[level].from_reserved,
+            from_burst=numbers[level].from_burst,
+            handed_on=numbers[level].handed_on,
         )
         for level in covered
     }
-    return Plan(levels=level_plans, ranges=ranges, cutoff_timestamp=cutoff, held_back=held_back)
+    order = {_key(p): i for i, p in enumerate(members)}
+    waits = sorted(waits, key=lambda w: order[(w.level, w.partition)])
+    return Plan(levels=level_plans, ranges=ranges, alignment=waits)
 
 
-def _return_to_lenders(
-    reserved: Mapping[int, int], allocated: Mapping[int, int], available: Mapping[int, int]
-) -> dict[int, int]:
-    """A lender with records waiting takes back up to its reserved share from the burster.
+@dataclass(frozen=True)
+class _Numbers:
+    burst: int
+    from_reserved: int
+    from_burst: int
+    handed_on: int
 
-    History alone would starve it: a lender is allocated at most what it drained in the window,
-    so its history could never show that it needs more. With backlog awareness the burst only
-    takes capacity that lenders cannot use now, highest lender first (burst capacity
-    is given back as soon as other levels need it).
+    @property
+    def planned(self) -> int:
+        return self.from_reserved + self.from_burst + self.handed_on
+
+    def trimmed(self, planned: int) -> _Numbers:
+        """At most `planned`, taken off what was handed on first, then burst, then reserved."""
+        cut = self.planned - planned
+        handed = self.handed_on - min(cut, self.handed_on)
+        cut -= self.handed_on - handed
+        burst = self.from_burst - min(cut, self.from_burst)
+        cut -= self.from_burst - burst
+        return _Numbers(self.burst, self.from_reserved - cut, burst, handed)
+
+
+def _level_numbers(
+    covered: list[int],
+    reserved: Mapping[int, int],
+    burster: int | None,
+    lendable: Mapping[int, int],
+    available: Mapping[int, int],
+    backlog_aware: bool,
+) -> dict[int, _Numbers]:
+    """Each level's planned count and where it came from.
+
+    Without backlog awareness: the history rule alone (`burst_allocation`), capped by what is
+    available. With it: every level first uses its reserved share as far as it has records;
+    what levels cannot use is offered to the levels with records waiting, highest first, and
+    the history burst only takes what no level above the burster wants. So no level is planned
+    above its reserved share while a higher level could have been given more.
     """
-    result = dict(allocated)
-    burster = next((lvl for lvl in result if result[lvl] > reserved[lvl]), None)
-    if burster is None:
-        return result
-    for level in sorted(result, reverse=True):
-        need = min(reserved[level], available[level]) - result[level]
-        if level == burster or need <= 0:
-            continue
-        give = min(need, result[burster] - reserved[burster])
-        result[level] += give
-        result[burster] -= give
-    return result
+    if not backlog_aware:
+        numbers = {}
+        for level in covered:
+            burst = (
+                sum(lendable.values())
+                if level == burster
+                else -lendable.get(level, 0)
+                if burster is not None
+                else 0
+            )
+            planned = min(reserved[level] + burst, available[level])
+            own = min(reserved[level], planned)
+            numbers[level] = _Numbers(burst, own, planned - own, 0)
+        return numbers
+
+    own = {level: min(reserved[level], available[level]) for level in covered}
+    burst = {level: 0 for level in covered}
+    taken = {level: 0 for level in covered}  # of its burst, what the burster reads
+    handed = {level: 0 for level in covered}
+    spare = sum(reserved[level] - own[level] for level in covered)
+
+    def room(level: int) -> int:
+        return available[level] - own[level] - taken[level] - handed[level]
+
+    def hand_on(levels: Iterable[int]) -> None:
+        nonlocal spare
+        for level in sorted(levels, reverse=True):
+            take = min(spare, room(level))
+            handed[level] += take
+            spare -= take
+
+    if burster is not None:
+        hand_on(level for level in covered if level > burster)
+        # a lender lends only what it cannot use now, and at most what history says it leaves;
+        # `burst` is that whole entitlement (as stored and shown), the burster takes of it what
+        # it can read, and what it cannot is offered on below
+        lent = {j: min(unused, reserved[j] - own[j]) for j, unused in lendable.items()}
+        entitled = min(spare, sum(lent.values()))
+        taken[burster] = min(entitled, room(burster))
+        burst[burster] = entitled
+        spare -= taken[burster]
+        owed = entitled
+        for j in sorted(lent, reverse=True):
+            take = min(owed, lent[j])
+            burst[j] -= take
+            owed -= take
+    hand_on(covered)
+    return {
+        level: _Numbers(burst[level], own[level], taken[level], handed[level]) for level in covered
+    }
+
+
+def _split(
+    members: list[PartitionBacklog], planned: Mapping[int, int]
+) -> dict[tuple[int, int], int]:
+    """Each level's planned count over its partitions, max-min fairly."""
+    reads: dict[tuple[int, int], int] = {}
+    for level, amount in planned.items():
+        own = sorted((p for p in members if p.level == level), key=lambda p: p.partition)
+        counts = _water_fill(amount, [p.backlog for p in own])
+        reads.update((_key(p), n) for p, n in zip(own, counts, strict=True))
+    return reads
+
+
+def _per_level(
+    covered: list[int], members: list[PartitionBacklog], reads: Mapping[tuple[int, int], int]
+) -> dict[int, int]:
+    total = {level: 0 for level in covered}
+    for p in members:
+        total[p.level] += reads.get(_key(p), 0)
+    return total
+
+
+@dataclass
+class _Aligner:
+    """Event-time alignment over groups of partitions: each level, or the whole drain.
+
+    Within a group, partitions are taken oldest-first by their next pending record. The oldest
+    reads its whole allocation; every later one reads only records at most `gap_ms` later than
+    what the run reaches in the partitions before it (the least advanced of those it does not
+    empty), and waits when even its next record is later than that. What a stopped partition cannot read goes to
+    the other partitions of its level (the split stays max-min fair under those limits); what
+    the level still cannot use, the caller offers to other levels. Lookups are cached: each is
+    a Kafka request in production.
+    """
+
+    members: list[PartitionBacklog]
+    groups: list[list[PartitionBacklog]]
+    gap_ms: int
+    offset_for_time: OffsetForTime
+    timestamp_at: TimestampAt
+    _offsets: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    _stamps: dict[tuple[int, int, int], int | None] = field(default_factory=dict)
+
+    @classmethod
+    def make(
+        cls,
+        members: list[PartitionBacklog],
+        max_gap_ms: int | None,
+        offset_for_time: OffsetForTime | None,
+        timestamp_at: TimestampAt | None,
+        align: str,
+    ) -> _Aligner | None:
+        if align not in ALIGN_SCOPES:
+            raise ValueError(
+                f"align {align!r} is unknown: use 'level' (align each level's partitions, the "
+                "default) or 'drain' (align all partitions of the drain together)"
+            )
+        if max_gap_ms is None:
+            return None
+        if isinstance(max_gap_ms, bool) or not isinstance(max_gap_ms, int) or max_gap_ms < 0:
+            raise ValueError(f"max_gap_ms {max_gap_ms!r} is invalid: set max_gap_ms to an int >= 0")
+        if offset_for_time is None or timestamp_at is None:
+            raise ValueError(
+                "max_gap_ms is set but the event-time lookups are missing: pass "
+                "offset_for_time(level, partition, timestamp_ms) -> offset and "
+                "timestamp_at(level, partition, offset) -> timestamp_ms"
+            )
+        pending = [p for p in members if p.backlog > 0]
+        if align == "drain":
+            candidates = [pending]
+        else:
+            candidates = [
+                [p for p in pending if p.level == lvl] for lvl in {p.level for p in pending}
+            ]
+        # a group without one known time has nothing to align to: it is read as without max_gap
+        groups = [
+            sorted(group, key=_time_order)
+            for group in candidates
+            if any(p.next_timestamp is not None for p in group)
+        ]
+        if not groups:
+            return None
+        return cls(members, groups, max_gap_ms, offset_for_time, timestamp_at)
+
+    def fill(
+        self, amounts: Mapping[int, int]
+    ) -> tuple[dict[tuple[int, int], int], list[AlignmentWait]]:
+        """Reads per partition for the levels' `amounts`, and the partitions alignment stops."""
+        grouped = {_key(p) for group in self.groups for p in group}
+        # levels with nothing to align to (no known time in `align: level`): the plain split
+        loose = [p for p in self.members if _key(p) not in grouped]
+        loose_levels = {p.level for p in loose}
+        reads = _split(loose, {lvl: amounts.get(lvl, 0) for lvl in loose_levels})
+        waits: list[AlignmentWait] = []
+        for group in self.groups:
+            group_reads, group_waits = self._fill_group(group, amounts)
+            reads.update(group_reads)
+            waits.extend(group_waits)
+        return reads, waits
+
+    def _fill_group(
+        self, group: list[PartitionBacklog], amounts: Mapping[int, int]
+    ) -> tuple[dict[tuple[int, int], int], list[AlignmentWait]]:
+        """Max-min fair under alignment: a water level per level, as high as its amount allows.
+
+        Every partition reads min(level, what alignment lets it read); raising a level only lets
+        later partitions read more (the partitions behind them reach further), so the highest
+        level whose total fits the amount is found by bisection. What is left below the next
+        level goes one record each to the oldest partitions that can take it.
+        """
+        by_level: dict[int, list[PartitionBacklog]] = {}
+        for p in group:  # oldest first
+            by_level.setdefault(p.level, []).append(p)
+        water = {level: 0 for level in by_level}
+        fixed: dict[tuple[int, int], int] = {}  # shares set explicitly, for the remainder
+
+        def run() -> tuple[dict, dict, dict]:
+            shares = {_key(p): fixed.get(_key(p), water[p.level]) for p in group}
+            return self._pass(group, shares)
+
+        def total(level: int) -> int:
+            reads = run()[0]
+            return sum(reads[_key(p)] for p in by_level[level])
+
+        for _ in range(2 if len(by_level) > 1 else 1):  # levels aligned together: two sweeps
+            for level, own in by_level.items():
+                amount = amounts.get(level, 0)
+                for p in own:
+                    fixed.pop(_key(p), None)
+                low, high = 0, max(p.backlog for p in own)
+                water[level] = high
+                if total(level) <= amount:
+                    continue
+                while low < high:  # the highest water level whose total fits
+                    water[level] = (low + high + 1) // 2
+                    if total(level) <= amount:
+                        low = water[level]
+                    else:
+                        high = water[level] - 1
+                water[level] = low
+                # the rest: shares frozen where they are, then one more record each, oldest
+                # first, then as much as fits, oldest first (each raise lets later ones read on)
+                reads = run()[0]
+                fixed.update((_key(p), reads[_key(p)]) for p in own)
+                for step in (1, None):
+                    for p in own:
+                        left = amount - total(level)
+                        if left <= 0:
+                            break
+                        base = fixed[_key(p)]
+                        low, high = 0, left if step is None else 1
+                        while low < high:
+                            fixed[_key(p)] = base + (low + high + 1) // 2
+                            if total(level) <= amount:
+                                low = fixed[_key(p)] - base
+                            else:
+                                high = fixed[_key(p)] - base - 1
+                        fixed[_key(p)] = base + low
+                        # keep only what it reads: a share it cannot use now must not make it
+                        # read later, when a raise elsewhere lets it, past the amount
+                        fixed[_key(p)] = run()[0][_key(p)]
+        reads, readable, limits = run()
+        waits = [
+            AlignmentWait(
+                level=p.level,
+                partition=p.partition,
+                next_timestamp=p.next_timestamp,
+                behind=limits[_key(p)][1],
+                reached_timestamp=limits[_key(p)][0],
+                limit_timestamp=limits[_key(p)][0] + self.gap_ms,
+                readable=readable[_key(p)],
+                planned=reads[_key(p)],
+            )
+            for p in group
+            if _key(p) in limits and reads[_key(p)] == readable[_key(p)] < p.backlog
+        ]
+        return reads, waits
+
+    def _pass(self, group: list[PartitionBacklog], shares: Mapping[tuple[int, int], int]):
+        """One oldest-first pass: what each partition reads of its share under alignment."""
+        reads: dict[tuple[int, int], int] = {}
+        readable: dict[tuple[int, int], int] = {}
+        limits: dict[tuple[int, int], tuple[int, tuple[int, int]]] = {}
+        reached: list[tuple[int, tuple[int, int]]] = []  # (what the run reaches, partition)
+        for p in group:
+            key = _key(p)
+            cap = p.end
+            if reached:
+                watermark = min(reached)
+                limit = watermark[0] + self.gap_ms
+                cap = self._offset(p, limit + 1)
+                if p.next_timestamp is not None and p.next_timestamp <= limit:
+                    # within the gap: it makes progress even if the lookup disagrees
+                    # (out-of-order timestamps)
+                    cap = max(cap, range_end(p.start, 1, p.done))
+                if _pending(p.start, cap, p.done) < p.backlog:
+                    limits[key] = watermark
+            readable[key] = _pending(p.start, cap, p.done)
+            reads[key] = min(shares.get(key, 0), readable[key])
+            reach = self._reach(p, reads[key])
+            # a partition this run empties holds nobody back: nothing of it is left behind
+            if reach is not None and reads[key] < p.backlog:
+                reached.append((reach, key))
+        return reads, readable, limits
+
+    def _offset(self, p: PartitionBacklog, timestamp_ms: int) -> int:
+        """First offset at or after `timestamp_ms`, clamped to [start, end]."""
+        lookup = (p.level, p.partition, timestamp_ms)
+        if lookup not in self._offsets:
+            self._offsets[lookup] = self.offset_for_time(*lookup)
+        found = self._offsets[lookup]
+        if found < 0:  # Kafka's "no such offset": every record is earlier
+            return p.end
+        return min(max(found, p.start), p.end)
+
+    def _reach(self, p: PartitionBacklog, count: int) -> int | None:
+        """The time the run reaches in `p` reading `count` records: its last one's, else its next."""
+        if count == 0:
+            return p.next_timestamp
+        lookup = (p.level, p.partition, range_end(p.start, count, p.done) - 1)
+        if lookup not in self._stamps:
+            self._stamps[lookup] = self.timestamp_at(*lookup)
+        stamp = self._stamps[lookup]
+        if stamp is None or p.next_timestamp is None:
+            return stamp if stamp is not None else p.next_timestamp
+        return max(stamp, p.next_timestamp)
 
 
 def range_end(start: int, count: int, done: frozenset[int]) -> int:
@@ -425,48 +811,6 @@ def range_end(start: int, count: int, done: frozenset[int]) -> int:
             break
         end += 1  # a done offset inside the range: reach one further for the same count
     return end
-
-
-def _align(
-    members: list[PartitionBacklog],
-    max_gap_ms: int | None,
-    offset_for_time: OffsetForTime | None,
-) -> tuple[dict[tuple[int, int], int], int | None, list[tuple[int, int]]]:
-    """Readable end per partition under event-time alignment (§4.5), the cutoff, the held back.
-
-    Keeps drained streams within `max_gap_ms` of each other in event time, so a downstream join
-    or window is not flooded by one partition racing ahead of the others.
-    """
-    caps = {_key(p): max(p.start, p.end) for p in members}
-    if max_gap_ms is None:
-        return caps, None, []
-    if isinstance(max_gap_ms, bool) or not isinstance(max_gap_ms, int) or max_gap_ms < 0:
-        raise ValueError(f"max_gap_ms {max_gap_ms!r} is invalid: set max_gap_ms to an int >= 0")
-    if offset_for_time is None:
-        raise ValueError(
-            "max_gap_ms is set but no offset_for_time lookup was given: "
-            "pass offset_for_time(level, partition, timestamp_ms) -> offset"
-        )
-    known = [p.next_timestamp for p in members if p.backlog > 0 and p.next_timestamp is not None]
-    if not known:
-        return caps, None, []
-    cutoff = min(known) + max_gap_ms
-    held_back: list[tuple[int, int]] = []
-    for p in members:
-        if p.backlog == 0:
-            continue
-        cap = offset_for_time(p.level, p.partition, cutoff + 1)
-        if cap < 0:  # Kafka's "no such offset": every record is at or before the cutoff
-            cap = p.end
-        cap = min(max(cap, p.start), p.end)
-        if p.next_timestamp is not None and p.next_timestamp <= cutoff:
-            # Its next record is within the gap (t_min's partition is always such a one), so it
-            # must make progress even if the lookup disagrees (e.g. out-of-order timestamps).
-            cap = max(cap, range_end(p.start, 1, p.done))
-        caps[_key(p)] = cap
-        if _pending(p.start, cap, p.done) == 0:
-            held_back.append(_key(p))
-    return caps, cutoff, held_back
 
 
 def _water_fill(amount: int, caps: list[int]) -> list[int]:
@@ -504,3 +848,8 @@ def _key(p: PartitionBacklog) -> tuple[int, int]:
 
 def _range_order(p: PartitionBacklog) -> tuple[int, int]:
     return (-p.level, p.partition)
+
+
+def _time_order(p: PartitionBacklog) -> tuple[bool, int, int, int]:
+    """Oldest next pending record first; unknown times last (they cannot lead the alignment)."""
+    return (p.next_timestamp is None, p.next_timestamp or 0, -p.level, p.partition)

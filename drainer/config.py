@@ -99,6 +99,14 @@ class DrainConfig(BaseModel):
         description="event-time alignment: a partition waits while its next record is more "
         "than this many seconds ahead of the partitions behind it; null turns it off",
     )
+    align: Literal["level", "drain"] = Field(
+        default="level",
+        description=(
+            "what event-time alignment (max_gap_seconds) keeps together: each level's "
+            "partitions (`level`), so no level waits for another level's older records, or all "
+            "partitions of the drain (`drain`)"
+        ),
+    )
     schedule: str | None = Field(
         default="*/5 * * * *",
         description="Dagster cron schedule launching one run over all levels; null for none",

@@ -98,9 +98,9 @@ def plan_next_run(
     ]
     with engine.connect() as conn:
         level_history = history.level_history(conn, drain.name, levels, drain.history_window)
-    lookup = None
+    lookups = {}
     if drain.max_gap_ms is not None:
-        backlogs, lookup = _with_event_times(drain, backlogs)
+        backlogs, lookups = _with_event_times(drain, backlogs)
     result = plan(
         backlogs,
         budget=drain.budget,
@@ -111,16 +111,18 @@ def plan_next_run(
         maxout_threshold=drain.maxout_threshold,
         backlog_aware=drain.backlog_aware,
         max_gap_ms=drain.max_gap_ms,
-        offset_for_time=lookup,
+        align=drain.align,
+        **lookups,
     )
     return PlannedRun(result, parts, levels)
 
 
 def _with_event_times(drain: DrainConfig, backlogs: list[PartitionBacklog]):
-    """Attach next-pending timestamps and prefetch offsets-for-times in two batched requests.
+    """Attach next-pending timestamps (one batched read) and the lookups alignment needs.
 
-    Always returns a lookup, even when nothing is pending: `plan` requires one whenever the
-    drain has `max_gap`, and an empty backlog is an ordinary state, not an error.
+    Always returns the lookups, even when nothing is pending: `plan` requires them whenever the
+    drain has `max_gap`, and an empty backlog is an ordinary state, not an error. The planner
+    caches its lookups; each is one Kafka request for one partition.
     """
     pending = {}
     for b in backlogs:
@@ -137,16 +139,11 @@ def _with_event_times(drain: DrainConfig, backlogs: list[PartitionBacklog]):
         for b in backlogs
     ]
     ends = {(b.level, b.partition): b.end for b in backlogs}
-    known = [ts for ts in stamps.values() if ts is not None]
-    limits: dict[tuple[int, int], int] = {}
-    cutoff = None
-    if known:
-        cutoff = min(known) + drain.max_gap_ms
-        limits = kafka_io.offsets_for_time(drain, {key: cutoff + 1 for key in pending}, ends)
 
     def offset_for_time(level: int, partition: int, ts: int) -> int:
-        if cutoff is not None and ts == cutoff + 1 and (level, partition) in limits:
-            return limits[(level, partition)]
         return kafka_io.offsets_for_time(drain, {(level, partition): ts}, ends)[(level, partition)]
 
-    return with_ts, offset_for_time
+    def timestamp_at(level: int, partition: int, offset: int) -> int | None:
+        return kafka_io.record_timestamps(drain, {(level, partition): offset})[(level, partition)]
+
+    return with_ts, {"offset_for_time": offset_for_time, "timestamp_at": timestamp_at}

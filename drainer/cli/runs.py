@@ -46,20 +46,31 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(plan_json(drain, planned), indent=2))
         return 0
     plan = planned.plan
-    level_plans = sorted(plan.levels.values(), key=lambda lp: -lp.level)
-    print_table(
+    levels_desc = sorted(plan.levels.values(), key=lambda lp: -lp.level)
+    _print_level_tables(
         f"next run of {drain.name}: budget {drain.budget:,}, levels {planned.levels}",
-        ["level", "reserved", "burst", "allocated", "backlog", "planned"],
-        [
-            [str(lp.level), lp.reserved, lp.burst, lp.allocated, lp.backlog, lp.planned]
-            for lp in level_plans
-        ],
-        total=["total", "", "", "", sum(lp.backlog for lp in level_plans), plan.total_planned],
+        levels_desc,
     )
     _print_ranges("ranges", [(drain.level_topic(r.level), r) for r in plan.ranges])
-    if plan.held_back:
-        console.print(f"held back by event-time alignment (max_gap): {plan.held_back}")
+    for wait in plan.alignment:
+        console.print(f"{drain.level_topic(wait.level)}[{wait.partition}] {wait.reason}")
     return 0
+
+
+def _print_level_tables(title: str, levels_desc: list[Any]) -> None:
+    """Per level: its numbers (`available`: what event-time alignment lets it read), and where
+    its planned records come from (its reserved share, the history burst, handed on)."""
+    for table_title, columns, blank in (
+        (title, ("reserved", "burst", "allocated", "backlog", "available", "planned"), 3),
+        ("where the planned records come from", ("from_reserved", "from_burst", "handed_on"), 0),
+    ):
+        sums = [sum(getattr(lp, c) for lp in levels_desc) for c in columns]
+        print_table(
+            table_title,
+            ["level", *(c.replace("_", " ") for c in columns)],
+            [[str(lp.level), *(getattr(lp, c) for c in columns)] for lp in levels_desc],
+            total=["total", *([""] * blank), *sums[blank:]],
+        )
 
 
 def _print_ranges(title: str, ranges: list[tuple[str, Any]]) -> None:
@@ -102,8 +113,11 @@ def plan_json(drain: DrainConfig, planned: Any) -> dict[str, Any]:
         "levels": [vars(lp) for lp in sorted(plan.levels.values(), key=lambda lp: -lp.level)],
         "ranges": [{"topic": drain.level_topic(r.level), **vars(r)} for r in plan.ranges],
         "total_planned": plan.total_planned,
-        "cutoff_timestamp": plan.cutoff_timestamp,
         "held_back": [list(x) for x in plan.held_back],
+        "alignment": [
+            {**vars(w), "behind": list(w.behind), "waits": w.waits, "reason": w.reason}
+            for w in plan.alignment
+        ],
     }
 
 

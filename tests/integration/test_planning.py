@@ -121,52 +121,113 @@ def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_
     make_drain, spark
 ):
     """Level 0 partition 0: 300 records 1 s apart from t0. Partition 1: 200 records 1 s apart
-    from t0 + 100 s (ahead). max_gap 30 s, budget large enough for everything at once.
+    from t0 + 200 s (ahead). max_gap 30 s, budget 140 (level 0 reserves 20; the other levels
+    are empty and hand their 120 on).
 
-    Partition 0 always holds t_min, so run k's cutoff is t0 + 31k - 1 s: partition 0 reads
-    offsets [31(k-1), 31k); partition 1 reads records with t0 + 100 + j <= cutoff, i.e. up to
-    offset 31k - 100, so it waits in runs 1-3 and starts in run 4. Both end in run 10.
+    Partition 0 is behind, so it reads its whole allocation; partition 1 reads only records at
+    most 30 s past what the run reaches in partition 0, and waits while even its next one is
+    later. Run 1: partition 0 reads 140 (to t0 + 139 s), partition 1 waits. Run 2: water level
+    85: partition 0 reaches t0 + 224 s, partition 1 reads to t0 + 254 s (55 records). Run 3:
+    70 / 70. Run 4: partition 0's last 5 empty it, so it holds nobody back: partition 1 reads
+    its last 75. Four runs, as many as 500 records at 140 per run need.
     """
-    drain = make_drain(budget=70_000, max_gap_seconds=30)
+    drain = make_drain(budget=140, max_gap_seconds=30)
     # two days back: timestamps in the past are always accepted by the broker
     t0 = (int(time.time()) // 60 - 2 * 24 * 60) * 60_000
     _produce_times(drain, 0, 0, [t0 + i * 1000 for i in range(300)])
-    _produce_times(drain, 0, 1, [t0 + 100_000 + j * 1000 for j in range(200)])
+    _produce_times(drain, 0, 1, [t0 + 200_000 + j * 1000 for j in range(200)])
 
     before = _plan_cli(drain)
-    assert before["cutoff_timestamp"] == t0 + 30_000
     assert before["held_back"] == [[0, 1]]
-    assert _cli_ranges(before) == [(0, 0, 0, 31, 31)]
-    assert _levels_of(before)[0]["backlog"] == 500
-    assert _levels_of(before)[0]["planned"] == 31
+    (wait,) = before["alignment"]
+    assert (wait["behind"], wait["reached_timestamp"]) == ([0, 0], t0 + 139_000)
+    assert wait["reason"].startswith("waits: its next record is 61 s after what the run reaches")
+    assert _cli_ranges(before) == [(0, 0, 0, 140, 140)]
+    level0 = _levels_of(before)[0]
+    assert (level0["backlog"], level0["available"], level0["planned"]) == (500, 500, 140)
+    assert (level0["from_reserved"], level0["handed_on"]) == (20, 120)
 
-    p1_end = 0
-    for k in range(1, 11):
-        if k == 4:  # the first run in which partition 1 is within the gap
-            ahead = _plan_cli(drain)
-            assert ahead["held_back"] == []
-            assert ahead["cutoff_timestamp"] == t0 + (31 * 4 - 1) * 1000
+    expected = [
+        [(0, 0, 0, 140, 140)],
+        [(0, 0, 140, 225, 85), (0, 1, 0, 55, 55)],
+        [(0, 0, 225, 295, 70), (0, 1, 55, 125, 70)],
+        [(0, 0, 295, 300, 5), (0, 1, 125, 200, 75)],
+    ]
+    for k, ranges in enumerate(expected, start=1):
         result = drain_job.run(drain, trigger="test")
-        p0 = (0, 0, 31 * (k - 1), min(31 * k, 300))
-        new_p1_end = min(200, max(0, 31 * k - 100))
-        expected = [(*p0, p0[3] - p0[2])]
-        if new_p1_end > p1_end:
-            expected.append((0, 1, p1_end, new_p1_end, new_p1_end - p1_end))
-        assert _stored_ranges(result.run_id) == expected, f"run {k}"
-        (level0,) = [lv for lv in result.levels if lv.level == 0]
-        assert level0.planned == level0.drained == sum(r[4] for r in expected)
-        if k <= 3:
-            assert len(expected) == 1  # partition 1 waited
-        p1_end = new_p1_end
-    assert p1_end == 200
+        assert _stored_ranges(result.run_id) == ranges, f"run {k}"
+        (level,) = [lv for lv in result.levels if lv.level == 0]
+        assert level.planned == level.drained == sum(r[4] for r in ranges)
 
     # nothing pending: planning with max_gap still works (it used to fail for want of a lookup)
     after = _plan_cli(drain)
-    assert after["ranges"] == [] and after["held_back"] == []
-    assert after["cutoff_timestamp"] is None
+    assert after["ranges"] == [] and after["held_back"] == [] and after["alignment"] == []
     idle = drain_job.run(drain, trigger="test")
     assert idle.drained == 0 and _stored_ranges(idle.run_id) == []
     assert all(p.backlog == 0 for p in partition_states(get_engine(), drain, [0, 1, 2]))
+
+
+def _an_hour_of_lag(drain, old_records: int) -> None:
+    """Level 0 partition 0: `old_records` an hour old, one a second. Level 0 partition 1 and
+    level 1 partition 0: 1,000 fresh records each, one a second."""
+    fresh = (int(time.time()) // 60 - 60) * 60_000  # an hour ago: sure to be in the past
+    old = fresh - 3_600_000
+    _produce_times(drain, 0, 0, [old + i * 1000 for i in range(old_records)])
+    _produce_times(drain, 0, 1, [fresh + i * 1000 for i in range(1000)])
+    _produce_times(drain, 1, 0, [fresh + i * 1000 for i in range(1000)])
+
+
+def _runs_until_empty(drain) -> list[list[tuple[int, int, int, int, int]]]:
+    ranges = []
+    while sum(p.backlog for p in partition_states(get_engine(), drain, [0, 1, 2])):
+        ranges.append(_stored_ranges(drain_job.run(drain, trigger="test").run_id))
+        assert len(ranges) < 10, ranges
+    return ranges
+
+
+def test_an_hour_of_lag_drains_at_full_budget_and_fresh_urgent_records_do_not_wait(
+    make_drain, spark
+):
+    """Issue 11's example on the real broker, max_gap 60 s, budget 3,000 (reserves 428 / 857 /
+    1,715). It used to read 61 records of the hour-old partition per run and nothing else.
+
+    With 1,000 old records: one run reads all 3,000 (level 1's 1,000 and level 0's 2,000; the
+    old partition is emptied, so the fresh one of level 0 does not wait for it).
+    With 3,600 old records (an hour of them): run 1 reads level 1's 1,000 and 2,000 of the old
+    partition, whose whole allocation that is, while the fresh partition of level 0 waits; run
+    2 reads the old partition's last 1,600 and then the fresh partition's 1,000.
+    """
+    drain = make_drain(budget=3000, max_gap_seconds=60)
+    _an_hour_of_lag(drain, 1000)
+    shown = _plan_cli(drain)
+    assert {lv: p["planned"] for lv, p in _levels_of(shown).items()} == {2: 0, 1: 1000, 0: 2000}
+    assert shown["alignment"] == []
+    assert _runs_until_empty(drain) == [
+        [(1, 0, 0, 1000, 1000), (0, 0, 0, 1000, 1000), (0, 1, 0, 1000, 1000)]
+    ]
+
+    drain = make_drain(budget=3000, max_gap_seconds=60)
+    _an_hour_of_lag(drain, 3600)
+    shown = _plan_cli(drain)
+    assert shown["held_back"] == [[0, 1]]
+    assert "level 0 partition 0" in shown["alignment"][0]["reason"]
+    assert _runs_until_empty(drain) == [
+        [(1, 0, 0, 1000, 1000), (0, 0, 0, 2000, 2000)],
+        [(0, 0, 2000, 3600, 1600), (0, 1, 0, 1000, 1000)],
+    ]
+
+
+def test_align_drain_makes_fresh_levels_wait_for_older_levels(make_drain, spark):
+    """`align: drain` with an hour of old records in level 0: level 1's fresh records wait in
+    run 1 (level 0 reads the whole budget), and read in run 2 once level 0 is emptied."""
+    drain = make_drain(budget=3000, max_gap_seconds=60, align="drain")
+    _an_hour_of_lag(drain, 3600)
+    shown = _plan_cli(drain)
+    assert shown["held_back"] == [[1, 0], [0, 1]]
+    assert _runs_until_empty(drain) == [
+        [(0, 0, 0, 3000, 3000)],
+        [(1, 0, 0, 1000, 1000), (0, 0, 3000, 3600, 600), (0, 1, 0, 1000, 1000)],
+    ]
 
 
 # --- 2. level subsets (backfills) and the history window ----------------------------------------

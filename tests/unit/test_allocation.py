@@ -341,6 +341,34 @@ def test_burst_keeps_the_total_and_moves_capacity_to_one_level(
             assert allocation[level] >= min(share, max(recent, default=0))
 
 
+# The seed's four worked cases: budget 50 over 3 exponential levels reserves 29 / 14 / 7, and
+# the history rule alone (backlog awareness off) gives exactly the seed's numbers.
+SEED_RESERVED = {0: 7, 1: 14, 2: 29}
+SEED_CASES = [
+    # everyone eligible, nobody leaves capacity: level 2 bursts by 0
+    ({2: [29] * 6, 1: [14] * 6, 0: [7] * 6}, {0: 7, 1: 14, 2: 29}),
+    # level 1 filled its share at its best run: still nothing to take
+    ({2: [29] * 6, 1: [14, 14, 14, 11, 10, 9], 0: [7] * 6}, {0: 7, 1: 14, 2: 29}),
+    # level 2 takes 14 - 10 = 4 from level 1
+    ({2: [29] * 6, 1: [10, 10, 7, 10, 9, 0], 0: [7] * 6}, {0: 7, 1: 10, 2: 33}),
+    # level 2 no longer maxes out: level 0 takes 29 - 25 = 4 and 14 - 10 = 4
+    ({2: [20, 25, 25, 20, 15, 10], 1: [10, 10, 7, 10, 9, 0], 0: [7] * 6}, {0: 15, 1: 10, 2: 25}),
+]
+
+
+@pytest.mark.parametrize(("history", "expected"), SEED_CASES)
+def test_seed_worked_cases_are_unchanged_with_backlog_awareness_off(
+    history: dict[int, list[int]], expected: dict[int, int]
+) -> None:
+    assert reserved_shares(3, 50) == SEED_RESERVED
+    assert burst_allocation(SEED_RESERVED, history) == expected
+    partitions = [PartitionBacklog(level, 0, 0, 1000) for level in range(3)]
+    result = plan(partitions, 50, history=history, backlog_aware=False)
+    assert {lvl: lp.allocated for lvl, lp in result.levels.items()} == expected
+    assert {lvl: lp.planned for lvl, lp in result.levels.items()} == expected
+    assert all(lp.handed_on == 0 for lp in result.levels.values())
+
+
 # --- plan -------------------------------------------------------------------------------------
 
 
@@ -457,6 +485,61 @@ def test_a_lender_with_a_little_waiting_takes_back_only_that() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    "history",
+    [
+        # level 0 bursts into idle level 2's 40,000; level 1 filled its share only 3 times
+        {0: [50_000] * 6, 1: [20_000, 20_000, 20_000, 6_000, 0, 0], 2: [0] * 6},
+        # level 0 bursts into both idle levels
+        {0: [70_000] * 6, 1: [0] * 6, 2: [0] * 6},
+    ],
+)
+def test_burst_of_a_lower_level_gives_way_to_a_higher_level_with_records(
+    history: dict[int, list[int]],
+) -> None:
+    """Issue 11's burst example: budget 70,000, level 1 then receives 1,000,000 records."""
+    backlogs = {0: 5_000_000, 1: 1_000_000, 2: 0}
+    partitions = [PartitionBacklog(level, 0, 0, backlogs[level]) for level in range(3)]
+    result = plan(partitions, 70_000, history=history)
+    assert {lvl: lp.planned for lvl, lp in result.levels.items()} == {0: 10_000, 1: 60_000, 2: 0}
+    # where it came from: level 1 its reserve plus level 2's unusable 40,000 handed on
+    level1, level0 = result.levels[1], result.levels[0]
+    assert (level1.from_reserved, level1.from_burst, level1.handed_on) == (20_000, 0, 40_000)
+    assert (level0.from_reserved, level0.from_burst, level0.handed_on) == (10_000, 0, 0)
+    assert level0.burst == 0  # nothing was left for the history burst to take
+
+    # the history-only rule (backlog awareness off) keeps the seed's behaviour, inversion included
+    seed = plan(partitions, 70_000, history=history, backlog_aware=False)
+    lent = 70_000 - 10_000 - max(history[1])  # level 1 keeps what it drained at its best
+    assert {lvl: lp.planned for lvl, lp in seed.levels.items()} == {
+        0: 10_000 + lent,
+        1: max(history[1]),
+        2: 0,
+    }
+
+
+def test_history_burst_takes_only_what_no_higher_level_wants() -> None:
+    # level 0 is the burster; level 2 can use 5 of its 40, level 1 has 30 waiting, level 0 lots
+    partitions = [
+        PartitionBacklog(2, 0, 0, 5),
+        PartitionBacklog(1, 0, 0, 30),
+        PartitionBacklog(0, 0, 0, 1000),
+    ]
+    history = {0: [70] * 6, 1: [0] * 6, 2: [0] * 6}
+    result = plan(partitions, 70, history=history)
+    numbers = {
+        lvl: (lp.planned, lp.from_reserved, lp.from_burst, lp.handed_on, lp.burst)
+        for lvl, lp in result.levels.items()
+    }
+    # 35 of level 2's share are spare: level 1 takes 10 of it first, level 0 bursts by the 25 left
+    assert numbers == {
+        2: (5, 5, 0, 0, -25),
+        1: (30, 20, 0, 10, 0),
+        0: (35, 10, 25, 0, 25),
+    }
+    assert sum(lp.burst for lp in result.levels.values()) == 0
+
+
 def test_plan_surfaces_configuration_errors() -> None:
     partitions = [PartitionBacklog(level, 0, 0, 10) for level in range(3)]
     with pytest.raises(ValueError, match="set budget >= 7"):
@@ -477,7 +560,7 @@ def test_backlog_aware_plan_drains_min_of_budget_and_backlog(
     n_levels, partitions, budget = inputs
     result = plan(partitions, budget, levels=range(n_levels))
     assert result.total_planned == min(budget, sum(p.backlog for p in partitions))
-    assert result.cutoff_timestamp is None and result.held_back == []
+    assert result.alignment == [] and result.held_back == []
     assert_ranges_valid(result, partitions)
 
 
@@ -531,88 +614,204 @@ def test_level_gets_at_least_min_of_allocation_and_backlog_with_burst(
     assert_ranges_valid(result, partitions)
 
 
+def assert_no_inversion(result: Plan) -> None:
+    """No level above its reserved share while a higher level got less than it could read."""
+    for low in result.levels.values():
+        if low.planned <= low.reserved:
+            continue
+        for high in result.levels.values():
+            if high.level > low.level:
+                assert high.planned == high.available, (low, high)
+
+
+def assert_sources_add_up(result: Plan) -> None:
+    for lp in result.levels.values():
+        assert lp.from_reserved + lp.from_burst + lp.handed_on == lp.planned
+        assert 0 <= lp.from_reserved <= lp.reserved
+        assert lp.allocated == lp.reserved + lp.burst
+        assert lp.from_burst <= max(lp.burst, 0)
+        assert lp.planned <= lp.available <= lp.backlog
+    assert sum(lp.burst for lp in result.levels.values()) == 0
+
+
+@HEAVY
+@given(plan_inputs(), HISTORIES)
+def test_no_lower_level_above_its_share_while_a_higher_level_could_take_more(
+    inputs: tuple[int, list[PartitionBacklog], int], history: dict[int, list[int]]
+) -> None:
+    n_levels, partitions, budget = inputs
+    result = plan(partitions, budget, levels=range(n_levels), history=history)
+    assert_no_inversion(result)
+    assert_sources_add_up(result)
+    assert result.total_planned == min(budget, sum(p.backlog for p in partitions))
+    for level in result.levels.values():
+        assert level.planned >= min(level.reserved, level.backlog)
+
+
 # --- event-time alignment ----------------------------------------------------------------------
 
+HOUR_MS = 3_600_000
 
-def clock(bases: dict[tuple[int, int], int], step_ms: int = 1000) -> Callable[[int, int, int], int]:
-    """offsets-for-times over partitions whose offset o has timestamp base + step_ms * o."""
+
+def timed(bases: dict[tuple[int, int], int], step_ms: int = 1000) -> dict[str, Callable]:
+    """Lookups over partitions whose offset o has timestamp base + step_ms * o."""
 
     def offset_for_time(level: int, partition: int, timestamp_ms: int) -> int:
         return max(0, -(-(timestamp_ms - bases[(level, partition)]) // step_ms))
 
-    return offset_for_time
+    def timestamp_at(level: int, partition: int, offset: int) -> int:
+        return bases[(level, partition)] + step_ms * offset
+
+    return {"offset_for_time": offset_for_time, "timestamp_at": timestamp_at}
 
 
-def test_partition_ahead_by_more_than_max_gap_is_held_back() -> None:
-    bases = {(0, 0): 0, (0, 1): 500_000}
-    partitions = [
-        PartitionBacklog(0, 0, 0, 100, next_timestamp=0),  # records at 0, 1000, 2000 ... ms
-        PartitionBacklog(0, 1, 0, 100, next_timestamp=500_000),  # 500 s ahead
-    ]
-    assert [r.records for r in plan(partitions, 40).ranges] == [20, 20]
-
-    result = plan(partitions, 40, max_gap_ms=50_000, offset_for_time=clock(bases))
-    assert result.cutoff_timestamp == 50_000
-    assert result.held_back == [(0, 1)]
-    # partition 0 may read offsets 0..50 (timestamps <= 50 000): its share and partition 1's
-    assert [(r.partition, r.start, r.end, r.records) for r in result.ranges] == [(0, 0, 40, 40)]
-
-    capped = plan(partitions, 80, max_gap_ms=50_000, offset_for_time=clock(bases))
-    assert [(r.partition, r.end) for r in capped.ranges] == [(0, 51)]  # offset 50 is at 50 000
-    assert capped.total_planned == 51
-
-
-def test_held_back_budget_moves_to_another_level() -> None:
-    bases = {(0, 0): 0, (1, 0): 900_000}
+def test_alignment_is_per_level_by_default_so_fresh_urgent_records_do_not_wait() -> None:
+    """Issue 11's example: max_gap 60 s, level 0 holds 1,000 records an hour old (one per
+    second), level 1 1,000 fresh ones, budget 3,000. It used to plan 61 and 0."""
+    bases = {(0, 0): 0, (1, 0): HOUR_MS}
     partitions = [
         PartitionBacklog(0, 0, 0, 1000, next_timestamp=0),
-        PartitionBacklog(1, 0, 0, 1000, next_timestamp=900_000),
+        PartitionBacklog(1, 0, 0, 1000, next_timestamp=HOUR_MS),
     ]
-    result = plan(partitions, 30, max_gap_ms=60_000, offset_for_time=clock(bases))
-    assert result.held_back == [(1, 0)]
-    assert result.levels[1].backlog == 1000  # reported before the alignment cap
-    assert (result.levels[1].reserved, result.levels[1].planned) == (20, 0)
-    assert (result.levels[0].reserved, result.levels[0].planned) == (10, 30)
+    result = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    assert {lvl: lp.planned for lvl, lp in result.levels.items()} == {0: 1000, 1: 1000}
+    assert result.alignment == []
+
+    # across the whole drain (and level 0 with an hour of records, so the run does not empty
+    # it), level 1 waits for level 0's older records and says why; its budget goes to level 0
+    bases[(0, 0)] = 0
+    partitions[0] = PartitionBacklog(0, 0, 0, 3600, next_timestamp=0)
+    drain = plan(partitions, 3000, max_gap_ms=60_000, align="drain", **timed(bases))
+    assert {lvl: lp.planned for lvl, lp in drain.levels.items()} == {0: 3000, 1: 0}
+    assert drain.held_back == [(1, 0)]
+    (wait,) = drain.alignment
+    assert (wait.behind, wait.reached_timestamp, wait.limit_timestamp) == (
+        (0, 0),
+        2_999_000,
+        3_059_000,
+    )
+    assert wait.reason.startswith("waits: its next record is 601 s after what the run reaches")
+    level = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    assert {lvl: lp.planned for lvl, lp in level.levels.items()} == {0: 2000, 1: 1000}
 
 
-def test_partition_holding_t_min_is_never_held_back() -> None:
+def test_the_partition_an_hour_behind_reads_its_whole_allocation_while_a_fresh_one_waits() -> None:
+    # budget 3,000 over levels 0 and 1 reserves 1,000 / 2,000; level 1 has plenty of fresh records
+    bases = {(0, 0): 0, (0, 1): HOUR_MS, (1, 0): HOUR_MS}
+    partitions = [
+        PartitionBacklog(0, 0, 0, 3600, next_timestamp=0),  # an hour of records, one a second
+        PartitionBacklog(0, 1, 0, 1000, next_timestamp=HOUR_MS),
+        PartitionBacklog(1, 0, 0, 5000, next_timestamp=HOUR_MS),
+    ]
+    unaligned = plan(partitions, 3000)
+    assert [(r.level, r.partition, r.records) for r in unaligned.ranges] == [
+        (1, 0, 2000),
+        (0, 0, 500),  # max-min: 500 each
+        (0, 1, 500),
+    ]
+
+    result = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    assert [(r.level, r.partition, r.records) for r in result.ranges] == [
+        (1, 0, 2000),
+        (0, 0, 1000),  # the whole allocation of level 0
+    ]
+    assert result.held_back == [(0, 1)]
+    assert result.levels[0].available == 4600  # had it the budget, it would empty partition 0
+
+    # a partition the run empties holds nobody back: with 1,000 old records, both read
+    partitions[0] = PartitionBacklog(0, 0, 0, 1000, next_timestamp=0)
+    emptied = plan(partitions, 3000, levels=[0], max_gap_ms=60_000, **timed(bases))
+    assert [(r.partition, r.records) for r in emptied.ranges] == [(0, 1000), (1, 1000)]
+
+
+def test_budget_a_waiting_partition_frees_goes_to_its_level_then_to_other_levels() -> None:
+    bases = {(0, 0): 0, (0, 1): HOUR_MS, (1, 0): 0}
+    partitions = [
+        PartitionBacklog(0, 0, 0, 3600, next_timestamp=0),  # an hour of records
+        PartitionBacklog(0, 1, 0, 1000, next_timestamp=HOUR_MS),
+        PartitionBacklog(1, 0, 0, 300, next_timestamp=0),
+    ]
+    result = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    # reserved 1,000 / 2,000; level 1 can use 300, so level 0 gets 2,700: all from partition 0,
+    # whose reach (2,699 s) stays more than 60 s behind partition 1's next record
+    assert [(r.level, r.partition, r.records) for r in result.ranges] == [(1, 0, 300), (0, 0, 2700)]
+    assert result.held_back == [(0, 1)]
+    assert (result.levels[0].from_reserved, result.levels[0].handed_on) == (1000, 1700)
+
+    # partition 1 starts at 2,000 s. Max-min under alignment: both read up to a common water
+    # level, partition 1 only records at most 60 s past what partition 0 reaches. At 2,470 /
+    # 530 partition 0 reaches 2,469 s and partition 1 reads exactly to 2,529 s: the budget of
+    # 3,000 is used and neither could get more without taking from the other
+    bases[(0, 1)] = 2_000_000
+    near = [*partitions[:1], PartitionBacklog(0, 1, 0, 1000, next_timestamp=2_000_000)]
+    result = plan(near, 3000, max_gap_ms=60_000, levels=[0, 1], **timed(bases))
+    assert [(r.partition, r.records) for r in result.ranges] == [(0, 2470), (1, 530)]
+    assert [(w.partition, w.readable) for w in result.alignment] == [(1, 530)]
+
+
+def test_the_tardy_partition_is_never_capped_and_the_next_one_always_progresses() -> None:
     partitions = [
         PartitionBacklog(0, 0, 10, 100, frozenset({10, 11}), next_timestamp=7_000),
         PartitionBacklog(0, 1, 0, 100, next_timestamp=9_000),
     ]
 
     def lookup_at_start(level: int, partition: int, timestamp_ms: int) -> int:
-        return 0  # out-of-order timestamps: Kafka says even offset 0 is after the cutoff
+        return 0  # out-of-order timestamps: Kafka says even offset 0 is after the limit
 
-    result = plan(partitions, 10, max_gap_ms=0, offset_for_time=lookup_at_start)
-    assert result.cutoff_timestamp == 7_000
+    def late(level: int, partition: int, offset: int) -> int:
+        return 8_000  # every record of partition 0 is at 8 s
+
+    result = plan(partitions, 10, max_gap_ms=0, offset_for_time=lookup_at_start, timestamp_at=late)
+    # partition 0 reads its 5 and partition 1's freed 5; partition 1 waits (9 s > 8 s + 0)
+    assert [(r.partition, r.start, r.end, r.records) for r in result.ranges] == [(0, 10, 22, 10)]
     assert result.held_back == [(0, 1)]
-    # partition 0 still reads its next pending record (offset 12)
-    assert [(r.partition, r.start, r.end, r.records) for r in result.ranges] == [(0, 10, 13, 1)]
+
+    def later(level: int, partition: int, offset: int) -> int:
+        return 9_500
+
+    result = plan(partitions, 10, max_gap_ms=0, offset_for_time=lookup_at_start, timestamp_at=later)
+    # partition 1's next record (9 s) is within the gap: it reads at least that one
+    assert [(r.partition, r.records) for r in result.ranges] == [(0, 9), (1, 1)]
 
 
 def test_alignment_caps_partitions_of_unknown_time_and_needs_a_known_one() -> None:
+    lookups = timed({(0, 0): 0, (0, 1): 5_000})
     partitions = [
-        PartitionBacklog(0, 0, 0, 100, next_timestamp=0),
-        PartitionBacklog(0, 1, 0, 100, next_timestamp=None),
+        PartitionBacklog(0, 0, 0, 100, next_timestamp=0),  # 0, 1, 2 ... s
+        PartitionBacklog(0, 1, 0, 100, next_timestamp=None),  # 5, 6, 7 ... s (unknown here)
     ]
-    lookup = clock({(0, 0): 0, (0, 1): 5_000})
-    result = plan(partitions, 100, max_gap_ms=9_000, offset_for_time=lookup)
-    assert [(r.partition, r.end) for r in result.ranges] == [(0, 10), (1, 5)]
+    result = plan(partitions, 29, max_gap_ms=2_000, **lookups)
+    # water level 16: partition 0 reaches 15 s, so partition 1 reads only up to 17 s (offsets
+    # 0..12, 13 records): 16 + 13 = 29
+    assert [(r.partition, r.records) for r in result.ranges] == [(0, 16), (1, 13)]
+    (wait,) = result.alignment
+    assert (wait.partition, wait.readable, wait.planned, wait.waits) == (1, 13, 13, False)
+    assert (wait.reached_timestamp, wait.limit_timestamp) == (15_000, 17_000)
+    assert "its next record's time is unknown" in wait.reason
 
     unknown = [PartitionBacklog(0, 0, 0, 100), PartitionBacklog(0, 1, 0, 100)]
-    result = plan(unknown, 100, max_gap_ms=9_000, offset_for_time=lookup)
-    assert result.cutoff_timestamp is None and result.total_planned == 100
+    result = plan(unknown, 100, max_gap_ms=2_000, **lookups)
+    assert result.alignment == [] and result.total_planned == 100
 
     def kafka_none(level: int, partition: int, timestamp_ms: int) -> int:
         return -1  # Kafka's answer when no record is that late: read to the end
 
-    result = plan(partitions, 500, max_gap_ms=9_000, offset_for_time=kafka_none)
+    result = plan(
+        partitions, 500, max_gap_ms=9_000, offset_for_time=kafka_none, timestamp_at=lambda *a: 0
+    )
     assert result.total_planned == 200 and result.held_back == []
 
 
+def test_alignment_settings_are_checked() -> None:
+    partitions = [PartitionBacklog(0, 0, 0, 10, next_timestamp=0)]
+    with pytest.raises(ValueError, match="align 'levels' is unknown"):
+        plan(partitions, 10, align="levels")
+    with pytest.raises(ValueError, match="timestamp_at"):
+        plan(partitions, 10, max_gap_ms=5, offset_for_time=lambda *a: 0)
+
+
 @st.composite
-def timed_backlogs(draw: st.DrawFn) -> tuple[list[PartitionBacklog], dict, int, int, int]:
+def timed_backlogs(draw: st.DrawFn) -> tuple[list[PartitionBacklog], dict, int, int, int, str]:
     _, untimed = draw(backlogs(max_levels=3))
     step = draw(st.integers(1, 2_000))
     bases = {(p.level, p.partition): draw(st.integers(0, 100_000)) for p in untimed}
@@ -626,43 +825,89 @@ def timed_backlogs(draw: st.DrawFn) -> tuple[list[PartitionBacklog], dict, int, 
         partitions.append(PartitionBacklog(p.level, p.partition, p.start, p.end, p.done, stamp))
     budget = draw(st.integers(7, 300))  # plans cover levels 0..2: exponential needs >= 7
     gap = draw(st.integers(0, 60_000))
-    return partitions, bases, step, budget, gap
+    align = draw(st.sampled_from(["level", "drain"]))
+    return partitions, bases, step, budget, gap, align
 
 
 @HEAVY
-@given(timed_backlogs())
-def test_alignment_never_reads_past_the_cutoff(
-    inputs: tuple[list[PartitionBacklog], dict, int, int, int],
+@given(timed_backlogs(), HISTORIES)
+def test_alignment_reads_nothing_past_the_gap_behind_older_partitions(
+    inputs: tuple[list[PartitionBacklog], dict, int, int, int, str], history: dict
 ) -> None:
-    partitions, bases, step, budget, gap = inputs
-    lookup = clock(bases, step)
-    result = plan(partitions, budget, levels=range(3), max_gap_ms=gap, offset_for_time=lookup)
+    partitions, bases, step, budget, gap, align = inputs
+    lookups = timed(bases, step)
+    result = plan(
+        partitions,
+        budget,
+        levels=range(3),
+        history=history,
+        max_gap_ms=gap,
+        align=align,
+        **lookups,
+    )
+    assert_ranges_valid(result, partitions)
+    assert_sources_add_up(result)
+    assert_no_inversion(result)
+    for level in result.levels.values():
+        assert level.planned >= min(level.reserved, level.available)
 
     def stamp(p: PartitionBacklog, offset: int) -> int:
         return bases[(p.level, p.partition)] + step * offset
 
-    known = [p.next_timestamp for p in partitions if p.backlog and p.next_timestamp is not None]
-    if not known:
-        assert result.cutoff_timestamp is None
-        return
-    cutoff = min(known) + gap
-    assert result.cutoff_timestamp == cutoff
-    available = {
-        (p.level, p.partition): sum(
-            1 for o in range(p.start, p.end) if o not in p.done and stamp(p, o) <= cutoff
+    got = planned_by_partition(result)
+    pending = [p for p in partitions if p.backlog > 0]
+    groups = (
+        [pending]
+        if align == "drain"
+        else [[p for p in pending if p.level == lvl] for lvl in range(3)]
+    )
+    for group in groups:
+        if all(p.next_timestamp is None for p in group):
+            continue  # nothing to align to: read as without max_gap
+        order = sorted(
+            group,
+            key=lambda p: (p.next_timestamp is None, p.next_timestamp or 0, -p.level, p.partition),
         )
-        for p in partitions
-    }
-    by_key = {(p.level, p.partition): p for p in partitions}
-    for r in result.ranges:
-        assert stamp(by_key[(r.level, r.partition)], r.end - 1) <= cutoff
-    for key in result.held_back:
-        p = by_key[key]
-        assert p.backlog > 0 and available[key] == 0
-        assert p.next_timestamp is None or p.next_timestamp > cutoff  # t_min's is never held
-    assert result.total_planned == min(budget, sum(available.values()))
-    assert_ranges_valid(result, partitions)
-    assert_max_min_fair(result, available)
+        reached: list[int] = []
+        for p in order:
+            n = got.get((p.level, p.partition), 0)
+            if reached and n:
+                limit = min(reached) + gap
+                last = range_end(p.start, n, p.done) - 1
+                first = range_end(p.start, 1, p.done) - 1
+                # nothing past the limit, but the one record a partition within the gap must read
+                assert stamp(p, last) <= limit or (n == 1 and stamp(p, first) <= limit + 0), p
+            if n == p.backlog:
+                continue  # the run empties it: it holds nobody back
+            if n:
+                reached.append(
+                    max(stamp(p, range_end(p.start, n, p.done) - 1), p.next_timestamp or 0)
+                )
+            elif p.next_timestamp is not None:
+                reached.append(p.next_timestamp)
+    total = min(budget, sum(p.backlog for p in partitions))
+    if not result.alignment and align == "level":  # nothing held back: the whole budget is used
+        assert result.total_planned == total
+    assert result.total_planned <= total
+
+
+@HEAVY
+@given(timed_backlogs())
+def test_with_level_alignment_a_level_never_waits_for_another_levels_data(
+    inputs: tuple[list[PartitionBacklog], dict, int, int, int, str],
+) -> None:
+    partitions, bases, step, budget, gap, _ = inputs
+    lookups = timed(bases, step)
+    together = plan(partitions, budget, levels=range(3), max_gap_ms=gap, **lookups)
+    for level in range(3):
+        own = [p for p in partitions if p.level == level]
+        everything = plan(own, 10**9, levels=[level], max_gap_ms=gap, **lookups)
+        assert together.levels[level].available <= everything.total_planned
+        # a level's ranges are what its own partitions alone give for its planned amount
+        amount = together.levels[level].planned
+        if amount:
+            alone = plan(own, amount, levels=[level], max_gap_ms=gap, **lookups)
+            assert alone.ranges == [r for r in together.ranges if r.level == level]
 
 
 # --- purity -----------------------------------------------------------------------------------
