@@ -76,7 +76,12 @@ def make_drain(stack, tmp_path: Path, monkeypatch) -> Iterator[Callable[..., Dra
 
 @pytest.fixture
 def materialize_levels(spark) -> Callable[[DrainConfig, list[int]], dict[str, Any]]:
-    """One Dagster run of a drain's asset over a range of levels; returns its metadata values."""
+    """One Dagster run of a drain's asset over a range of levels; returns its metadata values.
+
+    Each level partition's materialization carries its own level's numbers under the same keys;
+    they come back flattened as `level_<n>_<key>`, next to the run-wide `run_*` totals (and
+    `drained`, the run's total).
+    """
     import dagster as dg
 
     from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
@@ -90,10 +95,19 @@ def materialize_levels(spark) -> Callable[[DrainConfig, list[int]], dict[str, An
             tags={RANGE_START: str(min(levels)), RANGE_END: str(max(levels))},
         )
         assert result.success
-        # one materialization per level partition of the range, all with the run's metadata
         materializations = result.asset_materializations_for_node(drain.name)
         assert sorted(m.partition for m in materializations) == [str(lv) for lv in levels]
-        return {key: value.value for key, value in materializations[0].metadata.items()}
+        # the same keys on every partition, so the UI's plots by partition compare levels
+        assert len({frozenset(m.metadata) for m in materializations}) == 1
+        flat: dict[str, Any] = {}
+        for m in materializations:
+            for key, value in m.metadata.items():
+                if key.startswith("run_") or key in ("drain_run_id", "finished_run_id"):
+                    flat[key] = value.value
+                else:
+                    flat[f"level_{m.partition}_{key}"] = value.value
+        flat["drained"] = flat["run_drained"]
+        return flat
 
     return materialize
 
