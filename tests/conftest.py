@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -110,6 +110,72 @@ def materialize_levels(spark) -> Callable[[DrainConfig, list[int]], dict[str, An
         return flat
 
     return materialize
+
+
+class DagsterDrains(NamedTuple):
+    path: Path
+    launches: DrainConfig
+    cron: DrainConfig
+    browser: DrainConfig
+
+
+@pytest.fixture(scope="session")
+def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
+    """The drains the session's Dagster deployment serves, each with fresh topics.
+
+    `launches`: UI launches, backfills and the lag sensor; `cron`: its schedule fires every
+    minute; `browser`: the browser test's.
+    """
+    from drainer.kafka_io import admin, create_topics
+
+    suffix = uuid.uuid4().hex[:6]
+    common = {"levels": 3, "partitions": 2, "schedule": None}
+    bodies = {
+        "launches": {"budget": 700, "lag_threshold": 500},
+        "cron": {"budget": 7000, "schedule": "* * * * *"},
+        "browser": {"budget": 7000},
+    }
+    drains_yaml = {}
+    for role, body in bodies.items():
+        name = f"{role}_{suffix}"
+        drains_yaml[name] = {
+            **common,
+            "topic": name,
+            "group": f"g_{name}",
+            "sink": {"type": "postgres", "table": f"sink_{name}"},
+            **body,
+        }
+    path = tmp_path_factory.mktemp("dagster_drains") / "drains.yaml"
+    path.write_text(yaml.safe_dump({"drains": drains_yaml}))
+    loaded = load_drains(path)
+    drains = {role: loaded[f"{role}_{suffix}"] for role in bodies}
+    for drain in drains.values():
+        create_topics(drain)
+    yield DagsterDrains(path=path, **drains)
+    client = admin(next(iter(drains.values())))
+    topics = [d.level_topic(lv) for d in drains.values() for lv in range(d.levels)]
+    for future in client.delete_topics(topics, operation_timeout=10).values():
+        with contextlib.suppress(Exception):
+            future.result(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def dagster_stack(dagster_drains, tmp_path_factory):
+    """One `dagster-webserver` + `dagster-daemon` for the session, on a temporary DAGSTER_HOME."""
+    from tests.integration.dagster_stack import REPO, DagsterStack
+
+    env = {
+        **os.environ,
+        "DRAINER_CONFIG": str(dagster_drains.path),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+    deployment = DagsterStack(home=tmp_path_factory.mktemp("dagster_home"), env=env)
+    try:
+        yield deployment.start()
+    finally:
+        deployment.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
