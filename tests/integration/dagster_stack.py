@@ -53,6 +53,16 @@ class DagsterStack:
         env = {**self.env, "DAGSTER_HOME": str(self.home)}
         logs = self.home / "stack_logs"
         logs.mkdir(exist_ok=True)
+        # create the storage once: the webserver and the daemon both creating a fresh home's
+        # SQLite schema at the same moment can leave two alembic heads
+        subprocess.run(
+            [str(BIN / "dagster"), "instance", "migrate"],
+            cwd=REPO,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         for name, cmd in (
             (
                 "webserver",
