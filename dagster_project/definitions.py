@@ -6,6 +6,7 @@ levels a run drains (a backfill of any levels is one drainer run): dagster_proje
 what each partition's materialization carries: dagster_project.metadata.
 """
 
+import time
 import warnings
 
 import dagster as dg
@@ -105,7 +106,11 @@ def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
             [lv.level for lv in result.levels],
             sorted(own),
         )
-        return dg.MaterializeResult(metadata=run_metadata(result), check_results=run_checks(drain))
+        started = time.monotonic()
+        check_results = run_checks(drain)
+        metadata = run_metadata(result)
+        metadata["checks_s"] = dg.MetadataValue.float(round(time.monotonic() - started, 3))
+        return dg.MaterializeResult(metadata=metadata, check_results=check_results)
 
     return _drain
 

@@ -102,7 +102,7 @@ def materialize_levels(spark) -> Callable[[DrainConfig, list[int]], dict[str, An
         flat: dict[str, Any] = {}
         for m in materializations:
             for key, value in m.metadata.items():
-                if key.startswith("run_") or key in ("drain_run_id", "finished_run_id"):
+                if key.startswith("run_") or key in ("drain_run_id", "finished_run_id", "checks_s"):
                     flat[key] = value.value
                 else:
                     flat[f"level_{m.partition}_{key}"] = value.value
