@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit lint format services services-down dagster bench clean
+.PHONY: demo test unit lint format services services-down dagster bench clean chromium
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
@@ -21,7 +21,14 @@ services: $(STAMP)
 demo: services
 	$(BIN)/python scripts/demo.py
 
-test: services
+# the browser test drives Debian's Chromium through Debian's chromedriver (no browser download)
+chromium:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y chromium chromium-driver || \
+	    { apt-get update && apt-get install -y chromium chromium-driver; }; \
+	  else echo "the browser test needs Chromium: sudo apt-get install chromium chromium-driver"; exit 1; fi; }
+
+test: services chromium
 	$(BIN)/pytest
 
 unit: $(STAMP)

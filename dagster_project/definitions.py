@@ -1,13 +1,19 @@
 """One partitioned asset per configured drain, with its schedule, sensor, checks and pool.
 
 Definitions only: a materialization is one call of `spark_jobs.drain_job.run`, the same call
-the CLI and the tests make. Connections come from the environment (drainer.settings).
+the CLI and the tests make. Connections come from the environment (drainer.settings). Which
+levels a run drains (a backfill of any levels is one drainer run): dagster_project.launches;
+what each partition's materialization carries: dagster_project.metadata.
 """
 
+import time
 import warnings
 
 import dagster as dg
 
+from dagster_project.launches import launch_levels
+from dagster_project.logs import drainer_logs_to
+from dagster_project.metadata import level_metadata, run_metadata, run_tags
 from drainer import checks
 from drainer.config import DrainConfig, load_drains
 from drainer.run import RunResult
@@ -32,7 +38,12 @@ class DrainerResource(dg.ConfigurableResource):
     wait_seconds: float = 0.0
 
     def run(
-        self, drain: DrainConfig, levels: list[int], dagster_run_id: str, trigger: str
+        self,
+        drain: DrainConfig,
+        levels: list[int],
+        dagster_run_id: str,
+        trigger: str,
+        launch_key: str | None = None,
     ) -> RunResult:
         return drain_job.run(
             drain,
@@ -40,37 +51,8 @@ class DrainerResource(dg.ConfigurableResource):
             trigger=trigger,
             dagster_run_id=dagster_run_id,
             wait_s=self.wait_seconds,
+            launch_key=launch_key,
         )
-
-
-def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
-    """Flat numeric metadata so the UI plots every level's numbers run over run."""
-    metadata: dict[str, dg.MetadataValue] = {
-        "drain_run_id": dg.MetadataValue.int(result.run_id),
-        "drained": dg.MetadataValue.int(result.drained),
-        "duration_s": dg.MetadataValue.float(round(result.duration_s, 3)),
-        "records_per_s": dg.MetadataValue.float(
-            round(result.drained / result.duration_s, 1) if result.duration_s else 0.0
-        ),
-        "sink_rows": dg.MetadataValue.int(result.published_rows),
-        "resumed": dg.MetadataValue.bool(result.resumed),
-        "mirror_maps_dropped": dg.MetadataValue.int(result.mirror.maps_dropped),
-    }
-    for lv in result.levels:
-        for name in (
-            "reserved",
-            "burst",
-            "allocated",
-            "planned",
-            "drained",
-            "failed",
-            "dead_lettered",
-            "backlog_before",
-            "backlog_after",
-        ):
-            metadata[f"level_{lv.level}_{name}"] = dg.MetadataValue.int(int(getattr(lv, name)))
-        metadata[f"level_{lv.level}_fill_ratio"] = dg.MetadataValue.float(round(lv.fill_ratio, 4))
-    return metadata
 
 
 def _trigger(context: dg.AssetExecutionContext) -> str:
@@ -84,29 +66,69 @@ def _trigger(context: dg.AssetExecutionContext) -> str:
     return "dagster"
 
 
+CHECKS = (checks.lag_within_sla, checks.dead_letters_not_growing, checks.offsets_never_backwards)
+
+
 def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
     @dg.asset(
         name=drain.name,
         group_name="drains",
         partitions_def=dg.StaticPartitionsDefinition([str(level) for level in range(drain.levels)]),
-        # a backfill of selected levels is one run sharing the budget among those levels only
+        # one run per contiguous range of selected levels; launches.py makes any selection one
+        # drainer run sharing the budget
         backfill_policy=dg.BackfillPolicy.single_run(),
         pool=f"drain_{drain.name}",
         kinds={"kafka", "spark", "postgres"},
+        # the checks run in the drain's own step (no process of their own): well under a second
+        check_specs=[
+            dg.AssetCheckSpec(check.__name__, asset=drain.name, description=check.__doc__)
+            for check in CHECKS
+        ],
         description=(
             f"Drains Kafka topics {drain.topic}-0..{drain.levels - 1} by priority into Postgres "
             f"table {drain.sink.table}; each partition is a priority level ({drain.levels - 1} most urgent)."
         ),
     )
     def _drain(context: dg.AssetExecutionContext, drainer: DrainerResource) -> dg.MaterializeResult:
-        levels = sorted(int(key) for key in context.partition_keys)
-        result = drainer.run(drain, levels, context.run.run_id, _trigger(context))
+        levels, launch_key = launch_levels(context)
+        with drainer_logs_to(context.log):
+            result = drainer.run(drain, levels, context.run.run_id, _trigger(context), launch_key)
+        context.instance.add_run_tags(context.run.run_id, run_tags(result))
+        own = {int(key) for key in context.partition_keys}
+        for lv in result.levels:
+            if lv.level in own:  # only the requested partitions, each with its own numbers
+                context.add_asset_metadata(level_metadata(lv), partition_key=str(lv.level))
         context.log.info(
-            "drain run %s: %s records (levels %s)", result.run_id, result.drained, levels
+            "drain run %s%s: %s records (levels %s); this run materializes levels %s",
+            result.run_id,
+            " (drained by an earlier run of this backfill)" if result.shared else "",
+            result.drained,
+            [lv.level for lv in result.levels],
+            sorted(own),
         )
-        return dg.MaterializeResult(metadata=run_metadata(result))
+        started = time.monotonic()
+        check_results = run_checks(drain)
+        metadata = run_metadata(result)
+        metadata["checks_s"] = dg.MetadataValue.float(round(time.monotonic() - started, 3))
+        return dg.MaterializeResult(metadata=metadata, check_results=check_results)
 
     return _drain
+
+
+def run_checks(drain: DrainConfig) -> list[dg.AssetCheckResult]:
+    results = []
+    for check in CHECKS:
+        outcome = check(drain)
+        results.append(
+            dg.AssetCheckResult(
+                check_name=check.__name__,
+                passed=outcome.passed,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=outcome.description,
+                metadata=outcome.numbers,
+            )
+        )
+    return results
 
 
 def all_levels_tags(drain: DrainConfig) -> dict[str, str]:
@@ -151,40 +173,19 @@ def drain_lag_sensor(drain: DrainConfig, job) -> dg.SensorDefinition:
     return _sensor
 
 
-def drain_check(drain: DrainConfig, check) -> dg.AssetChecksDefinition:
-    @dg.asset_check(
-        asset=drain.name, name=check.__name__, blocking=False, description=check.__doc__
-    )
-    def _check() -> dg.AssetCheckResult:
-        result = check(drain)
-        return dg.AssetCheckResult(
-            passed=result.passed,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=result.description,
-            metadata=result.numbers,
-        )
-
-    return _check
-
-
-CHECKS = (checks.lag_within_sla, checks.dead_letters_not_growing, checks.offsets_never_backwards)
-
-
 def build_definitions() -> dg.Definitions:
     drains = load_drains()
-    assets, asset_checks, jobs, schedules, sensors = [], [], [], [], []
+    assets, jobs, schedules, sensors = [], [], [], []
     for drain in drains.values():
         asset = drain_asset(drain)
         job = dg.define_asset_job(f"{drain.name}_job", selection=[asset])
         assets.append(asset)
-        asset_checks.extend(drain_check(drain, check) for check in CHECKS)
         jobs.append(job)
         sensors.append(drain_lag_sensor(drain, job))
         if drain.schedule:
             schedules.append(drain_schedule(drain, job))
     return dg.Definitions(
         assets=assets,
-        asset_checks=asset_checks,
         jobs=jobs,
         schedules=schedules,
         sensors=sensors,

@@ -2,6 +2,13 @@
 
 Postgres stays the source of truth; the mirror lets standard lag tools see the drain. Every
 partition whose mirror lags behind Postgres is mirrored, so a failed mirror heals next run.
+
+After a committed run, every partition of every level the run covered is committed again even
+when its offset did not move: a level throttled on purpose (its budget share used, records still
+waiting) then shows a fresh commit to lag monitors (Burrow calls a group whose offsets stop while
+lag stays "stalled") rather than a dead consumer. The mirror never moves a group's offset
+backwards: only an audited `drainer rewind` (which moves Postgres's committed offset below what
+was mirrored) may; any other group offset ahead of Postgres is left alone and reported.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from sqlalchemy import Engine
 
 from drainer.config import DrainConfig
 from drainer.errors import KafkaUnavailable
-from drainer.kafka_io import GroupCommit, commit_group_offsets
+from drainer.kafka_io import GroupCommit, commit_group_offsets, group_offsets
 from drainer.offset_map import MAX_KAFKA_METADATA
 from drainer.store import offsets
 
@@ -25,13 +32,19 @@ log = logging.getLogger(__name__)
 class MirrorReport:
     partitions: int = 0
     maps_dropped: int = 0
+    # partitions whose group offset was ahead of Postgres without a rewind: left alone
+    not_moved_back: int = 0
     error: str | None = None
 
 
-def mirror_offsets(engine: Engine, drain: DrainConfig) -> MirrorReport:
+def mirror_offsets(
+    engine: Engine, drain: DrainConfig, levels: list[int] | None = None
+) -> MirrorReport:
+    """Mirror what lags behind Postgres; with `levels`, every partition of those levels too."""
     report = MirrorReport()
     with engine.connect() as conn:
-        rows = offsets.unmirrored(conn, drain.name)
+        rows = offsets.unmirrored(conn, drain.name, levels or [])
+    rows = _not_backwards(drain, rows, report)
     by_level: dict[int, list[GroupCommit]] = defaultdict(list)
     for row in rows:
         metadata = row.offset_map
@@ -63,3 +76,35 @@ def mirror_offsets(engine: Engine, drain: DrainConfig) -> MirrorReport:
                 offsets.mark_mirrored(conn, drain.name, c.topic, c.partition, c.offset)
         report.partitions += len(commits)
     return report
+
+
+def _not_backwards(drain: DrainConfig, rows: list, report: MirrorReport) -> list:
+    """Drop commits that would move a group's offset backwards without an audited rewind."""
+    by_level: dict[int, list] = defaultdict(list)
+    for row in rows:
+        by_level[row.level].append(row)
+    kept = []
+    for level, level_rows in by_level.items():
+        try:
+            current = group_offsets(
+                drain, drain.level_group(level), [(r.topic, r.partition) for r in level_rows]
+            )
+        except KafkaUnavailable:
+            kept.extend(level_rows)  # the commit below fails the same way and is retried
+            continue
+        for row in level_rows:
+            offset = current.get((row.topic, row.partition), (-1, ""))[0]
+            if offset > row.committed and not row.rewound:
+                report.not_moved_back += 1
+                log.warning(
+                    "%s[%d]: group %s is at offset %d, ahead of the drain's committed %d, and no "
+                    "rewind explains it (another consumer of the group?); not moving it back",
+                    row.topic,
+                    row.partition,
+                    drain.level_group(level),
+                    offset,
+                    row.committed,
+                )
+                continue
+            kept.append(row)
+    return kept

@@ -1,9 +1,13 @@
 """One run of a drain, start to finish: the single code path of the CLI, Dagster and the tests.
 
-lease → mirror leftovers → resume the open plan or plan anew (stored before any read) →
-execute (Spark, injected: this package imports no pyspark) → one commit transaction →
-mirror offsets to Kafka. A crash anywhere leaves a plan that the next run re-executes with
-exactly the same ranges.
+lease → mirror leftovers → finish an open plan for other levels, or resume the open plan for
+these levels, or plan anew (stored before any read) → execute (Spark, injected: this package
+imports no pyspark) → one commit transaction → mirror offsets to Kafka. A crash anywhere leaves a
+plan that the next run re-executes with exactly the same ranges.
+
+Requested levels are honoured: an open plan for other levels is finished first (same ranges,
+exactly once), then the requested levels are planned and drained in the same call. Launches that
+share a launch key (drainer.store.launches) end as one run: the first drains, the others report it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from drainer.dlq import publish_dead_letters
 from drainer.mirror import MirrorReport, mirror_offsets
 from drainer.planning import PartitionState, partition_states, plan_next_run, resolve_levels
 from drainer.settings import Settings, load_settings
-from drainer.store import get_engine, runs
+from drainer.store import get_engine, launches, runs
 from drainer.store.leases import Lease, drain_lease
 from drainer.store.runs import StoredRun
 
@@ -39,6 +43,8 @@ class RunContext:
     engine: Engine
     attempt: int
     lease: Lease | None = None  # staging writes check its fence: a zombie run cannot touch them
+    # seconds the executor spent on named phases; it sets "spark_start" (session start-up)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 Executor = Callable[[RunContext], None]
@@ -69,6 +75,12 @@ class RunResult:
     duration_s: float
     published_rows: int
     mirror: MirrorReport = field(default_factory=MirrorReport)
+    # seconds per phase: plan, spark_start, spark_job, commit, mirror
+    phases: dict[str, float] = field(default_factory=dict)
+    # an open plan for other levels that this call finished before planning its own levels
+    finished: RunResult | None = None
+    # True when an earlier launch with the same launch key drained this run; nothing new drained
+    shared: bool = False
 
     @property
     def drained(self) -> int:
@@ -87,17 +99,47 @@ def drain_once(
     trigger: str = "cli",
     dagster_run_id: str | None = None,
     wait_s: float = 0.0,
+    launch_key: str | None = None,
 ) -> RunResult:
-    """Run the drain once; returns what each level drained. Raises DrainBusy if it is running."""
+    """Run the drain once for `levels`; returns what each of them drained.
+
+    An open plan for other levels (or of another launch) is finished first and returned as
+    `result.finished`. With a `launch_key` that an earlier call already drained, nothing is
+    drained: that committed run is returned with `shared=True`. Raises DrainBusy if the drain
+    is running.
+    """
     drain = get_drain(drain) if isinstance(drain, str) else drain
     levels = resolve_levels(drain, levels)
     settings = load_settings()
     engine = get_engine(settings.database_url)
-    started = time.monotonic()
     with drain_lease(engine, drain, wait_s) as lease:
+        started = time.monotonic()
         mirror_offsets(engine, drain)  # heal a mirror that failed after an earlier commit
         with engine.begin() as conn:
+            done = launches.run_for_launch(conn, drain.name, launch_key) if launch_key else None
             stored = runs.open_run(conn, drain.name)
+            stored_key = launches.launch_key_of(conn, stored.id) if stored else None
+        if done is not None and done[1] == "committed":
+            log.info(
+                "drain %s: launch %s was drained by run %d; reporting that run",
+                drain.name,
+                launch_key,
+                done[0],
+            )
+            return committed_result(engine, drain.name, done[0], shared=True)
+        finished = None
+        if stored is not None and (stored.levels != levels or stored_key not in (None, launch_key)):
+            log.warning(
+                "drain %s: run %d (levels %s) is not committed; finishing it with the same "
+                "ranges before planning levels %s",
+                drain.name,
+                stored.id,
+                stored.levels,
+                levels,
+            )
+            finished = _execute(engine, lease, drain, stored, execute, settings, dagster_run_id)
+            finished.resumed = True
+            started, stored = time.monotonic(), None
         resumed = stored is not None
         if stored is not None:
             log.warning(
@@ -108,61 +150,150 @@ def drain_once(
                 stored.status,
                 stored.levels,
             )
+            if launch_key:
+                with engine.begin() as conn:
+                    launches.claim(conn, stored.id, launch_key)
         else:
-            planned = plan_next_run(engine, drain, levels)
-            with engine.begin() as conn:
-                run_id = runs.write_plan(
-                    conn,
-                    lease,
-                    drain,
-                    planned.plan,
-                    planned.levels,
-                    trigger,
-                    start_maps={
-                        (drain.level_topic(p.level), p.partition): p.offset_map
-                        for p in planned.partitions
-                    },
-                    initial_offsets={
-                        (drain.level_topic(p.level), p.partition): p.committed
-                        for p in planned.partitions
-                        if not p.stored
-                    },
-                )
-                stored = runs.get_run(conn, run_id)
-        faults.crash_point("after_plan")
-        with engine.begin() as conn:
-            attempt = runs.mark_running(conn, lease, stored.id, dagster_run_id)
-        try:
-            if stored.ranges:
-                execute(RunContext(stored, drain, settings, engine, attempt, lease))
-            faults.crash_point("after_staging")
-            result = commit_run(engine, lease, drain, stored, time.monotonic() - started)
-        except BaseException as err:
-            try:
-                runs.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
-            except Exception as mark_err:  # never hide the run's own error behind this one
-                log.warning("could not mark run %d failed: %s", stored.id, mark_err)
-            raise
-        faults.crash_point("after_commit")
-        mirror = mirror_offsets(engine, drain)
-        publish_dead_letters(drain)
-        after = partition_states(engine, drain, stored.levels)
-        report = _report(engine, stored, after)
+            stored = _plan(engine, lease, drain, levels, trigger, launch_key)
+        phases = {"plan": time.monotonic() - started}
+        result = _execute(
+            engine, lease, drain, stored, execute, settings, dagster_run_id, phases, started
+        )
+    result.resumed = resumed
+    result.finished = finished
     log.info(
-        "run %d of drain %s committed: %d records",
+        "run %d of drain %s committed: %d records in %.1f s (%s)",
+        result.run_id,
+        drain.name,
+        result.drained,
+        result.duration_s,
+        ", ".join(f"{name} {seconds:.2f} s" for name, seconds in result.phases.items()),
+    )
+    return result
+
+
+def _plan(
+    engine: Engine,
+    lease: Lease,
+    drain: DrainConfig,
+    levels: list[int],
+    trigger: str,
+    launch_key: str | None,
+) -> StoredRun:
+    planned = plan_next_run(engine, drain, levels)
+    with engine.begin() as conn:
+        run_id = runs.write_plan(
+            conn,
+            lease,
+            drain,
+            planned.plan,
+            planned.levels,
+            trigger,
+            start_maps={
+                (drain.level_topic(p.level), p.partition): p.offset_map for p in planned.partitions
+            },
+            initial_offsets={
+                (drain.level_topic(p.level), p.partition): p.committed
+                for p in planned.partitions
+                if not p.stored
+            },
+        )
+        if launch_key:
+            launches.claim(conn, run_id, launch_key)
+        stored = runs.get_run(conn, run_id)
+    log.info(
+        "planned run %d of drain %s: levels %s, %d records in %d ranges",
+        run_id,
+        drain.name,
+        stored.levels,
+        sum(r.records for r in stored.ranges),
+        len(stored.ranges),
+    )
+    return stored
+
+
+def _execute(
+    engine: Engine,
+    lease: Lease,
+    drain: DrainConfig,
+    stored: StoredRun,
+    execute: Executor,
+    settings: Settings,
+    dagster_run_id: str | None,
+    phases: dict[str, float] | None = None,
+    started: float | None = None,
+) -> RunResult:
+    """Execute a stored plan, commit it, mirror it: the run's steps after planning."""
+    phases = dict(phases or {"plan": 0.0})
+    started = time.monotonic() if started is None else started
+    faults.crash_point("after_plan")
+    with engine.begin() as conn:
+        attempt = runs.mark_running(conn, lease, stored.id, dagster_run_id)
+    ctx = RunContext(stored, drain, settings, engine, attempt, lease)
+    try:
+        t0 = time.monotonic()
+        if stored.ranges:
+            execute(ctx)
+        job_s = time.monotonic() - t0
+        phases["spark_start"] = ctx.phases.get("spark_start", 0.0)
+        phases["spark_job"] = max(0.0, job_s - phases["spark_start"])
+        faults.crash_point("after_staging")
+        t0 = time.monotonic()
+        result = commit_run(engine, lease, drain, stored, time.monotonic() - started)
+        phases["commit"] = time.monotonic() - t0
+    except BaseException as err:
+        try:
+            runs.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
+        except Exception as mark_err:  # never hide the run's own error behind this one
+            log.warning("could not mark run %d failed: %s", stored.id, mark_err)
+        raise
+    log.info(
+        "run %d of drain %s: committed %d records (Spark start %.2f s, job %.2f s, commit %.2f s)",
         stored.id,
         drain.name,
         sum(outcome.drained for outcome in result.levels.values()),
+        phases["spark_start"],
+        phases["spark_job"],
+        phases["commit"],
     )
+    faults.crash_point("after_commit")
+    t0 = time.monotonic()
+    # every covered level's group gets a commit, moved or not: lag monitors see a live consumer
+    mirror = mirror_offsets(engine, drain, levels=stored.levels)
+    publish_dead_letters(drain)
+    phases["mirror"] = time.monotonic() - t0
+    after = partition_states(engine, drain, stored.levels)
+    report = _report(engine, stored, after)
+    with engine.begin() as conn:
+        launches.store_phases(conn, stored.id, phases)
     return RunResult(
         run_id=stored.id,
         drain=drain.name,
         levels=report,
-        resumed=resumed,
+        resumed=False,
         attempt=attempt,
         duration_s=time.monotonic() - started,
         published_rows=result.published_rows,
         mirror=mirror,
+        phases={k: round(v, 3) for k, v in phases.items()},
+    )
+
+
+def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = False) -> RunResult:
+    """A committed run as stored, e.g. for the launches that share it."""
+    with engine.connect() as conn:
+        summary = launches.run_summary(conn, run_id)
+        phases = launches.load_phases(conn, run_id)
+    return RunResult(
+        run_id=run_id,
+        drain=drain,
+        levels=load_level_reports(run_id, engine),
+        resumed=False,
+        attempt=summary["attempts"],
+        duration_s=summary["duration_s"] or 0.0,
+        published_rows=0,
+        phases=phases,
+        shared=shared,
     )
 
 

@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 def execute(ctx: RunContext) -> None:
     """Process one stored plan: read its ranges, run the processing mode, stage the results."""
-    spark = get_spark(ctx.settings)
+    t0 = time.monotonic()
+    spark = get_spark(ctx.settings)  # a cold session starts a JVM: timed as its own phase
+    ctx.phases["spark_start"] = time.monotonic() - t0
     log.info("drain %s run %s on %s", ctx.drain.name, ctx.run.id, describe(spark))
     clear_run_outputs(ctx)
     if faults.armed("during_spark"):
@@ -69,9 +71,10 @@ def run(
     trigger: str = "cli",
     dagster_run_id: str | None = None,
     wait_s: float = 0.0,
+    launch_key: str | None = None,
 ) -> RunResult:
     """One run of a drain: plan (or resume), execute on Spark, commit, mirror."""
-    return drain_once(drain, execute, levels, trigger, dagster_run_id, wait_s)
+    return drain_once(drain, execute, levels, trigger, dagster_run_id, wait_s, launch_key)
 
 
 def _crash_once_staging_starts(ctx: RunContext) -> None:

@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -53,7 +53,12 @@ def make_drain(stack, tmp_path: Path) -> Iterator[Callable[..., DrainConfig]]:
 
 @pytest.fixture
 def materialize_levels(spark) -> Callable[[DrainConfig, list[int]], dict[str, Any]]:
-    """One Dagster run of a drain's asset over a range of levels; returns its metadata values."""
+    """One Dagster run of a drain's asset over a range of levels; returns its metadata values.
+
+    Each level partition's materialization carries its own level's numbers under the same keys;
+    they come back flattened as `level_<n>_<key>`, next to the run-wide `run_*` totals (and
+    `drained`, the run's total).
+    """
     import dagster as dg
 
     from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
@@ -67,12 +72,82 @@ def materialize_levels(spark) -> Callable[[DrainConfig, list[int]], dict[str, An
             tags={RANGE_START: str(min(levels)), RANGE_END: str(max(levels))},
         )
         assert result.success
-        # one materialization per level partition of the range, all with the run's metadata
         materializations = result.asset_materializations_for_node(drain.name)
         assert sorted(m.partition for m in materializations) == [str(lv) for lv in levels]
-        return {key: value.value for key, value in materializations[0].metadata.items()}
+        # the same keys on every partition, so the UI's plots by partition compare levels
+        assert len({frozenset(m.metadata) for m in materializations}) == 1
+        flat: dict[str, Any] = {}
+        for m in materializations:
+            for key, value in m.metadata.items():
+                if key.startswith("run_") or key in ("drain_run_id", "finished_run_id", "checks_s"):
+                    flat[key] = value.value
+                else:
+                    flat[f"level_{m.partition}_{key}"] = value.value
+        flat["drained"] = flat["run_drained"]
+        return flat
 
     return materialize
+
+
+class DagsterDrains(NamedTuple):
+    path: Path
+    launches: DrainConfig
+    cron: DrainConfig
+    browser: DrainConfig
+
+
+@pytest.fixture(scope="session")
+def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
+    """The drains the session's Dagster deployment serves, each with fresh topics.
+
+    `launches`: UI launches, backfills and the lag sensor; `cron`: its schedule fires every
+    minute; `browser`: the browser test's.
+    """
+    import yaml
+
+    from drainer.config import load_drains
+    from drainer.kafka_io import create_topics
+    from drainer.testing import delete_topics, drain_body
+
+    suffix = uuid.uuid4().hex[:6]
+    bodies = {
+        "launches": {"budget": 700, "lag_threshold": 500},
+        "cron": {"budget": 7000, "schedule": "* * * * *"},
+        "browser": {"budget": 7000},
+    }
+    names = {role: f"{role}_{suffix}" for role in bodies}
+    drains_yaml = {
+        names[role]: drain_body(names[role], group=f"g_{names[role]}", **body)
+        for role, body in bodies.items()
+    }
+    path = tmp_path_factory.mktemp("dagster_drains") / "drains.yaml"
+    path.write_text(yaml.safe_dump({"drains": drains_yaml}))
+    loaded = load_drains(path)
+    drains = {role: loaded[name] for role, name in names.items()}
+    for drain in drains.values():
+        create_topics(drain)
+    yield DagsterDrains(path=path, **drains)
+    for drain in drains.values():
+        delete_topics(drain)
+
+
+@pytest.fixture(scope="session")
+def dagster_stack(dagster_drains, tmp_path_factory):
+    """One `dagster-webserver` + `dagster-daemon` for the session, on a temporary DAGSTER_HOME."""
+    from tests.integration.dagster_stack import REPO, DagsterStack
+
+    env = {
+        **os.environ,
+        "DRAINER_CONFIG": str(dagster_drains.path),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+    deployment = DagsterStack(home=tmp_path_factory.mktemp("dagster_home"), env=env)
+    try:
+        yield deployment.start()
+    finally:
+        deployment.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -136,13 +136,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, default=str))
         return 0
+    if result.finished is not None:  # an open plan for other levels was finished first
+        print_run_table(result.finished, note="open plan of other levels, finished first")
     print_run_table(result)
     return 0
 
 
-def print_run_table(result: Any) -> None:
+def print_run_table(result: Any, note: str | None = None) -> None:
+    title = f"run {result.run_id} of {result.drain}" + (" (resumed)" if result.resumed else "")
     print_table(
-        f"run {result.run_id} of {result.drain}" + (" (resumed)" if result.resumed else ""),
+        title + (f": {note}" if note else ""),
         [
             "level",
             "reserved",

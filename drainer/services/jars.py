@@ -33,6 +33,7 @@ KAFKA_BROKER = (
     f"org.apache.logging.log4j:log4j-core:{LOG4J_VERSION}",
     f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
 )
+KAFKA_TOOLS = (f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}", *KAFKA_BROKER)
 
 
 def pyspark_version() -> str:
@@ -104,6 +105,15 @@ def kafka_broker_jars(home: Path) -> list[Path]:
     dest = _broker_dest(home)
     with _dest_lock(dest):
         return resolve_jars(list(KAFKA_BROKER), dest)
+
+
+def kafka_tool_jars(home: Path) -> list[Path]:
+    """Kafka's command-line tools (kafka-consumer-groups: `ConsumerGroupCommand`), for checking
+    the mirrored group offsets the way operators do. The broker's published pom leaves the tools
+    out, so they live in a directory of their own (the running broker's jars stay untouched)."""
+    dest = home / "jars" / f"kafka-tools-{KAFKA_VERSION}"
+    with _dest_lock(dest):
+        return resolve_jars(list(KAFKA_TOOLS), dest)
 
 
 def kafka_broker_jars_cached(home: Path) -> bool:

@@ -69,15 +69,20 @@ def compare_and_set(
     return updated == 1
 
 
-def unmirrored(conn: Connection, drain: str) -> list[Any]:
-    """Partitions whose Kafka group offset lags what Postgres committed."""
+def unmirrored(conn: Connection, drain: str, levels: list[int]) -> list[Any]:
+    """Partitions whose Kafka group offset differs from Postgres, and all partitions of `levels`.
+
+    `rewound` is true where a rewind moved the committed offset below what was mirrored, so
+    moving the group back is what the audited rewind asked for.
+    """
     return conn.execute(
         text(
-            "SELECT topic, level, partition, committed, offset_map FROM partition_offsets "
+            "SELECT topic, level, partition, committed, offset_map, "
+            "coalesce(mirrored_offset > committed, false) AS rewound FROM partition_offsets "
             "WHERE drain = :d AND (mirrored_offset IS DISTINCT FROM committed "
-            "OR mirrored_map IS DISTINCT FROM offset_map)"
+            "OR mirrored_map IS DISTINCT FROM offset_map OR level = ANY(:levels))"
         ),
-        {"d": drain},
+        {"d": drain, "levels": list(levels)},
     ).all()
 
 

@@ -32,3 +32,38 @@ def kafka_offsets(drain: DrainConfig) -> dict[tuple[str, int], tuple[int, str]]:
         keys = [(drain.level_topic(level), p) for p in parts]
         found.update(group_offsets(drain, drain.level_group(level), keys))
     return found
+
+
+def consumer_group_lag(drain: DrainConfig, level: int) -> dict[tuple[str, int], int]:
+    """Lag per partition of a level's group, as Kafka's own `kafka-consumer-groups` reports it."""
+    import subprocess
+
+    from drainer.services.jars import kafka_tool_jars
+    from drainer.services.tools import require
+    from drainer.settings import load_settings
+
+    settings = load_settings()
+    classpath = ":".join(str(jar) for jar in kafka_tool_jars(settings.home))
+    done = subprocess.run(
+        [
+            require("java"),
+            "-cp",
+            classpath,
+            "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+            "--bootstrap-server",
+            settings.bootstrap_servers,
+            "--describe",
+            "--group",
+            drain.level_group(level),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lag = {}
+    for line in done.stdout.splitlines():
+        cols = line.split()
+        if len(cols) >= 6 and cols[1] == drain.level_topic(level):
+            lag[(cols[1], int(cols[2]))] = int(cols[5])
+    return lag

@@ -75,13 +75,26 @@ def test_backfill_of_two_levels_runs_once_and_checks_pass(make_drain, spark):
             tags={RANGE_START: "0", RANGE_END: "1"},
         )
         assert result.success
-        metadata = result.asset_materializations_for_node(drain.name)[0].metadata
-        assert metadata["level_0_drained"].value == 400
-        assert metadata["level_1_drained"].value == 400
-        assert "level_2_drained" not in metadata  # level 2 was not part of the backfill
+        by_level = {
+            m.partition: {key: value.value for key, value in m.metadata.items()}
+            for m in result.asset_materializations_for_node(drain.name)
+        }
+        assert set(by_level) == {"0", "1"}  # level 2 was not part of the backfill
+        assert by_level["0"]["drained"] == by_level["1"]["drained"] == 400
         # budget 7000 shared by levels 0 and 1 only (weights 1 and 2)
-        assert metadata["level_0_reserved"].value == 2333
-        assert metadata["level_1_reserved"].value == 4667
+        assert by_level["0"]["reserved"] == 2333 and by_level["1"]["reserved"] == 4667
+        assert by_level["0"]["run_drained"] == by_level["1"]["run_drained"] == 800
+        for key in ("allocated", "planned", "fill_ratio", "backlog_before", "backlog_after"):
+            assert key in by_level["0"]
+        assert by_level["0"]["lost_to_retention"] == 0 and by_level["0"]["dead_letters"] == 0
+        tags = instance.get_run_by_id(result.run_id).tags
+        assert tags["drainer/run_id"] == str(by_level["0"]["drain_run_id"])
+        # the drainer's own log lines are in the step's logs
+        messages = [e.user_message for e in instance.all_logs(result.run_id)]
+        assert any("drainer.run: planned run" in m for m in messages), messages
+        assert any("drainer.run: run " in m and "committed" in m for m in messages)
+        # the checks ran in the drain's step: one step, no process of its own
+        assert [e.step_key for e in result.get_step_success_events()] == [drain.name]
         evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
         assert evaluations["dead_letters_not_growing"].passed
         assert evaluations["offsets_never_backwards"].passed

@@ -1,0 +1,77 @@
+"""Launch to success of one UI-launched run on a 3,000-record backlog, split into its parts.
+
+Starts `dagster-webserver` + `dagster-daemon` on a temporary DAGSTER_HOME (as the integration
+tests do), produces 1,000 records at each of 3 levels, launches "Materialize all" through the
+UI's GraphQL mutation (a backfill that becomes one run) and reads the times back:
+
+  queue + run start   launch → the run process reports RUN_START (daemon pick-up, run queue,
+                      a new Python process loading the definitions)
+  Spark start         the run's `run_spark_start_s` (a cold local Spark session in the process)
+  drain               plan + Spark job + commit + mirror (`run_*_s` metadata)
+  rest                the step's other work (checks, metadata, events) and the run's end
+
+Usage: DRAINER_DATABASE_URL=... python benchmarks/dagster_launch.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from drainer.config import load_drains  # noqa: E402
+from drainer.kafka_io import create_topics  # noqa: E402
+from drainer.producer import produce_records, synthetic_records  # noqa: E402
+from tests.integration.dagster_stack import DagsterStack  # noqa: E402
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="drainer-bench-dagster-"))
+    name = f"bench_{uuid.uuid4().hex[:6]}"
+    path = work / "drains.yaml"
+    body = {"topic": name, "group": f"g_{name}", "levels": 3, "partitions": 4, "budget": 70000}
+    body |= {"schedule": None, "sink": {"type": "postgres", "table": f"sink_{name}"}}
+    path.write_text(yaml.safe_dump({"drains": {name: body}}))
+    drain = load_drains(path)[name]
+    create_topics(drain)
+    for level in range(3):
+        produce_records(drain, synthetic_records(1000, seed=level), level=level)
+    env = {**os.environ, "DRAINER_CONFIG": str(path), "PYTHONPATH": str(REPO)}
+    stack = DagsterStack(home=work / "home", env=env).start()
+    try:
+        launched = time.time()
+        (run,) = stack.wait_backfill(stack.launch_backfill(name))
+        assert run["status"] == "SUCCESS", run
+        meta = next(
+            m["metadata"] for m in stack.materializations(name) if m["runId"] == run["runId"]
+        )
+    finally:
+        stack.stop()
+    start, end = run["startTime"], run["endTime"]
+    spark = meta["run_spark_start_s"]
+    drain_s = sum(meta[f"run_{p}_s"] for p in ("plan", "spark_job", "commit", "mirror"))
+    rows = [
+        ("launch to success", end - launched),
+        ("queue + run start", start - launched),
+        ("Spark start", spark),
+        ("drain (plan + job + commit + mirror)", drain_s),
+        ("rest (checks, metadata, run end)", end - start - spark - drain_s),
+    ]
+    print(f"{datetime.now():%Y-%m-%d}: {meta['run_drained']} records, run {run['runId'][:8]}")
+    for label, seconds in rows:
+        print(f"  {label:<40} {seconds:6.1f} s")
+    for p in ("plan", "spark_job", "commit", "mirror"):
+        print(f"    {p:<38} {meta[f'run_{p}_s']:6.2f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""A real Dagster deployment for tests and benchmarks: `dagster-webserver` + `dagster-daemon`.
+
+Both run as their own processes on a temporary DAGSTER_HOME (written by scripts/dagster_home.py,
+as `make dagster` does) and a free port, with the repository's workspace.yaml. Tests talk to it
+the way the UI does: through the webserver's GraphQL endpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+BACKFILL_DONE = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class DagsterStack:
+    home: Path
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    location: str = "dagster_project.definitions"
+    repository: str = "__repository__"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 180) -> DagsterStack:
+        sys.path.insert(0, str(REPO / "scripts"))
+        from dagster_home import write_dagster_yaml
+
+        write_dagster_yaml(self.home)
+        env = {**self.env, "DAGSTER_HOME": str(self.home)}
+        logs = self.home / "stack_logs"
+        logs.mkdir(exist_ok=True)
+        # create the storage once: the webserver and the daemon both creating a fresh home's
+        # SQLite schema at the same moment can leave two alembic heads
+        subprocess.run(
+            [str(BIN / "dagster"), "instance", "migrate"],
+            cwd=REPO,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        for name, cmd in (
+            (
+                "webserver",
+                [BIN / "dagster-webserver", "-w", "workspace.yaml", "-h", "127.0.0.1"]
+                + ["-p", str(self.port)],
+            ),
+            ("daemon", [BIN / "dagster-daemon", "run", "-w", "workspace.yaml"]),
+        ):
+            out = (logs / f"{name}.log").open("ab")
+            # a session of its own: stop() ends the process with everything it started
+            self.procs.append(
+                subprocess.Popen(
+                    [str(c) for c in cmd],
+                    cwd=REPO,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        self.wait_loaded(timeout_s)
+        return self
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        for proc in self.procs:  # run workers and code servers live in the same sessions
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
+            for p in sorted((self.home / "stack_logs").glob("*.log"))
+        )
+
+    # ------------------------------------------------------------------ GraphQL
+
+    def gql(self, query: str, **variables: Any) -> dict:
+        reply = requests.post(
+            f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=60
+        )
+        reply.raise_for_status()
+        body = reply.json()
+        assert not body.get("errors"), body["errors"]
+        return body["data"]
+
+    def wait_loaded(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last: Any = None
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                assert proc.poll() is None, f"a Dagster process ended:\n{self.logs()}"
+            try:
+                data = self.gql(
+                    "{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus "
+                    "locationOrLoadError { __typename ... on PythonError { message } } } } } }"
+                )
+                entries = data["workspaceOrError"]["locationEntries"]
+                last = entries
+                if entries and all(e["loadStatus"] == "LOADED" for e in entries):
+                    loaded = entries[0]["locationOrLoadError"]
+                    assert loaded["__typename"] == "RepositoryLocation", loaded
+                    self.location = entries[0]["name"]
+                    return
+            except requests.RequestException as err:
+                last = err
+            time.sleep(1)
+        raise TimeoutError(f"Dagster did not load the workspace: {last}\n{self.logs()}")
+
+    def launch_backfill(self, asset: str, partitions: list[str] | None = None) -> str:
+        """What the UI's "Materialize" dialog sends for a selection of partitions."""
+        params: dict[str, Any] = {"assetSelection": [{"path": [asset]}]}
+        if partitions is None:
+            params["allPartitions"] = True
+        else:
+            params["partitionNames"] = partitions
+        data = self.gql(
+            "mutation($p: LaunchBackfillParams!) { launchPartitionBackfill(backfillParams: $p) "
+            "{ __typename ... on LaunchBackfillSuccess { backfillId } "
+            "... on PythonError { message stack } ... on InvalidStepError { invalidStepKey } "
+            "... on UnauthorizedError { message } } }",
+            p=params,
+        )["launchPartitionBackfill"]
+        assert data["__typename"] == "LaunchBackfillSuccess", data
+        return data["backfillId"]
+
+    def runs(self, tags: dict[str, str]) -> list[dict]:
+        data = self.gql(
+            "query($f: RunsFilter) { runsOrError(filter: $f) { ... on Runs { results { runId "
+            "status startTime endTime creationTime tags { key value } } } } }",
+            f={"tags": [{"key": k, "value": v} for k, v in tags.items()]},
+        )
+        results = data["runsOrError"]["results"]
+        for run in results:
+            run["tags"] = {t["key"]: t["value"] for t in run["tags"]}
+        return results
+
+    def wait_backfill(self, backfill_id: str, timeout_s: float = 600) -> list[dict]:
+        """Wait until the backfill is done and all its runs ended; returns the runs."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = self.gql(
+                "query($id: String!) { partitionBackfillOrError(backfillId: $id) "
+                "{ ... on PartitionBackfill { status } } }",
+                id=backfill_id,
+            )["partitionBackfillOrError"]["status"]
+            runs = self.runs({"dagster/backfill": backfill_id})
+            if status in BACKFILL_DONE and runs and all(r["status"] in TERMINAL for r in runs):
+                return runs
+            time.sleep(2)
+        raise TimeoutError(f"backfill {backfill_id} still {status}\n{self.logs()}")
+
+    def wait_runs(self, tags: dict[str, str], count: int = 1, timeout_s: float = 600) -> list[dict]:
+        deadline = time.monotonic() + timeout_s
+        runs: list[dict] = []
+        while time.monotonic() < deadline:
+            runs = self.runs(tags)
+            if len(runs) >= count and all(r["status"] in TERMINAL for r in runs):
+                return runs
+            time.sleep(2)
+        raise TimeoutError(f"runs {tags}: {runs}\n{self.logs()}")
+
+    def materializations(self, asset: str) -> list[dict]:
+        """Every materialization of the asset: partition, run id and metadata as numbers."""
+        data = self.gql(
+            "query($k: AssetKeyInput!) { assetOrError(assetKey: $k) { ... on Asset { "
+            "assetMaterializations(limit: 1000) { partition runId metadataEntries { label "
+            "... on IntMetadataEntry { intValue } ... on FloatMetadataEntry { floatValue } "
+            "... on BoolMetadataEntry { boolValue } ... on TextMetadataEntry { text } } } } } }",
+            k={"path": [asset]},
+        )["assetOrError"]
+        found = []
+        for m in data["assetMaterializations"]:
+            values = {}
+            for entry in m["metadataEntries"]:
+                values[entry["label"]] = next(
+                    (
+                        entry[k]
+                        for k in ("intValue", "floatValue", "boolValue", "text")
+                        if k in entry
+                    ),
+                    None,
+                )
+            found.append({"partition": m["partition"], "runId": m["runId"], "metadata": values})
+        return found
+
+    def _selector(self, kind: str, name: str) -> dict[str, str]:
+        return {
+            "repositoryName": self.repository,
+            "repositoryLocationName": self.location,
+            f"{kind}Name": name,
+        }
+
+    def start_sensor(self, name: str) -> None:
+        data = self.gql(
+            "mutation($s: SensorSelector!) { startSensor(sensorSelector: $s) { __typename "
+            "... on PythonError { message } } }",
+            s=self._selector("sensor", name),
+        )["startSensor"]
+        assert data["__typename"] == "Sensor", data
+
+    def stop_sensor(self, name: str) -> None:
+        sensor = self.gql(
+            "query($s: SensorSelector!) { sensorOrError(sensorSelector: $s) { ... on Sensor "
+            "{ id } } }",
+            s=self._selector("sensor", name),
+        )["sensorOrError"]
+        data = self.gql(
+            "mutation($id: String!) { stopSensor(id: $id) { __typename } }",
+            id=sensor["id"],
+        )["stopSensor"]
+        assert data["__typename"] == "StopSensorMutationResult", data
+
+    def stop_schedule(self, name: str) -> None:
+        schedule = self.gql(
+            "query($s: ScheduleSelector!) { scheduleOrError(scheduleSelector: $s) { ... on "
+            "Schedule { id } } }",
+            s=self._selector("schedule", name),
+        )["scheduleOrError"]
+        data = self.gql(
+            "mutation($id: String!) { stopRunningSchedule(id: $id) { __typename "
+            "... on PythonError { message } } }",
+            id=schedule["id"],
+        )["stopRunningSchedule"]
+        assert data["__typename"] == "ScheduleStateResult", data

@@ -1,0 +1,100 @@
+"""Requested levels are honoured, and launches sharing a key end as one run (drainer.store.launches)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from drainer.producer import produce_records, synthetic_records
+from drainer.run import drain_once
+from drainer.store import get_engine
+from spark_jobs import drain_job
+
+
+def _runs(drain) -> list:
+    with get_engine().connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT id, status, levels, launch_key, phases FROM runs WHERE drain = :d ORDER BY id"
+            ),
+            {"d": drain.name},
+        ).all()
+
+
+def _drained(drain) -> dict[int, int]:
+    with get_engine().connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT rl.level, sum(rl.drained) AS n FROM run_levels rl JOIN runs r "
+                "ON r.id = rl.run_id WHERE r.drain = :d AND r.status = 'committed' GROUP BY rl.level"
+            ),
+            {"d": drain.name},
+        )
+        return {row.level: int(row.n) for row in rows}
+
+
+def test_backfill_of_levels_0_and_2_is_one_run_sharing_the_budget(make_drain, spark):
+    drain = make_drain(budget=700)
+    for level in range(3):
+        produce_records(drain, synthetic_records(1000, seed=level), level=level)
+    key = "dagster-backfill:test"
+    first = drain_job.run(drain, levels=[0, 2], trigger="backfill", launch_key=key)
+    # the sibling launch (Dagster's run for the range 2..2) reports the same run
+    sibling = drain_job.run(drain, levels=[0, 2], trigger="backfill", launch_key=key)
+
+    assert not first.shared and sibling.shared and sibling.run_id == first.run_id
+    runs = _runs(drain)
+    assert [(r.status, list(r.levels), r.launch_key) for r in runs] == [("committed", [0, 2], key)]
+    assert first.drained == 700 and sibling.drained == 700
+    assert _drained(drain) == {0: 140, 2: 560}  # 700 split 1:4 between the two levels only
+    assert {lv.level for lv in sibling.levels} == {0, 2}
+    assert set(first.phases) == {"plan", "spark_start", "spark_job", "commit", "mirror"}
+    assert runs[0].phases == pytest.approx(first.phases, abs=0.002)
+
+
+def test_run_for_other_levels_finishes_the_open_plan_first(make_drain, spark):
+    drain = make_drain(budget=700)
+    for level in range(3):
+        produce_records(drain, synthetic_records(300, seed=level), level=level)
+
+    def crash(ctx):
+        raise RuntimeError("executor died")
+
+    with pytest.raises(RuntimeError, match="executor died"):
+        drain_once(drain, crash, levels=[0, 1], trigger="test")
+    open_plan = _runs(drain)[-1]
+    assert open_plan.status == "failed" and list(open_plan.levels) == [0, 1]
+
+    result = drain_job.run(drain, levels=[2], trigger="test")
+
+    assert result.finished is not None and result.finished.run_id == open_plan.id
+    assert [lv.level for lv in result.finished.levels] == [1, 0]
+    assert result.finished.drained > 0
+    assert [lv.level for lv in result.levels] == [2] and result.drained == 300
+    assert not result.resumed and result.run_id != open_plan.id
+    runs = _runs(drain)
+    assert [(r.status, list(r.levels)) for r in runs] == [
+        ("committed", [0, 1]),
+        ("committed", [2]),
+    ]
+    # exactly once: every planned record of both plans is drained once, nothing twice
+    assert _drained(drain) == {
+        0: result.finished.levels[1].drained,
+        1: result.finished.levels[0].drained,
+        2: 300,
+    }
+    assert sum(_drained(drain).values()) == 300 + min(700, 600)
+
+
+def test_resuming_the_same_levels_stays_one_run(make_drain, spark):
+    drain = make_drain()
+    produce_records(drain, synthetic_records(200), level=1)
+
+    def crash(ctx):
+        raise RuntimeError("executor died")
+
+    with pytest.raises(RuntimeError):
+        drain_once(drain, crash, levels=[1], trigger="test")
+    result = drain_job.run(drain, levels=[1], trigger="test", launch_key="k1")
+    assert result.resumed and result.finished is None and result.drained == 200
+    assert [(r.status, r.launch_key) for r in _runs(drain)] == [("committed", "k1")]
