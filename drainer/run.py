@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from sqlalchemy import Engine
@@ -19,12 +19,15 @@ from drainer import faults
 from drainer.commit import commit_run
 from drainer.config import DrainConfig, get_drain
 from drainer.dlq import publish_dead_letters
+from drainer.errors import DrainBusy, FencedOut, PlanKeepsFailing, ServiceUnavailable
 from drainer.mirror import MirrorReport, mirror_offsets
 from drainer.planning import PartitionState, partition_states, plan_next_run, resolve_levels
+from drainer.retention import measure_ranges
 from drainer.settings import Settings, load_settings
-from drainer.store import get_engine, runs
-from drainer.store.leases import Lease, drain_lease
-from drainer.store.runs import StoredRun
+from drainer.store import get_engine, retention, runs
+from drainer.store.leases import Lease, check_fence, drain_lease
+from drainer.store.runs import StoredRange, StoredRun
+from drainer.topic_identity import record_new_topics, verify_topics
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +42,25 @@ class RunContext:
     engine: Engine
     attempt: int
     lease: Lease | None = None  # staging writes check its fence: a zombie run cannot touch them
+    # where each range's read starts: past what retention deleted (drainer.retention);
+    # ranges missing here start at their planned start
+    read_from: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def readable_ranges(self) -> list[StoredRange]:
+        """The run's ranges that still have offsets to read."""
+        return [
+            r
+            for r in self.run.ranges
+            if self.read_from.get((r.topic, r.partition), r.start) < r.end
+        ]
 
 
-Executor = Callable[[RunContext], None]
+Executor = Callable[[RunContext], Mapping[tuple[str, int], int] | None]
+"""Processes a stored plan; returns how many records it read per (topic, partition).
+
+Offsets are not records: transaction markers and aborted records (read_committed) leave gaps,
+so the commit counts what was read. `None` means "every planned offset was a record".
+"""
 
 
 @dataclass
@@ -57,6 +76,7 @@ class LevelReport:
     dead_lettered: int
     fill_ratio: float
     backlog_after: int
+    lost_to_retention: int = 0  # offsets Kafka deleted before this run could drain them
 
 
 @dataclass
@@ -99,6 +119,7 @@ def drain_once(
         with engine.begin() as conn:
             stored = runs.open_run(conn, drain.name)
         resumed = stored is not None
+        live_topics = verify_topics(engine, drain, stored.levels if resumed else levels, resumed)
         if stored is not None:
             log.warning(
                 "resuming run %d of drain %s (status %s, levels %s): an uncommitted plan is "
@@ -128,20 +149,42 @@ def drain_once(
                         if not p.stored
                     },
                 )
+                # retention passed these committed offsets: the skip commits with the run
+                retention.record_losses(
+                    conn,
+                    drain.name,
+                    run_id,
+                    "committed",
+                    [p.loss for p in planned.partitions if p.loss is not None],
+                )
+                record_new_topics(conn, drain.name, live_topics)
                 stored = runs.get_run(conn, run_id)
         faults.crash_point("after_plan")
+        plan_losses, read_from = measure_ranges(drain, stored.ranges)
         with engine.begin() as conn:
             attempt = runs.mark_running(conn, lease, stored.id, dagster_run_id)
+            check_fence(conn, lease)
+            retention.record_losses(conn, drain.name, stored.id, "plan", plan_losses)
         try:
-            if stored.ranges:
-                execute(RunContext(stored, drain, settings, engine, attempt, lease))
+            ctx = RunContext(stored, drain, settings, engine, attempt, lease, read_from)
+            present = execute(ctx) if ctx.readable_ranges() else {}
             faults.crash_point("after_staging")
-            result = commit_run(engine, lease, drain, stored, time.monotonic() - started)
+            result = commit_run(
+                engine, lease, drain, stored, time.monotonic() - started, present=present
+            )
         except BaseException as err:
             try:
                 runs.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
             except Exception as mark_err:  # never hide the run's own error behind this one
                 log.warning("could not mark run %d failed: %s", stored.id, mark_err)
+            if _repeated_failure(err, attempt):
+                raise PlanKeepsFailing(
+                    f"run {stored.id} of drain '{drain.name}' failed {attempt} attempts with the "
+                    f"same plan; the last one: {type(err).__name__}: {_one_line(err)}. Fix the "
+                    f"cause and run again, or end the plan with `drainer plan abandon "
+                    f"{drain.name} --reason TEXT` (audited; commits nothing) so that the next "
+                    "run plans afresh."
+                ) from err
             raise
         faults.crash_point("after_commit")
         mirror = mirror_offsets(engine, drain)
@@ -164,6 +207,25 @@ def drain_once(
         published_rows=result.published_rows,
         mirror=mirror,
     )
+
+
+def _repeated_failure(err: BaseException, attempt: int) -> bool:
+    """A resumed plan failed again for a reason abandoning it could address.
+
+    Not: a first attempt, an interrupt, a lost lease, another run holding the drain, or a
+    service that is down (abandoning would not bring it back).
+    """
+    return (
+        attempt > 1
+        and isinstance(err, Exception)
+        and not isinstance(err, FencedOut | DrainBusy | ServiceUnavailable | PlanKeepsFailing)
+    )
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's text on one line, shortened (a Spark error can run to hundreds of lines)."""
+    text = " ".join(str(err).split())
+    return text if len(text) <= 300 else text[:300] + "…"
 
 
 def _report(engine: Engine, run: StoredRun, after: list[PartitionState]) -> list[LevelReport]:
