@@ -56,3 +56,8 @@ def poison_echo(record: Record) -> dict:
     if record.value is not None and b"poison" in record.value:
         raise ValueError(f"poison record at {record.topic}[{record.partition}]@{record.offset}")
     return _echo(record)
+
+
+def always_fails(df: DataFrame) -> DataFrame:
+    """A processor with a bug that fails every attempt: a plan that can never succeed."""
+    raise RuntimeError("always_fails: this processor has a bug")
