@@ -7,6 +7,7 @@ this point left only staged rows keyed by its run id; the resumed run replaces t
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
@@ -14,7 +15,7 @@ from sqlalchemy import Connection, Engine
 from drainer.config import DrainConfig
 from drainer.errors import CommitConflict
 from drainer.offset_map import advance, decode_offset_map, encode_offset_map
-from drainer.store import dead_letters, offsets, runs, sinks
+from drainer.store import dead_letters, offsets, retention, runs, sinks
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -26,6 +27,7 @@ class LevelOutcome:
     failed: int = 0
     held_back: int = 0
     dead_lettered: int = 0
+    lost_to_retention: int = 0
 
 
 @dataclass
@@ -35,8 +37,18 @@ class CommitResult:
 
 
 def commit_run(
-    engine: Engine, lease: Lease, drain: DrainConfig, run: StoredRun, duration_s: float
+    engine: Engine,
+    lease: Lease,
+    drain: DrainConfig,
+    run: StoredRun,
+    duration_s: float,
+    present: Mapping[tuple[str, int], int] | None = None,
 ) -> CommitResult:
+    """Commit the run; `present` is how many records each range held when read (None: all).
+
+    Offsets are not records (transaction markers, aborted records, retention), so `drained`
+    counts records read, while the committed offset still moves to each range's end.
+    """
     with engine.begin() as conn:
         check_fence(conn, lease)
         status = runs.lock_status(conn, run.id)
@@ -45,9 +57,17 @@ def commit_run(
         published = sinks.publish_staged(conn, drain.sink.table, run.id)
         failures = dead_letters.run_failures(conn, run.id)
         levels = {level: LevelOutcome() for level in run.levels}
+        lost_in_plan = _skip_retention_losses(conn, drain.name, run, levels)
         for rng in run.ranges:
             outcome = levels[rng.level]
             outcome.planned += rng.records
+            lost = lost_in_plan.get((rng.topic, rng.partition), 0)
+            outcome.lost_to_retention += lost
+            read = (
+                rng.records - lost
+                if present is None
+                else present.get((rng.topic, rng.partition), 0)
+            )
             not_done: set[int] = set()
             for f in failures.get((rng.topic, rng.partition), []):
                 if f["held_back"]:
@@ -59,15 +79,45 @@ def commit_run(
                     outcome.dead_lettered += 1
                 else:
                     not_done.add(f["offset"])
-            outcome.drained += rng.records - len(not_done)
+            outcome.drained += read - len(not_done)
             _advance_partition(conn, drain.name, rng, not_done)
         for level, out in levels.items():
             runs.store_level_outcome(
-                conn, run.id, level, out.drained, out.failed, out.dead_lettered
+                conn,
+                run.id,
+                level,
+                out.drained,
+                out.failed,
+                out.dead_lettered,
+                out.lost_to_retention,
             )
         dead_letters.clear_failures(conn, run.id)
         runs.mark_committed(conn, run.id, duration_s)
     return CommitResult(levels, published)
+
+
+def _skip_retention_losses(
+    conn: Connection, drain: str, run: StoredRun, levels: dict[int, LevelOutcome]
+) -> dict[tuple[str, int], int]:
+    """Apply the run's retention losses; returns the offsets lost inside each planned range.
+
+    A loss below the committed offset moves the stored offset and map to where the plan
+    started, by compare-and-set from what was stored when planning (drainer.planning).
+    """
+    in_plan: dict[tuple[str, int], int] = {}
+    for loss in retention.run_losses(conn, run.id):
+        if loss.kind == "plan":
+            in_plan[(loss.topic, loss.partition)] = loss.records
+            continue
+        levels[loss.level].lost_to_retention += loss.records
+        if not offsets.compare_and_set(
+            conn, drain, loss.topic, loss.partition, loss.moved_from, loss.moved_to
+        ):
+            raise CommitConflict(
+                f"{loss.topic}[{loss.partition}] no longer starts at offset {loss.moved_from[0]} "
+                "(was it rewound?): the run's results were not published; run again to plan afresh"
+            )
+    return in_plan
 
 
 def _count_attempt(

@@ -66,3 +66,11 @@ class CommitConflict(DrainerError):
 
 class OffsetMapError(DrainerError, ValueError):
     """A stored offset map cannot be decoded: never read as an empty map."""
+
+
+class TopicRecreated(DrainerError):
+    """A level topic is not the one the drain read (new topic id, or offsets past its end)."""
+
+
+class PlanKeepsFailing(DrainerError):
+    """An open plan failed again on resume; the message counts attempts and names the way out."""

@@ -1,7 +1,9 @@
 """Kafka I/O for planning and mirroring: watermarks, offsets-for-times, group offsets, topics.
 
 Plain confluent-kafka configuration dicts throughout, so any client setting from the drain's
-`kafka:` block (security, SASL, TLS) passes through unchanged.
+`kafka:` block (security, SASL, TLS) passes through unchanged. Consumers read with
+`isolation.level=read_committed` and plans end at the last stable offset, so aborted records
+and transaction markers are never read nor counted as backlog.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Any
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -35,6 +39,25 @@ def client_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str, A
         config.update(drain.kafka)
     config.update(extra)
     return config
+
+
+def _consumer(drain: DrainConfig | None, **extra: Any) -> Consumer:
+    return Consumer(consumer_config(drain, **extra))
+
+
+def read_committed(drain: DrainConfig | None) -> bool:
+    """Whether the drain reads only committed transactional records (the default).
+
+    With it, aborted records and transaction markers are never read, and plans end at the last
+    stable offset; a drain may opt out with `isolation.level: read_uncommitted` in `kafka:`.
+    """
+    level = (drain.kafka if drain is not None else {}).get("isolation.level", "read_committed")
+    return str(level) != "read_uncommitted"
+
+
+def consumer_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str, Any]:
+    """A librdkafka consumer's settings: `read_committed` unless the drain's `kafka:` says otherwise."""
+    return {"isolation.level": "read_committed", **client_config(drain, **extra)}
 
 
 def admin(drain: DrainConfig | None = None) -> AdminClient:
@@ -69,15 +92,20 @@ def partitions_of(drain: DrainConfig, levels: Iterable[int]) -> dict[int, list[i
 
 
 def list_offsets(
-    drain: DrainConfig, specs: Mapping[tuple[str, int], OffsetSpec]
+    drain: DrainConfig,
+    specs: Mapping[tuple[str, int], OffsetSpec],
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
 ) -> dict[tuple[str, int], int]:
-    """One batched ListOffsets request for many partitions (planning cost grows with partitions)."""
+    """One batched ListOffsets request for many partitions (planning cost grows with partitions).
+
+    With READ_COMMITTED, `latest` is the last stable offset: below the first open transaction.
+    """
     if not specs:
         return {}
     request = {TopicPartition(topic, part): spec for (topic, part), spec in specs.items()}
     client = admin(drain)  # must outlive its futures: they resolve on the client's thread
     try:
-        futures = client.list_offsets(request, request_timeout=TIMEOUT_S)
+        futures = client.list_offsets(request, isolation_level=isolation, request_timeout=TIMEOUT_S)
         return {
             (tp.topic, tp.partition): fut.result(timeout=TIMEOUT_S + 5).offset
             for tp, fut in futures.items()
@@ -88,24 +116,58 @@ def list_offsets(
 
 @dataclass(frozen=True)
 class Watermarks:
+    """A partition's offsets: `low` the earliest that still exists (retention moves it),
+    `high` where a plan may end (the last stable offset when reading committed records),
+    `log_end` the log's end offset (the high watermark)."""
+
     low: int
     high: int
+    log_end: int = -1
+
+    def __post_init__(self) -> None:
+        if self.log_end < 0:
+            object.__setattr__(self, "log_end", self.high)
 
 
 def watermarks(
     drain: DrainConfig, partitions: Mapping[int, list[int]]
 ) -> dict[tuple[int, int], Watermarks]:
-    """(level, partition) -> earliest and end offsets."""
+    """(level, partition) -> earliest, plannable end and log end offsets."""
     keys = [(drain.level_topic(lvl), p) for lvl, parts in partitions.items() for p in parts]
     low = list_offsets(drain, {k: OffsetSpec.earliest() for k in keys})
-    high = list_offsets(drain, {k: OffsetSpec.latest() for k in keys})
-    return {
-        (level, part): Watermarks(
-            low[(drain.level_topic(level), part)], high[(drain.level_topic(level), part)]
-        )
-        for level, parts in partitions.items()
-        for part in parts
-    }
+    log_end = list_offsets(drain, {k: OffsetSpec.latest() for k in keys})
+    high = (
+        list_offsets(drain, {k: OffsetSpec.latest() for k in keys}, IsolationLevel.READ_COMMITTED)
+        if read_committed(drain)
+        else log_end
+    )
+    found = {}
+    for level, parts in partitions.items():
+        for part in parts:
+            key = (drain.level_topic(level), part)
+            found[(level, part)] = Watermarks(low[key], high[key], log_end[key])
+    return found
+
+
+def topic_ids(drain: DrainConfig, topics: list[str]) -> dict[str, str]:
+    """topic -> its Kafka topic id (text); a topic deleted and created again gets a new one."""
+    if not topics:
+        return {}
+    client = admin(drain)  # must outlive its futures
+    try:
+        futures = client.describe_topics(TopicCollection(topics), request_timeout=TIMEOUT_S)
+        return {
+            name: str(fut.result(timeout=TIMEOUT_S + 5).topic_id) for name, fut in futures.items()
+        }
+    except TimeoutError as err:
+        raise _unreachable(err) from None
+    except KafkaException as err:
+        if err.args and err.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise KafkaUnavailable(
+                f"a topic of drain '{drain.name}' does not exist ({err}): create the level "
+                f"topics with `drainer topics create {drain.name}`"
+            ) from None
+        raise _unreachable(err) from None
 
 
 def offsets_for_time(
@@ -133,15 +195,13 @@ def record_timestamps(
     """
     if not positions:
         return {}
-    consumer = Consumer(
-        client_config(
-            drain,
-            **{
-                "group.id": f"drainer-probe-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            },
-        )
+    consumer = _consumer(
+        drain,
+        **{
+            "group.id": f"drainer-probe-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        },
     )
     try:
         consumer.assign(
@@ -185,7 +245,7 @@ def commit_group_offsets(drain: DrainConfig, group: str, commits: list[GroupComm
     """Mirror committed offsets to a Kafka consumer group so lag tools see the drain's progress."""
     if not commits:
         return
-    consumer = Consumer(client_config(drain, **{"group.id": group, "enable.auto.commit": False}))
+    consumer = _consumer(drain, **{"group.id": group, "enable.auto.commit": False})
     try:
         offsets = [TopicPartition(c.topic, c.partition, c.offset, c.metadata) for c in commits]
         result = consumer.commit(offsets=offsets, asynchronous=False)
@@ -200,7 +260,7 @@ def commit_group_offsets(drain: DrainConfig, group: str, commits: list[GroupComm
 
 def group_offsets(drain: DrainConfig, group: str, keys: list[tuple[str, int]]) -> dict:
     """(topic, partition) -> (offset, metadata) of a consumer group; for status and tests."""
-    consumer = Consumer(client_config(drain, **{"group.id": group, "enable.auto.commit": False}))
+    consumer = _consumer(drain, **{"group.id": group, "enable.auto.commit": False})
     try:
         found = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=TIMEOUT_S)
         return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in found}

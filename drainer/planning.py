@@ -13,8 +13,10 @@ from sqlalchemy import Engine
 from drainer import kafka_io
 from drainer.allocation import PartitionBacklog, Plan, plan
 from drainer.config import DrainConfig
-from drainer.offset_map import decode_offset_map
+from drainer.errors import TopicRecreated
+from drainer.offset_map import advance, decode_offset_map, encode_offset_map
 from drainer.store import history, offsets
+from drainer.store.retention import Loss
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +26,14 @@ class PartitionState:
     level: int
     partition: int
     low: int
-    high: int
-    committed: int
+    high: int  # where a plan may end: the last stable offset when reading committed records
+    committed: int  # after skipping what retention deleted (`loss`)
     offset_map: str
     backlog: int
     stored: bool  # False: no progress in Postgres yet, starts from the earliest offset
+    log_end: int = -1  # the log's end offset (high watermark)
+    loss: Loss | None = None  # retention passed the stored committed offset: the skip to commit
+    stored_committed: int | None = None  # what Postgres holds, when it differs (a loss)
 
 
 @dataclass(frozen=True)
@@ -53,17 +58,10 @@ def partition_states(engine: Engine, drain: DrainConfig, levels: list[int]) -> l
     for (level, part), wm in sorted(marks.items()):
         topic = drain.level_topic(level)
         committed, offset_map = stored.get((topic, part), (wm.low, ""))
+        loss = None
         if committed < wm.low:
-            log.error(
-                "%s[%d]: offsets %d..%d were deleted by Kafka retention before they were drained; "
-                "continuing from %d",
-                topic,
-                part,
-                committed,
-                wm.low - 1,
-                wm.low,
-            )
-            committed, offset_map = wm.low, ""
+            loss = skip_deleted(topic, level, part, (committed, offset_map), wm.low)
+            committed, offset_map = loss.moved_to
         done = {o for o in decode_offset_map(committed, offset_map) if o < wm.high}
         backlog = max(0, wm.high - committed - len(done))
         found.append(
@@ -76,9 +74,49 @@ def partition_states(engine: Engine, drain: DrainConfig, levels: list[int]) -> l
                 offset_map,
                 backlog,
                 (topic, part) in stored,
+                wm.log_end,
+                loss,
+                None if loss is None else loss.moved_from[0],
             )
         )
     return found
+
+
+def skip_deleted(topic: str, level: int, partition: int, stored: tuple[int, str], low: int) -> Loss:
+    """Retention deleted offsets below `low` that the drain had not committed: where to resume.
+
+    The committed offset moves to `low`; done offsets at or above `low` stay in the map (they
+    are never replayed), done ones below it were not lost. Committed together with the run.
+    """
+    committed, offset_map = stored
+    done = decode_offset_map(committed, offset_map)
+    lost = (low - committed) - sum(1 for o in done if o < low)
+    new_committed, rest = advance(low, {o for o in done if o >= low})
+    return Loss(
+        "committed",
+        topic,
+        level,
+        partition,
+        committed,
+        low,
+        lost,
+        moved_from=stored,
+        moved_to=(new_committed, encode_offset_map(new_committed, rest)),
+    )
+
+
+def check_offsets_exist(drain: DrainConfig, parts: list[PartitionState]) -> None:
+    """A committed offset above the log's end: the topic was recreated (or truncated)."""
+    for p in parts:
+        if p.stored and p.committed > p.log_end:
+            topic = drain.level_topic(p.level)
+            raise TopicRecreated(
+                f"{topic}[{p.partition}] ends at offset {p.log_end}, below the drain's committed "
+                f"offset {p.committed}: the topic was deleted and created again (or truncated), "
+                "so the stored progress belongs to records that no longer exist and nothing was "
+                f"planned. Check what happened, then accept the topic as it is with `drainer "
+                f"rewind {drain.name} --level {p.level} --to-earliest --reason TEXT`."
+            )
 
 
 def plan_next_run(
@@ -86,6 +124,19 @@ def plan_next_run(
 ) -> PlannedRun:
     levels = resolve_levels(drain, levels)
     parts = partition_states(engine, drain, levels)
+    check_offsets_exist(drain, parts)
+    for p in parts:
+        if p.loss is not None and p.loss.records:
+            log.warning(
+                "%s[%d]: offsets %d..%d were deleted by Kafka retention before they were "
+                "drained (%d records lost); the plan starts at %d",
+                p.loss.topic,
+                p.partition,
+                p.loss.first,
+                p.loss.end - 1,
+                p.loss.records,
+                p.committed,
+            )
     backlogs = [
         PartitionBacklog(
             level=p.level,

@@ -1,6 +1,8 @@
 """Move a level's committed offsets to an offset or a point in time, with an audit trail.
 
-For reprocessing after a processor fix (backwards) or skipping a bad stretch (forwards). It
+For reprocessing after a processor fix (backwards), skipping a bad stretch (forwards), or
+accepting a topic that was deleted and created again (`--to-earliest`; the rewind records the
+topic's new id, drainer.topic_identity). It
 takes the drain's lease, so it never races a run, and refuses while a plan is uncommitted: that
 plan must finish first, or its compare-and-set commit would fail anyway.
 """
@@ -14,7 +16,7 @@ from drainer import kafka_io
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
 from drainer.mirror import mirror_offsets
-from drainer.store import get_engine, offsets, runs
+from drainer.store import get_engine, offsets, runs, topics
 from drainer.store.leases import check_fence, drain_lease
 
 
@@ -33,10 +35,16 @@ def rewind(
     to_time: datetime | None = None,
     partitions: list[int] | None = None,
     reason: str | None = None,
+    to_earliest: bool = False,
 ) -> list[Moved]:
+    """Move the level's committed offsets; every rewind also accepts the topic's current id.
+
+    `to_earliest` moves them to the first offset Kafka still has: the way forward after a
+    topic was deleted and created again (`TopicRecreated`).
+    """
     drain.check_level(level)
-    if (to_offset is None) == (to_time is None):
-        raise ConfigError("give exactly one of --to-offset or --to-time")
+    if sum((to_offset is not None, to_time is not None, to_earliest)) != 1:
+        raise ConfigError("give exactly one of --to-offset, --to-time or --to-earliest")
     engine = get_engine()
     parts = kafka_io.partitions_of(drain, [level])[level]
     if partitions:
@@ -49,8 +57,12 @@ def rewind(
         ends = {key: wm.high for key, wm in marks.items()}
         ms = int(to_time.timestamp() * 1000)
         targets = kafka_io.offsets_for_time(drain, {key: ms for key in ends}, ends)
+    elif to_earliest:
+        targets = {key: wm.low for key, wm in marks.items()}
     else:
         targets = {key: min(max(to_offset, wm.low), wm.high) for key, wm in marks.items()}
+    topic = drain.level_topic(level)
+    topic_id = kafka_io.topic_ids(drain, [topic])[topic]
     moved: list[Moved] = []
     with drain_lease(engine, drain) as lease, engine.begin() as conn:
         check_fence(conn, lease)
@@ -58,15 +70,17 @@ def rewind(
         if open_run is not None:
             raise ConfigError(
                 f"run {open_run.id} of drain '{drain.name}' is not committed yet: finish it with "
-                f"`drainer run {drain.name}` before rewinding"
+                f"`drainer run {drain.name}`, or end it with `drainer plan abandon {drain.name} "
+                "--reason TEXT`, before rewinding"
             )
         stored = offsets.partition_offsets(conn, drain.name)
         for (lvl, part), target in sorted(targets.items()):
             topic = drain.level_topic(lvl)
             current, current_map = stored.get((topic, part), (marks[(lvl, part)].low, ""))
             offsets.rewind_partition(
-                conn, drain.name, topic, part, (current, current_map), target, reason
+                conn, drain.name, topic, part, (current, current_map), target, reason, topic_id
             )
             moved.append(Moved(topic, part, current, target))
+        topics.record_topic_id(conn, drain.name, topic, topic_id)
     mirror_offsets(engine, drain)
     return moved

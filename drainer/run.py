@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -23,12 +24,15 @@ from drainer import faults
 from drainer.commit import commit_run
 from drainer.config import DrainConfig, get_drain
 from drainer.dlq import publish_dead_letters
+from drainer.errors import DrainBusy, FencedOut, PlanKeepsFailing, ServiceUnavailable
 from drainer.mirror import MirrorReport, mirror_offsets
 from drainer.planning import PartitionState, partition_states, plan_next_run, resolve_levels
+from drainer.retention import measure_ranges
 from drainer.settings import Settings, load_settings
-from drainer.store import get_engine, launches, runs
-from drainer.store.leases import Lease, drain_lease
-from drainer.store.runs import StoredRun
+from drainer.store import get_engine, launches, retention, runs
+from drainer.store.leases import Lease, check_fence, drain_lease
+from drainer.store.runs import StoredRange, StoredRun
+from drainer.topic_identity import record_new_topics, verify_topics
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +49,25 @@ class RunContext:
     lease: Lease | None = None  # staging writes check its fence: a zombie run cannot touch them
     # seconds the executor spent on named phases; it sets "spark_start" (session start-up)
     phases: dict[str, float] = field(default_factory=dict)
+    # where each range's read starts: past what retention deleted (drainer.retention);
+    # ranges missing here start at their planned start
+    read_from: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def readable_ranges(self) -> list[StoredRange]:
+        """The run's ranges that still have offsets to read."""
+        return [
+            r
+            for r in self.run.ranges
+            if self.read_from.get((r.topic, r.partition), r.start) < r.end
+        ]
 
 
-Executor = Callable[[RunContext], None]
+Executor = Callable[[RunContext], Mapping[tuple[str, int], int] | None]
+"""Processes a stored plan; returns how many records it read per (topic, partition).
+
+Offsets are not records: transaction markers and aborted records (read_committed) leave gaps,
+so the commit counts what was read. `None` means "every planned offset was a record".
+"""
 
 
 @dataclass
@@ -63,6 +83,7 @@ class LevelReport:
     dead_lettered: int
     fill_ratio: float
     backlog_after: int
+    lost_to_retention: int = 0  # offsets Kafka deleted before this run could drain them
 
 
 @dataclass
@@ -141,6 +162,7 @@ def drain_once(
             finished.resumed = True
             started, stored = time.monotonic(), None
         resumed = stored is not None
+        live_topics = verify_topics(engine, drain, stored.levels if resumed else levels, resumed)
         if stored is not None:
             log.warning(
                 "resuming run %d of drain %s (status %s, levels %s): an uncommitted plan is "
@@ -154,7 +176,7 @@ def drain_once(
                 with engine.begin() as conn:
                     launches.claim(conn, stored.id, launch_key)
         else:
-            stored = _plan(engine, lease, drain, levels, trigger, launch_key)
+            stored = _plan(engine, lease, drain, levels, trigger, launch_key, live_topics)
         phases = {"plan": time.monotonic() - started}
         result = _execute(
             engine, lease, drain, stored, execute, settings, dagster_run_id, phases, started
@@ -179,6 +201,7 @@ def _plan(
     levels: list[int],
     trigger: str,
     launch_key: str | None,
+    live_topics: Any,
 ) -> StoredRun:
     planned = plan_next_run(engine, drain, levels)
     with engine.begin() as conn:
@@ -198,6 +221,15 @@ def _plan(
                 if not p.stored
             },
         )
+        # retention passed these committed offsets: the skip commits with the run
+        retention.record_losses(
+            conn,
+            drain.name,
+            run_id,
+            "committed",
+            [p.loss for p in planned.partitions if p.loss is not None],
+        )
+        record_new_topics(conn, drain.name, live_topics)
         if launch_key:
             launches.claim(conn, run_id, launch_key)
         stored = runs.get_run(conn, run_id)
@@ -227,25 +259,38 @@ def _execute(
     phases = dict(phases or {"plan": 0.0})
     started = time.monotonic() if started is None else started
     faults.crash_point("after_plan")
+    # what retention deleted inside the plan's ranges since it was planned: read past it
+    plan_losses, read_from = measure_ranges(drain, stored.ranges)
     with engine.begin() as conn:
         attempt = runs.mark_running(conn, lease, stored.id, dagster_run_id)
-    ctx = RunContext(stored, drain, settings, engine, attempt, lease)
+        check_fence(conn, lease)
+        retention.record_losses(conn, drain.name, stored.id, "plan", plan_losses)
+    ctx = RunContext(stored, drain, settings, engine, attempt, lease, read_from=read_from)
     try:
         t0 = time.monotonic()
-        if stored.ranges:
-            execute(ctx)
+        present = execute(ctx) if ctx.readable_ranges() else {}
         job_s = time.monotonic() - t0
         phases["spark_start"] = ctx.phases.get("spark_start", 0.0)
         phases["spark_job"] = max(0.0, job_s - phases["spark_start"])
         faults.crash_point("after_staging")
         t0 = time.monotonic()
-        result = commit_run(engine, lease, drain, stored, time.monotonic() - started)
+        result = commit_run(
+            engine, lease, drain, stored, time.monotonic() - started, present=present
+        )
         phases["commit"] = time.monotonic() - t0
     except BaseException as err:
         try:
             runs.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
         except Exception as mark_err:  # never hide the run's own error behind this one
             log.warning("could not mark run %d failed: %s", stored.id, mark_err)
+        if _repeated_failure(err, attempt):
+            raise PlanKeepsFailing(
+                f"run {stored.id} of drain '{drain.name}' failed {attempt} attempts with the "
+                f"same plan; the last one: {type(err).__name__}: {_one_line(err)}. Fix the "
+                f"cause and run again, or end the plan with `drainer plan abandon "
+                f"{drain.name} --reason TEXT` (audited; commits nothing) so that the next "
+                "run plans afresh."
+            ) from err
         raise
     log.info(
         "run %d of drain %s: committed %d records (Spark start %.2f s, job %.2f s, commit %.2f s)",
@@ -295,6 +340,25 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
         phases=phases,
         shared=shared,
     )
+
+
+def _repeated_failure(err: BaseException, attempt: int) -> bool:
+    """A resumed plan failed again for a reason abandoning it could address.
+
+    Not: a first attempt, an interrupt, a lost lease, another run holding the drain, or a
+    service that is down (abandoning would not bring it back).
+    """
+    return (
+        attempt > 1
+        and isinstance(err, Exception)
+        and not isinstance(err, FencedOut | DrainBusy | ServiceUnavailable | PlanKeepsFailing)
+    )
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's text on one line, shortened (a Spark error can run to hundreds of lines)."""
+    text = " ".join(str(err).split())
+    return text if len(text) <= 300 else text[:300] + "…"
 
 
 def _report(engine: Engine, run: StoredRun, after: list[PartitionState]) -> list[LevelReport]:

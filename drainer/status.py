@@ -5,7 +5,7 @@ from __future__ import annotations
 from drainer.allocation import burst_allocation, burst_eligible, reserved_shares
 from drainer.config import DrainConfig
 from drainer.planning import partition_states
-from drainer.store import dead_letters, get_engine, history, runs
+from drainer.store import dead_letters, get_engine, history, retention, runs
 
 
 def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
@@ -16,6 +16,9 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
         history_by_level = history.level_history(conn, drain.name, levels, drain.history_window)
         recent_runs = runs.recent_runs(conn, drain.name, recent)
         dead = dead_letters.pending_dead_letters(conn, drain.name)
+        lost_by_level = retention.total_lost(conn, drain.name)
+        losses = retention.committed_losses(conn, drain.name)
+        abandoned = runs.abandons(conn, drain.name)[:recent]
     reserved = reserved_shares(levels, drain.budget, drain.distributor)
     allocation = burst_allocation(
         reserved, history_by_level, drain.history_window, drain.maxout_threshold
@@ -39,6 +42,8 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
                 "burst_eligible": level in eligible,
                 "bursting": level in bursting,
                 "history": history_by_level[level],
+                # offsets Kafka deleted before the drain read them, over its committed runs
+                "lost_to_retention": lost_by_level.get(level, 0),
                 "partitions": [
                     {
                         "partition": p.partition,
@@ -46,6 +51,14 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
                         "end": p.high,
                         "backlog": p.backlog,
                         "offset_map_chars": len(p.offset_map),
+                        # retention passed the committed offset: the next run skips these
+                        "pending_retention_loss": None
+                        if p.loss is None
+                        else {
+                            "first": p.loss.first,
+                            "end": p.loss.end,
+                            "records": p.loss.records,
+                        },
                     }
                     for p in mine
                 ],
@@ -65,9 +78,27 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
                 "planned_at": r.planned_at,
                 "duration_s": r.duration_s,
                 "drained": int(r.drained),
+                "lost_to_retention": int(r.lost_to_retention),
+                "error": r.error,
                 "fill_ratios": {int(k): v for k, v in (r.fills or {}).items()},
             }
             for r in recent_runs
         ],
         "dead_letters": dead,
+        "lost_to_retention": sum(lost_by_level.values()),
+        "retention_losses": [
+            {
+                "run_id": x["run_id"],
+                "kind": x["kind"],
+                "topic": x["topic"],
+                "level": x["level"],
+                "partition": x["partition"],
+                "first_offset": x["first_offset"],
+                "end_offset": x["end_offset"],
+                "records": int(x["records"]),
+                "committed_at": x["committed_at"],
+            }
+            for x in losses
+        ],
+        "abandoned_plans": abandoned,
     }

@@ -15,15 +15,18 @@ from drainer.run import RunContext, RunResult, drain_once
 from drainer.settings import Settings
 from drainer.store import dead_letters, sinks
 from drainer.store.leases import check_fence
-from spark_jobs.kafka_source import read_ranges
+from spark_jobs.kafka_source import read_ranges, records_per_partition
 from spark_jobs.modes import run_dataframe_mode, run_record_mode
 from spark_jobs.session import describe, get_spark
 
 log = logging.getLogger(__name__)
 
 
-def execute(ctx: RunContext) -> None:
-    """Process one stored plan: read its ranges, run the processing mode, stage the results."""
+def execute(ctx: RunContext) -> dict[tuple[str, int], int]:
+    """Process one stored plan: read its ranges, run the processing mode, stage the results.
+
+    Returns how many records were read per (topic, partition), for the commit's counts.
+    """
     t0 = time.monotonic()
     spark = get_spark(ctx.settings)  # a cold session starts a JVM: timed as its own phase
     ctx.phases["spark_start"] = time.monotonic() - t0
@@ -36,14 +39,19 @@ def execute(ctx: RunContext) -> None:
     tag = f"drainer-{ctx.drain.name}-run-{ctx.run.id}-attempt-{ctx.attempt}"
     spark.addTag(tag)
     try:
-        df = read_ranges(spark, ctx.drain, ctx.settings.bootstrap_servers, ctx.run.ranges)
+        df = read_ranges(
+            spark, ctx.drain, ctx.settings.bootstrap_servers, ctx.run.ranges, ctx.read_from
+        )
         if ctx.drain.mode == "dataframe":
             run_dataframe_mode(ctx, df)
-        else:
-            schema = DataType.fromDDL(ctx.drain.output_schema)
-            if not isinstance(schema, StructType):
-                raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")
-            run_record_mode(ctx, df, schema)
+            return records_per_partition(df)
+        schema = DataType.fromDDL(ctx.drain.output_schema)
+        if not isinstance(schema, StructType):
+            raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")
+        read: dict[tuple[str, int], int] = {}
+        for topic, partition, ok, failed, held_back, *_ in run_record_mode(ctx, df, schema):
+            read[(topic, partition)] = read.get((topic, partition), 0) + ok + failed + held_back
+        return read
     finally:
         spark.removeTag(tag)
 

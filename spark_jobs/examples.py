@@ -68,3 +68,8 @@ def one_row_per_record(df: DataFrame) -> DataFrame:
         F.col("key").cast("string").alias("key"),
         F.length("value").alias("value_size"),
     )
+
+
+def always_fails(df: DataFrame) -> DataFrame:
+    """A processor with a bug that fails every attempt: a plan that can never succeed."""
+    raise RuntimeError("always_fails: this processor has a bug")

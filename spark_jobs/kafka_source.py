@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -14,19 +15,33 @@ from drainer.store.runs import StoredRange
 
 
 def read_ranges(
-    spark: SparkSession, drain: DrainConfig, bootstrap: str, ranges: list[StoredRange]
+    spark: SparkSession,
+    drain: DrainConfig,
+    bootstrap: str,
+    ranges: list[StoredRange],
+    read_from: Mapping[tuple[str, int], int] | None = None,
 ) -> DataFrame:
     """`assign` plus numeric starting and ending offsets: Spark reads [start, end) and no more.
 
     Offsets already done (the offset map) are dropped, so no completed record is redone. The
-    `level` column comes from the topic's suffix.
+    `level` column comes from the topic's suffix. A range starts at `read_from` when retention
+    deleted its beginning (measured by `drainer.retention` just before this read); ranges with
+    nothing left to read are not read at all.
+
+    Reads are `read_committed` unless the drain's `kafka:` says otherwise: aborted records and
+    transaction markers are skipped by the consumer, so offsets inside [start, end) may have no
+    record (Spark does not count these gaps as data loss).
     """
+    read_from = read_from or {}
     assign: dict[str, list[int]] = defaultdict(list)
     starting: dict[str, dict[str, int]] = defaultdict(dict)
     ending: dict[str, dict[str, int]] = defaultdict(dict)
     for rng in ranges:
+        start = read_from.get((rng.topic, rng.partition), rng.start)
+        if start >= rng.end:
+            continue
         assign[rng.topic].append(rng.partition)
-        starting[rng.topic][str(rng.partition)] = rng.start
+        starting[rng.topic][str(rng.partition)] = start
         ending[rng.topic][str(rng.partition)] = rng.end
     reader = (
         spark.read.format("kafka")
@@ -35,7 +50,9 @@ def read_ranges(
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
-        # records deleted by retention inside a planned range must stop the run, not vanish
+        .option("kafka.isolation.level", "read_committed")  # the drain's kafka: may override
+        # the read starts past what retention deleted before it (drainer.retention); records
+        # deleted while it reads must fail the attempt, not vanish: the next one measures again
         .option("failOnDataLoss", "true")
     )
     for key, value in drain.kafka.items():
@@ -53,3 +70,13 @@ def read_ranges(
         skip = spark.createDataFrame(done, "topic string, partition int, offset long")
         df = df.join(F.broadcast(skip), ["topic", "partition", "offset"], "left_anti")
     return df
+
+
+def records_per_partition(df: DataFrame) -> dict[tuple[str, int], int]:
+    """How many records the read holds per (topic, partition): one small aggregate to the driver.
+
+    Offsets are not records (transaction markers, aborted records), and a dataframe-mode
+    transform may aggregate, so the commit's `drained` needs the input counted on its own.
+    """
+    rows = df.groupBy("topic", "partition").count().collect()
+    return {(row["topic"], row["partition"]): int(row["count"]) for row in rows}

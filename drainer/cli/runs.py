@@ -14,11 +14,20 @@ from drainer.errors import ConfigError
 
 def register(sub: argparse._SubParsersAction) -> None:
     for name, func, help_text in (
-        ("plan", cmd_plan, "dry run: the allocation of the next run, per level and partition"),
+        (
+            "plan",
+            cmd_plan,
+            "dry run: the allocation of the next run, per level and partition; "
+            "`plan abandon <drain> --reason TEXT` ends an open plan (audited, commits nothing)",
+        ),
         ("run", cmd_run, "one run of a drain, without Dagster"),
     ):
         p = add_command(sub, name, func, help_text)
         p.add_argument("drain")
+        if name == "plan":
+            # `drainer plan abandon <drain>`: a sub-action that keeps `drainer plan <drain>`
+            p.add_argument("abandon_drain", nargs="?", metavar="drain", help=argparse.SUPPRESS)
+            p.add_argument("--reason", help="plan abandon: why, for the audit trail (required)")
         p.add_argument("--levels", type=levels, help="only these levels (a backfill), e.g. '0,2'")
         p.add_argument("--json", action="store_true")
         if name == "run":
@@ -35,6 +44,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from drainer.planning import plan_next_run
     from drainer.store import get_engine, runs
 
+    if args.abandon_drain is not None:
+        if args.drain != "abandon":
+            raise ConfigError(
+                f"`drainer plan {args.drain} {args.abandon_drain}`: the only action of `plan` "
+                "is `abandon`, as in `drainer plan abandon <drain> --reason TEXT`"
+            )
+        return cmd_plan_abandon(args)
+    if args.reason is not None:
+        raise ConfigError("--reason goes with `drainer plan abandon <drain> --reason TEXT`")
     drain = get_drain(args.drain)
     engine = get_engine()
     with engine.connect() as conn:
@@ -73,6 +91,31 @@ def _print_level_tables(title: str, levels_desc: list[Any]) -> None:
         )
 
 
+def cmd_plan_abandon(args: argparse.Namespace) -> int:
+    from drainer.abandon import abandon_plan
+
+    drain = get_drain(args.abandon_drain)
+    if args.levels:
+        raise ConfigError("`plan abandon` ends the drain's one open plan, whatever its levels")
+    run = abandon_plan(drain, args.reason or "")
+    if args.json:
+        body = {
+            "drain": drain.name,
+            "abandoned_run": run.id,
+            "status_was": run.status,
+            "attempts": run.attempts,
+            "ranges": [vars(r) for r in run.ranges],
+        }
+        print(json.dumps(body, indent=2))
+        return 0
+    console.print(
+        f"abandoned run {run.id} of {drain.name} ({run.status} after {run.attempts} attempt(s)); "
+        "nothing was committed, the next run plans afresh (audited in plan_abandons)"
+    )
+    _print_ranges(f"ranges of run {run.id}", [(r.topic, r) for r in run.ranges])
+    return 0
+
+
 def _print_ranges(title: str, ranges: list[tuple[str, Any]]) -> None:
     print_table(
         title,
@@ -85,7 +128,8 @@ def _show_open_run(drain: DrainConfig, run: Any, as_json: bool) -> int:
     """The next run resumes this uncommitted plan, so that is what `plan` must show."""
     note = (
         f"run {run.id} of {drain.name} is {run.status} after {run.attempts} attempt(s): "
-        "the next run resumes it with these same ranges"
+        "the next run resumes it with these same ranges (or end it with "
+        f"`drainer plan abandon {drain.name} --reason TEXT`)"
     )
     if as_json:
         ranges = [vars(r) for r in run.ranges]
@@ -154,6 +198,7 @@ def print_run_table(result: Any, note: str | None = None) -> None:
             "drained",
             "failed",
             "dead",
+            "lost",
             "fill",
             "backlog before",
             "backlog after",
@@ -167,6 +212,7 @@ def print_run_table(result: Any, note: str | None = None) -> None:
                 lv.drained,
                 lv.failed,
                 lv.dead_lettered,
+                lv.lost_to_retention,
                 float(lv.fill_ratio),
                 lv.backlog_before,
                 lv.backlog_after,

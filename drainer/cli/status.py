@@ -35,6 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--to-offset", type=int, help="offset to resume from (clamped to what Kafka has)"
     )
     target.add_argument("--to-time", help="ISO time: resume from the first record at or after it")
+    target.add_argument(
+        "--to-earliest",
+        action="store_true",
+        help="resume from the first record Kafka still has (e.g. after a topic was recreated)",
+    )
     p.add_argument("--partitions", type=int, nargs="*", help="only these partitions")
     p.add_argument("--reason", help="why, for the audit trail")
 
@@ -49,7 +54,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 0
     print_table(
         f"{drain.name}: backlog by level",
-        ["level", "topic", "partitions", "backlog", "committed", "end offset", "burst eligible"],
+        [
+            "level",
+            "topic",
+            "partitions",
+            "backlog",
+            "committed",
+            "end offset",
+            "lost to retention",
+            "burst eligible",
+        ],
         [
             [
                 str(lv["level"]),
@@ -58,6 +72,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 lv["backlog"],
                 lv["committed"],
                 lv["end"],
+                lv["lost_to_retention"],
                 lv["burst_eligible"],
             ]
             for lv in report["levels"]
@@ -65,13 +80,23 @@ def cmd_status(args: argparse.Namespace) -> int:
     )
     print_table(
         "recent runs",
-        ["run", "status", "levels", "drained", "fill ratios (level: ratio)", "duration", "when"],
+        [
+            "run",
+            "status",
+            "levels",
+            "drained",
+            "lost",
+            "fill ratios (level: ratio)",
+            "duration",
+            "when",
+        ],
         [
             [
                 str(r["id"]),
                 r["status"],
                 ",".join(map(str, r["levels"])),
                 r["drained"],
+                r["lost_to_retention"],
                 ", ".join(
                     f"{lvl}: {fr:.2f}"
                     for lvl, fr in sorted(r["fill_ratios"].items(), reverse=True)
@@ -84,6 +109,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         ],
         justify="left",
     )
+    if report["retention_losses"]:
+        print_table(
+            "offsets deleted by Kafka retention before they were drained",
+            ["run", "topic", "partition", "offsets", "lost"],
+            [
+                [
+                    str(x["run_id"]),
+                    x["topic"],
+                    str(x["partition"]),
+                    f"{x['first_offset']}..{x['end_offset'] - 1}",
+                    x["records"],
+                ]
+                for x in report["retention_losses"]
+            ],
+            justify="left",
+        )
+    for r in report["runs"]:
+        if r["status"] in ("planned", "running", "failed") and r["error"]:
+            console.print(
+                f"[yellow]run {r['id']} is {r['status']} after {r['attempts']} attempt(s): "
+                f"{r['error'][:300]}[/]\nresume it with `drainer run {drain.name}` once the "
+                f"cause is fixed, or end it with `drainer plan abandon {drain.name} --reason TEXT`",
+                highlight=False,
+            )
     console.print(f"dead letters: {report['dead_letters']:,}")
     return 0
 
@@ -102,7 +151,15 @@ def cmd_rewind(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--to-time {args.to_time!r} is not an ISO time like 2026-11-20T14:00:00+00:00"
             ) from None
-    moved = rewind(drain, args.level, args.to_offset, to_time, args.partitions, args.reason)
+    moved = rewind(
+        drain,
+        args.level,
+        args.to_offset,
+        to_time,
+        args.partitions,
+        args.reason,
+        to_earliest=args.to_earliest,
+    )
     print_table(
         f"rewound {drain.level_topic(args.level)} (audited in offset_rewinds)",
         ["partition", "from", "to", "records to redo"],

@@ -105,6 +105,7 @@ def rewind_partition(
     current: tuple[int, str],
     target: int,
     reason: str | None,
+    topic_id: str | None = None,
 ) -> None:
     """Set a partition's committed offset (clearing its map) and audit who, when and why."""
     conn.execute(
@@ -118,7 +119,8 @@ def rewind_partition(
     conn.execute(
         text(
             "INSERT INTO offset_rewinds (drain, topic, partition, from_offset, from_map, "
-            "to_offset, requested_by, reason) VALUES (:d, :t, :p, :f, :fm, :to, :who, :why)"
+            "to_offset, requested_by, reason, topic_id) "
+            "VALUES (:d, :t, :p, :f, :fm, :to, :who, :why, :tid)"
         ),
         {
             "d": drain,
@@ -129,6 +131,7 @@ def rewind_partition(
             "to": target,
             "who": getpass.getuser(),
             "why": reason,
+            "tid": topic_id,
         },
     )
 

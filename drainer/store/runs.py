@@ -6,6 +6,7 @@ same ranges, so its output is the same and writing it again changes nothing.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ from sqlalchemy import Connection, Engine, text
 
 from drainer.allocation import Plan
 from drainer.config import DrainConfig
+from drainer.store import dead_letters
 from drainer.store.leases import Lease, check_fence, set_owner
 from drainer.store.offsets import insert_initial_offsets
 
@@ -41,12 +43,15 @@ class StoredRun:
 
 
 _RUN_COLUMNS = "id, drain, status, levels, budget, mode, attempts"
+# a plan in one of these states is the drain's next run (resumed, never replaced); 'committed'
+# and 'abandoned' (`drainer plan abandon`) end it
+OPEN_STATUSES = "('planned', 'running', 'failed')"
 
 
 def open_run(conn: Connection, drain: str) -> StoredRun | None:
     """The drain's uncommitted plan, if any: it must be resumed before anything new is planned."""
     row = conn.execute(
-        text(f"SELECT {_RUN_COLUMNS} FROM runs WHERE drain = :d AND status <> 'committed'"),
+        text(f"SELECT {_RUN_COLUMNS} FROM runs WHERE drain = :d AND status IN {OPEN_STATUSES}"),
         {"d": drain},
     ).first()
     return None if row is None else _load_run(conn, row)
@@ -168,10 +173,66 @@ def mark_failed(engine: Engine, lease: Lease, run_id: int, error: str) -> None:
         conn.execute(
             text(
                 "UPDATE runs SET status = 'failed', error = :e "
-                "WHERE id = :r AND status <> 'committed' AND fence = :f"
+                f"WHERE id = :r AND status IN {OPEN_STATUSES} AND fence = :f"
             ),
             {"r": run_id, "e": error[:8000], "f": lease.fence},
         )
+
+
+def abandon(conn: Connection, lease: Lease, run: StoredRun, who: str, reason: str) -> None:
+    """End an open plan without committing anything, and audit who, when, why and its ranges.
+
+    Nothing else moves: offsets stay where the plan started, so the next run plans afresh.
+    """
+    check_fence(conn, lease)
+    row = conn.execute(
+        text(
+            "UPDATE runs SET status = 'abandoned', committed_at = NULL "
+            f"WHERE id = :r AND status IN {OPEN_STATUSES} RETURNING status, attempts, error"
+        ),
+        {"r": run.id},
+    ).first()
+    if row is None:
+        raise ValueError(f"run {run.id} is no longer open")
+    ranges = [
+        {
+            "topic": r.topic,
+            "partition": r.partition,
+            "start": r.start,
+            "end": r.end,
+            "records": r.records,
+        }
+        for r in run.ranges
+    ]
+    conn.execute(
+        text(
+            "INSERT INTO plan_abandons (drain, run_id, status, attempts, last_error, ranges, "
+            "requested_by, reason) VALUES (:d, :r, :s, :a, :e, CAST(:g AS jsonb), :who, :why)"
+        ),
+        {
+            "d": run.drain,
+            "r": run.id,
+            "s": run.status,
+            "a": row.attempts,
+            "e": row.error,
+            "g": json.dumps(ranges),
+            "who": who,
+            "why": reason,
+        },
+    )
+    dead_letters.clear_failures(conn, run.id)
+
+
+def abandons(conn: Connection, drain: str) -> list[dict[str, Any]]:
+    """The audit trail of `drainer plan abandon`, newest first."""
+    rows = conn.execute(
+        text(
+            "SELECT id, run_id, status, attempts, last_error, ranges, requested_by, reason, "
+            "created_at FROM plan_abandons WHERE drain = :d ORDER BY id DESC"
+        ),
+        {"d": drain},
+    ).mappings()
+    return [dict(row) for row in rows]
 
 
 def lock_status(conn: Connection, run_id: int) -> str | None:
@@ -190,16 +251,30 @@ def mark_committed(conn: Connection, run_id: int, duration_s: float) -> None:
 
 
 def store_level_outcome(
-    conn: Connection, run_id: int, level: int, drained: int, failed: int, dead_lettered: int
+    conn: Connection,
+    run_id: int,
+    level: int,
+    drained: int,
+    failed: int,
+    dead_lettered: int,
+    lost_to_retention: int = 0,
 ) -> None:
     """A level's results, with its fill ratio (drained / reserved) for the burst history."""
     conn.execute(
         text(
             "UPDATE run_levels SET drained = :dr, failed = :f, dead_lettered = :dl, "
+            "lost_to_retention = :lost, "
             "fill_ratio = CASE WHEN reserved > 0 THEN CAST(:dr AS float) / reserved END "
             "WHERE run_id = :r AND level = :l"
         ),
-        {"dr": drained, "f": failed, "dl": dead_lettered, "r": run_id, "l": level},
+        {
+            "dr": drained,
+            "f": failed,
+            "dl": dead_lettered,
+            "lost": lost_to_retention,
+            "r": run_id,
+            "l": level,
+        },
     )
 
 
@@ -223,6 +298,7 @@ LEVEL_REPORT_COLUMNS = (
     "dead_lettered",
     "fill_ratio",
     "backlog_after",
+    "lost_to_retention",
 )
 
 
@@ -244,6 +320,7 @@ def recent_runs(conn: Connection, drain: str, limit: int) -> list[Any]:
         text(
             "SELECT r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, r.duration_s, "
             "coalesce(sum(rl.drained), 0) AS drained, "
+            "coalesce(sum(rl.lost_to_retention), 0) AS lost_to_retention, r.error, "
             "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills "
             "FROM runs r LEFT JOIN run_levels rl ON rl.run_id = r.id WHERE r.drain = :d "
             "GROUP BY r.id ORDER BY r.id DESC LIMIT :n"

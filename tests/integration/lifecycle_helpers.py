@@ -1,0 +1,79 @@
+"""Helpers of the run-lifecycle tests: the CLI as a process, Kafka retention and topic recreation
+made to happen on purpose, and the record_echo sink read back record by record."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import NewTopic
+from sqlalchemy import text
+
+from drainer.config import DrainConfig
+from drainer.kafka_io import admin
+from drainer.store import get_engine
+
+CLI = [sys.executable, "-m", "spark_jobs.cli"]
+
+
+def cli(*args: str, fault: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`drainer ...` as its own process, optionally with an injected crash point."""
+    env = {k: v for k, v in os.environ.items() if k != "DRAINER_FAULT"}
+    if fault:
+        env["DRAINER_FAULT"] = fault
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def cli_json(*args: str) -> dict:
+    proc = cli(*args)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout[proc.stdout.index("{") :])
+
+
+def delete_records_before(drain: DrainConfig, level: int, partition: int, offset: int) -> None:
+    """What retention does, deterministically: Kafka deletes every record below `offset`."""
+    client = admin(drain)
+    futures = client.delete_records([TopicPartition(drain.level_topic(level), partition, offset)])
+    for future in futures.values():
+        assert future.result(timeout=30).low_watermark == offset
+
+
+def recreate_topic(drain: DrainConfig, level: int) -> None:
+    """Delete a level topic and create it again under the same name (a new topic id)."""
+    client = admin(drain)
+    topic = drain.level_topic(level)
+    client.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+    deadline = time.monotonic() + 60
+    while True:
+        new = NewTopic(topic, num_partitions=drain.partitions, replication_factor=1)
+        try:
+            client.create_topics([new], operation_timeout=30)[topic].result(timeout=60)
+            return
+        except KafkaException as err:
+            code = err.args[0].code()
+            retryable = code in (KafkaError.TOPIC_ALREADY_EXISTS, KafkaError.UNKNOWN_TOPIC_OR_PART)
+            if not retryable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)  # the deletion is still being applied
+
+
+def sink_records(drain: DrainConfig) -> Counter:
+    """(topic, partition, offset) -> sink rows of the record (record_echo sinks)."""
+    with get_engine().connect() as conn:
+        if conn.scalar(text("SELECT to_regclass(:t)"), {"t": drain.sink.table}) is None:
+            return Counter()
+        rows = conn.execute(
+            text(f'SELECT topic, partition, "offset" FROM "{drain.sink.table}"')
+        ).all()
+    return Counter((r.topic, r.partition, r.offset) for r in rows)
+
+
+def sink_keys(drain: DrainConfig) -> Counter:
+    with get_engine().connect() as conn:
+        rows = conn.execute(text(f'SELECT key FROM "{drain.sink.table}"')).all()
+    return Counter(r.key for r in rows)

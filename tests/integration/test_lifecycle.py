@@ -1,0 +1,205 @@
+"""Issue 8, points 2-4: a way out of a stuck plan, recreated topics, transactional producers."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+from confluent_kafka import Producer
+from lifecycle_helpers import cli, cli_json, recreate_topic, sink_keys, sink_records
+from offsets import high_watermarks, kafka_offsets, stored_offsets
+from sqlalchemy import text
+
+from drainer.errors import PlanKeepsFailing, TopicRecreated
+from drainer.kafka_io import client_config, topic_ids
+from drainer.planning import partition_states
+from drainer.producer import OutRecord, produce_records
+from drainer.store import get_engine
+from spark_jobs import drain_job
+from spark_jobs.examples import RECORD_ECHO_SCHEMA
+
+RECORD_ECHO = {
+    "mode": "record",
+    "handler": "spark_jobs.examples:record_echo",
+    "output_schema": RECORD_ECHO_SCHEMA,
+}
+
+
+def _keyed(prefix: str, count: int) -> list[OutRecord]:
+    return [
+        OutRecord(value=f"{prefix}{i}".encode(), key=f"{prefix}{i}".encode()) for i in range(count)
+    ]
+
+
+def _set_processor(processor: str) -> None:
+    """Deploy a processor fix: rewrite the drain's processor in the drains file."""
+    path = os.environ["DRAINER_CONFIG"]
+    with open(path) as f:
+        body = yaml.safe_load(f)
+    for drain in body["drains"].values():
+        drain["processor"] = processor
+    with open(path, "w") as f:
+        yaml.safe_dump(body, f)
+
+
+def test_a_stuck_plan_is_abandoned_audited_and_the_next_run_drains(make_drain, spark):
+    drain = make_drain(
+        levels=1, partitions=2, budget=1000, processor="spark_jobs.examples:always_fails"
+    )
+    for partition in (0, 1):
+        produce_records(drain, _keyed("r", 50), level=0, partition=partition)
+
+    with pytest.raises(RuntimeError, match="always_fails"):
+        drain_job.run(drain.name, trigger="test")  # the first attempt: the processor's own error
+    with pytest.raises(PlanKeepsFailing, match="failed 2 attempts"):
+        drain_job.run(drain.name, trigger="test")
+    with pytest.raises(PlanKeepsFailing) as info:
+        drain_job.run(drain.name, trigger="test")
+    message = str(info.value)
+    assert "failed 3 attempts" in message and f"drainer plan abandon {drain.name}" in message
+    assert "always_fails" in message
+
+    status = cli_json("status", drain.name, "--json")
+    [stuck] = status["runs"]
+    assert (stuck["status"], stuck["attempts"]) == ("failed", 3)
+
+    refused = cli("plan", "abandon", drain.name)  # the reason is required
+    assert refused.returncode == 2 and "--reason" in refused.stderr
+    done = cli("plan", "abandon", drain.name, "--reason", "processor bug #12, fixed in 1.4")
+    assert done.returncode == 0, done.stderr
+    again = cli("plan", "abandon", drain.name, "--reason", "twice")
+    assert again.returncode == 2 and "no open plan" in again.stderr
+
+    with get_engine().connect() as conn:
+        audit = (
+            conn.execute(text("SELECT * FROM plan_abandons WHERE drain = :d"), {"d": drain.name})
+            .mappings()
+            .all()
+        )
+        status_now = conn.scalar(text("SELECT status FROM runs WHERE id = :r"), {"r": stuck["id"]})
+    [row] = audit
+    assert row["run_id"] == stuck["id"] and row["attempts"] == 3 and row["status"] == "failed"
+    assert row["reason"] == "processor bug #12, fixed in 1.4" and row["requested_by"]
+    assert "always_fails" in row["last_error"]
+    assert sorted((r["partition"], r["start"], r["end"]) for r in row["ranges"]) == [
+        (0, 0, 50),
+        (1, 0, 50),
+    ]
+    assert status_now == "abandoned"
+    assert stored_offsets(drain) == {(drain.level_topic(0), p): (0, "") for p in (0, 1)}
+
+    plan = cli_json("plan", drain.name, "--json")  # `drainer plan <drain>` is still the dry run
+    assert plan["total_planned"] == 100 and "resumes_run" not in plan
+
+    _set_processor("spark_jobs.examples:time_buckets")
+    result = drain_job.run(drain.name, trigger="test")  # plans afresh
+    assert result.run_id != stuck["id"] and not result.resumed and result.drained == 100
+    assert stored_offsets(drain) == {(drain.level_topic(0), p): (50, "") for p in (0, 1)}
+
+
+def test_a_recreated_topic_stops_the_drain_until_a_rewind_to_earliest(make_drain, spark):
+    drain = make_drain(levels=1, partitions=1, budget=1000, **RECORD_ECHO)
+    topic = drain.level_topic(0)
+    produce_records(drain, _keyed("old", 50), level=0, partition=0)
+    assert drain_job.run(drain.name, trigger="test").drained == 50
+    old_id = topic_ids(drain, [topic])[topic]
+
+    recreate_topic(drain, 0)
+    produce_records(drain, _keyed("new", 20), level=0, partition=0)
+    new_id = topic_ids(drain, [topic])[topic]
+    assert new_id != old_id
+
+    with pytest.raises(TopicRecreated) as info:
+        drain_job.run(drain.name, trigger="test")
+    message = str(info.value)
+    assert topic in message and old_id in message and new_id in message
+    assert f"drainer rewind {drain.name} --level 0 --to-earliest" in message
+    proc = cli("run", drain.name)  # the CLI: one clear line, exit 2, nothing read
+    assert proc.returncode == 2 and "deleted and created again" in proc.stderr
+    assert sink_keys(drain) == {f"old{i}": 1 for i in range(50)}
+    assert stored_offsets(drain)[(topic, 0)] == (50, "")
+
+    rewound = cli("rewind", drain.name, "--level", "0", "--to-earliest", "--reason", "recreated")
+    assert rewound.returncode == 0, rewound.stderr
+    with get_engine().connect() as conn:
+        audit = conn.execute(
+            text(
+                "SELECT from_offset, to_offset, reason, topic_id FROM offset_rewinds WHERE drain = :d"
+            ),
+            {"d": drain.name},
+        ).all()
+    assert [tuple(a) for a in audit] == [(50, 0, "recreated", new_id)]
+
+    result = drain_job.run(drain.name, trigger="test")
+    assert result.drained == 20
+    keys = sink_keys(drain)
+    assert keys == {**{f"old{i}": 1 for i in range(50)}, **{f"new{i}": 1 for i in range(20)}}
+    assert stored_offsets(drain)[(topic, 0)] == (20, "")
+
+
+def _transactional_backlog(
+    drain, transactions: int, per_transaction: int
+) -> tuple[list[bytes], Producer]:
+    """Produce in transactions, aborting every other one; returns the committed values."""
+    producer = Producer(
+        client_config(drain, **{"transactional.id": f"{drain.name}-tx", "linger.ms": 5})
+    )
+    producer.init_transactions(30)
+    committed = []
+    for t in range(transactions):
+        producer.begin_transaction()
+        values = [f"tx{t}-{i}".encode() for i in range(per_transaction)]
+        for i, value in enumerate(values):
+            producer.produce(drain.level_topic(0), value=value, key=value, partition=i % 2)
+        producer.flush(30)  # on the broker before the abort: aborted records really exist there
+        if t % 2:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            committed += values
+    return committed, producer
+
+
+def test_a_transactional_producer_drains_exactly_its_committed_records(make_drain, spark):
+    drains = []
+    for mode in (RECORD_ECHO, {"processor": "spark_jobs.examples:time_buckets"}):
+        drain = make_drain(levels=1, partitions=2, budget=10_000, **mode)  # now DRAINER_CONFIG
+        drains.append(drain)
+        committed, producer = _transactional_backlog(drain, transactions=10, per_transaction=20)
+        assert len(committed) == 100
+        # an open transaction: its records lie beyond the last stable offset, not in the backlog
+        producer.begin_transaction()
+        for i in range(7):
+            producer.produce(drain.level_topic(0), value=b"open", key=b"open", partition=i % 2)
+        producer.flush(30)
+        parts = partition_states(get_engine(), drain, [0])
+        # the plan ends at the last stable offset: the open transaction's 7 are not backlog yet
+        # (backlog counts offsets: before the run it includes aborted records and markers)
+        assert sum(p.log_end - p.high for p in parts) == 7
+        assert sum(p.backlog for p in parts) == sum(p.high for p in parts) == 220
+
+        first = drain_job.run(drain.name, trigger="test")
+        assert first.drained == 100, first  # records present, not offsets (no markers, aborts)
+
+        producer.commit_transaction(30)
+        second = drain_job.run(drain.name, trigger="test")
+        assert second.drained == 7
+        parts = partition_states(get_engine(), drain, [0])
+        assert sum(p.backlog for p in parts) == 0  # no phantom record after the last marker
+        ends = high_watermarks(drain)
+        assert {k: v for k, v in stored_offsets(drain).items()} == {
+            k: (v, "") for k, v in ends.items()
+        }
+        assert kafka_offsets(drain) == {k: (v, "") for k, v in ends.items()}
+        assert cli_json("status", drain.name, "--json")["levels"][0]["backlog"] == 0
+
+    record, frame = drains
+    keys = sink_keys(record)
+    expected = {f"tx{t}-{i}": 1 for t in range(0, 10, 2) for i in range(20)}
+    expected["open"] = 7
+    assert keys == expected
+    assert len(sink_records(record)) == 107  # one row per record, each (partition, offset) once
+    with get_engine().connect() as conn:
+        counted = conn.scalar(text(f'SELECT sum(records) FROM "{frame.sink.table}"'))
+    assert counted == 107
