@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("DRAINER_SPARK_LOG_LEVEL", "ERROR")
     os.environ.setdefault("DRAINER_SPARK_UI", "true")  # its REST API reports stage times
+    # stage times come from the driver's UI, so the driver (an in-process session) is ours
+    os.environ.setdefault("SPARK_MASTER", "local[*]")
     # no console progress bars between the result lines
     os.environ.setdefault(
         "PYSPARK_SUBMIT_ARGS", "--conf spark.ui.showConsoleProgress=false pyspark-shell"
