@@ -23,9 +23,8 @@ def level_metadata(lv: LevelReport) -> dict[str, dg.MetadataValue]:
         "drained": lv.drained,
         "backlog_before": lv.backlog_before,
         "backlog_after": lv.backlog_after,
-        # records Kafka's retention deleted before they were drained: 0 until retention
-        # handling lands; the key is stable so plots and alerts can rely on it
-        "lost_to_retention": int(getattr(lv, "lost_to_retention", 0) or 0),
+        # offsets Kafka's retention deleted before they were drained (recorded per run)
+        "lost_to_retention": lv.lost_to_retention,
         "dead_letters": lv.dead_lettered,
         "failed": lv.failed,
         # throttled on purpose: the level used what it was given while records still wait
