@@ -15,7 +15,7 @@ from drainer.run import RunContext, RunResult, drain_once
 from drainer.settings import Settings
 from drainer.store import dead_letters, sinks
 from drainer.store.leases import check_fence
-from spark_jobs.kafka_source import read_ranges, records_per_partition
+from spark_jobs.kafka_source import counted, read_ranges
 from spark_jobs.modes import run_dataframe_mode, run_record_mode
 from spark_jobs.session import describe, get_spark
 
@@ -43,8 +43,9 @@ def execute(ctx: RunContext) -> dict[tuple[str, int], int]:
             spark, ctx.drain, ctx.settings.bootstrap_servers, ctx.run.ranges, ctx.read_from
         )
         if ctx.drain.mode == "dataframe":
+            df, records_read = counted(df, ctx.run.ranges)
             run_dataframe_mode(ctx, df)
-            return records_per_partition(df)
+            return records_read()
         schema = DataType.fromDDL(ctx.drain.output_schema)
         if not isinstance(schema, StructType):
             raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from drainer.config import DrainConfig
@@ -72,11 +72,30 @@ def read_ranges(
     return df
 
 
-def records_per_partition(df: DataFrame) -> dict[tuple[str, int], int]:
-    """How many records the read holds per (topic, partition): one small aggregate to the driver.
+def counted(
+    df: DataFrame, ranges: list[StoredRange]
+) -> tuple[DataFrame, Callable[[], dict[tuple[str, int], int]]]:
+    """The read with its records counted per (topic, partition) by the job that consumes it.
 
     Offsets are not records (transaction markers, aborted records), and a dataframe-mode
-    transform may aggregate, so the commit's `drained` needs the input counted on its own.
+    transform may aggregate, so the commit's `drained` needs the input counted on its own. An
+    observation counts it inside the processing job itself: no second read of Kafka. Call the
+    returned function after that job's action.
     """
-    rows = df.groupBy("topic", "partition").count().collect()
-    return {(row["topic"], row["partition"]): int(row["count"]) for row in rows}
+    keys = sorted({(r.topic, r.partition) for r in ranges})
+    if not keys:
+        return df, dict
+    observation = Observation("drainer_records_read")
+    metrics = [
+        F.sum(F.when((F.col("topic") == topic) & (F.col("partition") == part), 1).otherwise(0))
+        .cast("long")
+        .alias(f"r{i}")
+        for i, (topic, part) in enumerate(keys)
+    ]
+    observed = df.observe(observation, *metrics)
+
+    def counts() -> dict[tuple[str, int], int]:
+        found = observation.get
+        return {key: int(found.get(f"r{i}") or 0) for i, key in enumerate(keys)}
+
+    return observed, counts
