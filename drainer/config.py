@@ -25,6 +25,7 @@ from drainer.allocation import reserved_shares
 from drainer.callables import check_import_path
 from drainer.errors import ConfigError
 from drainer.settings import load_settings
+from drainer.store.sinks import check_table_name
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Kafka's legal topic characters, minus '-' (our level separator)
@@ -50,7 +51,7 @@ class SinkConfig(BaseModel):
     def _table_name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError("must be a plain SQL identifier (letters, digits, underscores)")
-        return value
+        return check_table_name(value)
 
 
 class DrainConfig(BaseModel):
