@@ -6,7 +6,6 @@ per-task counts back to the driver, so driver memory is bounded by the plan, not
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from drainer.callables import load_callable
+from drainer.headers import encode_headers
 from drainer.records import Record
 from drainer.run import RunContext
 from drainer.settings import psycopg_url
@@ -180,12 +180,7 @@ def _stage_failures(conn, run_id, topic, partition, first, last, not_done) -> No
             o.held_back,
             o.record.key,
             o.record.value,
-            json.dumps(
-                {
-                    k: None if v is None else v.decode("utf-8", "replace")
-                    for k, v in o.record.headers
-                }
-            ),
+            encode_headers(o.record.headers),
             _plain(o.record.timestamp),
             o.error,
         )
