@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from drainer.config import DrainConfig
+from drainer.kafka_security import java_settings
 from drainer.offset_map import decode_offset_map
 from drainer.store.runs import StoredRange
 
@@ -38,8 +39,10 @@ def read_ranges(
         # records deleted by retention inside a planned range must stop the run, not vanish
         .option("failOnDataLoss", "true")
     )
-    for key, value in drain.kafka.items():
-        reader = reader.option(f"kafka.{key}", str(value))
+    # the common `kafka:` block translated for the Java client, plus its `kafka_java:` extras;
+    # the session redacts secret option values from plan text (spark_jobs.session)
+    for key, value in java_settings(drain).items():
+        reader = reader.option(f"kafka.{key}", value)
     df = reader.load().withColumn(
         "level", F.element_at(F.split(F.col("topic"), "-"), -1).cast("int")
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
+from drainer.kafka_security import SPARK_REDACTION_REGEX
 from drainer.services import spark_kafka_jars
 from drainer.settings import Settings, export_spark_python_env, load_settings
 
@@ -32,7 +33,11 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
         .config("spark.python.worker.reuse", "true")
         # progress bars interleave with the CLI's and Dagster's output; the UI has the detail
         .config("spark.ui.showConsoleProgress", "false")
+        # SASL's generated JAAS line and inline PEM keys are secrets too (plan text, UI, logs)
+        .config("spark.redaction.regex", SPARK_REDACTION_REGEX)
+        .config("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     )
     spark = builder.getOrCreate()
+    spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     spark.sparkContext.setLogLevel(settings.spark_log_level)
     return spark
