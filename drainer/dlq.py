@@ -14,7 +14,6 @@ import json
 import logging
 
 from drainer.config import DrainConfig
-from drainer.errors import KafkaUnavailable
 from drainer.headers import decode_headers
 from drainer.producer import OutRecord, produce_records
 from drainer.store import dead_letters, get_engine
@@ -66,7 +65,8 @@ def publish_dead_letters(drain: DrainConfig) -> int:
     """Publish dead letters not yet on the drain's `dlq_topic`; returns how many went out.
 
     After the commit, like the Kafka mirror: at least once (a crash between the send and the
-    mark sends them again), and a failed publish is retried by the next run.
+    mark sends them again). A failed publish raises KafkaUnavailable; the run reports it as a
+    warning and the next run publishes them.
     """
     if not drain.dlq_topic:
         return 0
@@ -86,16 +86,7 @@ def publish_dead_letters(drain: DrainConfig) -> int:
         )
         for r in rows
     ]
-    try:
-        produce_records(drain, records, topic=drain.dlq_topic)
-    except KafkaUnavailable as err:
-        log.warning(
-            "publishing %d dead letters to %s failed (%s); the next run retries",
-            len(rows),
-            drain.dlq_topic,
-            err,
-        )
-        return 0
+    produce_records(drain, records, topic=drain.dlq_topic)
     with engine.begin() as conn:
         dead_letters.mark_published(conn, [r.id for r in rows])
     return len(rows)

@@ -35,6 +35,8 @@ from drainer.settings import load_settings
 
 TIMEOUT_S = 15.0
 FIRST_CONTACT_S = 3.0  # a cluster that answers at all returns metadata in milliseconds
+FIRST_CONTACT_SLICE_S = 0.5
+ALL_DOWN_GRACE_S = 1.0  # every broker refused for this long: not a restart in progress
 DEDUP_WINDOW_S = 60.0
 
 _log = logging.getLogger("drainer.librdkafka")
@@ -74,6 +76,14 @@ class _LibrdkafkaLog:
     def error(self, err: Any) -> None:
         with self._lock:
             self.errors = [*self.errors[-20:], err]
+
+    def hopeless(self, waited: float) -> bool:
+        """Waiting longer cannot help: the login was refused, or no broker took a connection."""
+        with self._lock:
+            codes = {err.code() for err in self.errors}
+        if codes & {KafkaError._AUTHENTICATION, KafkaError._SSL}:
+            return True
+        return KafkaError._ALL_BROKERS_DOWN in codes and waited >= ALL_DOWN_GRACE_S
 
     def cause(self) -> str | None:
         """The most telling error librdkafka reported: authentication and TLS before transport."""
@@ -135,13 +145,21 @@ def _unreachable(err: Exception | str) -> KafkaUnavailable:
 
 
 def cluster_metadata(client: AdminClient) -> Any:
-    """The first call to a cluster: metadata within FIRST_CONTACT_S, or one clear error."""
+    """The first call to a cluster: metadata within FIRST_CONTACT_S, or one clear error.
+
+    Asked in short slices, so that a refused connection (every broker down for a second) or a
+    refused login ends the wait early instead of running out the clock.
+    """
     _librdkafka_log.errors = []
-    try:
-        return client.list_topics(timeout=FIRST_CONTACT_S)
-    except KafkaException as err:
-        client.poll(0)  # serve the error callbacks that say why
-        raise _unreachable(err) from None
+    started = time.monotonic()
+    while True:
+        try:
+            return client.list_topics(timeout=FIRST_CONTACT_SLICE_S)
+        except KafkaException as err:
+            client.poll(0)  # serve the error callbacks that say why
+            waited = time.monotonic() - started
+            if waited >= FIRST_CONTACT_S or _librdkafka_log.hopeless(waited):
+                raise _unreachable(err) from None
 
 
 def partitions_of(drain: DrainConfig, levels: Iterable[int]) -> dict[int, list[int]]:

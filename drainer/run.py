@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
 from sqlalchemy import Engine
 
@@ -19,6 +20,7 @@ from drainer import faults
 from drainer.commit import commit_run
 from drainer.config import DrainConfig, get_drain
 from drainer.dlq import publish_dead_letters
+from drainer.kafka_security import redact
 from drainer.mirror import MirrorReport, mirror_offsets
 from drainer.planning import PartitionState, partition_states, plan_next_run, resolve_levels
 from drainer.settings import Settings, load_settings
@@ -27,6 +29,7 @@ from drainer.store.leases import Lease, drain_lease
 from drainer.store.runs import StoredRun
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,9 @@ class RunResult:
     duration_s: float
     published_rows: int
     mirror: MirrorReport = field(default_factory=MirrorReport)
+    # what failed after the commit (mirror, dead-letter publish, backlog lookup): the run's
+    # results are committed all the same, and the next run retries these steps
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def drained(self) -> int:
@@ -144,10 +150,28 @@ def drain_once(
                 log.warning("could not mark run %d failed: %s", stored.id, mark_err)
             raise
         faults.crash_point("after_commit")
-        mirror = mirror_offsets(engine, drain)
-        publish_dead_letters(drain)
-        after = partition_states(engine, drain, stored.levels)
-        report = _report(engine, stored, after)
+        warnings: list[str] = []
+        mirror = _after_commit(
+            warnings, "mirroring offsets to Kafka", lambda: mirror_offsets(engine, drain)
+        )
+        if mirror is None:
+            mirror = MirrorReport(error=warnings[-1])
+        elif mirror.error:
+            warnings.append(
+                f"mirroring offsets to Kafka failed ({mirror.error}); the next run retries"
+            )
+        _after_commit(
+            warnings,
+            f"publishing dead letters to {drain.dlq_topic}",
+            lambda: publish_dead_letters(drain),
+        )
+        report = _after_commit(
+            warnings,
+            "looking up the backlog after the run",
+            lambda: _report(engine, stored, partition_states(engine, drain, stored.levels)),
+        )
+        if report is None:
+            report = load_level_reports(stored.id, engine)
     log.info(
         "run %d of drain %s committed: %d records",
         stored.id,
@@ -163,7 +187,21 @@ def drain_once(
         duration_s=time.monotonic() - started,
         published_rows=result.published_rows,
         mirror=mirror,
+        warnings=warnings,
     )
+
+
+def _after_commit(warnings: list[str], step: str, call: Callable[[], T]) -> T | None:
+    """Run a step after the commit: a failure is a warning on the committed run, not an error."""
+    try:
+        return call()
+    except Exception as err:
+        log.debug("%s failed after the commit", step, exc_info=True)
+        warnings.append(
+            f"{step} failed ({redact(str(err))}); the run is committed, the next run retries"
+        )
+        log.warning("%s", warnings[-1])
+        return None
 
 
 def _report(engine: Engine, run: StoredRun, after: list[PartitionState]) -> list[LevelReport]:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from drainer.cli.args import add_command, levels
-from drainer.cli.output import console, print_table
+from drainer.cli.output import console, err_console, print_table
 from drainer.config import DrainConfig, get_drain
 from drainer.errors import ConfigError
 
@@ -123,6 +123,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(json.dumps(result.as_dict(), indent=2, default=str))
         return 0
     print_run_table(result)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     return 0
 
 
