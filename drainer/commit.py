@@ -136,7 +136,7 @@ def _count_attempt(
         run_id,
         rng.level,
         failure,
-        None if headers is None else json.dumps(headers),
+        json.dumps(headers or []),  # already the stored [key, base64] form
         attempts,
         rng.topic,
         rng.partition,

@@ -24,7 +24,9 @@ from pydantic import (
 from drainer.allocation import reserved_shares
 from drainer.callables import check_import_path
 from drainer.errors import ConfigError
+from drainer.kafka_security import check_blocks
 from drainer.settings import load_settings
+from drainer.store.sinks import check_table_name
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Kafka's legal topic characters, minus '-' (our level separator)
@@ -50,7 +52,7 @@ class SinkConfig(BaseModel):
     def _table_name(cls, value: str) -> str:
         if not _NAME.match(value):
             raise ValueError("must be a plain SQL identifier (letters, digits, underscores)")
-        return value
+        return check_table_name(value)
 
 
 class DrainConfig(BaseModel):
@@ -161,8 +163,24 @@ class DrainConfig(BaseModel):
     sink: SinkConfig = Field(description="where the output goes (see `sink.*`)")
     kafka: dict[str, Any] = Field(
         default_factory=dict,
-        description="extra Kafka client settings (security.protocol, sasl.*, ssl.*), "
-        "given to both clients",
+        repr=False,  # may hold secrets
+        description="common Kafka client settings, translated for both clients: "
+        "security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location "
+        "(PEM), ssl.certificate.location and ssl.key.location (PEM, mutual TLS), "
+        "ssl.key.password, ssl.endpoint.identification.algorithm, client.id; values may "
+        "reference environment variables as ${NAME}",
+    )
+    kafka_librdkafka: dict[str, Any] = Field(
+        default_factory=dict,
+        repr=False,
+        description="extra settings for librdkafka only (planning, producing, mirroring), in "
+        "librdkafka's names; checked by librdkafka at load time; ${NAME} allowed",
+    )
+    kafka_java: dict[str, Any] = Field(
+        default_factory=dict,
+        repr=False,
+        description="extra settings for Spark's Java Kafka client only, without the `kafka.` "
+        "prefix (e.g. sasl.jaas.config for other SASL mechanisms); ${NAME} allowed",
     )
 
     @field_validator("name", "group")
@@ -200,12 +218,7 @@ class DrainConfig(BaseModel):
                 "mode 'record' needs `output_schema`, a Spark DDL string such as "
                 "'topic string, partition int, offset long'"
             )
-        for key in self.kafka:
-            if key in ("bootstrap.servers", "group.id", "enable.auto.commit"):
-                raise ValueError(
-                    f"kafka setting '{key}' is managed by drainer: remove it "
-                    "(bootstrap servers come from KAFKA_BOOTSTRAP_SERVERS)"
-                )
+        check_blocks(self.kafka, self.kafka_librdkafka, self.kafka_java)
         # reserved shares must give every level at least one record: checked by the allocator
         reserved_shares(self.levels, self.budget, self.distributor)
         return self

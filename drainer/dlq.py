@@ -1,7 +1,11 @@
 """Dead letters: records that failed `max_attempts` times. List them, retry them, publish them.
 
-A retry re-produces the record, unchanged, to its level topic: it drains again as a new record
-(new offset), and the dead letter is marked retried, so it is never retried twice by accident.
+A retry re-produces the record to its level topic (key, value and headers byte for byte, then
+one `drainer-retry-of` header naming the dead letter): it drains again as a new record (new
+offset). Claiming a dead letter marks it retried in the same statement, inside the transaction
+that stays open until Kafka acknowledged the records, so two concurrent retries never both
+produce one, and a failed produce leaves it unretried. A crash between Kafka's acknowledgement
+and the commit leaves it unretried too: retried again, it is produced twice (at least once).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import json
 import logging
 
 from drainer.config import DrainConfig
-from drainer.errors import KafkaUnavailable
+from drainer.headers import decode_headers
 from drainer.producer import OutRecord, produce_records
 from drainer.store import dead_letters, get_engine
 
@@ -30,7 +34,7 @@ def list_dead_letters(
 
 def _as_record(row, extra_headers: list[tuple[str, bytes]]) -> OutRecord:
     """A dead letter as it was produced (key, value, headers), plus drainer's own headers."""
-    headers = [(k, None if v is None else str(v).encode()) for k, v in (row.headers or {}).items()]
+    headers = decode_headers(row.headers)
     return OutRecord(
         value=None if row.value is None else bytes(row.value),
         key=None if row.key is None else bytes(row.key),
@@ -39,32 +43,30 @@ def _as_record(row, extra_headers: list[tuple[str, bytes]]) -> OutRecord:
 
 
 def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
-    """Re-produce dead letters to their level topic, then mark them retried (per level)."""
-    engine = get_engine()
-    with engine.connect() as conn:
-        rows = dead_letters.retryable(conn, drain.name, ids)
-    retried = 0
-    for level in sorted({r.level for r in rows}):
-        batch = [r for r in rows if r.level == level]
-        produce_records(
-            drain,
-            (
-                _as_record(r, [("drainer-retry-of", json.dumps({"dead_letter": r.id}).encode())])
-                for r in batch
-            ),
-            level=level,
-        )
-        with engine.begin() as conn:
-            dead_letters.mark_retried(conn, [r.id for r in batch])
-        retried += len(batch)
-    return retried
+    """Claim dead letters (marking them retried), re-produce them, then commit the claim."""
+    with get_engine().begin() as conn:
+        rows = dead_letters.claim_for_retry(conn, drain.name, ids)
+        for level in sorted({r.level for r in rows}):
+            produce_records(
+                drain,
+                (
+                    _as_record(
+                        r, [("drainer-retry-of", json.dumps({"dead_letter": r.id}).encode())]
+                    )
+                    for r in rows
+                    if r.level == level
+                ),
+                level=level,
+            )
+    return len(rows)
 
 
 def publish_dead_letters(drain: DrainConfig) -> int:
     """Publish dead letters not yet on the drain's `dlq_topic`; returns how many went out.
 
     After the commit, like the Kafka mirror: at least once (a crash between the send and the
-    mark sends them again), and a failed publish is retried by the next run.
+    mark sends them again). A failed publish raises KafkaUnavailable; the run reports it as a
+    warning and the next run publishes them.
     """
     if not drain.dlq_topic:
         return 0
@@ -84,16 +86,7 @@ def publish_dead_letters(drain: DrainConfig) -> int:
         )
         for r in rows
     ]
-    try:
-        produce_records(drain, records, topic=drain.dlq_topic)
-    except KafkaUnavailable as err:
-        log.warning(
-            "publishing %d dead letters to %s failed (%s); the next run retries",
-            len(rows),
-            drain.dlq_topic,
-            err,
-        )
-        return 0
+    produce_records(drain, records, topic=drain.dlq_topic)
     with engine.begin() as conn:
         dead_letters.mark_published(conn, [r.id for r in rows])
     return len(rows)

@@ -1,13 +1,22 @@
 """Kafka I/O for planning and mirroring: watermarks, offsets-for-times, group offsets, topics.
 
-Plain confluent-kafka configuration dicts throughout, so any client setting from the drain's
-`kafka:` block (security, SASL, TLS) passes through unchanged. Consumers read with
-`isolation.level=read_committed` and plans end at the last stable offset, so aborted records
-and transaction markers are never read nor counted as backlog.
+Plain confluent-kafka configuration dicts. Consumers read with `isolation.level=read_committed`
+and plans end at the last stable offset, so aborted records and transaction markers are
+never read nor counted as backlog.
+
+Client settings come from the drain's `kafka:` and `kafka_librdkafka:` blocks, translated by
+`drainer.kafka_security`. librdkafka's own log goes through Python logging (`drainer.librdkafka`)
+at WARNING and above, each line once a minute at most, with secrets redacted; connection
+failures it retries are DEBUG, because an operation that gives up says so itself, in one
+message: the first contact with the cluster waits at most FIRST_CONTACT_S and names the cause
+librdkafka reported (refused, authentication, TLS).
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -26,23 +35,94 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from drainer.config import DrainConfig
-from drainer.errors import KafkaUnavailable
+from drainer.errors import ConfigError, KafkaUnavailable
+from drainer.kafka_security import librdkafka_settings, redact
 from drainer.settings import load_settings
 
 TIMEOUT_S = 15.0
+FIRST_CONTACT_S = 3.0  # a cluster that answers at all returns metadata in milliseconds
+FIRST_CONTACT_SLICE_S = 0.5
+ALL_DOWN_GRACE_S = 1.0  # every broker refused for this long: not a restart in progress
+DEDUP_WINDOW_S = 60.0
+
+_log = logging.getLogger("drainer.librdkafka")
+# syslog levels librdkafka uses -> Python's
+_LEVELS = {0: 50, 1: 50, 2: 50, 3: 40, 4: 30, 5: 20, 6: 20, 7: 10}
+# librdkafka retries these by itself; the operation that gives up reports them
+_RETRIED = re.compile(r"Connect to .* failed|Connection refused|brokers are down|Disconnected")
+_NUMBERS = re.compile(r"\d+")
+
+
+class _LibrdkafkaLog:
+    """librdkafka's log lines (`logger` setting) as Python logging, redacted and deduplicated.
+
+    Also the clients' `error_cb`: the errors librdkafka reports are kept, so that a timeout
+    can say why (authentication failed, TLS handshake, connection refused) in one line.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.errors: list[Any] = []
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        text = redact(fmt % args if args else fmt)
+        if level >= logging.ERROR and _RETRIED.search(text):
+            level = logging.DEBUG
+        if level < logging.WARNING and not _log.isEnabledFor(level):
+            return
+        shape = _NUMBERS.sub("#", text)  # "(after 0ms …)" and counters differ between repeats
+        now = time.monotonic()
+        with self._lock:
+            if now - self._seen.get(shape, -DEDUP_WINDOW_S) < DEDUP_WINDOW_S:
+                return
+            self._seen[shape] = now
+        _log.log(level, "%s", text)
+
+    def error(self, err: Any) -> None:
+        with self._lock:
+            self.errors = [*self.errors[-20:], err]
+
+    def hopeless(self, waited: float) -> bool:
+        """Waiting longer cannot help: the login was refused, or no broker took a connection."""
+        with self._lock:
+            codes = {err.code() for err in self.errors}
+        if codes & {KafkaError._AUTHENTICATION, KafkaError._SSL}:
+            return True
+        return KafkaError._ALL_BROKERS_DOWN in codes and waited >= ALL_DOWN_GRACE_S
+
+    def cause(self) -> str | None:
+        """The most telling error librdkafka reported: authentication and TLS before transport."""
+        with self._lock:
+            errors = list(self.errors)
+        for err in reversed(errors):
+            if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+                return redact(err.str())
+        for err in reversed(errors):
+            if err.code() != KafkaError._ALL_BROKERS_DOWN:
+                return redact(err.str())
+        return None
+
+
+_librdkafka_log = _LibrdkafkaLog()
 
 
 def client_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str, Any]:
-    """Base client settings: the bootstrap address plus the drain's pass-through settings."""
-    config: dict[str, Any] = {"bootstrap.servers": load_settings().bootstrap_servers}
+    """Client settings: the bootstrap address, the drain's translated settings, `extra`."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": load_settings().bootstrap_servers,
+        "logger": _librdkafka_log,
+        "log_level": 4,  # warning; `kafka_librdkafka: {log_level: 7, debug: ...}` for more
+        "error_cb": _librdkafka_log.error,
+    }
     if drain is not None:
-        config.update(drain.kafka)
+        config.update(librdkafka_settings(drain))
     config.update(extra)
     return config
 
 
 def _consumer(drain: DrainConfig | None, **extra: Any) -> Consumer:
-    return Consumer(consumer_config(drain, **extra))
+    return make_client(Consumer, consumer_config(drain, **extra))
 
 
 def read_committed(drain: DrainConfig | None) -> bool:
@@ -57,28 +137,61 @@ def read_committed(drain: DrainConfig | None) -> bool:
 
 def consumer_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str, Any]:
     """A librdkafka consumer's settings: `read_committed` unless the drain's `kafka:` says otherwise."""
-    return {"isolation.level": "read_committed", **client_config(drain, **extra)}
+    level = "read_committed" if read_committed(drain) else "read_uncommitted"
+    return {**client_config(drain, **extra), "isolation.level": level}
 
 
 def admin(drain: DrainConfig | None = None) -> AdminClient:
-    return AdminClient(client_config(drain))
+    return make_client(AdminClient, client_config(drain))
 
 
-def _unreachable(err: Exception) -> KafkaUnavailable:
+def make_client(kind: Any, config: dict[str, Any]) -> Any:
+    """A librdkafka client; settings it refuses are a ConfigError naming them, not a traceback."""
+    try:
+        return kind(config)
+    except KafkaException as err:
+        raise ConfigError(
+            f"librdkafka refused the Kafka settings: {redact(err.args[0].str())}. Check the "
+            "drain's `kafka:` and `kafka_librdkafka:` blocks (Java-only settings go in "
+            "`kafka_java:`)"
+        ) from None
+
+
+def _unreachable(err: Exception | str) -> KafkaUnavailable:
     address = load_settings().bootstrap_servers
+    cause = _librdkafka_log.cause()
+    detail = cause or (err.args[0].str() if isinstance(err, KafkaException) else str(err))
     return KafkaUnavailable(
-        f"Kafka at {address} did not answer ({err}). Start it with `drainer services up` "
-        "or point KAFKA_BOOTSTRAP_SERVERS at your brokers."
+        redact(
+            f"Kafka at {address} did not answer ({detail}). Start it with `drainer services up`, "
+            "point KAFKA_BOOTSTRAP_SERVERS at your brokers, or check the drain's `kafka:` "
+            "security settings."
+        )
     )
+
+
+def cluster_metadata(client: AdminClient) -> Any:
+    """The first call to a cluster: metadata within FIRST_CONTACT_S, or one clear error.
+
+    Asked in short slices, so that a refused connection (every broker down for a second) or a
+    refused login ends the wait early instead of running out the clock.
+    """
+    _librdkafka_log.errors = []
+    started = time.monotonic()
+    while True:
+        try:
+            return client.list_topics(timeout=FIRST_CONTACT_SLICE_S)
+        except KafkaException as err:
+            client.poll(0)  # serve the error callbacks that say why
+            waited = time.monotonic() - started
+            if waited >= FIRST_CONTACT_S or _librdkafka_log.hopeless(waited):
+                raise _unreachable(err) from None
 
 
 def partitions_of(drain: DrainConfig, levels: Iterable[int]) -> dict[int, list[int]]:
     """Partition numbers of each level topic; a missing topic is a clear error."""
     client = admin(drain)
-    try:
-        metadata = client.list_topics(timeout=TIMEOUT_S)
-    except KafkaException as err:
-        raise _unreachable(err) from None
+    metadata = cluster_metadata(client)
     found: dict[int, list[int]] = {}
     for level in levels:
         topic = metadata.topics.get(drain.level_topic(level))
@@ -273,10 +386,7 @@ def group_offsets(drain: DrainConfig, group: str, keys: list[tuple[str, int]]) -
 def create_topics(drain: DrainConfig, extra: Iterable[str] = ()) -> list[str]:
     """Create the drain's level topics (and e.g. its DLQ topic); existing ones are left alone."""
     client = admin(drain)
-    try:
-        existing = set(client.list_topics(timeout=TIMEOUT_S).topics)
-    except KafkaException as err:
-        raise _unreachable(err) from None
+    existing = set(cluster_metadata(client).topics)
     wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + list(extra)
     new = [
         NewTopic(name, num_partitions=drain.partitions, replication_factor=drain.replication_factor)

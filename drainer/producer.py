@@ -14,7 +14,8 @@ from confluent_kafka import KafkaException, Producer
 
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError, KafkaUnavailable
-from drainer.kafka_io import client_config
+from drainer.kafka_io import client_config, make_client
+from drainer.kafka_security import redact
 
 PRODUCER_DEFAULTS = {
     "acks": "all",
@@ -85,7 +86,7 @@ def produce_records(
     """Send records at a priority level (or to `topic`); returns how many were acknowledged."""
     if topic is None:
         topic = drain.level_topic(drain.check_level(level))
-    producer = Producer(client_config(drain, **PRODUCER_DEFAULTS))
+    producer = make_client(Producer, client_config(drain, **PRODUCER_DEFAULTS))
     errors: list[str] = []
     acked = 0
 
@@ -122,12 +123,14 @@ def produce_records(
                     on_progress(sent)
         remaining = producer.flush(60)
     except KafkaException as err:
-        raise KafkaUnavailable(f"producing to {topic}: {err}") from None
+        raise KafkaUnavailable(redact(f"producing to {topic}: {err}")) from None
     if remaining or errors:
         detail = errors[0] if errors else f"{remaining} records still queued after 60 s"
         raise KafkaUnavailable(
-            f"{sent - acked} of {sent} records to {topic} were not acknowledged: {detail}. "
-            "Check the broker (`drainer services status`) and send them again."
+            redact(
+                f"{sent - acked} of {sent} records to {topic} were not acknowledged: {detail}. "
+                "Check the broker (`drainer services status`) and send them again."
+            )
         )
     if on_progress:
         on_progress(sent)

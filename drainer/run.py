@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 
@@ -25,6 +25,7 @@ from drainer.commit import commit_run
 from drainer.config import DrainConfig, get_drain
 from drainer.dlq import publish_dead_letters
 from drainer.errors import DrainBusy, FencedOut, PlanKeepsFailing, ServiceUnavailable
+from drainer.kafka_security import redact
 from drainer.mirror import MirrorReport, mirror_offsets
 from drainer.planning import PartitionState, partition_states, plan_next_run, resolve_levels
 from drainer.retention import measure_ranges
@@ -35,6 +36,7 @@ from drainer.store.runs import StoredRange, StoredRun
 from drainer.topic_identity import record_new_topics, verify_topics
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,9 @@ class RunResult:
     finished: RunResult | None = None
     # True when an earlier launch with the same launch key drained this run; nothing new drained
     shared: bool = False
+    # what failed after the commit (mirror, dead-letter publish, backlog lookup): the run's
+    # results are committed all the same, and the next run retries these steps
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def drained(self) -> int:
@@ -302,13 +307,32 @@ def _execute(
         phases["commit"],
     )
     faults.crash_point("after_commit")
+    # the run is committed: what fails from here on is a warning, retried by the next run
+    warnings: list[str] = []
     t0 = time.monotonic()
     # every covered level's group gets a commit, moved or not: lag monitors see a live consumer
-    mirror = mirror_offsets(engine, drain, levels=stored.levels)
-    publish_dead_letters(drain)
+    mirror = _after_commit(
+        warnings,
+        "mirroring offsets to Kafka",
+        lambda: mirror_offsets(engine, drain, levels=stored.levels),
+    )
+    if mirror is None:
+        mirror = MirrorReport(error=warnings[-1])
+    elif mirror.error:
+        warnings.append(f"mirroring offsets to Kafka failed ({mirror.error}); the next run retries")
+    _after_commit(
+        warnings,
+        f"publishing dead letters to {drain.dlq_topic}",
+        lambda: publish_dead_letters(drain),
+    )
     phases["mirror"] = time.monotonic() - t0
-    after = partition_states(engine, drain, stored.levels)
-    report = _report(engine, stored, after)
+    report = _after_commit(
+        warnings,
+        "looking up the backlog after the run",
+        lambda: _report(engine, stored, partition_states(engine, drain, stored.levels)),
+    )
+    if report is None:
+        report = load_level_reports(stored.id, engine)
     with engine.begin() as conn:
         launches.store_phases(conn, stored.id, phases)
     return RunResult(
@@ -321,6 +345,7 @@ def _execute(
         published_rows=result.published_rows,
         mirror=mirror,
         phases={k: round(v, 3) for k, v in phases.items()},
+        warnings=warnings,
     )
 
 
@@ -359,6 +384,19 @@ def _one_line(err: BaseException) -> str:
     """The error's text on one line, shortened (a Spark error can run to hundreds of lines)."""
     text = " ".join(str(err).split())
     return text if len(text) <= 300 else text[:300] + "…"
+
+
+def _after_commit(warnings: list[str], step: str, call: Callable[[], T]) -> T | None:
+    """Run a step after the commit: a failure is a warning on the committed run, not an error."""
+    try:
+        return call()
+    except Exception as err:
+        log.debug("%s failed after the commit", step, exc_info=True)
+        warnings.append(
+            f"{step} failed ({redact(str(err))}); the run is committed, the next run retries"
+        )
+        log.warning("%s", warnings[-1])
+        return None
 
 
 def _report(engine: Engine, run: StoredRun, after: list[PartitionState]) -> list[LevelReport]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_KAFKA_PORT = 9092
 DEFAULT_DATABASE_URL = "postgresql+psycopg://drainer@127.0.0.1:55432/drainer"
 DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_CONNECT_PORT = 15002
@@ -83,7 +84,9 @@ def load_settings() -> Settings:
     config = os.environ.get("DRAINER_CONFIG")
     master = os.environ.get("SPARK_MASTER")
     return Settings(
-        bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_BOOTSTRAP),
+        # the local broker listens on DRAINER_KAFKA_PORT (PLAINTEXT) and the three ports after it
+        bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        or f"127.0.0.1:{int(os.environ.get('DRAINER_KAFKA_PORT') or DEFAULT_KAFKA_PORT)}",
         database_url=_sqlalchemy_url(url or DEFAULT_DATABASE_URL),
         database_url_from_env=bool(url),
         spark_master=master or DEFAULT_SPARK_MASTER,
@@ -98,6 +101,27 @@ def load_settings() -> Settings:
         python_path=os.environ.get("PYTHONPATH", ""),
         fault=os.environ.get("DRAINER_FAULT") or None,
     )
+
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env_references(value: str) -> tuple[str, list[str]]:
+    """`value` with each `${NAME}` replaced by the environment variable; and the names unset.
+
+    For settings in the drains file that must not be written there (passwords): the file says
+    `${KAFKA_PASSWORD}`, the environment of each process that connects holds the secret.
+    """
+    missing: list[str] = []
+
+    def substitute(match: re.Match[str]) -> str:
+        found = os.environ.get(match.group(1))
+        if found is None:
+            missing.append(match.group(1))
+            return ""
+        return found
+
+    return _ENV_REFERENCE.sub(substitute, value), missing
 
 
 def _default_config() -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 
@@ -10,7 +11,14 @@ from pyspark.sql.types import DataType, StructType
 
 from drainer import faults
 from drainer.config import DrainConfig
-from drainer.errors import ConfigError
+from drainer.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    DrainerError,
+    KafkaUnavailable,
+    ServiceUnavailable,
+)
+from drainer.kafka_security import redact
 from drainer.run import RunContext, RunResult, drain_once
 from drainer.settings import Settings
 from drainer.store import dead_letters, sinks
@@ -26,7 +34,57 @@ def execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     """Process one stored plan: read its ranges, run the processing mode, stage the results.
 
     Returns how many records were read per (topic, partition), for the commit's counts.
+
+    A service lost while the Spark job runs (Postgres gone under the tasks' writes, Kafka down
+    past the client's timeout) comes back as a Py4J error hundreds of lines long; it leaves
+    here as DatabaseUnavailable or KafkaUnavailable naming the root cause in one line, with the
+    full trace in the log at DEBUG.
     """
+    try:
+        return _execute(ctx)
+    except DrainerError:
+        raise
+    except Exception as err:
+        lost = service_lost(err)
+        if lost is None:
+            raise
+        log.debug("run %d lost a service; the Spark error was:", ctx.run.id, exc_info=True)
+        raise lost from None
+
+
+# root causes in a Spark/Py4J error's text: the first line that names one wins
+_POSTGRES_CAUSE = re.compile(r"(psycopg\.(?:errors\.)?\w*OperationalError: [^\n]*)")
+_KAFKA_CAUSE = re.compile(
+    r"(org\.apache\.kafka\.common\.errors\.(?:TimeoutException|SaslAuthenticationException|"
+    r"SslAuthenticationException|AuthenticationException)[^\n]*)"
+)
+
+
+def service_lost(err: BaseException) -> ServiceUnavailable | None:
+    """The service a Spark job error says was lost, as a one-line drainer error; else None."""
+    text = str(err)
+    found = _POSTGRES_CAUSE.search(text)
+    if found:
+        return DatabaseUnavailable(
+            redact(
+                f"Postgres was lost while Spark tasks wrote the run's results "
+                f"({found.group(1).strip()}). Nothing was committed: start Postgres again and "
+                "rerun; the run resumes with the same ranges."
+            )
+        )
+    found = _KAFKA_CAUSE.search(text)
+    if found:
+        return KafkaUnavailable(
+            redact(
+                f"Kafka stopped answering while Spark read the run's ranges "
+                f"({found.group(1).strip()}). Nothing was committed: check the brokers "
+                "(KAFKA_BOOTSTRAP_SERVERS) and rerun; the run resumes with the same ranges."
+            )
+        )
+    return None
+
+
+def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     t0 = time.monotonic()
     spark = get_spark(ctx.settings)  # a cold session starts a JVM: timed as its own phase
     ctx.phases["spark_start"] = time.monotonic() - t0

@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from drainer.config import DrainConfig
+from drainer.kafka_security import java_settings
 from drainer.offset_map import decode_offset_map
 from drainer.store.runs import StoredRange
 
@@ -50,13 +51,14 @@ def read_ranges(
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
-        .option("kafka.isolation.level", "read_committed")  # the drain's kafka: may override
         # the read starts past what retention deleted before it (drainer.retention); records
         # deleted while it reads must fail the attempt, not vanish: the next one measures again
         .option("failOnDataLoss", "true")
     )
-    for key, value in drain.kafka.items():
-        reader = reader.option(f"kafka.{key}", str(value))
+    # the common `kafka:` block translated for the Java client, plus its `kafka_java:` extras;
+    # the session redacts secret option values from plan text (spark_jobs.session)
+    for key, value in java_settings(drain).items():
+        reader = reader.option(f"kafka.{key}", value)
     df = reader.load().withColumn(
         "level", F.element_at(F.split(F.col("topic"), "-"), -1).cast("int")
     )

@@ -10,7 +10,6 @@ not by its range.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from drainer.callables import load_callable
+from drainer.headers import encode_headers
 from drainer.record_processing import CHUNK_RECORDS, Outcome, process_in_chunks
 from drainer.records import Record
 from drainer.run import RunContext
@@ -246,12 +246,7 @@ def _stage_failures(conn, run_id, topic, partition, not_done: list[Outcome]) -> 
             o.held_back,
             o.record.key,
             o.record.value,
-            json.dumps(
-                {
-                    k: None if v is None else v.decode("utf-8", "replace")
-                    for k, v in o.record.headers
-                }
-            ),
+            encode_headers(o.record.headers),
             _plain(o.record.timestamp),
             o.error,
         )

@@ -20,6 +20,7 @@ import threading
 
 from pyspark.sql import SparkSession
 
+from drainer.kafka_security import SPARK_REDACTION_REGEX
 from drainer.services import spark_kafka_jars
 from drainer.services.connect import endpoint_port
 from drainer.services.net import port_open
@@ -102,11 +103,15 @@ def _in_process(settings: Settings) -> SparkSession:
         .config("spark.python.worker.reuse", "true")
         # progress bars interleave with the CLI's and Dagster's output; the UI has the detail
         .config("spark.ui.showConsoleProgress", "false")
+        # SASL's generated JAAS line and inline PEM keys are secrets too (plan text, UI, logs)
+        .config("spark.redaction.regex", SPARK_REDACTION_REGEX)
+        .config("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     )
     if _loopback(settings.spark_master) and not settings.spark_master.startswith("local"):
         # a cluster on this machine: its executors call this driver back on loopback
         builder = builder.config("spark.driver.host", "127.0.0.1")
     spark = builder.getOrCreate()
+    spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     spark.sparkContext.setLogLevel(settings.spark_log_level)
     return spark
 

@@ -2,7 +2,8 @@
 
 A `DrainerError` is the user's to fix: one line on stderr, exit with its `exit_code` (2, or 3
 when another run holds the drain), nothing changed. Anything else is a bug and keeps its
-traceback.
+traceback. Every message and log line passes `drainer.kafka_security.redact` on its way out, so
+a secret expanded from the drains file never reaches the terminal.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from drainer.cli import dlq, produce, runs, services, status
 from drainer.cli.output import err_console
 from drainer.errors import DrainerError
+from drainer.kafka_security import redact
 
 GROUPS = (services, produce, runs, status, dlq)
 
@@ -43,25 +45,52 @@ def main(argv: list[str] | None = None, executor: ExecutorFactory | None = None)
     try:
         return args.func(args)
     except DrainerError as err:
+        logging.getLogger("drainer").debug("%s", type(err).__name__, exc_info=True)
         colour = "yellow" if err.exit_code == 3 else "red"
-        err_console.print(f"[{colour}]drainer:[/] {err}", highlight=False)
+        message = _escape(redact(str(err)))
+        err_console.print(f"[{colour}]drainer:[/] {message}", highlight=False)
         return err.exit_code
     except OperationalError as err:
+        logging.getLogger("drainer").debug("Postgres", exc_info=True)
         err_console.print(
-            f"[red]drainer:[/] Postgres stopped answering ({err.orig}). Nothing was committed: "
-            "an interrupted run is resumed with the same ranges by the next `drainer run`.",
+            "[red]drainer:[/] "
+            + _escape(
+                redact(
+                    f"Postgres stopped answering ({err.orig}). Nothing was committed: an "
+                    "interrupted run is resumed with the same ranges by the next `drainer run`."
+                )
+            ),
             highlight=False,
         )
         return 2
 
 
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+class _Redact(logging.Filter):
+    """Blank out secrets from every log record before any handler formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = redact(record.getMessage()), None
+        if record.exc_info and record.exc_info[1] is not None:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+            record.exc_info = None
+        return True
+
+
 def _configure_logging(verbose: bool) -> None:
     from rich.logging import RichHandler
 
+    handler = RichHandler(console=err_console, show_path=False)
+    handler.addFilter(_Redact())
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False)],
+        handlers=[handler],
     )
     for noisy in ("py4j", "sqlalchemy", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from drainer.cli.args import add_command, levels
-from drainer.cli.output import console, print_table
+from drainer.cli.output import console, err_console, print_table
 from drainer.config import DrainConfig, get_drain
 from drainer.errors import ConfigError
 
@@ -183,6 +183,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result.finished is not None:  # an open plan for other levels was finished first
         print_run_table(result.finished, note="open plan of other levels, finished first")
     print_run_table(result)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     return 0
 
 

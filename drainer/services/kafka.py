@@ -16,7 +16,8 @@ from confluent_kafka.admin import AdminClient
 from drainer.errors import ServiceError
 from drainer.services import process
 from drainer.services.jars import kafka_broker_jars, kafka_broker_jars_cached
-from drainer.services.kafka_config import KafkaPaths, cluster_id, write_configs
+from drainer.services.kafka_config import KafkaPaths, cluster_id, listener_ports, write_configs
+from drainer.services.kafka_tls import ensure_credentials, upsert_scram_user
 from drainer.services.net import host_port, port_open
 from drainer.services.status import ServiceStatus
 from drainer.services.tools import require
@@ -40,6 +41,7 @@ def up(settings: Settings, echo: Echo = print) -> ServiceStatus:
     pid = _our_pid(paths)
     if pid is not None:
         _wait_ready(address, paths, pid, proc=None)
+        upsert_scram_user(address, ensure_credentials(paths.tls, host))
         return ServiceStatus(NAME, True, address, pid, "already running")
     paths.pid_file.unlink(missing_ok=True)
     if port_open(host, port):
@@ -50,22 +52,26 @@ def up(settings: Settings, echo: Echo = print) -> ServiceStatus:
             f"port {port} is in use by another process; stop it or set "
             "KAFKA_BOOTSTRAP_SERVERS to a broker"
         )
-    if port_open(host, port + 1):
-        raise ServiceError(
-            f"port {port + 1} (the local broker's controller port) is in use by another "
-            "process; stop it or set KAFKA_BOOTSTRAP_SERVERS to a broker"
-        )
+    for other in listener_ports(port)[1:]:
+        if port_open(host, other):
+            raise ServiceError(
+                f"port {other} (one of the local broker's ports {listener_ports(port)}: "
+                "controller, SASL, SSL) is in use by another process; stop it, choose another "
+                "DRAINER_KAFKA_PORT, or set KAFKA_BOOTSTRAP_SERVERS to a broker"
+            )
     java = require("java")
     if not kafka_broker_jars_cached(settings.home):
         echo(f"{NAME:<9} resolving broker jars with Maven (first time only)")
     jars = kafka_broker_jars(settings.home)
     classpath = ":".join(str(jar) for jar in jars)
-    write_configs(paths, host, port)
+    creds = ensure_credentials(paths.tls, host)
+    write_configs(paths, host, port, creds)
     if not paths.formatted:
         _format(java, classpath, paths)
-    echo(f"{NAME:<9} starting at {address}")
+    echo(f"{NAME:<9} starting at {address} (SASL_PLAINTEXT :{port + 2}, SSL :{port + 3})")
     proc = _start(java, classpath, paths)
     _wait_ready(address, paths, proc.pid, proc)
+    upsert_scram_user(address, creds)
     return ServiceStatus(NAME, True, address, proc.pid, "started")
 
 

@@ -1,7 +1,12 @@
 """The files of the local broker: where they live and what they say.
 
 Rewritten on every start from the settings, so a changed port or a hand-edited file never drifts
-from what `services up` believes; only the data directory and the cluster id are kept.
+from what `services up` believes (and a broker formatted before a listener was added gets it on its
+next start); only the data directory, the cluster id and the TLS/SCRAM credentials are kept.
+
+Four listeners on loopback, from the PLAINTEXT port `p` (`DRAINER_KAFKA_PORT`, 9092):
+`p` PLAINTEXT, `p+1` the KRaft controller, `p+2` SASL_PLAINTEXT with SCRAM-SHA-512, `p+3` SSL
+with client certificates required (mutual TLS), so secured clusters can be tried locally.
 """
 
 from __future__ import annotations
@@ -11,6 +16,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
+
+from drainer.services.kafka_tls import LocalCredentials
+
+CONTROLLER_OFFSET, SASL_OFFSET, SSL_OFFSET = 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,10 @@ class KafkaPaths:
         return self.root / "kafka.pid"
 
     @property
+    def tls(self) -> Path:
+        return self.root / "tls"
+
+    @property
     def cluster_id_file(self) -> Path:
         return self.root / "cluster.id"
 
@@ -71,20 +84,40 @@ def cluster_id(paths: KafkaPaths) -> str:
     return new
 
 
-def write_configs(paths: KafkaPaths, host: str, port: int) -> None:
+def listener_ports(port: int) -> list[int]:
+    """Every port the local broker listens on, PLAINTEXT first."""
+    return [port, port + CONTROLLER_OFFSET, port + SASL_OFFSET, port + SSL_OFFSET]
+
+
+def write_configs(paths: KafkaPaths, host: str, port: int, creds: LocalCredentials) -> None:
     """server.properties for a one-node KRaft broker+controller on loopback, and its log4j2."""
     paths.data.mkdir(parents=True, exist_ok=True)
-    controller = port + 1
+    controller, sasl, ssl = port + CONTROLLER_OFFSET, port + SASL_OFFSET, port + SSL_OFFSET
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
         # a static voter set: no quorum state to re-bootstrap if the port ever changes
         "controller.quorum.voters": f"1@{host}:{controller}",
-        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller},"
+        f"SASL_PLAINTEXT://{host}:{sasl},SSL://{host}:{ssl}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port},SASL_PLAINTEXT://{host}:{sasl},"
+        f"SSL://{host}:{ssl}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+        "SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL",
+        # SASL_PLAINTEXT: SCRAM users live in the cluster metadata (`services up` adds one)
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+        # SSL: PEM key and certificates made by kafka_tls, client certificates required
+        "listener.name.ssl.ssl.keystore.type": "PEM",
+        "listener.name.ssl.ssl.keystore.location": str(creds.server_keystore),
+        "listener.name.ssl.ssl.truststore.type": "PEM",
+        "listener.name.ssl.ssl.truststore.location": str(creds.ca),
+        "listener.name.ssl.ssl.client.auth": "required",
         "log.dirs": str(paths.data),
         "num.partitions": "4",
         "default.replication.factor": "1",

@@ -131,21 +131,24 @@ def pending_dead_letters(conn: Connection, drain: str) -> int:
     )
 
 
-def retryable(conn: Connection, drain: str, ids: list[int] | None) -> list[Any]:
-    """Dead letters not retried yet (only `ids`, when given), oldest first."""
-    return conn.execute(
+def claim_for_retry(conn: Connection, drain: str, ids: list[int] | None) -> list[Any]:
+    """Mark dead letters not retried yet (only `ids`, when given) retried, and return them.
+
+    The claim and the mark are one statement: rows another transaction is claiming are
+    skipped, not waited for, so two concurrent retries never both get a dead letter. The
+    caller produces the records before it commits; a failed produce rolls the mark back.
+    """
+    rows = conn.execute(
         text(
-            "SELECT id, level, key, value, headers FROM dead_letters WHERE drain = :d "
-            "AND retried_at IS NULL AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(:ids)) ORDER BY id"
+            "UPDATE dead_letters SET retried_at = now() WHERE id IN ("
+            " SELECT id FROM dead_letters WHERE drain = :d AND retried_at IS NULL"
+            " AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(:ids))"
+            " ORDER BY id FOR UPDATE SKIP LOCKED) "
+            "RETURNING id, level, key, value, headers"
         ),
         {"d": drain, "ids": ids},
     ).all()
-
-
-def mark_retried(conn: Connection, ids: list[int]) -> None:
-    conn.execute(
-        text("UPDATE dead_letters SET retried_at = now() WHERE id = ANY(:ids)"), {"ids": ids}
-    )
+    return sorted(rows, key=lambda row: row.id)
 
 
 def unpublished(conn: Connection, drain: str) -> list[Any]:

@@ -4,6 +4,11 @@ Spark tasks write a run's rows to `<table>_staging` tagged with the run id and a
 (`write_staged`, plain psycopg inside the task); the commit transaction moves them into
 `<table>`. A retried task first deletes its own rows, a resumed run clears its staging, so
 every result lands in the target exactly once.
+
+Names that reach SQL (the sink table, the output's columns) are quoted with psycopg's
+`sql.Identifier`, never pasted in: a column called `a"b` is a column, not an injection. Two
+attempts of one task (speculation, an executor wrongly thought lost) serialize on a
+per-(run, task) transaction lock, so the staging table holds one attempt's rows.
 """
 
 from __future__ import annotations
@@ -11,16 +16,38 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from psycopg import sql
 from sqlalchemy import Connection, Engine, text
 
 from drainer.errors import ConfigError
 
 RUN_COLUMN = "_drainer_run_id"
 TASK_COLUMN = "_drainer_task"
+STAGING_SUFFIX = "_staging"
+INDEX_SUFFIX = "_run"  # the staging table's index: `<table>_staging_run`
+MAX_IDENTIFIER_BYTES = 63  # Postgres truncates longer names (NAMEDATALEN - 1)
+MAX_TABLE_BYTES = MAX_IDENTIFIER_BYTES - len(STAGING_SUFFIX + INDEX_SUFFIX)
 
 
 def staging_name(table: str) -> str:
-    return f"{table}_staging"
+    return f"{table}{STAGING_SUFFIX}"
+
+
+def check_table_name(table: str) -> str:
+    """A sink table whose staging twin or index Postgres would truncate is a config error."""
+    size = len(table.encode())
+    if size > MAX_TABLE_BYTES:
+        raise ValueError(
+            f"'{table}' is {size} bytes; with its staging suffix "
+            f"'{STAGING_SUFFIX}{INDEX_SUFFIX}' it exceeds Postgres's {MAX_IDENTIFIER_BYTES}-byte "
+            f"names: use at most {MAX_TABLE_BYTES} bytes"
+        )
+    return table
+
+
+def _q(*names: str) -> str:
+    """Names quoted as SQL identifiers, comma-separated."""
+    return sql.SQL(", ").join(sql.Identifier(n) for n in names).as_string(None)
 
 
 def ensure_sink_tables(engine: Engine, table: str, columns: list[tuple[str, str]]) -> None:
@@ -29,21 +56,25 @@ def ensure_sink_tables(engine: Engine, table: str, columns: list[tuple[str, str]
     An existing target whose columns differ from the output is a clear error, not a silent
     mismatch at commit time.
     """
-    ddl = ", ".join(f'"{name}" {pg_type}' for name, pg_type in columns)
+    # the types come from drainer's own Spark-to-Postgres table, never from user text
+    ddl = ", ".join(f"{_q(name)} {pg_type}" for name, pg_type in columns)
+    staging = staging_name(table)
     with engine.begin() as conn:
         conn.execute(
-            text(f'CREATE TABLE IF NOT EXISTS "{table}" ({ddl}, "{RUN_COLUMN}" bigint NOT NULL)')
-        )
-        conn.execute(
             text(
-                f'CREATE TABLE IF NOT EXISTS "{staging_name(table)}" ({ddl}, '
-                f'"{RUN_COLUMN}" bigint NOT NULL, "{TASK_COLUMN}" text NOT NULL)'
+                f"CREATE TABLE IF NOT EXISTS {_q(table)} ({ddl}, {_q(RUN_COLUMN)} bigint NOT NULL)"
             )
         )
         conn.execute(
             text(
-                f'CREATE INDEX IF NOT EXISTS "{staging_name(table)}_run" '
-                f'ON "{staging_name(table)}" ("{RUN_COLUMN}", "{TASK_COLUMN}")'
+                f"CREATE TABLE IF NOT EXISTS {_q(staging)} ({ddl}, "
+                f"{_q(RUN_COLUMN)} bigint NOT NULL, {_q(TASK_COLUMN)} text NOT NULL)"
+            )
+        )
+        conn.execute(
+            text(
+                f"CREATE INDEX IF NOT EXISTS {_q(staging + INDEX_SUFFIX)} "
+                f"ON {_q(staging)} ({_q(RUN_COLUMN, TASK_COLUMN)})"
             )
         )
         existing = table_columns(conn, table)
@@ -72,11 +103,11 @@ def publish_staged(conn: Connection, table: str, run_id: int) -> int:
     columns = table_columns(conn, table)
     if not columns:
         return 0
-    quoted = ", ".join(f'"{c}"' for c in columns)
+    quoted = _q(*columns, RUN_COLUMN)
     moved = conn.execute(
         text(
-            f'INSERT INTO "{table}" ({quoted}, "{RUN_COLUMN}") '
-            f'SELECT {quoted}, "{RUN_COLUMN}" FROM "{staging_name(table)}" WHERE "{RUN_COLUMN}" = :r'
+            f"INSERT INTO {_q(table)} ({quoted}) "
+            f"SELECT {quoted} FROM {_q(staging_name(table))} WHERE {_q(RUN_COLUMN)} = :r"
         ),
         {"r": run_id},
     ).rowcount
@@ -88,7 +119,8 @@ def clear_staged(conn: Connection, table: str, run_id: int) -> None:
     """Drop what any attempt of the run staged (a resumed run starts afresh)."""
     if table_columns(conn, staging_name(table)):
         conn.execute(
-            text(f'DELETE FROM "{staging_name(table)}" WHERE "{RUN_COLUMN}" = :r'), {"r": run_id}
+            text(f"DELETE FROM {_q(staging_name(table))} WHERE {_q(RUN_COLUMN)} = :r"),
+            {"r": run_id},
         )
 
 
@@ -114,7 +146,7 @@ def staged_rows(conn: Connection, table: str, run_id: int) -> int:
     if not conn.scalar(text("SELECT to_regclass(:t)"), {"t": staging_name(table)}):
         return 0
     return conn.scalar(
-        text(f'SELECT count(*) FROM "{staging_name(table)}" WHERE "{RUN_COLUMN}" = :r'),
+        text(f"SELECT count(*) FROM {_q(staging_name(table))} WHERE {_q(RUN_COLUMN)} = :r"),
         {"r": run_id},
     )
 
@@ -124,16 +156,22 @@ def write_staged(
 ) -> int:
     """In a Spark task (psycopg): replace this task's staged rows; the caller commits.
 
-    Call `drainer.store.leases.check_fence` first in the same transaction.
+    Call `drainer.store.leases.check_fence` first in the same transaction. A second attempt
+    of the same task waits here until the first one's transaction ends, then replaces its rows.
     """
     staging = staging_name(table)
     conn.execute(
-        f'DELETE FROM "{staging}" WHERE "{RUN_COLUMN}" = %s AND "{TASK_COLUMN}" = %s',
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+        (f"drainer-stage:{table}:{run_id}:{task}",),
+    )
+    conn.execute(
+        f"DELETE FROM {_q(staging)} WHERE {_q(RUN_COLUMN)} = %s AND {_q(TASK_COLUMN)} = %s",
         (run_id, task),
     )
-    quoted = ", ".join(f'"{c}"' for c in [*columns, RUN_COLUMN, TASK_COLUMN])
     count = 0
-    with conn.cursor().copy(f'COPY "{staging}" ({quoted}) FROM STDIN') as copy:
+    with conn.cursor().copy(
+        f"COPY {_q(staging)} ({_q(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN"
+    ) as copy:
         for row in rows:
             copy.write_row((*row, run_id, task))
             count += 1

@@ -69,7 +69,7 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
             {"d": drain.name},
         ).all()
     assert {(r.topic, r.partition, r.offset) for r in stored} == set(originals)
-    assert all(r.headers == {"origin": "test"} for r in stored)  # kept for the retry
+    assert all(r.headers == [["origin", "dGVzdA=="]] for r in stored)  # kept for the retry
 
     # list: every dead letter with where it came from, its key, error and attempts
     listed = _listed(drain.name)
@@ -179,3 +179,64 @@ def test_dead_letters_are_published_to_the_dlq_topic(make_drain, spark):
             {"d": drain.name},
         )
     assert unpublished == 0
+
+
+def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make_drain, spark):
+    """Repeated keys, 0x00 and non-UTF-8 bytes come back byte for byte; two retries at once
+    produce the dead letter once."""
+    import threading
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from drainer.dlq import retry_dead_letters
+    from drainer.headers import decode_headers
+    from drainer.kafka_io import client_config
+
+    drain = make_drain(
+        mode="record",
+        handler="spark_jobs.examples:poison_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        max_attempts=1,
+        partitions=1,
+    )
+    headers = [("a", b"\x00\x01"), ("a", b"\xff"), ("empty", b""), ("none", None)]
+    key, value = b"\x00k\xfe", b"poison \x00\xff\xc3"
+    produce_records(drain, [OutRecord(value=value, key=key, headers=headers)], level=1)
+    first = drain_job.run(drain.name, trigger="test")
+    assert sum(lv.dead_lettered for lv in first.levels) == 1
+    with get_engine().connect() as conn:
+        stored = conn.scalar(
+            text("SELECT headers FROM dead_letters WHERE drain = :d"), {"d": drain.name}
+        )
+    assert decode_headers(stored) == headers
+
+    start = threading.Barrier(2)
+    counts: list[int] = []
+
+    def retry() -> None:
+        start.wait()
+        counts.append(retry_dead_letters(drain))
+
+    threads = [threading.Thread(target=retry) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(counts) == [0, 1]
+
+    topic = drain.level_topic(1)
+    consumer = Consumer(
+        client_config(drain, **{"group.id": f"check-{topic}", "enable.auto.commit": False})
+    )
+    consumer.assign([TopicPartition(topic, 0, 1)])  # offset 0 is the original
+    got = []
+    for _ in range(20):
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message)
+    consumer.close()
+    assert len(got) == 1  # produced once by the two retries
+    retried = got[0]
+    assert (retried.key(), retried.value()) == (key, value)
+    assert retried.headers()[: len(headers)] == headers
+    assert [k for k, _ in retried.headers()[len(headers) :]] == ["drainer-retry-of"]

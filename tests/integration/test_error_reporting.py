@@ -1,0 +1,93 @@
+"""Errors without noise, and failures after the commit as warnings, on the real stack."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from sqlalchemy import text
+
+from drainer.producer import OutRecord, produce_records
+from drainer.store import get_engine
+from drainer.testing import drain_body
+from spark_jobs.examples import RECORD_ECHO_SCHEMA
+
+DRAINER = [sys.executable, "-m", "spark_jobs.cli"]
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*DRAINER, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "250", **env},
+    )
+
+
+def _drains_file(tmp_path: Path, name: str, **overrides) -> Path:
+    path = tmp_path / "drains.yaml"
+    path.write_text(yaml.safe_dump({"drains": {name: drain_body(name, **overrides)}}))
+    return path
+
+
+def test_an_unreachable_broker_is_one_line(tmp_path):
+    """How fast it answers is measured by benchmarks/unreachable_broker.py, not asserted."""
+    config = _drains_file(tmp_path, "unreachable")
+    done = _cli(
+        "plan",
+        "unreachable",
+        KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:1",
+        DRAINER_CONFIG=str(config),
+        COLUMNS="1000",  # one message, unwrapped
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "Kafka at 127.0.0.1:1 did not answer" in lines[0] and "Connection refused" in lines[0]
+
+
+def test_a_java_only_key_for_librdkafka_is_a_config_error(tmp_path):
+    config = _drains_file(tmp_path, "javakey", kafka_librdkafka={"sasl.jaas.config": "x"})
+    done = _cli("plan", "javakey", DRAINER_CONFIG=str(config))
+    assert done.returncode == 2
+    assert "kafka_librdkafka.sasl.jaas.config" in done.stderr
+    assert "belongs in `kafka_java:`" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_failed_dead_letter_publish_is_a_warning_on_a_committed_run(make_drain, spark):
+    drain = make_drain(
+        mode="record",
+        handler="spark_jobs.examples:poison_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        max_attempts=1,
+        ordering="unordered",  # the good record is not held back behind the poison one
+        partitions=1,
+        # a DLQ topic that does not exist (the broker does not auto-create): the publish
+        # fails once librdkafka gives up on the message, 3 s here
+        dlq_topic=f"missing_{os.urandom(4).hex()}",
+        kafka_librdkafka={"message.timeout.ms": 3000},
+    )
+    from drainer.kafka_io import admin
+
+    client = admin(drain)  # make_drain created the DLQ topic too: remove it again
+    client.delete_topics([drain.dlq_topic], operation_timeout=10)[drain.dlq_topic].result(15)
+    produce_records(drain, [OutRecord(value=b"poison", key=b"k"), OutRecord(value=b"fine")], 1)
+    done = _cli("run", drain.name, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["drained"] == 2
+    assert len(result["warnings"]) == 1
+    assert result["warnings"][0].startswith(f"publishing dead letters to {drain.dlq_topic} failed")
+    with get_engine().connect() as conn:
+        status = conn.scalar(text("SELECT status FROM runs WHERE id = :r"), {"r": result["run_id"]})
+        unpublished = conn.scalar(
+            text("SELECT count(*) FROM dead_letters WHERE drain = :d AND dlq_published_at IS NULL"),
+            {"d": drain.name},
+        )
+    assert status == "committed" and unpublished == 1  # the next run publishes it
