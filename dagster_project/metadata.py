@@ -59,6 +59,13 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
     if result.finished is not None:
         metadata["finished_run_id"] = dg.MetadataValue.int(result.finished.run_id)
         metadata["finished_run_drained"] = dg.MetadataValue.int(result.finished.drained)
+    # steps after the commit that failed (mirror, dead-letter publish, backlog lookup): the run
+    # succeeded, and the next run retries them
+    metadata["run_warnings"] = dg.MetadataValue.int(len(result.warnings))
+    if result.warnings:
+        metadata["run_warning_text"] = dg.MetadataValue.md(
+            "\n".join(f"- {w}" for w in result.warnings)
+        )
     return metadata
 
 
