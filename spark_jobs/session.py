@@ -73,6 +73,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
     spark = SparkSession.builder.remote(endpoint).getOrCreate()
     spark.conf.set("spark.sql.shuffle.partitions", settings.shuffle_partitions)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     return spark
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from drainer.errors import ServiceError
+from drainer.kafka_security import SPARK_REDACTION_REGEX
 from drainer.services import process
 from drainer.services.jars import pyspark_version, spark_kafka_jars
 from drainer.services.net import port_open
@@ -39,6 +40,9 @@ SESSION_DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
     "spark.ui.showConsoleProgress": "false",
+    # SASL's generated JAAS line and inline PEM keys are secrets too (plan text, UI, logs)
+    "spark.redaction.regex": SPARK_REDACTION_REGEX,
+    "spark.sql.redaction.options.regex": SPARK_REDACTION_REGEX,
 }
 
 Echo = Callable[[str], None]
@@ -143,6 +147,12 @@ def start(
     """
     address = f"sc://{HOST}:{port}"
     pid = _our_pid(paths)
+    if pid is not None and not _runs_this_code(paths, settings):
+        # its Python workers would import another interpreter's or checkout's drainer
+        echo(f"{NAME:<9} restarting pid {pid}: it runs {_started_with(paths)}")
+        process.terminate(pid)
+        _wait_port_free(port)
+        pid = None
     if pid is not None:
         _wait_ready(port, paths, pid, proc=None)
         return ServiceStatus(NAME, True, address, pid, _detail(paths, settings, "already running"))
@@ -194,8 +204,7 @@ def start(
     _children[proc.pid] = proc
     process.write_pid(paths.pid_file, proc.pid)
     paths.started_with.write_text(
-        f"master={master} pyspark={pyspark_version()} python={sys.executable} "
-        f"PYTHONPATH={settings.python_path or '(none)'}\n"
+        f"master={master} pyspark={pyspark_version()} {_code_of(settings)}\n"
     )
     _wait_ready(port, paths, proc.pid, proc)
     return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
@@ -218,10 +227,31 @@ def stop(
     echo(f"{NAME:<9} stopping pid {pid}")
     killed = process.terminate(pid)
     paths.pid_file.unlink(missing_ok=True)
-    deadline = time.monotonic() + 30
-    while port_open(HOST, DEFAULT_CONNECT_PORT) and time.monotonic() < deadline:
-        time.sleep(0.2)  # a JVM's shutdown hooks may hold the port a moment after the signal
+    _wait_port_free(DEFAULT_CONNECT_PORT)
     return ServiceStatus(NAME, False, address, None, "killed" if killed else "stopped")
+
+
+def _code_of(settings: Settings) -> str:
+    """What decides the code a server's Python workers run: the interpreter and PYTHONPATH."""
+    return f"python={sys.executable} PYTHONPATH={settings.python_path or '(none)'}"
+
+
+def _started_with(paths: ConnectPaths) -> str:
+    try:
+        return paths.started_with.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def _runs_this_code(paths: ConnectPaths, settings: Settings) -> bool:
+    return _started_with(paths).endswith(_code_of(settings))
+
+
+def _wait_port_free(port: int, seconds: float = 30.0) -> None:
+    """A JVM's shutdown hooks may hold the port a moment after the process got its signal."""
+    deadline = time.monotonic() + seconds
+    while port_open(HOST, port) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def status(settings: Settings) -> ServiceStatus:
