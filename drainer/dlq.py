@@ -1,8 +1,8 @@
 """Dead letters: records that failed `max_attempts` times. List them, retry them, publish them.
 
-A retry re-produces the record to its level topic (key, value and headers byte for byte, then
-one `drainer-retry-of` header naming the dead letter): it drains again as a new record (new
-offset). Claiming a dead letter marks it retried in the same statement, inside the transaction
+A retry re-produces the record to its level topic with key, value and headers byte-identical
+(nothing added: the handler sees the record it failed on) and drains it again as a new record
+(new offset); the dead letter's `retried_at` and a log line record which one it was. Claiming a dead letter marks it retried in the same statement, inside the transaction
 that stays open until Kafka acknowledged the records, so two concurrent retries never both
 produce one, and a failed produce leaves it unretried. A crash between Kafka's acknowledgement
 and the commit leaves it unretried too: retried again, it is produced twice (at least once).
@@ -10,7 +10,6 @@ and the commit leaves it unretried too: retried again, it is produced twice (at 
 
 from __future__ import annotations
 
-import json
 import logging
 
 from drainer.config import DrainConfig
@@ -32,13 +31,13 @@ def list_dead_letters(
     ]
 
 
-def _as_record(row, extra_headers: list[tuple[str, bytes]]) -> OutRecord:
-    """A dead letter as it was produced (key, value, headers), plus drainer's own headers."""
+def _as_record(row, extra_headers: list[tuple[str, bytes]] | None = None) -> OutRecord:
+    """A dead letter as it was produced (key, value, headers), plus any drainer headers."""
     headers = decode_headers(row.headers)
     return OutRecord(
         value=None if row.value is None else bytes(row.value),
         key=None if row.key is None else bytes(row.key),
-        headers=headers + extra_headers,
+        headers=headers + (extra_headers or []),
     )
 
 
@@ -49,15 +48,15 @@ def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
         for level in sorted({r.level for r in rows}):
             produce_records(
                 drain,
-                (
-                    _as_record(
-                        r, [("drainer-retry-of", json.dumps({"dead_letter": r.id}).encode())]
-                    )
-                    for r in rows
-                    if r.level == level
-                ),
+                (_as_record(r) for r in rows if r.level == level),
                 level=level,
             )
+    if rows:
+        log.info(
+            "drain %s: re-produced dead letters %s to their level topics",
+            drain.name,
+            ", ".join(str(r.id) for r in rows),
+        )
     return len(rows)
 
 

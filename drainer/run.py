@@ -287,7 +287,9 @@ def _execute(
         try:
             runs.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
         except Exception as mark_err:  # never hide the run's own error behind this one
-            log.warning("could not mark run %d failed: %s", stored.id, mark_err)
+            # a lost service fails this too: its one message already says so, this is detail
+            level = logging.DEBUG if isinstance(err, ServiceUnavailable) else logging.WARNING
+            log.log(level, "could not mark run %d failed: %s", stored.id, mark_err)
         if _repeated_failure(err, attempt):
             raise PlanKeepsFailing(
                 f"run {stored.id} of drain '{drain.name}' failed {attempt} attempts with the "

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from drainer.config import DrainConfig
-from drainer.errors import DrainBusy, FencedOut
+from drainer.errors import DrainBusy, FencedOut, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +54,20 @@ def drain_lease(engine: Engine, drain: DrainConfig, wait_s: float = 0.0) -> Iter
                 text("UPDATE drains SET fence = fence + 1 WHERE name = :n RETURNING fence"),
                 {"n": drain.name},
             )
+        lost_level = logging.WARNING
         try:
             yield Lease(drain.name, fence)
+        except ServiceUnavailable:
+            # the run's one message already names the lost service; the lock's fate is detail
+            lost_level = logging.DEBUG
+            raise
         finally:
-            _release(conn, drain.name)
+            _release(conn, drain.name, lost_level)
     finally:
         conn.close()
 
 
-def _release(conn: Connection, name: str) -> None:
+def _release(conn: Connection, name: str, lost_level: int = logging.WARNING) -> None:
     """Unlock; if the lock's connection is already gone, so is the lock (the server dropped it).
 
     Raising here would hide the run's own outcome (e.g. FencedOut of a run that lost its lock).
@@ -75,7 +80,8 @@ def _release(conn: Connection, name: str) -> None:
     except DBAPIError as err:
         if not err.connection_invalidated:
             raise
-        log.warning(
+        log.log(
+            lost_level,
             "drain '%s': the lock's connection was lost before the run ended (%s); "
             "the server released the lock with it",
             name,
