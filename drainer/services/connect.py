@@ -204,7 +204,8 @@ def start(
     _children[proc.pid] = proc
     process.write_pid(paths.pid_file, proc.pid)
     paths.started_with.write_text(
-        f"master={master} pyspark={pyspark_version()} {_code_of(settings)}\n"
+        f"master={master} pyspark={pyspark_version()} python={sys.executable} "
+        f"{_code_of(settings)}\n"
     )
     _wait_ready(port, paths, proc.pid, proc)
     return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
@@ -232,8 +233,8 @@ def stop(
 
 
 def _code_of(settings: Settings) -> str:
-    """What decides the code a server's Python workers run: the interpreter and PYTHONPATH."""
-    return f"python={sys.executable} PYTHONPATH={settings.python_path or '(none)'}"
+    """What decides the code a server's Python workers run: the environment and PYTHONPATH."""
+    return f"env={sys.prefix} PYTHONPATH={settings.python_path or '(none)'}"
 
 
 def _started_with(paths: ConnectPaths) -> str:
@@ -279,16 +280,12 @@ def status(settings: Settings) -> ServiceStatus:
 
 
 def _detail(paths: ConnectPaths, settings: Settings, state: str) -> str:
-    try:
-        started = paths.started_with.read_text().strip()
-    except FileNotFoundError:
-        started = ""
+    started = _started_with(paths)
     parts = [p for p in (state, started) if p]
-    wanted = f"PYTHONPATH={settings.python_path or '(none)'}"
-    if started and wanted not in started.split(" "):
+    if started and not _runs_this_code(paths, settings):
         parts.append(
-            f"this shell has {wanted}: `drainer services down` then `up` to give the server's "
-            "Python workers the same code"
+            f"this shell has {_code_of(settings)}: `drainer services up` restarts the server "
+            "so its Python workers run the same code"
         )
     return "; ".join(parts)
 
