@@ -101,15 +101,8 @@ def process_in_chunks(
     are those of a single `process_records` over the whole input; memory is one chunk's.
     """
     held = HeldBack()
-    previous: int | None = None
     chunk: list[Record] = []
-    for record in records:
-        if previous is not None and record.offset <= previous:
-            raise ValueError(
-                "records of one partition must arrive in increasing offset order: "
-                f"offset {record.offset} came after {previous}"
-            )
-        previous = record.offset
+    for record in _in_offset_order(records):
         chunk.append(record)
         if len(chunk) >= chunk_records:
             yield process_records(chunk, handler, ordering, max_concurrency, held)

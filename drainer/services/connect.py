@@ -146,7 +146,7 @@ def start(
     Also used to attach a server to a standalone cluster (`master="spark://…"`).
     """
     address = f"sc://{HOST}:{port}"
-    pid = _our_pid(paths)
+    pid = process.our_pid(paths.pid_file, MARKER)
     if pid is not None and not _runs_this_code(paths, settings):
         # its Python workers would import another interpreter's or checkout's drainer
         echo(f"{NAME:<9} restarting pid {pid}: it runs {_started_with(paths)}")
@@ -221,7 +221,7 @@ def stop(
         return ServiceStatus(
             NAME, _answers(settings.spark_remote), settings.spark_remote, None, "not ours to stop"
         )
-    pid = _our_pid(paths)
+    pid = process.our_pid(paths.pid_file, MARKER)
     if pid is None:
         paths.pid_file.unlink(missing_ok=True)
         return ServiceStatus(NAME, False, address, None, "not started by drainer")
@@ -268,7 +268,7 @@ def status(settings: Settings) -> ServiceStatus:
         )
     address = f"sc://{HOST}:{DEFAULT_CONNECT_PORT}"
     paths = ConnectPaths.under(settings.home)
-    pid = _our_pid(paths)
+    pid = process.our_pid(paths.pid_file, MARKER)
     ok = port_open(HOST, DEFAULT_CONNECT_PORT)
     if pid is not None:
         return ServiceStatus(
@@ -303,11 +303,6 @@ def _check_remote(endpoint: str) -> ServiceStatus:
             "check the address, or unset SPARK_REMOTE to run a local one"
         )
     return ServiceStatus(NAME, True, endpoint, None, "external")
-
-
-def _our_pid(paths: ConnectPaths) -> int | None:
-    pid = process.read_pid(paths.pid_file)
-    return pid if pid is not None and process.is_alive(pid, MARKER) else None
 
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # keeps Popen objects from warning on GC

@@ -38,7 +38,7 @@ def up(settings: Settings, echo: Echo = print) -> ServiceStatus:
     host, port = host_port(settings.bootstrap_servers, 9092)
     address = f"{host}:{port}"
     paths = KafkaPaths.under(settings.home)
-    pid = _our_pid(paths)
+    pid = process.our_pid(paths.pid_file, MARKER)
     if pid is not None:
         _wait_ready(address, paths, pid, proc=None)
         upsert_scram_user(address, ensure_credentials(paths.tls, host))
@@ -82,7 +82,7 @@ def stop(settings: Settings, echo: Echo = print) -> ServiceStatus:
     if not settings.local_kafka:
         return ServiceStatus(NAME, answers(address), address, None, "not ours to stop")
     paths = KafkaPaths.under(settings.home)
-    pid = _our_pid(paths)
+    pid = process.our_pid(paths.pid_file, MARKER)
     if pid is None:
         paths.pid_file.unlink(missing_ok=True)
         return ServiceStatus(NAME, port_open(host, port), address, None, "not started by drainer")
@@ -99,7 +99,7 @@ def status(settings: Settings) -> ServiceStatus:
     if not settings.local_kafka:
         ok = answers(address)
         return ServiceStatus(NAME, ok, address, None, "external" if ok else "not reachable")
-    pid = _our_pid(KafkaPaths.under(settings.home))
+    pid = process.our_pid(KafkaPaths.under(settings.home).pid_file, MARKER)
     if pid is not None:
         ok = port_open(host, port)
         return ServiceStatus(NAME, ok, address, pid, "" if ok else "starting or hung")
@@ -129,11 +129,6 @@ def _check_remote(bootstrap: str) -> ServiceStatus:
             "check the address, or unset KAFKA_BOOTSTRAP_SERVERS to run a local broker"
         )
     return ServiceStatus(NAME, True, bootstrap, None, "external")
-
-
-def _our_pid(paths: KafkaPaths) -> int | None:
-    pid = process.read_pid(paths.pid_file)
-    return pid if pid is not None and process.is_alive(pid, MARKER) else None
 
 
 def _format(java: str, classpath: str, paths: KafkaPaths) -> None:

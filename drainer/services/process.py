@@ -85,3 +85,10 @@ def tail(path: Path, lines: int = 30) -> str:
             return "".join(deque(fh, maxlen=lines)).rstrip()
     except FileNotFoundError:
         return f"({path} does not exist)"
+
+
+def our_pid(pid_file: Path, marker: str) -> int | None:
+    """The pid in `pid_file` if that process still runs and is ours (its command line has
+    `marker`); a reused pid of another program is not."""
+    pid = read_pid(pid_file)
+    return pid if pid is not None and is_alive(pid, marker) else None
