@@ -13,7 +13,7 @@ OUT = Path(__file__).resolve().parent / "out"
 def fresh_drain(records: int, levels: int = 3, partitions: int = 4, **overrides: Any):
     """A uniquely named drain (topics created) whose budget covers `records`."""
     from drainer import services
-    from drainer.settings import use_config_path
+    from drainer.settings import set_config_path
     from drainer.testing import create_drain
 
     services.up(echo=lambda *_: None)
@@ -26,7 +26,7 @@ def fresh_drain(records: int, levels: int = 3, partitions: int = 4, **overrides:
         budget=max(records, 2**levels),
         **overrides,
     )
-    use_config_path(config).__enter__()  # current for the rest of this benchmark process
+    set_config_path(config)  # current for the rest of this benchmark process
     return drain
 
 

@@ -31,12 +31,12 @@ def one_size(records: int) -> dict:
     os.environ["SPARK_MASTER"] = os.environ.get("SPARK_MASTER", "local[*]")
     os.environ.pop("SPARK_REMOTE", None)
     from drainer import services
-    from drainer.settings import use_config_path
+    from drainer.settings import set_config_path
     from drainer.testing import create_drain
 
     services.up(echo=lambda *_: None)
     drain, config = create_drain(OUT, prefix="bench", partitions=4, budget=records)
-    use_config_path(config).__enter__()  # current for the rest of this benchmark process
+    set_config_path(config)  # current for the rest of this benchmark process
     name = drain.name
     started = time.monotonic()
     per_level = [records // 3 + (1 if i < records % 3 else 0) for i in range(3)]

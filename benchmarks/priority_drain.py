@@ -56,7 +56,7 @@ FIELDS = [
 
 def make_drain(args: argparse.Namespace, scenario: str, config_dir: Path):
     """A fresh drain for one scenario; current in DRAINER_CONFIG so `drainer status` sees it."""
-    from drainer.settings import use_config_path
+    from drainer.settings import set_config_path
     from drainer.testing import create_drain
 
     drain, path = create_drain(
@@ -69,7 +69,7 @@ def make_drain(args: argparse.Namespace, scenario: str, config_dir: Path):
         processor="spark_jobs.examples:time_buckets",
         **SCENARIOS[scenario],
     )
-    use_config_path(path).__enter__()  # current for the rest of this benchmark process
+    set_config_path(path)  # current for the rest of this benchmark process
     return drain
 
 

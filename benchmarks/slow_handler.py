@@ -64,7 +64,7 @@ FIELDS = [
 
 
 def make_drain(config_dir: Path, ordering: str, args: argparse.Namespace, handler: str):
-    from drainer.settings import use_config_path
+    from drainer.settings import set_config_path
     from drainer.testing import create_drain
     from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
@@ -80,7 +80,7 @@ def make_drain(config_dir: Path, ordering: str, args: argparse.Namespace, handle
         ordering=ordering,
         max_concurrency=args.concurrency,
     )
-    use_config_path(path).__enter__()  # current for the rest of this benchmark process
+    set_config_path(path)  # current for the rest of this benchmark process
     return drain
 
 

@@ -155,15 +155,20 @@ def psycopg_url(sqlalchemy_url: str) -> str:
     return sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
+def set_config_path(path: Path | str | None) -> None:
+    """Make `path` the drains file (DRAINER_CONFIG) of this process and its children."""
+    if path is None:
+        os.environ.pop("DRAINER_CONFIG", None)
+    else:
+        os.environ["DRAINER_CONFIG"] = str(path)
+
+
 @contextlib.contextmanager
 def use_config_path(path: Path) -> Iterator[None]:
-    """Make `path` the drains file (DRAINER_CONFIG) for this process and its children, for a while."""
+    """`set_config_path` for the duration of a block, then back to what it was."""
     previous = os.environ.get("DRAINER_CONFIG")
-    os.environ["DRAINER_CONFIG"] = str(path)
+    set_config_path(path)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop("DRAINER_CONFIG", None)
-        else:
-            os.environ["DRAINER_CONFIG"] = previous
+        set_config_path(previous)
