@@ -145,7 +145,8 @@ def _drainer_run(drain) -> tuple[float, dict, str]:
 def _peer(kind: str, drain, table: str) -> float:
     cmd = [sys.executable, __file__, f"--{kind}", ",".join(_topics(drain)), "--table", table]
     seconds, output = _timed(cmd)
-    assert int(output.strip().splitlines()[-1]) == sum_planned(drain), output
+    counts = [line for line in output.splitlines() if line.strip().isdigit()]
+    assert counts and int(counts[-1]) == sum_planned(drain), output[-2000:]
     return seconds
 
 
