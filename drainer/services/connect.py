@@ -314,10 +314,7 @@ def _wait_ready(
     """The gRPC port opens once the server's SparkContext is up: wait for it."""
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
-        # our own child: its exit status decides (until it has exec'd spark-submit, its command
-        # line is still ours, without the marker); a reused server: its pid and marker
-        exited = proc.poll() if proc is not None else None
-        gone = exited is not None if proc is not None else not process.is_alive(pid, MARKER)
+        gone, exited = process.exit_status(proc, pid, MARKER)
         if gone:
             paths.pid_file.unlink(missing_ok=True)
             raise ServiceError(

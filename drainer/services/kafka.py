@@ -189,10 +189,7 @@ def _wait_ready(
     host, port = host_port(address, 9092)
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
-        # our own child: its exit status decides (before it has exec'd java, its command line
-        # is still ours, without the marker); a reused broker: its pid and marker
-        exited = proc.poll() if proc is not None else None
-        gone = exited is not None if proc is not None else not process.is_alive(pid, MARKER)
+        gone, exited = process.exit_status(proc, pid, MARKER)
         if gone:
             paths.pid_file.unlink(missing_ok=True)
             raise ServiceError(f"the Kafka broker exited (code {exited}).\n{_logs(paths)}")

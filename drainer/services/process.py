@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from collections import deque
 from pathlib import Path
@@ -92,3 +93,18 @@ def our_pid(pid_file: Path, marker: str) -> int | None:
     `marker`); a reused pid of another program is not."""
     pid = read_pid(pid_file)
     return pid if pid is not None and is_alive(pid, marker) else None
+
+
+def exit_status(
+    proc: subprocess.Popen[bytes] | None, pid: int, marker: str
+) -> tuple[bool, int | None]:
+    """(gone, exit code) of a service process; the code is None while it runs or if unknown.
+
+    Our own child is judged by its exit status: until it has exec'd its program, its command
+    line is still ours, without the marker. A service reused from an earlier process (`proc`
+    None) is judged by its pid and marker.
+    """
+    if proc is not None:
+        code = proc.poll()
+        return code is not None, code
+    return not is_alive(pid, marker), None
