@@ -20,7 +20,6 @@ DEFAULT_KAFKA_PORT = 9092
 DEFAULT_DATABASE_URL = "postgresql+psycopg://drainer@127.0.0.1:55432/drainer"
 DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_CONNECT_PORT = 15002
-DEFAULT_SPARK_REMOTE = f"sc://127.0.0.1:{DEFAULT_CONNECT_PORT}"
 
 
 @dataclass(frozen=True)
@@ -45,6 +44,9 @@ class Settings:
     """DRAINER_SPARK_UI: Spark's web UI in the JVMs drainer starts (off: no port is opened)."""
     spark_log_level: str = "WARN"
     """DRAINER_SPARK_LOG_LEVEL: log level of an in-process session."""
+    spark_shared_session: bool = True
+    """DRAINER_SPARK_SHARED_SESSION: runs on a Connect server share one session (and its warm
+    Python workers) per version of the code; `false` gives every run its own."""
     python_path: str = ""
     """PYTHONPATH, passed on to the Connect server so its Python workers import drainer."""
 
@@ -62,8 +64,10 @@ class Settings:
         """
         if self.spark_remote:
             return self.spark_remote
-        return None if self.spark_master_from_env else DEFAULT_SPARK_REMOTE
+        return None if self.spark_master_from_env else f"sc://127.0.0.1:{self.connect_port}"
 
+    connect_port: int = DEFAULT_CONNECT_PORT
+    """DRAINER_CONNECT_PORT: where the local Connect server listens (one per checkout or venv)."""
     fault: str | None = None
     """DRAINER_FAULT: a crash point for the fault-injection tests (drainer.faults)."""
 
@@ -98,7 +102,10 @@ def load_settings() -> Settings:
         shuffle_partitions=os.environ.get("DRAINER_SHUFFLE_PARTITIONS", "8"),
         spark_ui=os.environ.get("DRAINER_SPARK_UI", "false").lower() in ("1", "true", "yes"),
         spark_log_level=os.environ.get("DRAINER_SPARK_LOG_LEVEL", "WARN"),
+        spark_shared_session=os.environ.get("DRAINER_SPARK_SHARED_SESSION", "true").lower()
+        not in ("0", "false", "no"),
         python_path=os.environ.get("PYTHONPATH", ""),
+        connect_port=int(os.environ.get("DRAINER_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
         fault=os.environ.get("DRAINER_FAULT") or None,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 
@@ -13,6 +14,8 @@ from drainer.config import DrainConfig
 from drainer.kafka_security import java_settings
 from drainer.offset_map import decode_offset_map
 from drainer.store.runs import StoredRange
+
+BOUNDED_FETCH_MAX_WAIT_MS = 10  # `kafka_java: {fetch.max.wait.ms: …}` overrides it
 
 
 def read_ranges(
@@ -54,6 +57,10 @@ def read_ranges(
         # the read starts past what retention deleted before it (drainer.retention); records
         # deleted while it reads must fail the attempt, not vanish: the next one measures again
         .option("failOnDataLoss", "true")
+        # the ranges hold records already written: a fetch that finds nothing new (Spark's
+        # consumer asks once more at a range's end) need not wait the 500 ms default for more
+        # to arrive. Measured: 12 ranges of 83 records read in 0.7 s instead of 3.6 s.
+        .option("kafka.fetch.max.wait.ms", str(BOUNDED_FETCH_MAX_WAIT_MS))
     )
     # the common `kafka:` block translated for the Java client, plus its `kafka_java:` extras;
     # the session redacts secret option values from plan text (spark_jobs.session)
@@ -87,7 +94,8 @@ def counted(
     keys = sorted({(r.topic, r.partition) for r in ranges})
     if not keys:
         return df, dict
-    observation = Observation("drainer_records_read")
+    # unique per read: concurrent runs may share one Connect session (spark_jobs.session)
+    observation = Observation(f"drainer_records_read_{uuid.uuid4().hex}")
     metrics = [
         F.sum(F.when((F.col("topic") == topic) & (F.col("partition") == part), 1).otherwise(0))
         .cast("long")

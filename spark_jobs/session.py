@@ -20,13 +20,18 @@ import threading
 
 from pyspark.sql import SparkSession
 
+from drainer.config import load_drains
+from drainer.errors import DrainerError
 from drainer.kafka_security import SPARK_REDACTION_REGEX
 from drainer.services import spark_kafka_jars
 from drainer.services.connect import endpoint_port
+from drainer.services.connect_session import code_fingerprint, shared_session_id, with_session_id
 from drainer.services.net import port_open
 from drainer.settings import Settings, export_spark_python_env, load_settings
 
 log = logging.getLogger(__name__)
+
+SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
 
 _sessions: dict[str, SparkSession] = {}
 _lock = threading.Lock()
@@ -69,12 +74,44 @@ def is_connect(spark: SparkSession) -> bool:
 
 
 def _connect(endpoint: str, settings: Settings) -> SparkSession:
-    """A Connect client: its settings are per session, the server's JVM is shared."""
-    spark = SparkSession.builder.remote(endpoint).getOrCreate()
-    spark.conf.set("spark.sql.shuffle.partitions", settings.shuffle_partitions)
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
-    return spark
+    """A Connect client: its settings are per session, the server's JVM is shared.
+
+    Runs share one session per endpoint and version of the code, so its Python workers stay
+    warm (drainer.services.connect_session); a session the server closed is replaced.
+    """
+    closed: str | None = None
+    while True:
+        url, session_id = endpoint, None
+        if settings.spark_shared_session and ";session_id=" not in endpoint:
+            session_id = shared_session_id(
+                settings.home / "spark-sessions", endpoint, _session_code(settings), closed
+            )
+            url = with_session_id(endpoint, session_id)
+        spark = SparkSession.builder.remote(url).create()
+        try:
+            spark.conf.set("spark.sql.shuffle.partitions", settings.shuffle_partitions)
+        except Exception as err:
+            if session_id is None or closed is not None or SESSION_CLOSED not in str(err):
+                raise
+            log.info(
+                "Spark Connect session %s was closed by the server: opening another", session_id
+            )
+            closed = session_id
+            continue
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
+        return spark
+
+
+def _session_code(settings: Settings) -> str:
+    """What a shared session's workers depend on: the code they import, the session's settings."""
+    modules = ["drainer", "spark_jobs"]
+    try:
+        for drain in load_drains(settings.config_path).values():
+            modules += [drain.processor, drain.handler or ""]
+    except DrainerError:
+        pass  # the run itself reports a broken drains file
+    return code_fingerprint(modules, extra=f"shuffle={settings.shuffle_partitions}")
 
 
 def _in_process(settings: Settings) -> SparkSession:

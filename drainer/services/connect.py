@@ -56,6 +56,13 @@ class ConnectPaths:
     def under(cls, home: Path, name: str = "spark-connect") -> ConnectPaths:
         return cls(home / name)
 
+    @classmethod
+    def local(cls, settings: Settings) -> ConnectPaths:
+        """The local server's files; a server on another port keeps its own beside them."""
+        if settings.connect_port == DEFAULT_CONNECT_PORT:
+            return cls.under(settings.home)
+        return cls.under(settings.home, f"spark-connect-{settings.connect_port}")
+
     @property
     def pid_file(self) -> Path:
         return self.root / "server.pid"
@@ -117,7 +124,8 @@ def endpoint_port(endpoint: str) -> tuple[str, int]:
 
 
 def up(settings: Settings, echo: Echo = print) -> ServiceStatus:
-    """Make the Connect server answer at sc://127.0.0.1:15002, starting ours if the port is free.
+    """Make the Connect server answer at sc://127.0.0.1:15002 (DRAINER_CONNECT_PORT), starting
+    ours if the port is free.
 
     With SPARK_REMOTE set, only checks that it answers; with SPARK_MASTER set (and no
     SPARK_REMOTE), runs use an in-process session, so nothing is started.
@@ -128,9 +136,7 @@ def up(settings: Settings, echo: Echo = print) -> ServiceStatus:
         return ServiceStatus(
             NAME, False, "-", None, f"not used: SPARK_MASTER={settings.spark_master} (in-process)"
         )
-    return start(
-        settings, ConnectPaths.under(settings.home), DEFAULT_CONNECT_PORT, "local[*]", echo
-    )
+    return start(settings, ConnectPaths.local(settings), settings.connect_port, "local[*]", echo)
 
 
 def start(
@@ -215,8 +221,8 @@ def stop(
     settings: Settings, echo: Echo = print, paths: ConnectPaths | None = None
 ) -> ServiceStatus:
     """Stop the server we started (SIGTERM, then SIGKILL after 30 s)."""
-    paths = paths or ConnectPaths.under(settings.home)
-    address = f"sc://{HOST}:{DEFAULT_CONNECT_PORT}"
+    paths = paths or ConnectPaths.local(settings)
+    address = f"sc://{HOST}:{settings.connect_port}"
     if settings.spark_remote:
         return ServiceStatus(
             NAME, _answers(settings.spark_remote), settings.spark_remote, None, "not ours to stop"
@@ -228,7 +234,7 @@ def stop(
     echo(f"{NAME:<9} stopping pid {pid}")
     killed = process.terminate(pid)
     paths.pid_file.unlink(missing_ok=True)
-    _wait_port_free(DEFAULT_CONNECT_PORT)
+    _wait_port_free(settings.connect_port)
     return ServiceStatus(NAME, False, address, None, "killed" if killed else "stopped")
 
 
@@ -266,10 +272,10 @@ def status(settings: Settings) -> ServiceStatus:
         return ServiceStatus(
             NAME, False, "-", None, f"not used: SPARK_MASTER={settings.spark_master} (in-process)"
         )
-    address = f"sc://{HOST}:{DEFAULT_CONNECT_PORT}"
-    paths = ConnectPaths.under(settings.home)
+    address = f"sc://{HOST}:{settings.connect_port}"
+    paths = ConnectPaths.local(settings)
     pid = process.our_pid(paths.pid_file, MARKER)
-    ok = port_open(HOST, DEFAULT_CONNECT_PORT)
+    ok = port_open(HOST, settings.connect_port)
     if pid is not None:
         return ServiceStatus(
             NAME, ok, address, pid, _detail(paths, settings, "" if ok else "starting")

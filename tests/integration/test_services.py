@@ -46,7 +46,9 @@ def test_connect_server_runs_drainer_code(settings: Settings, first_up) -> None:
     from spark_jobs.session import describe, get_spark, is_connect
 
     spark = get_spark(settings)
-    assert is_connect(spark) and "Spark Connect sc://127.0.0.1:15002" in describe(spark)
+    assert is_connect(
+        spark
+    ) and f"Spark Connect sc://127.0.0.1:{load_settings().connect_port}" in describe(spark)
 
     def where(batches):
         import pyarrow as pa

@@ -1,0 +1,75 @@
+"""The shared Spark Connect session: one id per endpoint and version of the code."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from drainer.services.connect_session import code_fingerprint, shared_session_id, with_session_id
+
+ENDPOINT = "sc://127.0.0.1:15002"
+
+
+def test_the_same_code_reuses_the_session(tmp_path):
+    first = shared_session_id(tmp_path, ENDPOINT, "code-a")
+    assert uuid.UUID(first).version == 4
+    assert shared_session_id(tmp_path, ENDPOINT, "code-a") == first
+
+
+def test_changed_code_or_a_closed_session_gets_a_new_one(tmp_path):
+    first = shared_session_id(tmp_path, ENDPOINT, "code-a")
+    after_edit = shared_session_id(tmp_path, ENDPOINT, "code-b")
+    assert after_edit != first
+    after_close = shared_session_id(tmp_path, ENDPOINT, "code-b", closed=after_edit)
+    assert after_close not in (first, after_edit)
+    # the replacement is what later runs share
+    assert shared_session_id(tmp_path, ENDPOINT, "code-b") == after_close
+
+
+def test_each_endpoint_has_its_own_session(tmp_path):
+    here = shared_session_id(tmp_path, ENDPOINT, "code")
+    there = shared_session_id(tmp_path, "sc://spark.example:15002", "code")
+    assert here != there
+    assert shared_session_id(tmp_path, ENDPOINT, "code") == here
+
+
+def test_a_damaged_session_file_is_replaced(tmp_path):
+    shared_session_id(tmp_path, ENDPOINT, "code")
+    (file,) = tmp_path.iterdir()
+    file.write_text("{not json")
+    assert uuid.UUID(shared_session_id(tmp_path, ENDPOINT, "code"))
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "expected"),
+    [
+        ("sc://h:15002", "sc://h:15002/;session_id=S"),
+        ("sc://h:15002/", "sc://h:15002/;session_id=S"),
+        ("sc://h:443/;use_ssl=true", "sc://h:443/;use_ssl=true;session_id=S"),
+    ],
+)
+def test_session_id_joins_the_endpoint_parameters(endpoint, expected):
+    assert with_session_id(endpoint, "S") == expected
+
+
+def test_fingerprint_follows_the_handlers_source(tmp_path, monkeypatch):
+    package = tmp_path / "my_handlers"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    module = package / "rules.py"
+    module.write_text("def handle(record):\n    return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    modules = ["drainer", "my_handlers.rules:handle"]
+    before = code_fingerprint(modules)
+    assert code_fingerprint(modules) == before
+    module.write_text("def handle(record):\n    return [record]\n")
+    os.utime(module, ns=(1, 1))  # a different size and time, whatever the clock's resolution
+    assert code_fingerprint(modules) != before
+    # a setting the session carries is part of it too
+    assert code_fingerprint(modules, extra="shuffle=8") != code_fingerprint(modules)
+
+
+def test_fingerprint_of_unknown_modules_is_just_the_rest(tmp_path):
+    assert code_fingerprint(["no_such_package_xyz.mod:f"]) == code_fingerprint([])
