@@ -93,12 +93,14 @@ def _busy_message(engine: Engine, name: str, wait_s: float) -> str:
     with engine.connect() as conn:
         row = conn.execute(
             text(
-                "SELECT r.id, r.status, r.started_at FROM drains d JOIN runs r "
+                # a run just planned has not started yet: its plan time stands in
+                "SELECT r.id, r.status, coalesce(r.started_at, r.planned_at) AS since "
+                "FROM drains d JOIN runs r "
                 "ON r.id = d.owner_run_id WHERE d.name = :n"
             ),
             {"n": name},
         ).first()
-    holder = f" (run {row.id}, {row.status} since {row.started_at:%H:%M:%S})" if row else ""
+    holder = f" (run {row.id}, {row.status} since {row.since:%H:%M:%S})" if row else ""
     waited = f" after waiting {wait_s:.0f} s" if wait_s else ""
     return (
         f"drain '{name}' is already being run by another process{holder}{waited}. "

@@ -266,30 +266,60 @@ def test_crash_then_resume_is_exactly_once(make_drain, spark, mode, point):
 # ---------------------------------------------------------------- 3. one run at a time
 
 
-def test_two_runs_started_together_one_is_refused(make_drain, stack):
+def test_a_second_run_is_refused_while_one_holds_the_drain(make_drain, spark):
+    """Another process's `drainer run` meets a run in progress: exit 3, and nothing planned.
+
+    The holder is this process, paused inside its Spark phase until the refusal is seen, so
+    the overlap does not depend on how fast a run is.
+    """
     drain = make_drain(**RECORD_MODE)
     total = sum(produce_backlog(drain).values())
+    holding, refused = threading.Event(), threading.Event()
 
-    procs = [
-        subprocess.Popen(
-            [str(DRAINER), "run", drain.name, "--json"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=300) for p in procs]
-    codes = [p.returncode for p in procs]
-    assert sorted(codes) == [0, 3], [err[-2000:] for _, err in outs]
-    winner, loser = (outs[0], outs[1]) if codes[0] == 0 else (outs[1], outs[0])
-    message = " ".join(loser[1].split())
+    def execute_after_the_refusal(ctx):
+        holding.set()
+        assert refused.wait(timeout=300)
+        return drain_job.execute(ctx)
+
+    results: list[RunResult] = []
+    holder = threading.Thread(
+        target=lambda: results.append(drain_once(drain, execute_after_the_refusal))
+    )
+    holder.start()
+    try:
+        assert holding.wait(timeout=120)
+        loser = cli_run(drain)
+    finally:
+        refused.set()
+        holder.join(timeout=300)
+    assert loser.returncode == 3, loser.stderr[-2000:]
+    message = " ".join(loser.stderr.split())
+    (held,) = runs_of(drain)  # the refused process planned nothing
     assert f"drain '{drain.name}' is already being run by another process" in message
+    assert f"(run {held.id}, running since" in message
     assert "--wait SECONDS" in message
-    assert json.loads(winner[0][winner[0].index("{") :])["drained"] == total
-    assert len(runs_of(drain)) == 1  # the refused process planned nothing
+    assert results and results[0].drained == total
     assert_each_record_once(drain)
     assert_fully_drained(drain, total)
+
+
+def test_the_busy_message_names_a_run_that_is_only_planned(make_drain, stack):
+    """The holder may be between planning and starting its run (no start time yet)."""
+    drain = make_drain(**RECORD_MODE)
+    produce_backlog(drain)
+    crashed = cli_run(drain, "after_plan")
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+    (planned,) = runs_of(drain)
+    assert planned.status == "planned"
+    with get_engine().connect() as holder:  # what a planning run holds
+        holder.execute(
+            text("SELECT pg_advisory_lock(hashtextextended('drainer:' || :n, 0))"),
+            {"n": drain.name},
+        )
+        refused = cli_run(drain)
+    assert refused.returncode == 3, refused.stderr[-2000:]
+    message = " ".join(refused.stderr.split())
+    assert f"(run {planned.id}, planned since" in message
 
 
 def test_a_waiting_run_drains_nothing_twice(make_drain, stack):
