@@ -22,6 +22,10 @@ concurrency:
   pools:
     default_limit: 1
     granularity: run
+run_queue:
+  # the daemon looks at the queue every second (Dagster's default is 5 s): a run launched
+  # from the UI starts that much sooner
+  dequeue_interval_seconds: 1
 telemetry:
   enabled: false
 """
