@@ -169,7 +169,6 @@ class DagsterStack:
                 "repositoryName": self.repository,
                 "pipelineName": "__ASSET_JOB",
                 "assetSelection": [{"path": [asset]}],
-                "assetCheckSelection": [],
             },
             "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
         }

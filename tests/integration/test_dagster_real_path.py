@@ -142,6 +142,17 @@ def test_ui_launches_backfills_schedule_and_sensor_each_make_one_drainer_run(
     assert len(all_runs) + len(split) + len(only_1) + 1 == 5
     assert all(r.status == "committed" for r in runs)
 
+    # 5. "Materialize" of one partition: the UI launches a run, not a backfill
+    produce(drain, 50, seed=30)
+    launched = ui.wait_run(ui.launch_run(drain.name, {"dagster/partition": "1"}))
+    assert launched["status"] == "SUCCESS"
+    runs = drainer_runs(drain)
+    assert len(runs) == 5
+    assert (list(runs[-1].levels), runs[-1].trigger) == ([1], "dagster")
+    assert runs[-1].dagster_run_id == launched["runId"]
+    assert level_numbers(runs[-1].id)[1][0] > 0
+    assert all(r.status == "committed" for r in drainer_runs(drain))
+
 
 def _drained_by_schedule(drain) -> int:
     return sum(
