@@ -3,9 +3,9 @@
 An uncommitted plan is resumed, never replaced (docs/design.md), which is what makes a crash
 harmless; a plan that fails every time (a processor bug on one record, a topic recreated under
 it) would then block its drain forever. Abandoning it under the drain's lease marks it
-`abandoned`, drops what its attempts staged, and records who, when, why and its ranges in
-`plan_abandons`. Offsets do not move, so the next run plans afresh from the committed offsets:
-fix the cause first, or the new plan meets the same records.
+`abandoned`, drops its stage table (what its attempts staged), and records who, when, why and
+its ranges in `plan_abandons`. Offsets do not move, so the next run plans afresh from the
+committed offsets: fix the cause first, or the new plan meets the same records.
 """
 
 from __future__ import annotations
@@ -34,5 +34,5 @@ def abandon_plan(drain: DrainConfig, reason: str) -> StoredRun:
                 f"(`drainer status {drain.name}` shows its runs)"
             )
         runs.abandon(conn, lease, run, getpass.getuser(), reason.strip())
-        sinks.clear_staged(conn, drain.sink.table, run.id)
+        sinks.drop_staged(conn, drain.sink.table, run.id)
     return run

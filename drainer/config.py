@@ -43,8 +43,16 @@ class SinkConfig(BaseModel):
         description="sink kind; `postgres` writes into a table of the drainer database",
     )
     table: str = Field(
-        description="target table, created from the output's columns when missing; the "
-        "run's rows are staged in `<table>_staging` and published by the commit"
+        description="target table, created from the output's columns when missing; each "
+        "run's rows are staged in a table of their own, `<table>_r<run id>`, that the commit "
+        "publishes"
+    )
+    publish: Literal["attach", "copy"] = Field(
+        default="attach",
+        description="how a target that drainer creates is published to: `attach` makes it "
+        "partitioned by run, and the commit attaches the run's stage table as its partition "
+        "(no row is copied); `copy` makes it a plain table, and the commit copies the rows in. "
+        "An existing target is published to by its kind, whatever this says",
     )
 
     @field_validator("table")

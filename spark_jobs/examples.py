@@ -70,6 +70,15 @@ def one_row_per_record(df: DataFrame) -> DataFrame:
     )
 
 
+def no_rows(df: DataFrame) -> DataFrame:
+    """The shape of `one_row_per_record`, but no row at all (a filter that matched nothing).
+
+    The filter is on the data, not a constant: Spark would prune a constant-false plan, and
+    the read's record count (an observation) with it.
+    """
+    return one_row_per_record(df).where(F.col("offset") < 0)
+
+
 def always_fails(df: DataFrame) -> DataFrame:
     """A processor with a bug that fails every attempt: a plan that can never succeed."""
     raise RuntimeError("always_fails: this processor has a bug")

@@ -66,7 +66,7 @@ def run_dataframe_mode(ctx: RunContext, df: DataFrame) -> int:
     transform = load_callable(ctx.drain.processor, "processor")
     out = transform(df)
     columns = pg_columns(out.schema)
-    ensure_sink_tables(ctx.engine, ctx.drain.sink.table, columns)
+    _ensure_sink_tables(ctx, columns)
     names = [name for name, _ in columns]
     url, table, run_id = psycopg_url(ctx.settings.database_url), ctx.drain.sink.table, ctx.run.id
     lease = ctx.lease
@@ -79,6 +79,14 @@ def run_dataframe_mode(ctx: RunContext, df: DataFrame) -> int:
         yield pa.RecordBatch.from_pylist([{"task": task, "rows": count}], _DATAFRAME_ARROW)
 
     return sum(row[1] for row in out.mapInArrow(write_partition, DATAFRAME_COUNTS).collect())
+
+
+def _ensure_sink_tables(ctx: RunContext, columns: list[tuple[str, str]]) -> None:
+    """The target and this run's stage table, before any task writes (drainer.store.sinks)."""
+    sink = ctx.drain.sink
+    ensure_sink_tables(
+        ctx.engine, sink.table, columns, ctx.run.id, partitioned=sink.publish == "attach"
+    )
 
 
 def _arrow_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
@@ -96,7 +104,7 @@ def run_record_mode(ctx: RunContext, df: DataFrame, output_schema: StructType) -
     `worker_peak_kb` is the peak resident memory of the Python worker that ran it.
     """
     columns = pg_columns(output_schema)
-    ensure_sink_tables(ctx.engine, ctx.drain.sink.table, columns)
+    _ensure_sink_tables(ctx, columns)
     names = [name for name, _ in columns]
     url, table, run_id = psycopg_url(ctx.settings.database_url), ctx.drain.sink.table, ctx.run.id
     handler_path, ordering = ctx.drain.handler, ctx.drain.ordering

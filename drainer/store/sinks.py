@@ -1,18 +1,33 @@
-"""The Postgres sink's tables: a target table and its staging twin keyed by run and task.
+"""The Postgres sink's tables: a target table and, per run, a stage table that becomes its part.
 
-Spark tasks write a run's rows to `<table>_staging` tagged with the run id and a task key
-(`write_staged`, plain psycopg inside the task); the commit transaction moves them into
-`<table>`. A retried task first deletes its own rows, a resumed run clears its staging, so
-every result lands in the target exactly once.
+Spark tasks write a run's rows into the run's own stage table, `<table>_r<run id>` (tagged
+with a task key; `write_staged`, plain psycopg inside the task), which the driver creates
+before the tasks start (`ensure_sink_tables`). The commit transaction publishes it
+(`publish_staged`) without copying the rows again when the target is partitioned:
+
+- a target drainer creates is `PARTITION BY LIST (_drainer_run_id)` (`sink.publish: attach`);
+  the stage carries `CHECK (_drainer_run_id = <run>)`, so publishing is `DROP COLUMN
+  _drainer_task` (catalog only) and `ATTACH PARTITION … FOR VALUES IN (<run>)`, which that
+  constraint spares the validation scan and which takes only SHARE UPDATE EXCLUSIVE on the
+  target: readers are never blocked. A run that staged nothing drops its stage instead.
+- a plain target (one made before partitioned targets existed, or `sink.publish: copy`) gets
+  the rows copied (`INSERT … SELECT`) and the stage dropped.
+
+Which of the two happens is the target's own kind (`pg_class.relkind`), not the setting, so a
+target converted by hand just works. A retried task first deletes its own rows, a resumed run
+empties its stage (TRUNCATE), an abandoned run drops it: every result lands once. Rows a run
+left in the shared `<table>_staging` of earlier versions are handled alike (deleted on resume
+and abandon, published by the commit), so an upgrade in the middle of a run loses nothing.
 
 Names that reach SQL (the sink table, the output's columns) are quoted with psycopg's
 `sql.Identifier`, never pasted in: a column called `a"b` is a column, not an injection. Two
 attempts of one task (speculation, an executor wrongly thought lost) serialize on a
-per-(run, task) transaction lock, so the staging table holds one attempt's rows.
+per-(run, task) transaction lock, so the stage holds one attempt's rows.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,26 +38,48 @@ from drainer.errors import ConfigError
 
 RUN_COLUMN = "_drainer_run_id"
 TASK_COLUMN = "_drainer_task"
-STAGING_SUFFIX = "_staging"
-INDEX_SUFFIX = "_run"  # the staging table's index: `<table>_staging_run`
+LEGACY_STAGING_SUFFIX = "_staging"  # the one shared staging table of earlier versions
 MAX_IDENTIFIER_BYTES = 63  # Postgres truncates longer names (NAMEDATALEN - 1)
-MAX_TABLE_BYTES = MAX_IDENTIFIER_BYTES - len(STAGING_SUFFIX + INDEX_SUFFIX)
-
-
-def staging_name(table: str) -> str:
-    return f"{table}{STAGING_SUFFIX}"
+PUBLISH_MODES = ("attach", "copy")
 
 
 def check_table_name(table: str) -> str:
-    """A sink table whose staging twin or index Postgres would truncate is a config error."""
+    """A sink table name Postgres would truncate is a config error (stage names fit anyway)."""
     size = len(table.encode())
-    if size > MAX_TABLE_BYTES:
+    if size > MAX_IDENTIFIER_BYTES:
         raise ValueError(
-            f"'{table}' is {size} bytes; with its staging suffix "
-            f"'{STAGING_SUFFIX}{INDEX_SUFFIX}' it exceeds Postgres's {MAX_IDENTIFIER_BYTES}-byte "
-            f"names: use at most {MAX_TABLE_BYTES} bytes"
+            f"'{table}' is {size} bytes, more than Postgres's {MAX_IDENTIFIER_BYTES}-byte "
+            f"names: use at most {MAX_IDENTIFIER_BYTES} bytes"
         )
     return table
+
+
+def _fit(base: str, suffix: str) -> str:
+    """`base + suffix`, or when that exceeds 63 bytes, a shortened base, a hash of it, the suffix.
+
+    The hash is of the whole base, so two long names that share a prefix stay apart.
+    """
+    name = base + suffix
+    if len(name.encode()) <= MAX_IDENTIFIER_BYTES:
+        return name
+    digest = "_" + hashlib.sha256(base.encode()).hexdigest()[:8]
+    keep = MAX_IDENTIFIER_BYTES - len(suffix.encode()) - len(digest)
+    return base.encode()[:keep].decode(errors="ignore") + digest + suffix
+
+
+def stage_name(table: str, run_id: int) -> str:
+    """The run's stage table: `<table>_r<run id>` (shortened with a hash past 63 bytes)."""
+    return _fit(table, f"_r{int(run_id)}")
+
+
+def _task_index_name(table: str, run_id: int) -> str:
+    return _fit(table, f"_r{int(run_id)}_task")
+
+
+def legacy_staging_name(table: str) -> str | None:
+    """Earlier versions' shared staging table; None when the name could never have existed."""
+    name = table + LEGACY_STAGING_SUFFIX
+    return name if len(name.encode()) <= MAX_IDENTIFIER_BYTES else None
 
 
 def _q(*names: str) -> str:
@@ -50,40 +87,70 @@ def _q(*names: str) -> str:
     return sql.SQL(", ").join(sql.Identifier(n) for n in names).as_string(None)
 
 
-def ensure_sink_tables(engine: Engine, table: str, columns: list[tuple[str, str]]) -> None:
-    """Create the target and staging tables from (name, postgres type) pairs when missing.
+def relkind(conn: Connection, table: str) -> str | None:
+    """'p' (partitioned), 'r' (plain) … for a table of the current schema; None when missing.
 
-    An existing target whose columns differ from the output is a clear error, not a silent
-    mismatch at commit time.
+    Looked up by exact name, not through `to_regclass`, which would fold `MyTable` to lower case.
+    """
+    return conn.scalar(
+        text(
+            "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = :t AND n.nspname = current_schema()"
+        ),
+        {"t": table},
+    )
+
+
+def ensure_sink_tables(
+    engine: Engine,
+    table: str,
+    columns: list[tuple[str, str]],
+    run_id: int,
+    partitioned: bool = True,
+) -> None:
+    """Create the target (when missing) and the run's stage table, from (name, type) pairs.
+
+    A new target is partitioned by run when `partitioned` (`sink.publish: attach`), plain
+    otherwise; an existing one is left as it is. An existing target whose columns differ from
+    the output is a clear error, not a silent mismatch at commit time. The stage is made
+    `LIKE` the target, so its columns and types are the target's exactly, as attaching needs.
     """
     # the types come from drainer's own Spark-to-Postgres table, never from user text
     ddl = ", ".join(f"{_q(name)} {pg_type}" for name, pg_type in columns)
-    staging = staging_name(table)
+    partition = f" PARTITION BY LIST ({_q(RUN_COLUMN)})" if partitioned else ""
     with engine.begin() as conn:
         conn.execute(
             text(
-                f"CREATE TABLE IF NOT EXISTS {_q(table)} ({ddl}, {_q(RUN_COLUMN)} bigint NOT NULL)"
-            )
-        )
-        conn.execute(
-            text(
-                f"CREATE TABLE IF NOT EXISTS {_q(staging)} ({ddl}, "
-                f"{_q(RUN_COLUMN)} bigint NOT NULL, {_q(TASK_COLUMN)} text NOT NULL)"
-            )
-        )
-        conn.execute(
-            text(
-                f"CREATE INDEX IF NOT EXISTS {_q(staging + INDEX_SUFFIX)} "
-                f"ON {_q(staging)} ({_q(RUN_COLUMN, TASK_COLUMN)})"
+                f"CREATE TABLE IF NOT EXISTS {_q(table)} "
+                f"({ddl}, {_q(RUN_COLUMN)} bigint NOT NULL){partition}"
             )
         )
         existing = table_columns(conn, table)
-    wanted = [name for name, _ in columns]
-    if existing != wanted:
-        raise ConfigError(
-            f"sink table {table} has columns {existing} but the processor outputs {wanted}: "
-            f"rename the sink table (sink.table) or migrate {table} to the new columns"
+        wanted = [name for name, _ in columns]
+        if existing != wanted:
+            raise ConfigError(
+                f"sink table {table} has columns {existing} but the processor outputs {wanted}: "
+                f"rename the sink table (sink.table) or migrate {table} to the new columns"
+            )
+        _create_stage(conn, table, run_id)
+
+
+def _create_stage(conn: Connection, table: str, run_id: int) -> str:
+    """The run's stage table, created when missing: the target's columns, the task, the CHECK."""
+    stage = stage_name(table, run_id)
+    conn.execute(
+        text(
+            f"CREATE TABLE IF NOT EXISTS {_q(stage)} (LIKE {_q(table)}, "
+            f"{_q(TASK_COLUMN)} text NOT NULL, CHECK ({_q(RUN_COLUMN)} = {int(run_id)}))"
         )
+    )
+    conn.execute(
+        text(
+            f"CREATE INDEX IF NOT EXISTS {_q(_task_index_name(table, run_id))} "
+            f"ON {_q(stage)} ({_q(TASK_COLUMN)})"
+        )
+    )
+    return stage
 
 
 def table_columns(conn: Connection, table: str) -> list[str]:
@@ -99,29 +166,81 @@ def table_columns(conn: Connection, table: str) -> list[str]:
 
 
 def publish_staged(conn: Connection, table: str, run_id: int) -> int:
-    """Inside the commit transaction: move the run's staged rows into the target table."""
-    columns = table_columns(conn, table)
-    if not columns:
+    """Inside the commit transaction: make the run's staged rows part of the target.
+
+    Partitioned target: the stage becomes the run's partition (no row is copied); plain
+    target: the rows are copied in. Either way the stage is gone afterwards. Returns the rows
+    published.
+    """
+    kind = relkind(conn, table)
+    if kind is None:
+        return 0  # nothing was ever staged: the run read no records
+    _adopt_legacy_rows(conn, table, run_id)
+    stage = stage_name(table, run_id)
+    if relkind(conn, stage) is None:
         return 0
-    quoted = _q(*columns, RUN_COLUMN)
-    moved = conn.execute(
+    rows = conn.scalar(text(f"SELECT count(*) FROM {_q(stage)}"))
+    if kind == "p" and rows:
+        conn.execute(text(f"ALTER TABLE {_q(stage)} DROP COLUMN {_q(TASK_COLUMN)}"))
+        conn.execute(
+            text(
+                f"ALTER TABLE {_q(table)} ATTACH PARTITION {_q(stage)} "
+                f"FOR VALUES IN ({int(run_id)})"
+            )
+        )
+        return rows
+    if kind != "p" and rows:
+        quoted = _q(*table_columns(conn, table), RUN_COLUMN)
+        conn.execute(text(f"INSERT INTO {_q(table)} ({quoted}) SELECT {quoted} FROM {_q(stage)}"))
+    conn.execute(text(f"DROP TABLE {_q(stage)}"))  # published, or no partition for no rows
+    return rows
+
+
+def _adopt_legacy_rows(conn: Connection, table: str, run_id: int) -> None:
+    """Move rows of this run that an earlier version staged in `<table>_staging` into its stage.
+
+    Only a run staged before an upgrade and committed after it without executing again has
+    any (a resumed run that executes deletes them first, `clear_staged`).
+    """
+    legacy = legacy_staging_name(table)
+    if legacy is None or relkind(conn, legacy) is None:
+        return
+    found = conn.scalar(
+        text(f"SELECT EXISTS (SELECT FROM {_q(legacy)} WHERE {_q(RUN_COLUMN)} = :r)"),
+        {"r": run_id},
+    )
+    if not found:
+        return
+    stage = _create_stage(conn, table, run_id)
+    quoted = _q(*table_columns(conn, table), RUN_COLUMN, TASK_COLUMN)
+    conn.execute(
         text(
-            f"INSERT INTO {_q(table)} ({quoted}) "
-            f"SELECT {quoted} FROM {_q(staging_name(table))} WHERE {_q(RUN_COLUMN)} = :r"
+            f"INSERT INTO {_q(stage)} ({quoted}) "
+            f"SELECT {quoted} FROM {_q(legacy)} WHERE {_q(RUN_COLUMN)} = :r"
         ),
         {"r": run_id},
-    ).rowcount
-    clear_staged(conn, table, run_id)
-    return moved
+    )
+    _clear_legacy(conn, table, run_id)
+
+
+def _clear_legacy(conn: Connection, table: str, run_id: int) -> None:
+    legacy = legacy_staging_name(table)
+    if legacy is not None and relkind(conn, legacy) is not None:
+        conn.execute(text(f"DELETE FROM {_q(legacy)} WHERE {_q(RUN_COLUMN)} = :r"), {"r": run_id})
 
 
 def clear_staged(conn: Connection, table: str, run_id: int) -> None:
-    """Drop what any attempt of the run staged (a resumed run starts afresh)."""
-    if table_columns(conn, staging_name(table)):
-        conn.execute(
-            text(f"DELETE FROM {_q(staging_name(table))} WHERE {_q(RUN_COLUMN)} = :r"),
-            {"r": run_id},
-        )
+    """A resumed run starts afresh: empty what any earlier attempt of it staged."""
+    if relkind(conn, stage_name(table, run_id)) is not None:
+        conn.execute(text(f"TRUNCATE {_q(stage_name(table, run_id))}"))
+    _clear_legacy(conn, table, run_id)
+
+
+def drop_staged(conn: Connection, table: str, run_id: int) -> None:
+    """An abandoned run: drop its stage table (and its rows in a legacy staging table)."""
+    if relkind(conn, stage_name(table, run_id)) is not None:
+        conn.execute(text(f"DROP TABLE {_q(stage_name(table, run_id))}"))
+    _clear_legacy(conn, table, run_id)
 
 
 def clear_task_partition(conn: Any, table: str, run_id: int, topic: str, partition: int) -> None:
@@ -131,9 +250,8 @@ def clear_task_partition(conn: Any, table: str, run_id: int, topic: str, partiti
     partition's staged failures go with them.
     """
     conn.execute(
-        f'DELETE FROM "{staging_name(table)}" WHERE "{RUN_COLUMN}" = %s '
-        f'AND starts_with("{TASK_COLUMN}", %s)',
-        (run_id, f"{topic}:{partition}:"),
+        f"DELETE FROM {_q(stage_name(table, run_id))} WHERE starts_with({_q(TASK_COLUMN)}, %s)",
+        (f"{topic}:{partition}:",),
     )
     conn.execute(
         "DELETE FROM record_failures WHERE run_id = %s AND topic = %s AND partition = %s",
@@ -142,13 +260,11 @@ def clear_task_partition(conn: Any, table: str, run_id: int, topic: str, partiti
 
 
 def staged_rows(conn: Connection, table: str, run_id: int) -> int:
-    """Rows the run has staged so far (0 before the staging table exists)."""
-    if not conn.scalar(text("SELECT to_regclass(:t)"), {"t": staging_name(table)}):
+    """Rows the run has staged so far (0 before its stage table exists)."""
+    stage = stage_name(table, run_id)
+    if relkind(conn, stage) is None:
         return 0
-    return conn.scalar(
-        text(f"SELECT count(*) FROM {_q(staging_name(table))} WHERE {_q(RUN_COLUMN)} = :r"),
-        {"r": run_id},
-    )
+    return conn.scalar(text(f"SELECT count(*) FROM {_q(stage)}"))
 
 
 def write_staged(
@@ -159,18 +275,15 @@ def write_staged(
     Call `drainer.store.leases.check_fence` first in the same transaction. A second attempt
     of the same task waits here until the first one's transaction ends, then replaces its rows.
     """
-    staging = staging_name(table)
+    stage = stage_name(table, run_id)
     conn.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
         (f"drainer-stage:{table}:{run_id}:{task}",),
     )
-    conn.execute(
-        f"DELETE FROM {_q(staging)} WHERE {_q(RUN_COLUMN)} = %s AND {_q(TASK_COLUMN)} = %s",
-        (run_id, task),
-    )
+    conn.execute(f"DELETE FROM {_q(stage)} WHERE {_q(TASK_COLUMN)} = %s", (task,))
     count = 0
     with conn.cursor().copy(
-        f"COPY {_q(staging)} ({_q(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN"
+        f"COPY {_q(stage)} ({_q(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN"
     ) as copy:
         for row in rows:
             copy.write_row((*row, run_id, task))

@@ -28,7 +28,7 @@ from drainer.producer import produce_records, synthetic_records
 from drainer.services.pg_install import bindir
 from drainer.services.pg_layout import OS_USER, ROOT_BASE, PgLayout
 from drainer.store.server import create_role_and_database
-from drainer.store.sinks import staging_name
+from drainer.store.sinks import stage_name
 from drainer.testing import create_drain, delete_topics
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
@@ -108,14 +108,20 @@ def throwaway_postgres(tmp_path: Path) -> Iterator[ThrowawayPostgres]:
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
-def _staged(url: str, table: str) -> int:
+def _staged(url: str, drain: str, table: str) -> int:
+    """Rows in the stage table of the drain's (only) run, 0 before there is one."""
     try:
         with psycopg.connect(url, connect_timeout=2) as conn:
-            staging = staging_name(table)
-            if conn.execute("SELECT to_regclass(%s)", (staging,)).fetchone()[0] is None:
+            run = conn.execute("SELECT max(id) FROM runs WHERE drain = %s", (drain,)).fetchone()
+            if run[0] is None:
                 return 0
-            query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(staging))
+            stage = stage_name(table, run[0])
+            if conn.execute("SELECT to_regclass(%s)", (stage,)).fetchone()[0] is None:
+                return 0
+            query = sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(stage))
             return conn.execute(query).fetchone()[0]
+    except psycopg.errors.UndefinedTable:
+        return 0  # the schema is not migrated yet
     except psycopg.OperationalError:
         return 0
 
@@ -161,7 +167,7 @@ def test_postgres_lost_while_tasks_write_is_one_line_and_the_rerun_loses_nothing
 
         proc = _run(drain.name, env, "-v")
         deadline = time.monotonic() + 300
-        while _staged(server.url, drain.sink.table) == 0:
+        while _staged(server.url, drain.name, drain.sink.table) == 0:
             assert proc.poll() is None, f"the run ended before staging: {proc.communicate()}"
             assert time.monotonic() < deadline, "nothing was staged within 300 s"
             time.sleep(0.2)
@@ -182,7 +188,9 @@ def test_postgres_lost_while_tasks_write_is_one_line_and_the_rerun_loses_nothing
         assert not warnings, warnings
 
         server.start()
-        assert _staged(server.url, drain.sink.table) > 0  # the failed run left its staging
+        assert (
+            _staged(server.url, drain.name, drain.sink.table) > 0
+        )  # the failed run left its stage table
 
         done = _run(drain.name, env)
         out, err = done.communicate(timeout=600)

@@ -1,4 +1,6 @@
-"""The Postgres sink's staging on the real Postgres: quoted names, one attempt's rows per task."""
+"""The Postgres sink on the real Postgres: quoted names, one attempt's rows per task, and the
+per-run stage table that the commit attaches as the run's partition (or copies, into a plain
+target) without blocking the target's readers."""
 
 from __future__ import annotations
 
@@ -7,50 +9,272 @@ import time
 import uuid
 
 import psycopg
+from psycopg import sql
 from sqlalchemy import text
 
 from drainer.settings import load_settings, psycopg_url
 from drainer.store import get_engine, sinks
 
 COLUMNS = [('we"ird col', "text"), ("n", "integer")]
+NAMES = [name for name, _ in COLUMNS]
 
 
-def _fresh_table() -> str:
-    table = f"sink_{uuid.uuid4().hex[:8]}"
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS)
+def _url() -> str:
+    return psycopg_url(load_settings().database_url)
+
+
+def _fresh_table(run_id: int = 1, partitioned: bool = True, prefix: str = "sink") -> str:
+    table = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, run_id, partitioned)
     return table
 
 
-def _staged(table: str, run_id: int) -> list[tuple]:
+def _stage(table: str, run_id: int, rows: list[tuple], task: str = "p0") -> None:
+    with psycopg.connect(_url()) as conn:
+        sinks.write_staged(conn, table, NAMES, run_id, task, rows)
+
+
+def _publish(table: str, run_id: int) -> int:
+    with get_engine().begin() as conn:
+        return sinks.publish_staged(conn, table, run_id)
+
+
+def _rows(relation: str, run_id: int | None = None) -> list[tuple]:
+    where = "" if run_id is None else f' WHERE "{sinks.RUN_COLUMN}" = {int(run_id)}'
+    query = sql.SQL('SELECT "we""ird col", n FROM {}{} ORDER BY n').format(
+        sql.Identifier(relation), sql.SQL(where)
+    )
+    with psycopg.connect(_url()) as conn:
+        return [tuple(r) for r in conn.execute(query)]
+
+
+def _table(name: str) -> dict | None:
+    """pg_class facts about a table of the current schema, None when it does not exist."""
     with get_engine().connect() as conn:
-        return [
-            tuple(r)
+        row = conn.execute(
+            text(
+                "SELECT c.relkind, c.relispartition, "
+                "(SELECT i.inhparent::regclass::text FROM pg_inherits i "
+                " WHERE i.inhrelid = c.oid) AS parent "
+                "FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace "
+                "WHERE c.relname = :t AND s.nspname = current_schema()"
+            ),
+            {"t": name},
+        ).first()
+    return None if row is None else row._asdict()
+
+
+def _partitions(table: str) -> list[str]:
+    with get_engine().connect() as conn:
+        return sorted(
+            r[0]
             for r in conn.execute(
                 text(
-                    f'SELECT "we""ird col", n FROM "{sinks.staging_name(table)}" '
-                    f'WHERE "{sinks.RUN_COLUMN}" = :r ORDER BY n'
+                    "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+                    "JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace s "
+                    "ON s.oid = p.relnamespace WHERE p.relname = :t AND s.nspname = current_schema()"
                 ),
-                {"r": run_id},
+                {"t": table},
             )
-        ]
+        )
 
 
 def test_output_columns_are_quoted_identifiers():
     table = _fresh_table()
-    names = [name for name, _ in COLUMNS]
-    with psycopg.connect(psycopg_url(load_settings().database_url)) as conn:
-        sinks.write_staged(conn, table, names, 1, "p0", [("x", 1), ("y", 2)])
+    _stage(table, 1, [("x", 1), ("y", 2)])
     with get_engine().begin() as conn:
         assert sinks.publish_staged(conn, table, 1) == 2
-        assert sinks.table_columns(conn, table) == names
+        assert sinks.table_columns(conn, table) == NAMES
+    assert _rows(table) == [("x", 1), ("y", 2)]
+
+
+def test_each_run_becomes_its_own_partition_without_copying():
+    table = _fresh_table(run_id=11)
+    assert _table(table)["relkind"] == "p"
+    _stage(table, 11, [("a", 1), ("b", 2)], task="p0")
+    _stage(table, 11, [("c", 3)], task="p1")
+    assert _publish(table, 11) == 3
+
+    stage = sinks.stage_name(table, 11)
+    # the stage is now the run's partition, not a standalone table, and lost its task column
+    assert _table(stage) == {"relkind": "r", "relispartition": True, "parent": table}
+    with get_engine().connect() as conn:
+        assert sinks.table_columns(conn, stage) == NAMES
+        assert sinks.TASK_COLUMN not in _all_columns(conn, stage)
+    assert _rows(table) == [("a", 1), ("b", 2), ("c", 3)]
+
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 12)  # the next run of the drain
+    _stage(table, 12, [("d", 4)])
+    assert _publish(table, 12) == 1
+    assert _partitions(table) == sorted([stage, sinks.stage_name(table, 12)])
+    assert _rows(table, 12) == [("d", 4)] and len(_rows(table)) == 4
+
+
+def _all_columns(conn, table: str) -> list[str]:
+    return [
+        r[0]
+        for r in conn.execute(
+            text(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = current_schema() AND table_name = :t"
+            ),
+            {"t": table},
+        )
+    ]
+
+
+def test_attaching_skips_the_validation_scan_and_does_not_block_readers():
+    """The stage's CHECK constraint proves the partition constraint (Postgres says so at
+    DEBUG1 instead of scanning), and the target is locked SHARE UPDATE EXCLUSIVE only: a
+    reader of the target proceeds while the commit transaction that attached is still open."""
+    table = _fresh_table(run_id=21)
+    _stage(table, 21, [("old", 1)])
+    _publish(table, 21)
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 22)
+    _stage(table, 22, [("new", 2)])
+    notices: list[str] = []
+    with get_engine().connect() as conn:
+        conn.connection.driver_connection.add_notice_handler(
+            lambda diag: notices.append(diag.message_primary or "")
+        )
+        conn.execute(text("SET client_min_messages = debug1"))
+        assert sinks.publish_staged(conn, table, 22) == 1
+        held = conn.execute(
+            text(
+                "SELECT l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE l.pid = pg_backend_pid() AND c.relname = :t"
+            ),
+            {"t": table},
+        ).scalars()
+        assert set(held) == {"ShareUpdateExclusiveLock"}
+        with psycopg.connect(_url()) as reader:  # still inside the attaching transaction
+            reader.execute("SET lock_timeout = '2s'")
+            seen = reader.execute(sql.SQL("SELECT n FROM {}").format(sql.Identifier(table)))
+            assert [r[0] for r in seen] == [1]  # the uncommitted partition is not visible yet
+        conn.commit()
+    stage = sinks.stage_name(table, 22)
+    assert f'partition constraint for table "{stage}" is implied by existing constraints' in (
+        notices
+    )
+    assert _rows(table) == [("old", 1), ("new", 2)]
+
+
+def test_a_run_that_staged_nothing_leaves_no_partition():
+    table = _fresh_table(run_id=31)
+    assert _publish(table, 31) == 0
+    assert _table(sinks.stage_name(table, 31)) is None
+    assert _partitions(table) == []
+
+
+def test_a_plain_target_gets_the_rows_copied_and_the_stage_dropped():
+    table = _fresh_table(run_id=41, partitioned=False)  # sink.publish: copy
+    assert _table(table)["relkind"] == "r"
+    _stage(table, 41, [("a", 1), ("b", 2)])
+    assert _publish(table, 41) == 2
+    assert _rows(table) == [("a", 1), ("b", 2)]
+    assert _table(sinks.stage_name(table, 41)) is None
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 42)  # stays plain whatever is asked
+    assert _table(table)["relkind"] == "r"
+    assert _publish(table, 42) == 0 and _table(sinks.stage_name(table, 42)) is None
+
+
+def test_resume_empties_the_stage_and_abandon_drops_it():
+    table = _fresh_table(run_id=51)
+    _stage(table, 51, [("a", 1)])
+    with get_engine().begin() as conn:
+        sinks.clear_staged(conn, table, 51)  # a resumed run
+        assert sinks.staged_rows(conn, table, 51) == 0
+    assert _table(sinks.stage_name(table, 51)) is not None  # emptied, kept for the tasks
+    _stage(table, 51, [("b", 2)])
+    with get_engine().begin() as conn:
+        sinks.drop_staged(conn, table, 51)  # an abandoned run
+    assert _table(sinks.stage_name(table, 51)) is None
+    assert _publish(table, 51) == 0 and _rows(table) == []
+
+
+def test_rows_an_earlier_version_staged_are_published_once():
+    """An upgrade in the middle of a run: the old shared `<table>_staging` holds its rows."""
+    table = _fresh_table(run_id=61, partitioned=False)
+    legacy = sinks.legacy_staging_name(table)
+    with psycopg.connect(_url()) as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} ({} text, n integer, {} bigint NOT NULL, {} text NOT NULL)"
+            ).format(
+                sql.Identifier(legacy),
+                sql.Identifier('we"ird col'),
+                sql.Identifier(sinks.RUN_COLUMN),
+                sql.Identifier(sinks.TASK_COLUMN),
+            )
+        )
+        insert = sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, 'p0')").format(sql.Identifier(legacy))
+        for row in [("old", 1, 61), ("old", 2, 61), ("other run", 3, 62), ("resumed", 4, 63)]:
+            conn.execute(insert, row)
+    _stage(table, 61, [("new", 5)], task="p1")
+    assert _publish(table, 61) == 3
+    assert _rows(table) == [("old", 1), ("old", 2), ("new", 5)]
+    assert _rows(legacy) == [("other run", 3), ("resumed", 4)]
+    with get_engine().begin() as conn:
+        sinks.clear_staged(conn, table, 63)  # run 63 resumes: it stages afresh, in its stage
+    assert _rows(legacy) == [("other run", 3)]
+
+
+def test_long_table_names_get_stage_names_that_fit():
+    table = _fresh_table(run_id=987654321, prefix="t" * 50)
+    assert len(table) == 59
+    stage = sinks.stage_name(table, 987654321)
+    assert stage != table + "_r987654321" and len(stage) <= 63
+    _stage(table, 987654321, [("a", 1)])
+    assert _publish(table, 987654321) == 1
+    assert _partitions(table) == [stage]
+
+
+def test_converting_a_plain_target_by_the_operations_recipe():
+    """docs/operations.md: a plain target becomes partitioned, its old rows one partition."""
+    table = _fresh_table(run_id=71, partitioned=False)
+    _stage(table, 71, [("a", 1)])
+    _publish(table, 71)
+    recipe = _recipe("Converting a plain target", table)
+    with psycopg.connect(_url(), autocommit=True) as conn:
+        conn.execute(recipe)
+    assert _table(table)["relkind"] == "p"
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 72)
+    _stage(table, 72, [("b", 2)])
+    assert _publish(table, 72) == 1
+    assert _rows(table) == [("a", 1), ("b", 2)]
+    assert sinks.stage_name(table, 72) in _partitions(table)
+
+
+def test_folding_old_partitions_by_the_operations_recipe():
+    table = _fresh_table(run_id=81)
+    for run_id in (81, 82, 83):
+        sinks.ensure_sink_tables(get_engine(), table, COLUMNS, run_id)
+        _stage(table, run_id, [("r", run_id)])
+        _publish(table, run_id)
+    recipe = _recipe("Folding old partitions", table).replace("UPTO_RUN", "82")
+    with psycopg.connect(_url(), autocommit=True) as conn:
+        conn.execute(recipe)
+    assert _partitions(table) == sorted([f"{table}_upto_82", sinks.stage_name(table, 83)])
+    assert _rows(table) == [("r", 81), ("r", 82), ("r", 83)]
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 84)  # later runs still attach
+    _stage(table, 84, [("r", 84)])
+    assert _publish(table, 84) == 1
+
+
+def _recipe(heading: str, table: str) -> str:
+    """The SQL block under a heading of docs/operations.md, for `events` read `table`."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = doc[doc.index(heading) :]
+    block = section.split("```sql", 1)[1].split("```", 1)[0]
+    return block.replace("events", table)
 
 
 def test_two_attempts_of_one_task_leave_one_attempts_rows():
     """Attempt A stages and holds its transaction open; attempt B of the same (run, task)
     starts meanwhile. B must wait for A and then replace A's rows, not add to them."""
-    table = _fresh_table()
-    names = [name for name, _ in COLUMNS]
-    url = psycopg_url(load_settings().database_url)
+    table = _fresh_table(run_id=7)
     a_staging, release_a = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
@@ -63,8 +287,8 @@ def test_two_attempts_of_one_task_leave_one_attempts_rows():
 
     def attempt(rows) -> None:
         try:
-            with psycopg.connect(url) as conn:
-                sinks.write_staged(conn, table, names, 7, "topic:0:100", rows)
+            with psycopg.connect(_url()) as conn:
+                sinks.write_staged(conn, table, NAMES, 7, "topic:0:100", rows)
         except BaseException as err:  # surfaced by the assertion below
             errors.append(err)
 
@@ -81,7 +305,8 @@ def test_two_attempts_of_one_task_leave_one_attempts_rows():
     a.join(10)
     b.join(10)
     assert not errors, errors
-    assert _staged(table, 7) == [("b", 10), ("b", 20)]  # the later attempt's rows only
+    # the later attempt's rows only
+    assert _rows(sinks.stage_name(table, 7)) == [("b", 10), ("b", 20)]
 
 
 def _waits_on_advisory_lock() -> bool:

@@ -37,7 +37,8 @@ def test_valid_drain_loads_with_defaults(tmp_path):
         ({"kafka": {"bootstrap.servers": "x:1"}}, "KAFKA_BOOTSTRAP_SERVERS"),
         ({"budgett": 5}, "orders.budgett"),
         ({"ordering": "sideways"}, "orders.ordering"),
-        ({"sink": {"table": "t" * 52}}, "use at most 51 bytes"),
+        ({"sink": {"table": "t" * 64}}, "use at most 63 bytes"),
+        ({"sink": {"table": "out", "publish": "move"}}, "sink.publish"),
     ],
 )
 def test_invalid_settings_are_named(tmp_path, overrides, message):
