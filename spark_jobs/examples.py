@@ -73,10 +73,15 @@ def one_row_per_record(df: DataFrame) -> DataFrame:
 def no_rows(df: DataFrame) -> DataFrame:
     """The shape of `one_row_per_record`, but no row at all (a filter that matched nothing).
 
-    The filter is on the data, not a constant: Spark would prune a constant-false plan, and
-    the read's record count (an observation) with it.
+    The filter is on the data, not a constant (for that, see `nothing_kept`).
     """
     return one_row_per_record(df).where(F.col("offset") < 0)
+
+
+def nothing_kept(df: DataFrame) -> DataFrame:
+    """No row by construction: Spark prunes the whole plan, the read's observation with it, so
+    the run counts its records with a second read (spark_jobs.kafka_source.counted)."""
+    return one_row_per_record(df).where(F.lit(False))
 
 
 def always_fails(df: DataFrame) -> DataFrame:

@@ -160,8 +160,11 @@ def test_abandoning_a_plan_drops_its_stage(make_drain, spark):
     assert _each_offset_once(_sink(drain), 20) == {fresh.run_id: 40}
 
 
-def test_a_run_without_output_leaves_no_partition(make_drain, spark):
-    drain = _drain(make_drain, processor="spark_jobs.examples:no_rows")
+@pytest.mark.parametrize("processor", ["no_rows", "nothing_kept"])
+def test_a_run_without_output_leaves_no_partition(make_drain, spark, processor):
+    # nothing_kept's constant-false filter prunes the read and its record count from the plan:
+    # the run still reports every record it drained
+    drain = _drain(make_drain, processor=f"spark_jobs.examples:{processor}")
     _produce(drain, 10)
     result = drain_job.run(drain.name, trigger="test")
     assert result.drained == 20 and result.published_rows == 0
