@@ -25,6 +25,20 @@ class Crash(RuntimeError):
     """The process dying between staging and commit, as far as the run can tell."""
 
 
+def _stage_then_crash(drain: DrainConfig) -> int:
+    """Run the drain's Spark job, then fail before the commit; returns the run's id."""
+    seen: dict[str, int] = {}
+
+    def stage_then_crash(ctx):
+        drain_job.execute(ctx)
+        seen["run"] = ctx.run.id
+        raise Crash("the process died after staging")
+
+    with pytest.raises(Crash):
+        drain_once(drain, stage_then_crash, trigger="test")
+    return seen["run"]
+
+
 def _drain(make_drain, publish: str = "attach", **overrides) -> DrainConfig:
     sink = {"table": f"sink_{uuid.uuid4().hex[:8]}", "publish": publish}
     return make_drain(levels=1, partitions=2, budget=100, sink=sink, **{**ONE_ROW, **overrides})
@@ -119,16 +133,7 @@ def test_publish_copy_keeps_a_plain_target(make_drain, spark):
 def test_a_crash_before_the_commit_is_resumed_without_duplicates(make_drain, spark, publish):
     drain = _drain(make_drain, publish=publish)
     _produce(drain, 40)
-    seen = {}
-
-    def stage_then_crash(ctx):
-        drain_job.execute(ctx)
-        seen["run"] = ctx.run.id
-        raise Crash("the process died after staging")
-
-    with pytest.raises(Crash):
-        drain_once(drain, stage_then_crash, trigger="test")
-    run_id = seen["run"]
+    run_id = _stage_then_crash(drain)
     assert _staged(drain, run_id) == 80  # left standing, unattached
     assert _sink(drain) == Counter() and _partitions(drain.sink.table) == []
 
@@ -141,22 +146,14 @@ def test_a_crash_before_the_commit_is_resumed_without_duplicates(make_drain, spa
 def test_abandoning_a_plan_drops_its_stage(make_drain, spark):
     drain = _drain(make_drain)
     _produce(drain, 20)
-    seen = {}
-
-    def stage_then_fail(ctx):
-        drain_job.execute(ctx)
-        seen["run"] = ctx.run.id
-        raise Crash("a bug after staging")
-
-    with pytest.raises(Crash):
-        drain_once(drain, stage_then_fail, trigger="test")
-    assert _staged(drain, seen["run"]) == 40
+    run_id = _stage_then_crash(drain)
+    assert _staged(drain, run_id) == 40
     abandon_plan(drain, "test: the plan cannot succeed")
-    assert _kind(stage_name(drain.sink.table, seen["run"])) is None
+    assert _kind(stage_name(drain.sink.table, run_id)) is None
     assert _sink(drain) == Counter()
 
     fresh = drain_job.run(drain.name, trigger="test")  # plans afresh, publishes once
-    assert fresh.run_id != seen["run"] and fresh.drained == 40
+    assert fresh.run_id != run_id and fresh.drained == 40
     assert _each_offset_once(_sink(drain), 20) == {fresh.run_id: 40}
 
 
