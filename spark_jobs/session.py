@@ -84,7 +84,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
         url, session_id = endpoint, None
         if settings.spark_shared_session and ";session_id=" not in endpoint:
             session_id = shared_session_id(
-                settings.home / "spark-sessions", endpoint, _session_code(settings), closed
+                settings.home / "spark-sessions", endpoint, session_code(settings), closed
             )
             url = with_session_id(endpoint, session_id)
         spark = SparkSession.builder.remote(url).create()
@@ -103,7 +103,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
         return spark
 
 
-def _session_code(settings: Settings) -> str:
+def session_code(settings: Settings) -> str:
     """What a shared session's workers depend on: the code they import, the session's settings."""
     modules = ["drainer", "spark_jobs"]
     try:

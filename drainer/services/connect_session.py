@@ -8,40 +8,62 @@ server after every run. Runs that share a session share the daemon and its warm 
 Workers keep the modules they imported, so the session is keyed by a fingerprint of the code
 they run (drainer, spark_jobs and the packages of the drains' processors and handlers): edit a
 handler and the next run gets a fresh session, hence fresh imports. The id lives in a small
-file per endpoint under drainer's home; a session the server has closed (idle too long) is
-replaced by a new one.
+file per endpoint and code version under drainer's home; a session the server has closed
+(idle too long) is replaced by a new one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+UNUSED_SESSION_DAYS = 7  # a session id file no run used for this long is deleted
 MAX_FILES = 5_000  # a fingerprint walks at most this many files per package
 SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
 
 
+def session_file(directory: Path, endpoint: str, code: str) -> Path:
+    """Where the id of `code`'s session on `endpoint` is kept: one small file per pair, so
+    drains of different code each keep theirs."""
+    key = hashlib.sha256(f"{endpoint}\0{code}".encode()).hexdigest()[:16]
+    return directory / f"session-{key}.json"
+
+
 def shared_session_id(directory: Path, endpoint: str, code: str, closed: str | None = None) -> str:
-    """The session id for `code` on `endpoint`; a new one when the code changed or `closed` is
-    the stored one."""
-    path = directory / f"session-{hashlib.sha256(endpoint.encode()).hexdigest()[:16]}.json"
+    """The session id for `code` on `endpoint`; a new one the first time, or when `closed` is
+    the stored one (the server closed it)."""
+    path = session_file(directory, endpoint, code)
     try:
-        stored = json.loads(path.read_text())
-    except (OSError, ValueError):
-        stored = {}
-    if stored.get("code") == code and stored.get("id") and stored["id"] != closed:
-        return str(stored["id"])
+        stored = json.loads(path.read_text()).get("id")
+    except (OSError, ValueError, AttributeError):
+        stored = None
+    if stored and stored != closed:
+        with contextlib.suppress(OSError):
+            os.utime(path)  # in use: not one to prune
+        return str(stored)
     session_id = str(uuid.uuid4())
     directory.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps({"code": code, "id": session_id}))
     os.replace(tmp, path)  # concurrent writers: one wins, the other's run keeps its own id
+    _prune(directory)
     return session_id
+
+
+def _prune(directory: Path) -> None:
+    """Forget the ids of code versions no run has used for a while (every edit makes one)."""
+    cutoff = time.time() - UNUSED_SESSION_DAYS * 86_400
+    for old in directory.glob("session-*.json"):
+        with contextlib.suppress(OSError):
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
 
 
 def with_session_id(endpoint: str, session_id: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
 import pytest
@@ -26,6 +27,26 @@ def test_changed_code_or_a_closed_session_gets_a_new_one(tmp_path):
     assert after_close not in (first, after_edit)
     # the replacement is what later runs share
     assert shared_session_id(tmp_path, ENDPOINT, "code-b") == after_close
+
+
+def test_drains_of_different_code_each_keep_their_session(tmp_path):
+    a = shared_session_id(tmp_path, ENDPOINT, "code-a")
+    b = shared_session_id(tmp_path, ENDPOINT, "code-b")
+    assert a != b
+    # alternating between them opens no new session (each would be one more worker daemon)
+    assert shared_session_id(tmp_path, ENDPOINT, "code-a") == a
+    assert shared_session_id(tmp_path, ENDPOINT, "code-b") == b
+
+
+def test_ids_no_run_used_for_a_week_are_forgotten(tmp_path):
+    stale = shared_session_id(tmp_path, ENDPOINT, "old code")
+    (old_file,) = tmp_path.iterdir()
+    week_ago = time.time() - 8 * 86_400
+    os.utime(old_file, (week_ago, week_ago))
+    current = shared_session_id(tmp_path, ENDPOINT, "new code")  # a new id prunes
+    assert not old_file.exists()
+    assert shared_session_id(tmp_path, ENDPOINT, "new code") == current
+    assert shared_session_id(tmp_path, ENDPOINT, "old code") != stale
 
 
 def test_each_endpoint_has_its_own_session(tmp_path):
