@@ -96,6 +96,10 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             log.info(
                 "Spark Connect session %s was closed by the server: opening another", session_id
             )
+            # drop the dead client, or pyspark's functions keep asking it (still the process's
+            # active session) and fail; the server has nothing left to release
+            spark.release_session_on_close = False
+            spark.stop()
             closed = session_id
             continue
         spark.conf.set("spark.sql.session.timeZone", "UTC")
