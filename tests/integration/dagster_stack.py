@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,18 +183,27 @@ class DagsterStack:
         assert data["__typename"] == "LaunchRunSuccess", data
         return data["run"]["runId"]
 
-    def wait_run(self, run_id: str, timeout_s: float = 600) -> dict:
+    def _poll(self, look: Callable[[], tuple[bool, Any]], timeout_s: float, every_s: float) -> Any:
+        """Call `look` until it says done (returns (True, value)); its last value names a timeout."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while True:
+            done, value = look()
+            if done:
+                return value
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"still waiting: {value}\n{self.logs()}")
+            time.sleep(every_s)
+
+    def wait_run(self, run_id: str, timeout_s: float = 600) -> dict:
+        def look() -> tuple[bool, dict]:
             run = self.gql(
                 "query($id: ID!) { runOrError(runId: $id) { ... on Run { runId status "
                 "startTime endTime creationTime } } }",
                 id=run_id,
             )["runOrError"]
-            if run["status"] in TERMINAL:
-                return run
-            time.sleep(0.2)
-        raise TimeoutError(f"run {run_id} still {run['status']}\n{self.logs()}")
+            return run["status"] in TERMINAL, run
+
+        return self._poll(look, timeout_s, every_s=0.2)
 
     def runs(self, tags: dict[str, str]) -> list[dict]:
         data = self.gql(
@@ -208,28 +218,25 @@ class DagsterStack:
 
     def wait_backfill(self, backfill_id: str, timeout_s: float = 600) -> list[dict]:
         """Wait until the backfill is done and all its runs ended; returns the runs."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def look() -> tuple[bool, Any]:
             status = self.gql(
                 "query($id: String!) { partitionBackfillOrError(backfillId: $id) "
                 "{ ... on PartitionBackfill { status } } }",
                 id=backfill_id,
             )["partitionBackfillOrError"]["status"]
             runs = self.runs({"dagster/backfill": backfill_id})
-            if status in BACKFILL_DONE and runs and all(r["status"] in TERMINAL for r in runs):
-                return runs
-            time.sleep(2)
-        raise TimeoutError(f"backfill {backfill_id} still {status}\n{self.logs()}")
+            ended = runs and all(r["status"] in TERMINAL for r in runs)
+            return bool(status in BACKFILL_DONE and ended), runs if ended else status
+
+        return self._poll(look, timeout_s, every_s=2)
 
     def wait_runs(self, tags: dict[str, str], count: int = 1, timeout_s: float = 600) -> list[dict]:
-        deadline = time.monotonic() + timeout_s
-        runs: list[dict] = []
-        while time.monotonic() < deadline:
+        def look() -> tuple[bool, list[dict]]:
             runs = self.runs(tags)
-            if len(runs) >= count and all(r["status"] in TERMINAL for r in runs):
-                return runs
-            time.sleep(2)
-        raise TimeoutError(f"runs {tags}: {runs}\n{self.logs()}")
+            return len(runs) >= count and all(r["status"] in TERMINAL for r in runs), runs
+
+        return self._poll(look, timeout_s, every_s=2)
 
     def materializations(self, asset: str) -> list[dict]:
         """Every materialization of the asset: partition, run id and metadata as numbers."""
