@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from dagster_project.definitions import RANGE_END, RANGE_START  # noqa: E402
 from drainer.config import load_drains  # noqa: E402
-from drainer.kafka_io import create_topics  # noqa: E402
-from drainer.producer import produce_records, synthetic_records  # noqa: E402
+from drainer.kafka.clients import create_topics  # noqa: E402
+from drainer.kafka.producer import produce_records, synthetic_records  # noqa: E402
 from tests.integration.dagster_stack import DagsterStack  # noqa: E402
 
 

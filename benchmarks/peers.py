@@ -151,7 +151,7 @@ def _peer(kind: str, drain, table: str) -> float:
 
 
 def sum_planned(drain) -> int:
-    from drainer.kafka_io import partitions_of, watermarks
+    from drainer.kafka.clients import partitions_of, watermarks
 
     marks = watermarks(drain, partitions_of(drain, range(drain.levels)))
     return sum(wm.high - wm.low for wm in marks.values())

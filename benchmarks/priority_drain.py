@@ -74,7 +74,7 @@ def make_drain(args: argparse.Namespace, scenario: str, config_dir: Path):
 
 
 def produce_backlog(drain, records_per_level: int) -> None:
-    from drainer.producer import produce_records, synthetic_records
+    from drainer.kafka.producer import produce_records, synthetic_records
 
     for level in range(drain.levels):
         sent = produce_records(

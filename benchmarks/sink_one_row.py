@@ -28,7 +28,7 @@ def main() -> int:
     parser.add_argument("--publish", choices=["attach", "copy"], default=None)
     args = parser.parse_args()
 
-    from drainer import run
+    from drainer.lifecycle import run
     from drainer.store import sinks
     from spark_jobs import drain_job
 

@@ -16,7 +16,7 @@ Four wall times per run, from the narrowest to the widest:
   stage     the Spark stage as Spark reports it (REST API of the driver UI: submission to
             completion): adds the task's launch, the Kafka consumer and Python worker hand-off;
   execute   `spark_jobs.drain_job.execute`, timed by a wrapper executor passed to
-            `drainer.run.drain_once`: adds the driver's side (the Kafka relation's planning,
+            `drainer.lifecycle.run.drain_once`: adds the driver's side (the Kafka relation's planning,
             `df.rdd`, sink DDL, clearing the run's staging) and the job's scheduling;
   run       the whole `drain_once`: adds the lease, planning, the commit and the Kafka mirror.
 
@@ -85,7 +85,7 @@ def make_drain(config_dir: Path, ordering: str, args: argparse.Namespace, handle
 
 
 def produce(drain, args: argparse.Namespace) -> None:
-    from drainer.producer import produce_records, synthetic_records
+    from drainer.kafka.producer import produce_records, synthetic_records
 
     records = synthetic_records(args.records, keys=args.keys, value_size=100, seed=1)
     sent = produce_records(drain, records, level=0, partition=0)
@@ -98,7 +98,7 @@ def timed_run(drain) -> tuple[object, float, float]:
     The task's seconds come from what the record-mode job itself returns per Kafka partition
     (from asking for the first record to the results staged); the wrapper only keeps them.
     """
-    from drainer.run import drain_once
+    from drainer.lifecycle.run import drain_once
     from spark_jobs import drain_job
 
     spent: list[float] = []

@@ -14,9 +14,9 @@ import dagster as dg
 from dagster_project.launches import launch_levels
 from dagster_project.logs import drainer_logs_to
 from dagster_project.metadata import level_metadata, run_metadata, run_tags
-from drainer import checks
 from drainer.config import DrainConfig, load_drains
-from drainer.run import RunResult
+from drainer.lifecycle.run import RunResult
+from drainer.observe import checks
 from spark_jobs import drain_job
 
 # single-run backfills are what make a backfill of levels share one budget; accept their beta tag
@@ -92,7 +92,9 @@ def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
     def _drain(context: dg.AssetExecutionContext, drainer: DrainerResource) -> dg.MaterializeResult:
         levels, launch_key = launch_levels(context)
         with drainer_logs_to(context.log):
-            result = drainer.run(drain, levels, context.run.run_id, _trigger(context), launch_key)
+            result = drainer.lifecycle.run(
+                drain, levels, context.run.run_id, _trigger(context), launch_key
+            )
         context.instance.add_run_tags(context.run.run_id, run_tags(result))
         own = {int(key) for key in context.partition_keys}
         for lv in result.levels:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from drainer.run import LevelReport, RunResult
+from drainer.lifecycle.run import LevelReport, RunResult
 
 PHASES = ("plan", "spark_start", "spark_job", "commit", "mirror")
 

@@ -36,7 +36,7 @@ def drain_body(name: str, **overrides: Any) -> dict[str, Any]:
 
 def create_drain(config_dir: Path, prefix: str = "t", **overrides: Any) -> tuple[DrainConfig, Path]:
     """Write a uniquely named one-drain YAML file under `config_dir` and create the topics."""
-    from drainer.kafka_io import create_topics
+    from drainer.kafka.clients import create_topics
 
     name = overrides.pop("name", None) or f"{prefix}_{uuid.uuid4().hex[:8]}"
     path = Path(config_dir) / f"{name}.yaml"
@@ -59,7 +59,7 @@ def temporary_drain(config_dir: Path, prefix: str = "t", **overrides: Any) -> It
 
 def delete_topics(drain: DrainConfig) -> None:
     """Delete a drain's level (and DLQ) topics; already gone or broker down is not an error."""
-    from drainer.kafka_io import admin
+    from drainer.kafka.clients import admin
 
     topics = [drain.level_topic(level) for level in range(drain.levels)]
     topics += [drain.dlq_topic] if drain.dlq_topic else []

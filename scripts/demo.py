@@ -25,9 +25,9 @@ def main() -> int:
     from dagster_project.definitions import all_levels_tags, build_definitions
     from drainer import services
     from drainer.config import get_drain
-    from drainer.kafka_io import create_topics
-    from drainer.producer import produce_records, synthetic_records
-    from drainer.run import load_level_reports
+    from drainer.kafka.clients import create_topics
+    from drainer.kafka.producer import produce_records, synthetic_records
+    from drainer.lifecycle.run import load_level_reports
 
     services.up(echo=console.print)
     from spark_jobs.drain_job import which_spark

@@ -11,6 +11,7 @@ from pyspark.sql.types import DataType, StructType
 
 from drainer import faults
 from drainer.config import DrainConfig
+from drainer.config.kafka_clients import redact
 from drainer.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -18,8 +19,7 @@ from drainer.errors import (
     KafkaUnavailable,
     ServiceUnavailable,
 )
-from drainer.kafka_security import redact
-from drainer.run import RunContext, RunResult, drain_once
+from drainer.lifecycle.run import RunContext, RunResult, drain_once
 from drainer.settings import Settings
 from drainer.store import dead_letters, sinks
 from drainer.store.leases import check_fence

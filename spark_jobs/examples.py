@@ -12,7 +12,7 @@ import time
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from drainer.records import Record
+from drainer.processing.records import Record
 
 # output_schema of the record handlers below
 RECORD_ECHO_SCHEMA = (

@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from drainer.config import DrainConfig
-from drainer.kafka_security import java_settings
+from drainer.config.kafka_clients import java_settings
 from drainer.offset_map import decode_offset_map
 from drainer.store.runs import StoredRange
 
@@ -32,7 +32,7 @@ def read_ranges(
 
     Offsets already done (the offset map) are dropped, so no completed record is redone. The
     `level` column comes from the topic's suffix. A range starts at `read_from` when retention
-    deleted its beginning (measured by `drainer.retention` just before this read); ranges with
+    deleted its beginning (measured by `drainer.lifecycle.retention` just before this read); ranges with
     nothing left to read are not read at all.
 
     Reads are `read_committed` unless the drain's `kafka:` says otherwise: aborted records and
@@ -57,7 +57,7 @@ def read_ranges(
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
-        # the read starts past what retention deleted before it (drainer.retention); records
+        # the read starts past what retention deleted before it (drainer.lifecycle.retention); records
         # deleted while it reads must fail the attempt, not vanish: the next one measures again
         .option("failOnDataLoss", "true")
         # the ranges hold records already written: a fetch that finds nothing new (Spark's

@@ -22,11 +22,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from drainer.callables import load_callable
-from drainer.headers import encode_headers
-from drainer.record_processing import CHUNK_RECORDS, Outcome, process_in_chunks
-from drainer.records import Record
-from drainer.run import RunContext
+from drainer.lifecycle.run import RunContext
+from drainer.processing.callables import load_callable
+from drainer.processing.headers import encode_headers
+from drainer.processing.record_processing import CHUNK_RECORDS, Outcome, process_in_chunks
+from drainer.processing.records import Record
 from drainer.settings import psycopg_url
 from drainer.store.dead_letters import stage_failures
 from drainer.store.leases import check_fence

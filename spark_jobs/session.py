@@ -21,8 +21,8 @@ import threading
 from pyspark.sql import SparkSession
 
 from drainer.config import load_drains
+from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import DrainerError
-from drainer.kafka_security import SPARK_REDACTION_REGEX
 from drainer.services import spark_kafka_jars
 from drainer.services.connect import endpoint_port
 from drainer.services.connect_session import code_fingerprint, shared_session_id, with_session_id

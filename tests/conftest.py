@@ -106,7 +106,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     import yaml
 
     from drainer.config import load_drains
-    from drainer.kafka_io import create_topics
+    from drainer.kafka.clients import create_topics
     from drainer.testing import delete_topics, drain_body
 
     suffix = uuid.uuid4().hex[:6]

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
-    from drainer import dlq
+    from drainer.lifecycle import dlq
 
     drain = get_drain(args.drain)
     if args.action == "retry":

@@ -2,7 +2,7 @@
 
 A `DrainerError` is the user's to fix: one line on stderr, exit with its `exit_code` (2, or 3
 when another run holds the drain), nothing changed. Anything else is a bug and keeps its
-traceback. Every message and log line passes `drainer.kafka_security.redact` on its way out, so
+traceback. Every message and log line passes `drainer.config.kafka_clients.redact` on its way out, so
 a secret expanded from the drains file never reaches the terminal.
 """
 
@@ -15,13 +15,13 @@ from collections.abc import Callable
 
 from drainer.cli import dlq, produce, runs, services, status
 from drainer.cli.output import err_console
+from drainer.config.kafka_clients import redact
 from drainer.errors import DrainerError
-from drainer.kafka_security import redact
 
 GROUPS = (services, produce, runs, status, dlq)
 
 ExecutorFactory = Callable[[], Callable]
-"""Returns the executor of `drainer run` (`drainer.run.Executor`); called only by `run`."""
+"""Returns the executor of `drainer run` (`drainer.lifecycle.run.Executor`); called only by `run`."""
 
 
 def build_parser() -> argparse.ArgumentParser:

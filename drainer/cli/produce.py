@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    from drainer.producer import json_line_records, produce_records, synthetic_records
+    from drainer.kafka.producer import json_line_records, produce_records, synthetic_records
 
     drain = get_drain(args.drain)
     drain.check_level(args.level)

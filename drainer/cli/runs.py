@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from drainer.planning import plan_next_run
+    from drainer.lifecycle.planning import plan_next_run
     from drainer.store import get_engine, runs
 
     if args.abandon_drain is not None:
@@ -92,7 +92,7 @@ def _print_level_tables(title: str, levels_desc: list[Any]) -> None:
 
 
 def cmd_plan_abandon(args: argparse.Namespace) -> int:
-    from drainer.abandon import abandon_plan
+    from drainer.lifecycle.abandon import abandon_plan
 
     drain = get_drain(args.abandon_drain)
     if args.levels:
@@ -166,7 +166,7 @@ def plan_json(drain: DrainConfig, planned: Any) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from drainer.run import drain_once
+    from drainer.lifecycle.run import drain_once
 
     if args.executor is None:
         raise ConfigError(

@@ -31,7 +31,7 @@ def cmd_services(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from drainer.kafka_io import create_topics
+    from drainer.kafka.clients import create_topics
 
     drain = get_drain(args.drain)
     extra = [drain.dlq_topic] if drain.dlq_topic else []

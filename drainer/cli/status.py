@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from drainer.status import drain_status
+    from drainer.observe.status import drain_status
 
     drain = get_drain(args.drain)
     report = drain_status(drain, recent=args.recent)
@@ -140,7 +140,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_rewind(args: argparse.Namespace) -> int:
     from datetime import datetime
 
-    from drainer.rewind import rewind
+    from drainer.lifecycle.rewind import rewind
 
     drain = get_drain(args.drain)
     to_time = None

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import ServiceError
-from drainer.kafka_security import SPARK_REDACTION_REGEX
 from drainer.services import process
 from drainer.services.jars import pyspark_version, spark_kafka_jars
 from drainer.services.net import port_open

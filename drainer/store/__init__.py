@@ -12,7 +12,7 @@
 | `sinks`         | the Postgres sink's target and staging tables                      |
 
 Functions take an open connection and run inside the caller's transaction, so the run
-lifecycle (`drainer.run`, `drainer.commit`) decides what commits together. No module outside
+lifecycle (`drainer.lifecycle.run`, `drainer.lifecycle.commit`) decides what commits together. No module outside
 this package holds SQL text (a unit test checks it).
 """
 

@@ -15,7 +15,7 @@ from confluent_kafka.admin import NewTopic
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
-from drainer.kafka_io import admin
+from drainer.kafka.clients import admin
 from drainer.store import get_engine
 
 CLI = [sys.executable, "-m", "spark_jobs.cli"]

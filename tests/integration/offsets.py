@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
-from drainer.kafka_io import group_offsets, partitions_of, watermarks
+from drainer.kafka.clients import group_offsets, partitions_of, watermarks
 from drainer.store import get_engine
 
 

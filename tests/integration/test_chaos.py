@@ -20,8 +20,8 @@ import pytest
 from lifecycle_helpers import CLI, sink_records
 from offsets import high_watermarks, kafka_offsets, stored_offsets
 
-from drainer.planning import partition_states
-from drainer.producer import produce_records, synthetic_records
+from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.lifecycle.planning import partition_states
 from drainer.store import get_engine
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA

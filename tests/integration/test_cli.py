@@ -8,7 +8,7 @@ import sys
 
 from sqlalchemy import text
 
-from drainer.kafka_io import partitions_of, watermarks
+from drainer.kafka.clients import partitions_of, watermarks
 from drainer.store import get_engine
 
 
@@ -56,7 +56,7 @@ def test_produce_run_status_rewind(make_drain):
     again = json.loads(drainer("run", drain.name, "--json").stdout)
     assert again["drained"] == 30  # offsets 20..49 are drained again, on purpose
 
-    from drainer.checks import offsets_never_backwards
+    from drainer.observe.checks import offsets_never_backwards
 
     assert offsets_never_backwards(drain).passed  # the audited rewind is not a regression
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from drainer.producer import produce_records, synthetic_records
+from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.services import connect, process
 from drainer.settings import load_settings
 from drainer.store import get_engine

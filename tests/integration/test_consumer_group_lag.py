@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drainer.producer import produce_records, synthetic_records
+from drainer.kafka.producer import produce_records, synthetic_records
 from spark_jobs import drain_job
 from tests.integration.offsets import consumer_group_lag
 
@@ -31,8 +31,8 @@ def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
 
 
 def test_mirror_never_moves_a_group_backwards_without_a_rewind(make_drain, spark):
-    from drainer.kafka_io import GroupCommit, commit_group_offsets, group_offsets
-    from drainer.mirror import mirror_offsets
+    from drainer.kafka.clients import GroupCommit, commit_group_offsets, group_offsets
+    from drainer.kafka.mirror import mirror_offsets
     from drainer.store import get_engine
 
     drain = make_drain(partitions=1)

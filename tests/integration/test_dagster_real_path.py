@@ -12,7 +12,7 @@ import time
 
 from sqlalchemy import text
 
-from drainer.producer import produce_records, synthetic_records
+from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.store import get_engine
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from drainer.producer import produce_records, synthetic_records
+from drainer.kafka.producer import produce_records, synthetic_records
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,8 +91,8 @@ def test_backfill_of_two_levels_runs_once_and_checks_pass(make_drain, spark):
         assert tags["drainer/run_id"] == str(by_level["0"]["drain_run_id"])
         # the drainer's own log lines are in the step's logs
         messages = [e.user_message for e in instance.all_logs(result.run_id)]
-        assert any("drainer.run: planned run" in m for m in messages), messages
-        assert any("drainer.run: run " in m and "committed" in m for m in messages)
+        assert any("drainer.lifecycle.run: planned run" in m for m in messages), messages
+        assert any("drainer.lifecycle.run: run " in m and "committed" in m for m in messages)
         # the checks ran in the drain's step: one step, no process of its own
         assert [e.step_key for e in result.get_step_success_events()] == [drain.name]
         evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}

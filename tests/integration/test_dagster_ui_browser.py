@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from drainer.producer import produce_records, synthetic_records
+from drainer.kafka.producer import produce_records, synthetic_records
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

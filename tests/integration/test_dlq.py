@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 from sqlalchemy import text
 
-from drainer.kafka_io import partitions_of, watermarks
-from drainer.producer import OutRecord, produce_records
+from drainer.kafka.clients import partitions_of, watermarks
+from drainer.kafka.producer import OutRecord, produce_records
 from drainer.store import get_engine
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
@@ -138,7 +138,7 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
 def test_dead_letters_are_published_to_the_dlq_topic(make_drain, spark):
     from confluent_kafka import Consumer, TopicPartition
 
-    from drainer.kafka_io import client_config
+    from drainer.kafka.clients import client_config
 
     suffix = os.urandom(4).hex()
     drain = make_drain(
@@ -188,9 +188,9 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
 
     from confluent_kafka import Consumer, TopicPartition
 
-    from drainer.dlq import retry_dead_letters
-    from drainer.headers import decode_headers
-    from drainer.kafka_io import client_config
+    from drainer.kafka.clients import client_config
+    from drainer.lifecycle.dlq import retry_dead_letters
+    from drainer.processing.headers import decode_headers
 
     drain = make_drain(
         mode="record",

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 
 from drainer.config import ConfigError, load_drains
-from drainer.kafka_io import group_offsets, partitions_of, watermarks
-from drainer.producer import produce_records, synthetic_records
+from drainer.kafka.clients import group_offsets, partitions_of, watermarks
+from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.store import get_engine
 
 PRODUCED = {0: 1200, 1: 800, 2: 500}

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from sqlalchemy import text
 
-from drainer.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord, produce_records
 from drainer.store import get_engine
 from drainer.testing import drain_body
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
@@ -73,7 +73,7 @@ def test_a_failed_dead_letter_publish_is_a_warning_on_a_committed_run(make_drain
         dlq_topic=f"missing_{os.urandom(4).hex()}",
         kafka_librdkafka={"message.timeout.ms": 3000},
     )
-    from drainer.kafka_io import admin
+    from drainer.kafka.clients import admin
 
     client = admin(drain)  # make_drain created the DLQ topic too: remove it again
     client.delete_topics([drain.dlq_topic], operation_timeout=10)[drain.dlq_topic].result(15)

@@ -22,12 +22,12 @@ from offsets import high_watermarks, kafka_offsets, stored_offsets
 from sqlalchemy import text
 
 from drainer import faults
-from drainer.commit import commit_run
 from drainer.config import DrainConfig
 from drainer.errors import FencedOut
-from drainer.planning import partition_states
-from drainer.producer import OutRecord, produce_records, synthetic_records
-from drainer.run import RunResult, drain_once
+from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
+from drainer.lifecycle.commit import commit_run
+from drainer.lifecycle.planning import partition_states
+from drainer.lifecycle.run import RunResult, drain_once
 from drainer.store import get_engine
 from drainer.store.leases import ensure_drain
 from drainer.store.runs import get_run
@@ -510,7 +510,7 @@ def test_task_writes_hold_off_a_takeover_and_are_refused_after_it(make_drain, st
 def test_mirror_sends_the_offset_map_only_when_it_fits(make_drain, stack):
     import random
 
-    from drainer.mirror import mirror_offsets
+    from drainer.kafka.mirror import mirror_offsets
     from drainer.offset_map import MAX_KAFKA_METADATA, decode_offset_map, encode_offset_map
 
     drain = make_drain(levels=1, budget=10)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from drainer.producer import produce_records, synthetic_records
-from drainer.run import drain_once
+from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.lifecycle.run import drain_once
 from drainer.store import get_engine
 from spark_jobs import drain_job
 

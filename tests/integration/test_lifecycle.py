@@ -12,9 +12,9 @@ from offsets import high_watermarks, kafka_offsets, stored_offsets
 from sqlalchemy import text
 
 from drainer.errors import PlanKeepsFailing, TopicRecreated
-from drainer.kafka_io import client_config, topic_ids
-from drainer.planning import partition_states
-from drainer.producer import OutRecord, produce_records
+from drainer.kafka.clients import client_config, topic_ids
+from drainer.kafka.producer import OutRecord, produce_records
+from drainer.lifecycle.planning import partition_states
 from drainer.store import get_engine
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA

@@ -15,9 +15,9 @@ import time
 
 from sqlalchemy import text
 
-from drainer.kafka_io import group_offsets, partitions_of, watermarks
-from drainer.planning import partition_states, plan_next_run
-from drainer.producer import OutRecord, produce_records, synthetic_records
+from drainer.kafka.clients import group_offsets, partitions_of, watermarks
+from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
+from drainer.lifecycle.planning import partition_states, plan_next_run
 from drainer.store import get_engine
 from drainer.store.history import level_history
 from drainer.store.leases import ensure_drain

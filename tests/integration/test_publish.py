@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 from sqlalchemy import text
 
-from drainer.abandon import abandon_plan
 from drainer.config import DrainConfig
-from drainer.producer import produce_records, synthetic_records
-from drainer.run import drain_once
+from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.lifecycle.abandon import abandon_plan
+from drainer.lifecycle.run import drain_once
 from drainer.store import get_engine
 from drainer.store.sinks import relkind, stage_name
 from spark_jobs import drain_job

@@ -23,11 +23,11 @@ from offsets import kafka_offsets, stored_offsets
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
-from drainer.kafka_io import partitions_of, watermarks
+from drainer.kafka.clients import partitions_of, watermarks
+from drainer.kafka.producer import OutRecord, produce_records
+from drainer.lifecycle.planning import partition_states
+from drainer.lifecycle.run import RunResult
 from drainer.offset_map import decode_offset_map
-from drainer.planning import partition_states
-from drainer.producer import OutRecord, produce_records
-from drainer.run import RunResult
 from drainer.store import get_engine
 from drainer.store.sinks import RUN_COLUMN
 from spark_jobs import drain_job

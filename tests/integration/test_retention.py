@@ -10,8 +10,8 @@ from __future__ import annotations
 from lifecycle_helpers import cli, cli_json, delete_records_before, sink_records
 from offsets import high_watermarks, kafka_offsets, stored_offsets
 
+from drainer.kafka.producer import OutRecord, produce_records
 from drainer.offset_map import decode_offset_map
-from drainer.producer import OutRecord, produce_records
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 

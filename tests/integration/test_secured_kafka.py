@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from drainer.kafka_io import group_offsets
-from drainer.producer import OutRecord, produce_records
+from drainer.kafka.clients import group_offsets
+from drainer.kafka.producer import OutRecord, produce_records
 from drainer.services.kafka_config import SASL_OFFSET, SSL_OFFSET, KafkaPaths
 from drainer.services.kafka_tls import LocalCredentials
 from drainer.services.net import host_port, port_open
@@ -109,7 +109,7 @@ def test_drains_through_the_scram_listener_and_the_password_shows_nowhere(
     # Spark reads with the generated JAAS line, and redacts it (and PEM keys) from plan text
     import re
 
-    from drainer.kafka_io import partitions_of, watermarks
+    from drainer.kafka.clients import partitions_of, watermarks
     from drainer.store.runs import StoredRange
     from spark_jobs.kafka_source import read_ranges
 

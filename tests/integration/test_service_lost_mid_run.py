@@ -24,7 +24,7 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from drainer.producer import produce_records, synthetic_records
+from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.services.pg_install import bindir
 from drainer.services.pg_layout import OS_USER, ROOT_BASE, PgLayout
 from drainer.store.server import create_role_and_database

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drainer.headers import decode_headers, encode_headers
+from drainer.processing.headers import decode_headers, encode_headers
 
 HEADERS = st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=32)), max_size=8)
 

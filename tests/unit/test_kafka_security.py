@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from drainer.config import load_drains
+from drainer.config.kafka_clients import java_settings, librdkafka_settings, redact
 from drainer.errors import ConfigError
-from drainer.kafka_security import java_settings, librdkafka_settings, redact
 
 BASE = {"topic": "orders", "group": "billing", "levels": 3, "budget": 70, "sink": {"table": "out"}}
 SCRAM = {
@@ -118,7 +118,7 @@ def test_a_setting_in_the_wrong_block_is_a_config_error(tmp_path, blocks, messag
 
 
 def test_isolation_level_is_common_and_a_consumer_setting_for_librdkafka(tmp_path):
-    from drainer.kafka_io import client_config, consumer_config
+    from drainer.kafka.clients import client_config, consumer_config
 
     default = drain(tmp_path)
     assert java_settings(default)["isolation.level"] == "read_committed"

@@ -20,7 +20,7 @@ import drainer
 
 ROOT = Path(drainer.__file__).resolve().parent.parent
 CODE_DIRS = ("drainer", "spark_jobs", "dagster_project")
-PURE = ("drainer.allocation", "drainer.offset_map", "drainer.record_processing")
+PURE = ("drainer.allocation", "drainer.offset_map", "drainer.processing.record_processing")
 IO_CLIENTS = ("sqlalchemy", "psycopg", "confluent_kafka", "dagster", "pyspark")
 SQL = re.compile(
     r"^\s*(SELECT\s+(\d|\w+\(|.*\bFROM\b)|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drainer.record_processing import process_in_chunks, process_records
-from drainer.records import Record
+from drainer.processing.record_processing import process_in_chunks, process_records
+from drainer.processing.records import Record
 
 
 def _records(keys: list[str], poison: set[int] = frozenset()) -> list[Record]:

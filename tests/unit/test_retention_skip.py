@@ -3,8 +3,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from drainer.lifecycle.planning import skip_deleted
 from drainer.offset_map import decode_offset_map, encode_offset_map
-from drainer.planning import skip_deleted
 
 
 def test_done_offsets_at_or_above_the_low_watermark_are_kept():

@@ -185,7 +185,9 @@ def librdkafka_settings(drain: Any) -> dict[str, Any]:
     common = _expand("kafka", drain.kafka)
     if "sasl.mechanism" in common:
         common["sasl.mechanism"] = str(common["sasl.mechanism"]).upper()
-    common.pop("isolation.level", None)  # a consumer setting: drainer.kafka_io's consumers add it
+    common.pop(
+        "isolation.level", None
+    )  # a consumer setting: drainer.kafka.clients's consumers add it
     return {**common, **_expand("kafka_librdkafka", drain.kafka_librdkafka)}
 
 

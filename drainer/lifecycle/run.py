@@ -21,19 +21,24 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine
 
 from drainer import faults
-from drainer.commit import commit_run
 from drainer.config import DrainConfig, get_drain
-from drainer.dlq import publish_dead_letters
+from drainer.config.kafka_clients import redact
 from drainer.errors import DrainBusy, FencedOut, PlanKeepsFailing, ServiceUnavailable
-from drainer.kafka_security import redact
-from drainer.mirror import MirrorReport, mirror_offsets
-from drainer.planning import PartitionState, partition_states, plan_next_run, resolve_levels
-from drainer.retention import measure_ranges
+from drainer.kafka.mirror import MirrorReport, mirror_offsets
+from drainer.kafka.topic_identity import record_new_topics, verify_topics
+from drainer.lifecycle.commit import commit_run
+from drainer.lifecycle.dlq import publish_dead_letters
+from drainer.lifecycle.planning import (
+    PartitionState,
+    partition_states,
+    plan_next_run,
+    resolve_levels,
+)
+from drainer.lifecycle.retention import measure_ranges
 from drainer.settings import Settings, load_settings
 from drainer.store import get_engine, launches, retention, runs
 from drainer.store.leases import Lease, check_fence, drain_lease
 from drainer.store.runs import StoredRange, StoredRun
-from drainer.topic_identity import record_new_topics, verify_topics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,7 +56,7 @@ class RunContext:
     lease: Lease | None = None  # staging writes check its fence: a zombie run cannot touch them
     # seconds the executor spent on named phases; it sets "spark_start" (session start-up)
     phases: dict[str, float] = field(default_factory=dict)
-    # where each range's read starts: past what retention deleted (drainer.retention);
+    # where each range's read starts: past what retention deleted (drainer.lifecycle.retention);
     # ranges missing here start at their planned start
     read_from: dict[tuple[str, int], int] = field(default_factory=dict)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from drainer.config import DrainConfig
-from drainer.planning import partition_states
+from drainer.lifecycle.planning import partition_states
 from drainer.store import dead_letters, get_engine, offsets, runs
 
 

@@ -102,7 +102,7 @@ def _skip_retention_losses(
     """Apply the run's retention losses; returns the offsets lost inside each planned range.
 
     A loss below the committed offset moves the stored offset and map to where the plan
-    started, by compare-and-set from what was stored when planning (drainer.planning).
+    started, by compare-and-set from what was stored when planning (drainer.lifecycle.planning).
     """
     in_plan: dict[tuple[str, int], int] = {}
     for loss in retention.run_losses(conn, run.id):

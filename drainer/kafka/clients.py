@@ -5,7 +5,7 @@ and plans end at the last stable offset, so aborted records and transaction mark
 never read nor counted as backlog.
 
 Client settings come from the drain's `kafka:` and `kafka_librdkafka:` blocks, translated by
-`drainer.kafka_security`. librdkafka's own log goes through Python logging (`drainer.librdkafka`)
+`drainer.config.kafka_clients`. librdkafka's own log goes through Python logging (`drainer.librdkafka`)
 at WARNING and above, each line once a minute at most, with secrets redacted; connection
 failures it retries are DEBUG, because an operation that gives up says so itself, in one
 message: the first contact with the cluster waits at most FIRST_CONTACT_S and names the cause
@@ -35,8 +35,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from drainer.config import DrainConfig
+from drainer.config.kafka_clients import librdkafka_settings, redact
 from drainer.errors import ConfigError, KafkaUnavailable
-from drainer.kafka_security import librdkafka_settings, redact
 from drainer.settings import load_settings
 
 TIMEOUT_S = 15.0

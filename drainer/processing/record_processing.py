@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from drainer.records import Record
+from drainer.processing.records import Record
 
 Ordering = Literal["partition", "key", "unordered"]
 Handler = Callable[[Record], Any]

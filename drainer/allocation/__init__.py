@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from drainer.callables import load_callable
+from drainer.processing.callables import load_callable
 
 WeightFunction = Callable[[list[int]], Sequence[float]]
 """A pluggable distributor: the covered levels (ascending) in, one positive weight per level out."""

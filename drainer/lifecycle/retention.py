@@ -8,7 +8,7 @@ that still exists, and the commit still moves the partition to the range's end. 
 `failOnDataLoss=true`, so records deleted *while* the attempt reads fail that attempt instead
 of vanishing silently; the next attempt measures again.
 
-Retention below the committed offset is found when planning (`drainer.planning.skip_deleted`).
+Retention below the committed offset is found when planning (`drainer.lifecycle.planning.skip_deleted`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 
-from drainer import kafka_io
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
+from drainer.kafka import clients as kafka_io
 from drainer.offset_map import decode_offset_map
 from drainer.store.retention import Loss
 from drainer.store.runs import StoredRange

@@ -21,7 +21,7 @@ from sqlalchemy import Engine
 
 from drainer.config import DrainConfig
 from drainer.errors import KafkaUnavailable
-from drainer.kafka_io import GroupCommit, commit_group_offsets, group_offsets
+from drainer.kafka.clients import GroupCommit, commit_group_offsets, group_offsets
 from drainer.offset_map import MAX_KAFKA_METADATA
 from drainer.store import offsets
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from drainer import kafka_io
 from drainer.allocation import PartitionBacklog, Plan, plan
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
+from drainer.kafka import clients as kafka_io
 from drainer.offset_map import advance, decode_offset_map, encode_offset_map
 from drainer.store import history, offsets
 from drainer.store.retention import Loss

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from drainer.allocation import burst_allocation, burst_eligible, reserved_shares
 from drainer.config import DrainConfig
-from drainer.planning import partition_states
+from drainer.lifecycle.planning import partition_states
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from drainer.config import DrainConfig
-from drainer.headers import decode_headers
-from drainer.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord, produce_records
+from drainer.processing.headers import decode_headers
 from drainer.store import dead_letters, get_engine
 
 log = logging.getLogger(__name__)

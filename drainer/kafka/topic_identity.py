@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, Engine
 
-from drainer import kafka_io
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
+from drainer.kafka import clients as kafka_io
 from drainer.store import topics
 
 

@@ -2,7 +2,7 @@
 
 For reprocessing after a processor fix (backwards), skipping a bad stretch (forwards), or
 accepting a topic that was deleted and created again (`--to-earliest`; the rewind records the
-topic's new id, drainer.topic_identity). It
+topic's new id, drainer.kafka.topic_identity). It
 takes the drain's lease, so it never races a run, and refuses while a plan is uncommitted: that
 plan must finish first, or its compare-and-set commit would fail anyway.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from drainer import kafka_io
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
-from drainer.mirror import mirror_offsets
+from drainer.kafka import clients as kafka_io
+from drainer.kafka.mirror import mirror_offsets
 from drainer.store import get_engine, offsets, runs, topics
 from drainer.store.leases import check_fence, drain_lease
 

@@ -22,9 +22,9 @@ from pydantic import (
 )
 
 from drainer.allocation import reserved_shares
-from drainer.callables import check_import_path
+from drainer.config.kafka_clients import check_blocks
 from drainer.errors import ConfigError
-from drainer.kafka_security import check_blocks
+from drainer.processing.callables import check_import_path
 from drainer.settings import load_settings
 from drainer.store.sinks import check_table_name
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException, Producer
 
 from drainer.config import DrainConfig
+from drainer.config.kafka_clients import redact
 from drainer.errors import ConfigError, KafkaUnavailable
-from drainer.kafka_io import client_config, make_client
-from drainer.kafka_security import redact
+from drainer.kafka.clients import client_config, make_client
 
 PRODUCER_DEFAULTS = {
     "acks": "all",
