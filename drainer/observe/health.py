@@ -1,0 +1,151 @@
+"""A level's health in time, not records: oldest record's age, arrival and drain rates, an ETA to
+empty, and a state by Burrow's rules (OK, WARN, STALL, STOP).
+
+Pure: the caller loads the level's recent committed runs and its backlog now, this module turns
+them into numbers people plan with ("when will level 1 be empty?"). Burrow judges a consumer
+group over a sliding window of its commits; a drain's commits are its runs, so the window is the
+drain's recent committed runs that covered the level (backfills of other levels say nothing
+about it).
+
+- STOP: records are waiting and no run has drained the level in the window (never, or the last
+  run is long past the drain's usual interval): nothing is running.
+- STALL: runs happen, but the level's committed offset has not moved in any of them while it
+  had backlog.
+- WARN: the level progresses but is throttled: each run drained less than its backlog and the
+  backlog has not shrunk over the window.
+- OK: otherwise (empty, or shrinking).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from statistics import median
+
+
+class Health(StrEnum):
+    OK = "OK"
+    WARN = "WARN"
+    STALL = "STALL"
+    STOP = "STOP"
+
+
+@dataclass(frozen=True)
+class RunSample:
+    """One committed run as one level saw it."""
+
+    committed_at: float  # seconds since the epoch
+    backlog_before: int
+    drained: int
+    backlog_after: int
+
+
+@dataclass(frozen=True)
+class LevelHealth:
+    level: int
+    backlog: int
+    oldest_age_s: float | None  # age of the oldest waiting record; None when nothing waits
+    arrival_rate: float | None  # records/s arriving over the window; None without two points
+    drain_rate: float | None  # records/s the runs removed over the window
+    eta_s: float | None  # seconds to empty at these rates; None when growing or unknown
+    growing: bool  # arrivals outpace the drain: no ETA
+    state: Health
+    reason: str
+
+    def eta_text(self) -> str:
+        if self.backlog == 0:
+            return "empty"
+        if self.growing:
+            return "growing"
+        if self.eta_s is None:
+            return "unknown"
+        return format_seconds(self.eta_s)
+
+
+STALE_INTERVALS = 3.0
+"""A level whose last run is older than this many of its usual intervals between runs counts
+as stopped (Burrow's STOP: the consumer stopped committing)."""
+
+
+def level_health(
+    level: int,
+    samples: Sequence[RunSample],
+    backlog: int,
+    now: float,
+    oldest_timestamp: float | None = None,
+) -> LevelHealth:
+    """The level's rates, ETA and state from its recent runs (oldest first) and its backlog now."""
+    runs = sorted(samples, key=lambda s: s.committed_at)
+    oldest_age = (
+        None if backlog == 0 or oldest_timestamp is None else max(0.0, now - oldest_timestamp)
+    )
+    arrival, drain = _rates(runs, backlog, now)
+    growing = backlog > 0 and arrival is not None and drain is not None and arrival >= drain
+    eta: float | None
+    if backlog == 0:
+        eta = 0.0
+    elif arrival is None or drain is None or growing:
+        eta = None
+    else:
+        eta = backlog / (drain - arrival)
+    state, reason = _state(runs, backlog, now)
+    return LevelHealth(level, backlog, oldest_age, arrival, drain, eta, growing, state, reason)
+
+
+def _rates(runs: list[RunSample], backlog: int, now: float) -> tuple[float | None, float | None]:
+    """Arrivals and drains per second between the window's first run and now.
+
+    Arrivals are what the backlog would have grown by without the runs: its change plus what
+    the runs drained after the first one.
+    """
+    if not runs:
+        return None, None
+    span = now - runs[0].committed_at
+    if span <= 0:
+        return None, None
+    drained = sum(s.drained for s in runs[1:])
+    arrived = backlog - runs[0].backlog_after + drained
+    return max(0.0, arrived / span), drained / span
+
+
+def _state(runs: list[RunSample], backlog: int, now: float) -> tuple[Health, str]:
+    if not runs:
+        if backlog > 0:
+            return Health.STOP, "records are waiting and no run has drained this level yet"
+        return Health.OK, "nothing to drain"
+    gaps = [b.committed_at - a.committed_at for a, b in zip(runs, runs[1:], strict=False)]
+    usual = median(gaps) if gaps else None
+    idle = now - runs[-1].committed_at
+    if backlog > 0 and usual is not None and usual > 0 and idle > STALE_INTERVALS * usual:
+        return (
+            Health.STOP,
+            f"records are waiting and the last run was {format_seconds(idle)} ago, "
+            f"more than {STALE_INTERVALS:g} times the usual {format_seconds(usual)} between runs",
+        )
+    waiting = [s for s in runs if s.backlog_before > 0]
+    if backlog > 0 and waiting and len(waiting) == len(runs) and all(s.drained == 0 for s in runs):
+        return (
+            Health.STALL,
+            f"the committed offset has not moved in the last {len(runs)} runs "
+            "while records were waiting",
+        )
+    throttled = all(0 < s.drained < s.backlog_before for s in runs[-2:])
+    if backlog > 0 and len(runs) >= 2 and throttled and backlog >= runs[0].backlog_after:
+        return (
+            Health.WARN,
+            "progressing but throttled: each run drained less than the backlog and the backlog "
+            f"has not shrunk over the last {len(runs)} runs",
+        )
+    return Health.OK, "draining" if backlog > 0 else "empty"
+
+
+def format_seconds(seconds: float) -> str:
+    """`42 s`, `7 min`, `3.5 h`, `2.1 d`: how long, at the precision people plan with."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 36 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

@@ -1,0 +1,109 @@
+"""A level's health by Burrow's rules, its rates and ETA (drainer.observe.health)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from drainer.observe.health import Health, RunSample, format_seconds, level_health
+
+NOW = 10_000.0
+
+
+def runs(*rows: tuple[float, int, int, int]) -> list[RunSample]:
+    """(seconds before now, backlog before, drained, backlog after) per run, oldest first."""
+    return [RunSample(NOW - ago, before, drained, after) for ago, before, drained, after in rows]
+
+
+@pytest.mark.parametrize(
+    ("samples", "backlog", "state"),
+    [
+        pytest.param([], 0, Health.OK, id="never-run-nothing-waiting"),
+        pytest.param([], 10, Health.STOP, id="never-run-records-waiting"),
+        pytest.param(
+            runs((900, 100, 100, 0), (600, 50, 50, 0), (300, 30, 30, 0)), 0, Health.OK, id="empty"
+        ),
+        pytest.param(
+            runs((900, 1000, 300, 700), (600, 700, 300, 400), (300, 400, 300, 100)),
+            100,
+            Health.OK,
+            id="throttled-but-shrinking",
+        ),
+        pytest.param(
+            runs((900, 1000, 300, 800), (600, 900, 300, 900), (300, 1100, 300, 1000)),
+            1100,
+            Health.WARN,
+            id="throttled-not-shrinking",
+        ),
+        pytest.param(
+            runs((900, 500, 0, 500), (600, 500, 0, 500), (300, 500, 0, 500)),
+            500,
+            Health.STALL,
+            id="offset-never-moves",
+        ),
+        pytest.param(
+            runs((4000, 500, 100, 400), (3700, 400, 100, 300), (3400, 300, 100, 200)),
+            300,
+            Health.STOP,
+            id="runs-stopped-while-waiting",
+        ),
+        pytest.param(
+            runs((4000, 500, 100, 400), (3700, 400, 100, 300), (3400, 300, 300, 0)),
+            0,
+            Health.OK,
+            id="runs-stopped-nothing-waiting",
+        ),
+    ],
+)
+def test_state_follows_burrows_rules(samples, backlog, state):
+    assert level_health(0, samples, backlog, NOW).state is state
+
+
+def test_rates_and_eta_of_a_shrinking_backlog():
+    # 600 s from the first run to now: 600 drained after it, backlog 700 -> 100 => 0 arrived
+    health = level_health(
+        1, runs((600, 1000, 300, 700), (300, 700, 300, 400), (0, 400, 300, 100)), 100, NOW
+    )
+    assert health.drain_rate == pytest.approx(1.0)
+    assert health.arrival_rate == pytest.approx(0.0)
+    assert health.eta_s == pytest.approx(100.0)
+    assert not health.growing and health.eta_text() == "2 min"
+
+
+def test_growing_backlog_has_no_eta():
+    health = level_health(
+        0, runs((600, 100, 100, 200), (300, 400, 100, 600), (0, 800, 100, 900)), 1000, NOW
+    )
+    assert health.growing and health.eta_s is None and health.eta_text() == "growing"
+
+
+def test_oldest_age_only_when_something_waits():
+    assert level_health(0, [], 5, NOW, oldest_timestamp=NOW - 42).oldest_age_s == 42
+    assert level_health(0, [], 0, NOW, oldest_timestamp=NOW - 42).oldest_age_s is None
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(1, 5000), st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 10**6)
+        ),
+        max_size=8,
+    ),
+    st.integers(0, 10**6),
+)
+def test_eta_is_defined_exactly_when_the_drain_outpaces_arrivals(rows, backlog):
+    health = level_health(0, runs(*sorted(rows, reverse=True)), backlog, NOW)
+    if backlog == 0:
+        assert health.eta_s == 0 and not health.growing
+    elif health.eta_s is not None:
+        assert health.eta_s > 0 and not health.growing
+        assert health.drain_rate > health.arrival_rate
+    assert health.arrival_rate is None or health.arrival_rate >= 0
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(5, "5 s"), (300, "5 min"), (7200, "2.0 h"), (3 * 86400, "3.0 d")]
+)
+def test_format_seconds(seconds, text):
+    assert format_seconds(seconds) == text
