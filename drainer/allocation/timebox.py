@@ -1,0 +1,77 @@
+"""Time-boxed runs: the record budget that lets a run finish inside its slot (`run_seconds`).
+
+People schedule drains in time ("a run must finish inside its five-minute slot"), the planner
+counts records. The bridge is the drain's measured throughput: records (and bytes) per second of
+its recent runs, whole-run wall time, so the fixed cost of a run is in the estimate and the
+budget errs on the short side. `budget` stays the cap, and a drain without history uses it.
+
+A run that overshot its slot lowers the next estimate by the factor it overshot, on top of its
+own lower rate entering the average: slow runs are corrected at once, not over a window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+THROUGHPUT_WINDOW = 5
+"""Recent runs whose throughput the estimate averages."""
+
+
+@dataclass(frozen=True)
+class RunThroughput:
+    """What one committed run drained and how long it took (oldest first in a sequence)."""
+
+    records: int
+    seconds: float
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class TimeBox:
+    """The budget a run gets for its slot, and the throughput it was derived from."""
+
+    budget: int
+    records_per_s: float | None  # None: no history, the configured budget applies
+    bytes_per_s: float | None
+    byte_budget: int | None  # bytes the slot holds at the measured byte rate
+    reason: str
+
+
+def timeboxed_budget(
+    run_seconds: float,
+    cap: int,
+    recent: Sequence[RunThroughput],
+    minimum: int = 1,
+    window: int = THROUGHPUT_WINDOW,
+) -> TimeBox:
+    """Records a run can drain in `run_seconds`, at most `cap` and at least `minimum`.
+
+    `minimum` is the smallest budget the drain's distributor can split (one record per level);
+    a slot too short for it still gets it rather than a configuration error at run time.
+    """
+    measured = [r for r in recent if r.records > 0 and r.seconds > 0][-window:]
+    if not measured:
+        return TimeBox(cap, None, None, None, "no measured run yet: the configured budget")
+    rate = sum(r.records for r in measured) / sum(r.seconds for r in measured)
+    with_bytes = [r for r in measured if r.bytes]
+    byte_rate = (
+        sum(r.bytes or 0 for r in with_bytes) / sum(r.seconds for r in with_bytes)
+        if with_bytes
+        else None
+    )
+    last = measured[-1]
+    reason = f"{rate:,.0f} records/s over the last {len(measured)} runs"
+    if last.seconds > run_seconds:
+        factor = run_seconds / last.seconds
+        rate = min(rate, last.records / last.seconds * factor)
+        byte_rate = None if byte_rate is None else byte_rate * factor
+        reason += f"; lowered: the last run took {last.seconds:.1f} s of a {run_seconds:g} s slot"
+    slot = rate * run_seconds
+    budget = max(minimum, cap if slot >= cap else int(slot))
+    byte_slot = None if byte_rate is None else byte_rate * run_seconds
+    byte_budget = None if byte_slot is None or not math.isfinite(byte_slot) else int(byte_slot)
+    if budget == cap:
+        reason += f"; capped by budget {cap:,}"
+    return TimeBox(budget, rate, byte_rate, byte_budget, reason)

@@ -1,0 +1,54 @@
+"""Time-boxed runs: a budget from measured throughput (drainer.allocation.timebox)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from drainer.allocation.timebox import RunThroughput, timeboxed_budget
+
+
+def test_first_runs_use_the_configured_budget():
+    box = timeboxed_budget(240, cap=70_000, recent=[])
+    assert box.budget == 70_000 and box.records_per_s is None
+
+
+def test_budget_fits_the_slot_at_the_measured_rate():
+    recent = [RunThroughput(10_000, 10.0, 1_000_000), RunThroughput(30_000, 20.0, 3_000_000)]
+    box = timeboxed_budget(60, cap=1_000_000, recent=recent)
+    assert box.records_per_s == 40_000 / 30
+    assert box.budget == int(40_000 / 30 * 60)
+    assert box.byte_budget == int(4_000_000 / 30 * 60)
+
+
+def test_budget_stays_capped():
+    box = timeboxed_budget(600, cap=5_000, recent=[RunThroughput(10_000, 1.0)])
+    assert box.budget == 5_000 and "capped" in box.reason
+
+
+def test_an_overshooting_run_lowers_the_next_estimate():
+    steady = [RunThroughput(1_000, 1.0)] * 4
+    before = timeboxed_budget(60, cap=10**9, recent=steady)
+    after = timeboxed_budget(60, cap=10**9, recent=[*steady, RunThroughput(60_000, 90.0)])
+    assert after.budget < before.budget
+    # the overshoot factor applies on top of the slow run's own rate
+    assert after.records_per_s <= 60_000 / 90 * 60 / 90
+    assert "lowered" in after.reason
+
+
+def test_a_slot_too_short_still_gets_the_minimum():
+    box = timeboxed_budget(1, cap=10_000, recent=[RunThroughput(1, 100.0)], minimum=7)
+    assert box.budget == 7
+
+
+@given(
+    st.lists(
+        st.builds(RunThroughput, st.integers(0, 10**7), st.floats(0, 3600), st.none()),
+        max_size=10,
+    ),
+    st.floats(1, 3600),
+    st.integers(7, 10**7),
+)
+def test_budget_always_between_minimum_and_cap(recent, run_seconds, cap):
+    box = timeboxed_budget(run_seconds, cap=cap, recent=recent, minimum=7)
+    assert 7 <= box.budget <= cap
