@@ -30,7 +30,13 @@ def migrations_dir() -> Traversable:
     shipped = resources.files("drainer") / "sql"
     if shipped.is_dir():
         return shipped
-    return Path(__file__).resolve().parents[2] / "sql"
+    checkout = Path(__file__).resolve().parents[2] / "sql"
+    if checkout.is_dir():
+        return checkout
+    raise RuntimeError(
+        f"no schema migrations: neither {shipped} (a wheel's copy) nor {checkout} (a checkout's"
+        " sql/) exists. Reinstall drainer from a wheel built by its setup.py (`pip install .`)."
+    )
 
 
 @functools.cache
