@@ -18,9 +18,8 @@ class DrainerError(Exception):
 
     exit_code: int = 2
 
-    def __reduce__(
-        self,
-    ) -> tuple[Any, ...]:  # survive pickling out of a Spark task with the message intact
+    # survive pickling out of a Spark task with the message intact
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args))
 
 

@@ -2,9 +2,9 @@
 
 Migrations are the numbered files in the repository's top-level `sql/`. A built wheel carries a
 copy as `drainer/sql/` (setup.py's build step), read with `importlib.resources`, so an installed
-(non-editable) drainer finds them too; a checkout or an editable install reads `sql/` itself. Each is
-applied in its own transaction and recorded in `schema_migrations`, under an advisory lock so
-two processes starting together do not race.
+(non-editable) drainer finds them too; a checkout or an editable install reads `sql/` itself.
+Each is applied in its own transaction and recorded in `schema_migrations`, under an advisory
+lock so two processes starting together do not race.
 """
 
 from __future__ import annotations
