@@ -93,6 +93,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONSAFEPATH": "1", **extra}
 
 
+@pytest.mark.slow  # 25 s on a quiet machine, 3 min on a busy one (a wheel build, a JVM)
 def test_pip_install_migrates_an_empty_database_and_drains(stack, empty_database, tmp_path):
     bin_dir = installed_venv(tmp_path / "venv")
     elsewhere = tmp_path / "elsewhere"
