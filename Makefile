@@ -1,15 +1,26 @@
 # Two commands for a newcomer: `make demo` (a drained backlog) and `make test` (the suite).
 # Both set up what they need: the virtualenv, Kafka, Postgres and the Spark connector jars.
 
-PYTHON ?= python3.11
-VENV := .venv
+# Python 3.11 to 3.13 (pyproject's requires-python). PYTHON is the newest of python3.13, python3.12,
+# python3.11 that runs here, then python3 if its version is in range; `make PYTHON=...` overrides.
+# A candidate must run, not just exist: a pyenv shim of a version pyenv has not selected fails.
+SUPPORTED := 3.13 3.12 3.11
+in_range = $(shell $(1) -c 'import sys; sys.exit(not (3, 11) <= sys.version_info[:2] < (3, 14))' >/dev/null 2>&1 && echo $(1))
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(firstword $(foreach v,$(SUPPORTED),$(call in_range,python$(v))) $(call in_range,python3))
+endif
+# one virtualenv per interpreter if you like: `make unit PYTHON=python3.12 VENV=.venv-3.12`
+VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test unit lint format services services-down dagster bench clean chromium
+.PHONY: demo test unit unit-all lint format services services-down dagster bench clean chromium
 
-$(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
+$(STAMP): pyproject.toml setup.py
+	@test -n "$(PYTHON)" || { echo "drainer needs Python 3.11, 3.12 or 3.13: none of python3.13," \
+	  "python3.12, python3.11 or python3 on PATH is one. Install one, or name it: make PYTHON=/path/to/python3.12"; exit 1; }
+	@test -n "$(call in_range,$(PYTHON))" || { echo "PYTHON=$(PYTHON) is not a Python 3.11 to 3.13" \
+	  "interpreter that runs here: name one, e.g. make PYTHON=python3.12"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -34,9 +45,15 @@ test: services chromium
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
+# the unit tests under every supported interpreter, each in its own .venv-3.X (CI runs this)
+unit-all:
+	@for v in $(SUPPORTED); do \
+	  $(MAKE) --no-print-directory unit PYTHON=python$$v VENV=.venv-$$v || exit 1; done
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy drainer spark_jobs dagster_project
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -50,4 +67,4 @@ services-down: $(STAMP)
 	$(BIN)/drainer services down
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache spark-warehouse
+	rm -rf $(VENV) .venv-3.* build .pytest_cache .hypothesis .ruff_cache spark-warehouse

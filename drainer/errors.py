@@ -10,17 +10,20 @@ from their message, so a subclass with a custom `__init__` cannot lose it on the
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DrainerError(Exception):
     """Root of drainer's errors; `exit_code` is what the CLI exits with."""
 
     exit_code: int = 2
 
-    def __reduce__(self):  # survive pickling out of a Spark task with the message intact
+    # survive pickling out of a Spark task with the message intact
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args))
 
 
-def _rebuild(cls: type[DrainerError], args: tuple) -> DrainerError:
+def _rebuild(cls: type[DrainerError], args: tuple[Any, ...]) -> DrainerError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     return error

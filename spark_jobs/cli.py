@@ -8,12 +8,15 @@ asks for it, so `--help`, `plan` and `status` never start or import Spark.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from drainer.cli import main as cli_main
 
+if TYPE_CHECKING:
+    from drainer.lifecycle.run import Executor
 
-def spark_executor() -> Callable:
+
+def spark_executor() -> Executor:
     """The Spark job, after saying on stderr which Spark runs it (`spark: Spark Connect …`)."""
     from spark_jobs.drain_job import execute, which_spark
 

@@ -104,6 +104,8 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
             df, records_read = counted(df, ctx.run.ranges)
             run_dataframe_mode(ctx, df)
             return records_read()
+        if ctx.drain.output_schema is None:  # the drains file's validation already refuses this
+            raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `output_schema`")
         schema = DataType.fromDDL(ctx.drain.output_schema)
         if not isinstance(schema, StructType):
             raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")

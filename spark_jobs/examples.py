@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -29,7 +30,7 @@ def time_buckets(df: DataFrame) -> DataFrame:
     ).agg(F.count(F.lit(1)).alias("records"))
 
 
-def _echo(record: Record) -> dict:
+def _echo(record: Record) -> dict[str, Any]:
     return {
         "topic": record.topic,
         "partition": record.partition,
@@ -40,18 +41,18 @@ def _echo(record: Record) -> dict:
     }
 
 
-def record_echo(record: Record) -> dict:
+def record_echo(record: Record) -> dict[str, Any]:
     """One row per record that identifies it: lets tests check 'exactly once' per record."""
     return _echo(record)
 
 
-def slow_echo(record: Record) -> dict:
+def slow_echo(record: Record) -> dict[str, Any]:
     """A handler that waits on I/O for 0–5 ms, like a call to a downstream service."""
     time.sleep(random.uniform(0.0, 0.005))
     return _echo(record)
 
 
-def poison_echo(record: Record) -> dict:
+def poison_echo(record: Record) -> dict[str, Any]:
     """Fails on every record whose value contains b'poison': a record that can never succeed."""
     if record.value is not None and b"poison" in record.value:
         raise ValueError(f"poison record at {record.topic}[{record.partition}]@{record.offset}")

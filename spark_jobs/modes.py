@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from drainer.errors import ConfigError
 from drainer.lifecycle.run import RunContext
 from drainer.processing.callables import load_callable
 from drainer.processing.headers import encode_headers
@@ -71,8 +72,8 @@ def run_dataframe_mode(ctx: RunContext, df: DataFrame) -> int:
     url, table, run_id = psycopg_url(ctx.settings.database_url), ctx.drain.sink.table, ctx.run.id
     lease = ctx.lease
 
-    def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        task = f"p{TaskContext.get().partitionId()}"
+    def write_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        task = f"p{_task_context().partitionId()}"
         with psycopg.connect(url) as conn:
             check_fence(conn, lease, shared=True)
             count = write_staged(conn, table, names, run_id, task, _arrow_rows(batches))
@@ -89,14 +90,16 @@ def _ensure_sink_tables(ctx: RunContext, columns: list[tuple[str, str]]) -> None
     )
 
 
-def _arrow_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple]:
+def _arrow_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
     """Rows of Arrow batches as tuples, one batch converted at a time (timestamps arrive in
     UTC, binary as bytes: nothing left to convert)."""
     for batch in batches:
         yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
 
 
-def run_record_mode(ctx: RunContext, df: DataFrame, output_schema: StructType) -> list[tuple]:
+def run_record_mode(
+    ctx: RunContext, df: DataFrame, output_schema: StructType
+) -> list[tuple[Any, ...]]:
     """Per Kafka partition: (topic, partition, ok, failed, held_back, seconds, worker_peak_kb).
 
     `seconds` is the task's wall time for that partition, from asking for its first record
@@ -108,11 +111,13 @@ def run_record_mode(ctx: RunContext, df: DataFrame, output_schema: StructType) -
     names = [name for name, _ in columns]
     url, table, run_id = psycopg_url(ctx.settings.database_url), ctx.drain.sink.table, ctx.run.id
     handler_path, ordering = ctx.drain.handler, ctx.drain.ordering
+    if handler_path is None:  # the drains file's validation already refuses this
+        raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `handler`")
     concurrency = ctx.drain.max_concurrency
     lease = ctx.lease
     chunk_records = CHUNK_RECORDS
 
-    def process_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         handler = load_callable(handler_path, "handler")
         # a Spark partition of a Kafka read is one Kafka partition's range, in offset order;
         # its records stream into the handler while Spark is still reading them
@@ -151,6 +156,14 @@ def run_record_mode(ctx: RunContext, df: DataFrame, output_schema: StructType) -
 
     counts = _record_columns(df).mapInArrow(process_partition, RECORD_COUNTS).collect()
     return [tuple(row) for row in counts]
+
+
+def _task_context() -> TaskContext:
+    """The running Spark task's context; only the functions a task runs may ask."""
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("TaskContext.get() outside a Spark task: call this in mapInArrow only")
+    return context
 
 
 def _peak_rss_kb() -> int:
@@ -224,7 +237,9 @@ def _by_kafka_partition(
             )
         seen.add(current)
 
-        def run(first: Record = head, current: tuple[str, int] = current) -> Iterator[Record]:
+        def run(
+            first: Record | None = head, current: tuple[str, int] = current
+        ) -> Iterator[Record]:
             nonlocal head
             record: Record | None = first
             while record is not None and (record.topic, record.partition) == current:
@@ -235,7 +250,7 @@ def _by_kafka_partition(
         yield current, run()
 
 
-def _as_tuple(row: Any, names: list[str]) -> tuple:
+def _as_tuple(row: Any, names: list[str]) -> tuple[Any, ...]:
     if isinstance(row, dict):
         missing = [n for n in names if n not in row]
         if missing:
@@ -247,7 +262,9 @@ def _as_tuple(row: Any, names: list[str]) -> tuple:
     return tuple(_plain(v) for v in values)
 
 
-def _stage_failures(conn, run_id, topic, partition, not_done: list[Outcome]) -> None:
+def _stage_failures(
+    conn: psycopg.Connection[Any], run_id: int, topic: str, partition: int, not_done: list[Outcome]
+) -> None:
     rows = (
         (
             o.record.offset,

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import SparkSession
 
@@ -28,6 +29,9 @@ from drainer.services.connect import endpoint_port
 from drainer.services.connect_session import code_fingerprint, shared_session_id, with_session_id
 from drainer.services.net import port_open
 from drainer.settings import Settings, export_spark_python_env, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +91,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
                 settings.home / "spark-sessions", endpoint, session_code(settings), closed
             )
             url = with_session_id(endpoint, session_id)
-        spark = SparkSession.builder.remote(url).create()
+        spark: SparkSession = SparkSession.builder.remote(url).create()
         try:
             spark.conf.set("spark.sql.shuffle.partitions", settings.shuffle_partitions)
         except Exception as err:
@@ -98,7 +102,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             )
             # drop the dead client, or pyspark's functions keep asking it (still the process's
             # active session) and fail; the server has nothing left to release
-            spark.release_session_on_close = False
+            cast("ConnectSession", spark).release_session_on_close = False
             spark.stop()
             closed = session_id
             continue

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TypeAlias
+
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""What `add_subparsers` returns, which each command group's `register` adds its commands to."""
 
 
 def levels(value: str) -> list[int]:
@@ -16,11 +20,11 @@ def levels(value: str) -> list[int]:
 
 
 def add_command(
-    sub: argparse._SubParsersAction,
+    sub: Subcommands,
     name: str,
     func: Callable[[argparse.Namespace], int],
     help_text: str,
 ) -> argparse.ArgumentParser:
-    parser = sub.add_parser(name, help=help_text, description=help_text)
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
     parser.set_defaults(func=func)
     return parser

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from drainer.cli.args import add_command
+from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import console, print_table
 from drainer.config import get_drain
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subcommands) -> None:
     p = add_command(
         sub, "dlq", cmd_dlq, "dead letters: list them, or retry them by re-producing to their level"
     )

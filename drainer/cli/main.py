@@ -12,15 +12,19 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
 
 from drainer.cli import dlq, produce, runs, services, status
 from drainer.cli.output import err_console
 from drainer.config.kafka_clients import redact
 from drainer.errors import DrainerError
 
+if TYPE_CHECKING:  # the run's machinery is imported only by `drainer run` itself
+    from drainer.lifecycle.run import Executor
+
 GROUPS = (services, produce, runs, status, dlq)
 
-ExecutorFactory = Callable[[], Callable]
+ExecutorFactory: TypeAlias = "Callable[[], Executor]"
 """Returns the executor of `drainer run` (`drainer.lifecycle.run.Executor`); called only by `run`."""
 
 
@@ -43,7 +47,8 @@ def main(argv: list[str] | None = None, executor: ExecutorFactory | None = None)
     from sqlalchemy.exc import OperationalError
 
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except DrainerError as err:
         logging.getLogger("drainer").debug("%s", type(err).__name__, exc_info=True)
         colour = "yellow" if err.exit_code == 3 else "red"

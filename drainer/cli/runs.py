@@ -6,13 +6,13 @@ import argparse
 import json
 from typing import Any
 
-from drainer.cli.args import add_command, levels
+from drainer.cli.args import Subcommands, add_command, levels
 from drainer.cli.output import console, err_console, print_table
 from drainer.config import DrainConfig, get_drain
 from drainer.errors import ConfigError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subcommands) -> None:
     for name, func, help_text in (
         (
             "plan",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from drainer.cli.args import add_command
+from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import console
 from drainer.config import get_drain
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subcommands) -> None:
     p = add_command(sub, "services", cmd_services, "local Kafka and Postgres for development")
     p.add_argument("action", choices=["up", "down", "status"])
     p = add_command(sub, "topics", cmd_topics, "create a drain's level topics")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from drainer.cli.args import add_command
+from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import console, print_table
 from drainer.config import get_drain
 from drainer.errors import ConfigError
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subcommands) -> None:
     p = add_command(
         sub,
         "status",

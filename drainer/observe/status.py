@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drainer.allocation import burst_allocation, burst_eligible, reserved_shares
 from drainer.config import DrainConfig
 from drainer.lifecycle.planning import partition_states
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
 
-def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
+def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
     engine = get_engine()
     levels = list(range(drain.levels))
     parts = partition_states(engine, drain, levels)

@@ -140,7 +140,6 @@ def _serial(
     return outcomes
 
 
-_STOP = object()
 YIELD_EVERY = 16  # records read between two yields of the reading thread (see _Concurrent.run)
 
 
@@ -158,7 +157,7 @@ class _Concurrent:
         self.keyed = ordering == "key"
         self.limit = limit
         self.lock = threading.Lock()
-        self.ready: queue.SimpleQueue = queue.SimpleQueue()
+        self.ready: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()  # None: stop
         self.busy: dict[bytes | None, deque[Outcome]] = {}  # key -> its queued records
         self.failed = held.failed_keys  # shared with the next chunk of the partition
         self.workers: list[threading.Thread] = []
@@ -186,7 +185,7 @@ class _Concurrent:
                 self._dispatch(outcome)
         finally:
             for _ in self.workers:
-                self.ready.put(_STOP)
+                self.ready.put(None)
             for worker in self.workers:
                 worker.join()
         return outcomes
@@ -203,10 +202,9 @@ class _Concurrent:
 
     def _work(self) -> None:
         while True:
-            item = self.ready.get()
-            if item is _STOP:
+            outcome = self.ready.get()
+            if outcome is None:
                 return
-            outcome: Outcome | None = item
             while outcome is not None:
                 ok = _attempt(self.handler, outcome)
                 outcome = self._next_of_chain(outcome.record.key, ok) if self.keyed else None

@@ -1,9 +1,10 @@
 """Engine and schema migrations.
 
-Migrations are the numbered files in `drainer/store/migrations/`, shipped as package data and
-read with `importlib.resources`, so an installed (non-editable) drainer finds them too. Each is
-applied in its own transaction and recorded in `schema_migrations`, under an advisory lock so
-two processes starting together do not race.
+Migrations are the numbered files in the repository's top-level `sql/`. A built wheel carries a
+copy as `drainer/sql/` (setup.py's build step), read with `importlib.resources`, so an installed
+(non-editable) drainer finds them too; a checkout or an editable install reads `sql/` itself.
+Each is applied in its own transaction and recorded in `schema_migrations`, under an advisory
+lock so two processes starting together do not race.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import functools
 import re
 from importlib import resources
-from importlib.abc import Traversable
+from importlib.resources.abc import Traversable
+from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
@@ -24,7 +26,17 @@ _MIGRATION_LOCK = 0x64726169  # 'drai': any constant shared by every drainer pro
 
 
 def migrations_dir() -> Traversable:
-    return resources.files("drainer.store") / "migrations"
+    """The copy shipped inside an installed wheel if there is one, else the checkout's `sql/`."""
+    shipped = resources.files("drainer") / "sql"
+    if shipped.is_dir():
+        return shipped
+    checkout = Path(__file__).resolve().parents[2] / "sql"
+    if checkout.is_dir():
+        return checkout
+    raise RuntimeError(
+        f"no schema migrations: neither {shipped} (a wheel's copy) nor {checkout} (a checkout's"
+        " sql/) exists. Reinstall drainer from a wheel built by its setup.py (`pip install .`)."
+    )
 
 
 @functools.cache
