@@ -1,6 +1,7 @@
 """Plan the next run from live state: Kafka watermarks, Postgres offsets and run history.
 
-The I/O half of allocation (docs/allocation.md); the arithmetic is `drainer.allocation.plan`, which stays pure.
+The I/O half of allocation (docs/allocation.md): the arithmetic is `drainer.allocation`'s
+`AllocationPolicy`, which stays pure; `allocation_policy` builds it from a drain's settings.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from drainer.allocation import PartitionBacklog, Plan, plan
+from drainer.allocation import AllocationPolicy, OffsetForTime, PartitionBacklog, Plan, TimestampAt
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
 from drainer.kafka import clients as kafka_io
@@ -149,11 +150,33 @@ def plan_next_run(
     ]
     with engine.connect() as conn:
         level_history = history.level_history(conn, drain.name, levels, drain.history_window)
-    lookups = {}
+    lookups: EventTimeLookups | None = None
     if drain.max_gap_ms is not None:
         backlogs, lookups = _with_event_times(drain, backlogs)
-    result = plan(
-        backlogs,
+    result = allocation_policy(drain, levels, level_history, lookups).plan(backlogs)
+    return PlannedRun(result, parts, levels)
+
+
+@dataclass(frozen=True)
+class EventTimeLookups:
+    """The Kafka lookups event-time alignment asks the policy to make, one partition each."""
+
+    offset_for_time: OffsetForTime
+    timestamp_at: TimestampAt
+
+
+def allocation_policy(
+    drain: DrainConfig,
+    levels: list[int],
+    level_history: dict[int, list[int]],
+    lookups: EventTimeLookups | None = None,
+) -> AllocationPolicy:
+    """The drain's allocation policy for a run over `levels`, from its settings and history.
+
+    Event-time alignment needs the Kafka lookups: without them (`drainer status`, which asks
+    only for shares and burst) the policy is built with alignment off.
+    """
+    return AllocationPolicy(
         budget=drain.budget,
         levels=levels,
         distributor=drain.distributor,
@@ -161,17 +184,19 @@ def plan_next_run(
         window=drain.history_window,
         maxout_threshold=drain.maxout_threshold,
         backlog_aware=drain.backlog_aware,
-        max_gap_ms=drain.max_gap_ms,
+        max_gap_ms=None if lookups is None else drain.max_gap_ms,
         align=drain.align,
-        **lookups,
+        offset_for_time=None if lookups is None else lookups.offset_for_time,
+        timestamp_at=None if lookups is None else lookups.timestamp_at,
     )
-    return PlannedRun(result, parts, levels)
 
 
-def _with_event_times(drain: DrainConfig, backlogs: list[PartitionBacklog]):
+def _with_event_times(
+    drain: DrainConfig, backlogs: list[PartitionBacklog]
+) -> tuple[list[PartitionBacklog], EventTimeLookups]:
     """Attach next-pending timestamps (one batched read) and the lookups alignment needs.
 
-    Always returns the lookups, even when nothing is pending: `plan` requires them whenever the
+    Always returns the lookups, even when nothing is pending: the policy requires them whenever the
     drain has `max_gap`, and an empty backlog is an ordinary state, not an error. The planner
     caches its lookups; each is one Kafka request for one partition.
     """
@@ -197,4 +222,4 @@ def _with_event_times(drain: DrainConfig, backlogs: list[PartitionBacklog]):
     def timestamp_at(level: int, partition: int, offset: int) -> int | None:
         return kafka_io.record_timestamps(drain, {(level, partition): offset})[(level, partition)]
 
-    return with_ts, {"offset_for_time": offset_for_time, "timestamp_at": timestamp_at}
+    return with_ts, EventTimeLookups(offset_for_time, timestamp_at)

@@ -1,0 +1,158 @@
+"""The one allocation interface: an `AllocationPolicy` built from a drain's settings and history.
+
+`AllocationPolicy(...).plan(backlogs)` combines the rules of this package in their order:
+reserved shares (`shares`), burst from history (`burst`), backlog awareness (`levels`),
+event-time alignment (`align`), and the max-min fair split into ranges (`fill`). The policy
+holds plain values only (the Kafka lookups alignment needs are passed in as callables), so
+allocation never imports the configuration; `drainer.lifecycle.planning.allocation_policy`
+builds one from a `DrainConfig`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from drainer.allocation.align import Aligner, check_alignment
+from drainer.allocation.burst import burst_allocation, burst_eligible, check_window, history_burst
+from drainer.allocation.fill import key_of, per_level, range_end, range_order, split
+from drainer.allocation.levels import LevelNumbers, level_numbers
+from drainer.allocation.shares import Distributor, check_budget, covered_levels, reserved_shares
+from drainer.allocation.types import (
+    AlignmentWait,
+    LevelPlan,
+    OffsetForTime,
+    PartitionBacklog,
+    PartitionRange,
+    Plan,
+    TimestampAt,
+)
+
+
+@dataclass(frozen=True)
+class AllocationPolicy:
+    """How one drain shares a run's budget; `plan(backlogs)` applies it to the current backlog.
+
+    `levels` are the covered levels (a backfill covers some); None means the levels present in
+    the backlog. `history` is each covered level's drained counts of its recent runs, oldest
+    first. `max_gap_ms` turns event-time alignment on and then needs both lookups.
+    """
+
+    budget: int
+    levels: Iterable[int] | None = None
+    distributor: Distributor = "exponential"
+    history: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    window: int = 6
+    maxout_threshold: int = 4
+    backlog_aware: bool = True
+    max_gap_ms: int | None = None
+    align: str = "level"
+    offset_for_time: OffsetForTime | None = None
+    timestamp_at: TimestampAt | None = None
+
+    def __post_init__(self) -> None:
+        check_budget(self.budget)
+        check_window(self.window, self.maxout_threshold)
+        check_alignment(self.max_gap_ms, self.offset_for_time, self.timestamp_at, self.align)
+        if self.levels is not None:
+            # a tuple, so that a generator or range passed in is read once and stays as given
+            object.__setattr__(self, "levels", tuple(covered_levels(self.levels)))
+            self.reserved()  # a budget too small for the levels fails here, not at plan time
+
+    def reserved(self) -> dict[int, int]:
+        """Each covered level's reserved share of the budget (the policy must name its levels)."""
+        return reserved_shares(self._covered(None), self.budget, self.distributor)
+
+    def history_allocation(self) -> dict[int, int]:
+        """Each level's share after the history burst alone (what `backlog_aware: false` plans)."""
+        return burst_allocation(self.reserved(), self.history, self.window, self.maxout_threshold)
+
+    def burst_eligible(self) -> set[int]:
+        """The levels whose history lets them burst (the highest of them does)."""
+        return burst_eligible(self.reserved(), self.history, self.window, self.maxout_threshold)
+
+    def plan(self, backlogs: Sequence[PartitionBacklog]) -> Plan:
+        """Plan one run: reserved shares, burst, backlog awareness, event-time alignment, ranges.
+
+        Partitions of levels the policy does not cover (a backfill of some levels) are left out
+        of the plan entirely.
+        """
+        covered = self._covered(sorted({p.level for p in backlogs}))
+        seen: set[tuple[int, int]] = set()
+        for p in backlogs:
+            if key_of(p) in seen:
+                raise ValueError(f"partition {p.partition} of level {p.level} is listed twice")
+            seen.add(key_of(p))
+        covered_set = set(covered)
+        members = sorted((p for p in backlogs if p.level in covered_set), key=range_order)
+        reserved = reserved_shares(covered, self.budget, self.distributor)
+        burster, lendable = history_burst(
+            reserved, self.history, self.window, self.maxout_threshold
+        )
+        backlog = {level: sum(p.backlog for p in members if p.level == level) for level in covered}
+
+        def numbers_for(available: Mapping[int, int]) -> dict[int, LevelNumbers]:
+            return level_numbers(
+                covered, reserved, burster, lendable, available, self.backlog_aware
+            )
+
+        aligner = Aligner.make(
+            members, self.max_gap_ms, self.offset_for_time, self.timestamp_at, self.align
+        )
+        waits: list[AlignmentWait] = []
+        if aligner is None:
+            numbers = numbers_for(backlog)
+            reads = split(members, {level: n.planned for level, n in numbers.items()})
+            available: Mapping[int, int] = backlog
+        else:
+            # What each level can read if given everything (exact per level; an upper bound when
+            # levels align with each other), then plan and fill until the plan is what is read.
+            reads, _ = aligner.fill(backlog)
+            available = per_level(covered, members, reads)
+            for _ in range(2 * len(covered) + 2):
+                numbers = numbers_for(available)
+                reads, waits = aligner.fill({level: n.planned for level, n in numbers.items()})
+                got = per_level(covered, members, reads)
+                if all(got[level] == numbers[level].planned for level in covered):
+                    break
+                # a level held by older data of another level (`align: drain`) reads less than
+                # planned: plan it at most that, so the rest is offered on
+                available = {
+                    level: got[level] if got[level] < numbers[level].planned else available[level]
+                    for level in covered
+                }
+            numbers = {level: numbers[level].trimmed(got[level]) for level in covered}
+
+        ranges = [
+            PartitionRange(p.level, p.partition, p.start, range_end(p.start, n, p.done), n)
+            for p in members
+            if (n := reads.get(key_of(p), 0)) > 0
+        ]
+        level_plans = {
+            level: LevelPlan(
+                level=level,
+                reserved=reserved[level],
+                burst=numbers[level].burst,
+                allocated=reserved[level] + numbers[level].burst,
+                backlog=backlog[level],
+                planned=numbers[level].planned,
+                available=available[level],
+                from_reserved=numbers[level].from_reserved,
+                from_burst=numbers[level].from_burst,
+                handed_on=numbers[level].handed_on,
+            )
+            for level in covered
+        }
+        order = {key_of(p): i for i, p in enumerate(members)}
+        waits = sorted(waits, key=lambda w: order[(w.level, w.partition)])
+        return Plan(levels=level_plans, ranges=ranges, alignment=waits)
+
+    def _covered(self, present: Iterable[int] | None) -> list[int]:
+        if self.levels is not None:
+            return list(self.levels)  # type: ignore[arg-type]
+        if present is None:
+            raise ValueError(
+                "the policy covers the levels present in the backlog (levels=None): "
+                "pass the levels, or build the policy with levels"
+            )
+        return covered_levels(present)
