@@ -11,6 +11,7 @@ live one per module:
 - `levels`: backlog awareness, each level's planned count by source
 - `fill`: the max-min fair split over a level's partitions, and range ends
 - `align`: event-time alignment (`max_gap_ms`)
+- `wait`: the maximum wait (`max_wait`), late records first
 - `policy`: `AllocationPolicy`, which combines them
 """
 

@@ -13,14 +13,23 @@ from drainer.allocation.types import PartitionBacklog
 
 
 def split(
-    members: list[PartitionBacklog], planned: Mapping[int, int]
+    members: list[PartitionBacklog],
+    planned: Mapping[int, int],
+    floors: Mapping[tuple[int, int], int] | None = None,
 ) -> dict[tuple[int, int], int]:
-    """Each level's planned count over its partitions, max-min fairly."""
+    """Each level's planned count over its partitions, max-min fairly.
+
+    `floors` (the late records of `max_wait`) are served first: a level's count goes to them,
+    max-min fairly, before the rest is split over what its partitions have left.
+    """
     reads: dict[tuple[int, int], int] = {}
     for level, amount in planned.items():
         own = sorted((p for p in members if p.level == level), key=lambda p: p.partition)
-        counts = water_fill(amount, [p.backlog for p in own])
-        reads.update((key_of(p), n) for p, n in zip(own, counts, strict=True))
+        late = [(floors or {}).get(key_of(p), 0) for p in own]
+        first = water_fill(min(amount, sum(late)), late)
+        left = [p.backlog - n for p, n in zip(own, first, strict=True)]
+        rest = water_fill(amount - sum(first), left)
+        reads.update((key_of(p), a + b) for p, a, b in zip(own, first, rest, strict=True))
     return reads
 
 

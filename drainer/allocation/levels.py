@@ -8,7 +8,7 @@ history rule alone (`burst_allocation`) decides, capped by what each level can r
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -19,19 +19,27 @@ class LevelNumbers:
     from_reserved: int
     from_burst: int
     handed_on: int
+    for_max_wait: int = 0
 
     @property
     def planned(self) -> int:
-        return self.from_reserved + self.from_burst + self.handed_on
+        return self.for_max_wait + self.from_reserved + self.from_burst + self.handed_on
+
+    def after_grant(self, grant: int) -> LevelNumbers:
+        """These numbers (planned on what a `max_wait` grant left) plus the grant itself."""
+        return replace(self, for_max_wait=self.for_max_wait + grant)
 
     def trimmed(self, planned: int) -> LevelNumbers:
-        """At most `planned`, taken off what was handed on first, then burst, then reserved."""
+        """At most `planned`, taken off what was handed on first, then burst, then reserved,
+        then what a `max_wait` grant gave."""
         cut = self.planned - planned
         handed = self.handed_on - min(cut, self.handed_on)
         cut -= self.handed_on - handed
         burst = self.from_burst - min(cut, self.from_burst)
         cut -= self.from_burst - burst
-        return LevelNumbers(self.burst, self.from_reserved - cut, burst, handed)
+        own = self.from_reserved - min(cut, self.from_reserved)
+        cut -= self.from_reserved - own
+        return LevelNumbers(self.burst, own, burst, handed, self.for_max_wait - cut)
 
 
 def level_numbers(

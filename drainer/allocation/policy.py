@@ -1,11 +1,11 @@
 """The one allocation interface: an `AllocationPolicy` built from a drain's settings and history.
 
 `AllocationPolicy(...).plan(backlogs)` combines the rules of this package in their order:
-reserved shares (`shares`), burst from history (`burst`), backlog awareness (`levels`),
-event-time alignment (`align`), and the max-min fair split into ranges (`fill`). The policy
-holds plain values only (the Kafka lookups alignment needs are passed in as callables), so
-allocation never imports the configuration; `drainer.lifecycle.planning.allocation_policy`
-builds one from a `DrainConfig`.
+late records first (`wait`, `max_wait`), reserved shares (`shares`), burst from history
+(`burst`), backlog awareness (`levels`), event-time alignment (`align`), and the max-min fair
+split into ranges (`fill`). The policy holds plain values only (the Kafka lookups alignment and
+`max_wait` need are passed in as callables), so allocation never imports the configuration;
+`drainer.lifecycle.planning.allocation_policy` builds one from a `DrainConfig`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from drainer.allocation.types import (
     Plan,
     TimestampAt,
 )
+from drainer.allocation.wait import check_max_wait, late_grants, late_records, shares_after_grants
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class AllocationPolicy:
     `levels` are the covered levels (a backfill covers some); None means the levels present in
     the backlog. `history` is each covered level's drained counts of its recent runs, oldest
     first. `max_gap_ms` turns event-time alignment on and then needs both lookups.
+    `max_wait_ms` (per level, ms) serves records older than that first; it needs `now_ms` and
+    `offset_for_time`. With `now_ms`, each level reports its oldest pending record's age.
     """
 
     budget: int
@@ -49,11 +52,14 @@ class AllocationPolicy:
     align: str = "level"
     offset_for_time: OffsetForTime | None = None
     timestamp_at: TimestampAt | None = None
+    max_wait_ms: Mapping[int, int] | None = None
+    now_ms: int | None = None
 
     def __post_init__(self) -> None:
         check_budget(self.budget)
         check_window(self.window, self.maxout_threshold)
         check_alignment(self.max_gap_ms, self.offset_for_time, self.timestamp_at, self.align)
+        check_max_wait(self.max_wait_ms, self.offset_for_time, self.now_ms)
         if self.levels is not None:
             # a tuple, so that a generator or range passed in is read once and stays as given
             object.__setattr__(self, "levels", tuple(covered_levels(self.levels)))
@@ -91,10 +97,24 @@ class AllocationPolicy:
         )
         backlog = {level: sum(p.backlog for p in members if p.level == level) for level in covered}
 
+        late = self._late(members)
+        late_by_level = {level: 0 for level in covered}
+        for (level, _), count in late.items():
+            late_by_level[level] += count
+
         def numbers_for(available: Mapping[int, int]) -> dict[int, LevelNumbers]:
-            return level_numbers(
-                covered, reserved, burster, lendable, available, self.backlog_aware
-            )
+            if not late:
+                return level_numbers(
+                    covered, reserved, burster, lendable, available, self.backlog_aware
+                )
+            # late records first (before any burst); the rest of the budget as usual
+            due = {level: min(late_by_level[level], available[level]) for level in covered}
+            grants = late_grants(covered, due, self.budget)
+            shares = shares_after_grants(reserved, grants, available)
+            left = {level: available[level] - grants[level] for level in covered}
+            lent = {level: min(unused, shares[level]) for level, unused in lendable.items()}
+            numbers = level_numbers(covered, shares, burster, lent, left, self.backlog_aware)
+            return {level: numbers[level].after_grant(grants[level]) for level in covered}
 
         aligner = Aligner.make(
             members, self.max_gap_ms, self.offset_for_time, self.timestamp_at, self.align
@@ -102,7 +122,8 @@ class AllocationPolicy:
         waits: list[AlignmentWait] = []
         if aligner is None:
             numbers = numbers_for(backlog)
-            reads = split(members, {level: n.planned for level, n in numbers.items()})
+            planned = {level: n.planned for level, n in numbers.items()}
+            reads = split(members, planned, floors=late)
             available: Mapping[int, int] = backlog
         else:
             # What each level can read if given everything (exact per level; an upper bound when
@@ -140,12 +161,27 @@ class AllocationPolicy:
                 from_reserved=numbers[level].from_reserved,
                 from_burst=numbers[level].from_burst,
                 handed_on=numbers[level].handed_on,
+                late=late_by_level[level],
+                for_max_wait=numbers[level].for_max_wait,
+                oldest_age_s=self._oldest_age_s([p for p in members if p.level == level]),
             )
             for level in covered
         }
         order = {key_of(p): i for i, p in enumerate(members)}
         waits = sorted(waits, key=lambda w: order[(w.level, w.partition)])
         return Plan(levels=level_plans, ranges=ranges, alignment=waits)
+
+    def _late(self, members: list[PartitionBacklog]) -> dict[tuple[int, int], int]:
+        if not self.max_wait_ms or self.now_ms is None or self.offset_for_time is None:
+            return {}
+        return late_records(members, self.max_wait_ms, self.now_ms, self.offset_for_time)
+
+    def _oldest_age_s(self, members: list[PartitionBacklog]) -> float | None:
+        """Seconds since the oldest known next pending record of `members` (None: unknown)."""
+        stamps = [p.next_timestamp for p in members if p.backlog and p.next_timestamp is not None]
+        if self.now_ms is None or not stamps:
+            return None
+        return max(0, self.now_ms - min(stamps)) / 1000
 
     def _covered(self, present: Iterable[int] | None) -> list[int]:
         if self.levels is not None:

@@ -51,8 +51,9 @@ class LevelPlan:
 
     `burst` is what the history rule moves: positive for the burster, negative for a level that
     lent capacity; `allocated = reserved + burst`. Where `planned` came from:
-    `planned = from_reserved + from_burst + handed_on`, where `handed_on` is budget that other
-    levels could not use, offered on by backlog awareness (highest level first).
+    `planned = for_max_wait + from_reserved + from_burst + handed_on`, where `for_max_wait` is
+    what the level got first for its `late` records (older than its `max_wait`), and `handed_on`
+    is budget that other levels could not use, offered on by backlog awareness (highest first).
     """
 
     level: int
@@ -65,6 +66,9 @@ class LevelPlan:
     from_reserved: int = 0
     from_burst: int = 0
     handed_on: int = 0
+    late: int = 0  # pending records older than the level's max_wait (0 without max_wait)
+    for_max_wait: int = 0  # of `planned`, what the level got first for its late records
+    oldest_age_s: float | None = None  # age of its oldest pending record, when known
 
 
 @dataclass(frozen=True)

@@ -628,7 +628,7 @@ def assert_no_inversion(result: Plan) -> None:
 
 def assert_sources_add_up(result: Plan) -> None:
     for lp in result.levels.values():
-        assert lp.from_reserved + lp.from_burst + lp.handed_on == lp.planned
+        assert lp.for_max_wait + lp.from_reserved + lp.from_burst + lp.handed_on == lp.planned
         assert 0 <= lp.from_reserved <= lp.reserved
         assert lp.allocated == lp.reserved + lp.burst
         assert lp.from_burst <= max(lp.burst, 0)
@@ -910,6 +910,185 @@ def test_with_level_alignment_a_level_never_waits_for_another_levels_data(
         if amount:
             alone = AllocationPolicy(amount, levels=[level], max_gap_ms=gap, **lookups).plan(own)
             assert alone.ranges == [r for r in together.ranges if r.level == level]
+
+
+# --- maximum wait ------------------------------------------------------------------------------
+
+NOW_MS = 10_000_000
+
+
+def aged(bases: dict[tuple[int, int], int], step_ms: int) -> Callable[[int, int, int], int]:
+    """`offset_for_time` over partitions whose offset o has timestamp base + step_ms * o."""
+    return timed(bases, step_ms)["offset_for_time"]
+
+
+@st.composite
+def waiting_backlogs(draw: st.DrawFn) -> tuple[int, list[PartitionBacklog], dict, int, int]:
+    """Backlogs whose records are up to a few hours old, one record every `step` ms."""
+    n_levels, untimed = draw(backlogs())
+    step = draw(st.integers(1, 300_000))
+    bases = {(p.level, p.partition): draw(st.integers(0, NOW_MS)) for p in untimed}
+    partitions = []
+    for p in untimed:
+        first = next((o for o in range(p.start, p.end) if o not in p.done), None)
+        known = first is not None and draw(st.booleans())
+        stamp = bases[(p.level, p.partition)] + step * first if known else None
+        partitions.append(PartitionBacklog(p.level, p.partition, p.start, p.end, p.done, stamp))
+    budget = draw(st.integers(2**n_levels - 1, 400))
+    return n_levels, partitions, bases, step, budget
+
+
+def left_waiting_longer_than(
+    result: Plan, partitions: list[PartitionBacklog], stamp: Callable, limits: dict[int, int]
+) -> list[tuple[int, int, int]]:
+    """(level, partition, offset) of the first record the run leaves that is past its limit."""
+    reads = planned_by_partition(result)
+    left = []
+    for p in partitions:
+        if p.level not in limits:
+            continue
+        end = range_end(p.start, reads.get((p.level, p.partition), 0), p.done)
+        first = next((o for o in range(end, p.end) if o not in p.done), None)
+        if first is not None and stamp(p.level, p.partition, first) < NOW_MS - limits[p.level]:
+            left.append((p.level, p.partition, first))
+    return left
+
+
+@HEAVY
+@given(waiting_backlogs(), HISTORIES, st.booleans(), st.data())
+def test_when_the_budget_covers_the_late_records_none_is_left_past_its_max_wait(
+    inputs: tuple[int, list[PartitionBacklog], dict, int, int],
+    history: dict[int, list[int]],
+    backlog_aware: bool,
+    data: st.DataObject,
+) -> None:
+    n_levels, partitions, bases, step, budget = inputs
+    limits = data.draw(
+        st.dictionaries(st.integers(0, n_levels - 1), st.integers(1, NOW_MS), min_size=1)
+    )
+    lookups = timed(bases, step)
+    policy = AllocationPolicy(
+        budget,
+        levels=range(n_levels),
+        history=history,
+        backlog_aware=backlog_aware,
+        max_wait_ms=limits,
+        now_ms=NOW_MS,
+        offset_for_time=lookups["offset_for_time"],
+    )
+    result = policy.plan(partitions)
+    assert_ranges_valid(result, partitions)
+    assert_sources_add_up(result)
+    late = sum(lp.late for lp in result.levels.values())
+    # the late records counted are exactly those older than the limit, per the timestamps
+    stamp = lookups["timestamp_at"]
+    assert late == sum(
+        1
+        for p in partitions
+        if p.level in limits
+        for o in range(p.start, p.end)
+        if o not in p.done and stamp(p.level, p.partition, o) < NOW_MS - limits[p.level]
+    )
+    if late <= budget:
+        assert left_waiting_longer_than(result, partitions, stamp, limits) == []
+        assert all(lp.for_max_wait == lp.late for lp in result.levels.values())
+    else:  # the whole budget goes to late records, the higher levels' first
+        assert result.total_planned == budget
+        assert sum(lp.for_max_wait for lp in result.levels.values()) == budget
+        short = [lp.level for lp in result.levels.values() if lp.for_max_wait < lp.late]
+        assert all(lp.for_max_wait == 0 for lp in result.levels.values() if lp.level < max(short))
+    for lp in result.levels.values():
+        assert lp.for_max_wait <= lp.late <= lp.backlog
+
+
+@HEAVY
+@given(waiting_backlogs(), HISTORIES, st.booleans())
+def test_without_late_records_max_wait_changes_nothing(
+    inputs: tuple[int, list[PartitionBacklog], dict, int, int],
+    history: dict[int, list[int]],
+    backlog_aware: bool,
+) -> None:
+    n_levels, partitions, bases, step, budget = inputs
+    common = {
+        "levels": range(n_levels),
+        "history": history,
+        "backlog_aware": backlog_aware,
+        "now_ms": NOW_MS,
+    }
+    today = AllocationPolicy(budget, **common).plan(partitions)
+    # a limit longer than any record's age: nothing is late
+    patient = AllocationPolicy(
+        budget,
+        max_wait_ms=dict.fromkeys(range(n_levels), NOW_MS + 1),
+        offset_for_time=aged(bases, step),
+        **common,
+    ).plan(partitions)
+    assert patient == today
+    assert all(lp.late == 0 == lp.for_max_wait for lp in patient.levels.values())
+
+
+def test_late_records_are_served_before_burst_and_reserved_shares() -> None:
+    """Level 0 has 500 records an hour old, max_wait 15 min; budget 70 reserves 10/20/40."""
+    bases = {(0, 0): NOW_MS - HOUR_MS, (1, 0): NOW_MS, (2, 0): NOW_MS}
+    partitions = [
+        PartitionBacklog(2, 0, 0, 1000, next_timestamp=NOW_MS),
+        PartitionBacklog(1, 0, 0, 1000, next_timestamp=NOW_MS),
+        PartitionBacklog(0, 0, 0, 500, next_timestamp=NOW_MS - HOUR_MS),
+    ]
+    # level 0's records are one per second from an hour ago: 2,700 s of them are past 15 min,
+    # but it holds only 500, so all 500 are late
+    lookups = timed(bases, 1000)
+    policy = AllocationPolicy(
+        70,
+        levels=range(3),
+        history={2: [40] * 6},  # level 2 would burst: late records still come first
+        max_wait_ms={0: 15 * 60_000},
+        now_ms=NOW_MS,
+        offset_for_time=lookups["offset_for_time"],
+    )
+    result = policy.plan(partitions)
+    assert {lvl: (lp.late, lp.for_max_wait, lp.planned) for lvl, lp in result.levels.items()} == {
+        0: (500, 70, 70),
+        1: (0, 0, 0),
+        2: (0, 0, 0),
+    }
+    assert result.levels[0].oldest_age_s == 3600.0
+    # 40 records late: level 0 gets them (10 of its own share, 30 from the others' shares,
+    # lowest level first: all 20 of level 1's, 10 of level 2's); level 2 reads its other 30
+    bases[(0, 0)] = NOW_MS - 15 * 60_000 - 40_000
+    partitions[2] = PartitionBacklog(0, 0, 0, 500, next_timestamp=bases[(0, 0)])
+    result = AllocationPolicy(
+        70,
+        levels=range(3),
+        max_wait_ms={0: 15 * 60_000},
+        now_ms=NOW_MS,
+        offset_for_time=timed(bases, 1000)["offset_for_time"],
+    ).plan(partitions)
+    numbers = {
+        lvl: (lp.late, lp.for_max_wait, lp.from_reserved, lp.planned)
+        for lvl, lp in result.levels.items()
+    }
+    assert numbers == {0: (40, 40, 0, 40), 1: (0, 0, 0, 0), 2: (0, 0, 30, 30)}
+
+
+def test_several_levels_late_beyond_the_budget_the_higher_goes_first() -> None:
+    bases = {(level, 0): 0 for level in range(3)}
+    partitions = [PartitionBacklog(level, 0, 0, 50, next_timestamp=0) for level in range(3)]
+    result = AllocationPolicy(
+        70,
+        levels=range(3),
+        max_wait_ms={0: 1000, 1: 1000, 2: 1000},
+        now_ms=NOW_MS,
+        offset_for_time=aged(bases, 1),
+    ).plan(partitions)
+    assert {lvl: lp.for_max_wait for lvl, lp in result.levels.items()} == {0: 0, 1: 20, 2: 50}
+
+
+def test_max_wait_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="now_ms"):
+        AllocationPolicy(70, max_wait_ms={0: 1000})
+    with pytest.raises(ValueError, match="set a duration > 0"):
+        AllocationPolicy(70, max_wait_ms={0: 0}, now_ms=0, offset_for_time=lambda *a: 0)
 
 
 # --- the policy interface -----------------------------------------------------------------------
