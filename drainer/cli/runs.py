@@ -95,7 +95,7 @@ def _print_level_tables(title: str, levels_desc: list[Any], max_wait: bool = Fal
     """Per level: its numbers (`available`: what event-time alignment lets it read), and where
     its planned records come from (its reserved share, the history burst, handed on; with
     `max_wait`, first what it got for its late records)."""
-    sources = ("from_reserved", "from_burst", "handed_on")
+    sources: tuple[str, ...] = ("from_reserved", "from_burst", "handed_on")
     if max_wait:
         sources = ("for_max_wait", *sources)
     for table_title, columns, blank in (
