@@ -26,6 +26,17 @@ def cell(value: Any) -> str:
     return str(value)
 
 
+def human_duration(ms: float | None) -> str:
+    """`-` for unknown, else in the largest unit it reaches: `45 s`, `15.0 min`, `2.5 h`, `3.0 d`."""
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
 def print_table(
     title: str,
     columns: Sequence[str],

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from drainer.cli.args import Subcommands, add_command, levels
-from drainer.cli.output import console, err_console, print_table
+from drainer.cli.output import console, err_console, human_duration, print_table
 from drainer.config import DrainConfig, get_drain
 from drainer.errors import ConfigError
 
@@ -68,19 +68,39 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _print_level_tables(
         f"next run of {drain.name}: budget {drain.budget:,}, levels {planned.levels}",
         levels_desc,
+        max_wait=drain.max_wait is not None,
     )
+    if drain.max_wait is not None:
+        print_table(
+            "max_wait: records past their wait are served first",
+            ["level", "max wait", "oldest record age", "late records", "for max wait"],
+            [
+                [
+                    str(lp.level),
+                    human_duration((drain.max_wait_ms or {}).get(lp.level)),
+                    human_duration(None if lp.oldest_age_s is None else lp.oldest_age_s * 1000),
+                    lp.late,
+                    lp.for_max_wait,
+                ]
+                for lp in levels_desc
+            ],
+        )
     _print_ranges("ranges", [(drain.level_topic(r.level), r) for r in plan.ranges])
     for wait in plan.alignment:
         console.print(f"{drain.level_topic(wait.level)}[{wait.partition}] {wait.reason}")
     return 0
 
 
-def _print_level_tables(title: str, levels_desc: list[Any]) -> None:
+def _print_level_tables(title: str, levels_desc: list[Any], max_wait: bool = False) -> None:
     """Per level: its numbers (`available`: what event-time alignment lets it read), and where
-    its planned records come from (its reserved share, the history burst, handed on)."""
+    its planned records come from (its reserved share, the history burst, handed on; with
+    `max_wait`, first what it got for its late records)."""
+    sources: tuple[str, ...] = ("from_reserved", "from_burst", "handed_on")
+    if max_wait:
+        sources = ("for_max_wait", *sources)
     for table_title, columns, blank in (
         (title, ("reserved", "burst", "allocated", "backlog", "available", "planned"), 3),
-        ("where the planned records come from", ("from_reserved", "from_burst", "handed_on"), 0),
+        ("where the planned records come from", sources, 0),
     ):
         sums = [sum(getattr(lp, c) for lp in levels_desc) for c in columns]
         print_table(

@@ -31,6 +31,20 @@ from drainer.store.sinks import check_table_name
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Kafka's legal topic characters, minus '-' (our level separator)
 _TOPIC = re.compile(r"^[A-Za-z0-9._]+$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_ms(value: object) -> int:
+    """`90s`, `15m`, `1h`, `2d` or a number of seconds, in ms; ValueError says what is allowed."""
+    plain = isinstance(value, str | int | float) and not isinstance(value, bool)
+    match = _DURATION.match(str(value)) if plain else None
+    if match is None or (ms := round(float(match[1]) * _UNIT_S[match[2] or "s"] * 1000)) <= 0:
+        raise ValueError(
+            f"{value!r} is not a duration > 0: write a number with a unit, e.g. 90s, 15m, 1h "
+            "or 2d (a bare number is seconds)"
+        )
+    return ms
 
 
 class SinkConfig(BaseModel):
@@ -116,6 +130,14 @@ class DrainConfig(BaseModel):
             "partitions (`level`), so no level waits for another level's older records, or all "
             "partitions of the drain (`drain`)"
         ),
+    )
+    max_wait: str | float | dict[int, str | float] | None = Field(
+        default=None,
+        description="longest a record may wait: a level whose records are older than this "
+        "(by their Kafka timestamp) gets, before any burst, enough of the budget to drain "
+        "them, the highest level first when they exceed the budget; one duration for every "
+        "level (`1h`) or one per level (`{0: 1h, 1: 15m}`, levels not named have none); "
+        "durations as 90s, 15m, 1h, 2d; null turns it off",
     )
     schedule: str | None = Field(
         default="*/5 * * * *",
@@ -212,6 +234,14 @@ class DrainConfig(BaseModel):
     def _import_path(cls, value: str | None, info: ValidationInfo) -> str | None:
         return value if value is None else check_import_path(value, str(info.field_name))
 
+    @field_validator("max_wait")
+    @classmethod
+    def _max_wait(cls, value: object) -> object:
+        for duration in value.values() if isinstance(value, dict) else [value]:
+            if duration is not None:
+                duration_ms(duration)
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> DrainConfig:
         if self.maxout_threshold > self.history_window:
@@ -227,6 +257,13 @@ class DrainConfig(BaseModel):
                 "'topic string, partition int, offset long'"
             )
         check_blocks(self.kafka, self.kafka_librdkafka, self.kafka_java)
+        if isinstance(self.max_wait, dict):
+            unknown = sorted(level for level in self.max_wait if not 0 <= level < self.levels)
+            if unknown:
+                raise ValueError(
+                    f"max_wait names levels {unknown}, but the drain has levels 0.."
+                    f"{self.levels - 1}: name only existing levels"
+                )
         # reserved shares must give every level at least one record: checked by the allocator
         reserved_shares(self.levels, self.budget, self.distributor)
         return self
@@ -249,6 +286,15 @@ class DrainConfig(BaseModel):
     @property
     def max_gap_ms(self) -> int | None:
         return None if self.max_gap_seconds is None else int(self.max_gap_seconds * 1000)
+
+    @property
+    def max_wait_ms(self) -> dict[int, int] | None:
+        """`max_wait` per level, in ms (levels without one are absent); None when not set."""
+        if self.max_wait is None:
+            return None
+        if isinstance(self.max_wait, dict):
+            return {level: duration_ms(value) for level, value in self.max_wait.items()}
+        return dict.fromkeys(range(self.levels), duration_ms(self.max_wait))
 
 
 class DrainsFile(BaseModel):

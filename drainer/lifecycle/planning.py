@@ -1,16 +1,18 @@
 """Plan the next run from live state: Kafka watermarks, Postgres offsets and run history.
 
-The I/O half of allocation (docs/allocation.md); the arithmetic is `drainer.allocation.plan`, which stays pure.
+The I/O half of allocation (docs/allocation.md): the arithmetic is `drainer.allocation`'s
+`AllocationPolicy`, which stays pure; `allocation_policy` builds it from a drain's settings.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from drainer.allocation import PartitionBacklog, Plan, plan
+from drainer.allocation import AllocationPolicy, OffsetForTime, PartitionBacklog, Plan, TimestampAt
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
 from drainer.kafka import clients as kafka_io
@@ -149,11 +151,35 @@ def plan_next_run(
     ]
     with engine.connect() as conn:
         level_history = history.level_history(conn, drain.name, levels, drain.history_window)
-    lookups = {}
-    if drain.max_gap_ms is not None:
+    lookups: EventTimeLookups | None = None
+    if drain.max_gap_ms is not None or drain.max_wait_ms:
         backlogs, lookups = _with_event_times(drain, backlogs)
-    result = plan(
-        backlogs,
+    result = allocation_policy(drain, levels, level_history, lookups).plan(backlogs)
+    return PlannedRun(result, parts, levels)
+
+
+@dataclass(frozen=True)
+class EventTimeLookups:
+    """The Kafka lookups event-time alignment and `max_wait` ask the policy to make, one
+    partition each, and the wall clock (ms) that record ages are measured against."""
+
+    offset_for_time: OffsetForTime
+    timestamp_at: TimestampAt
+    now_ms: int
+
+
+def allocation_policy(
+    drain: DrainConfig,
+    levels: list[int],
+    level_history: dict[int, list[int]],
+    lookups: EventTimeLookups | None = None,
+) -> AllocationPolicy:
+    """The drain's allocation policy for a run over `levels`, from its settings and history.
+
+    Event-time alignment and `max_wait` need the Kafka lookups: without them (`drainer
+    status`, which asks only for shares and burst) the policy is built with both off.
+    """
+    return AllocationPolicy(
         budget=drain.budget,
         levels=levels,
         distributor=drain.distributor,
@@ -161,19 +187,25 @@ def plan_next_run(
         window=drain.history_window,
         maxout_threshold=drain.maxout_threshold,
         backlog_aware=drain.backlog_aware,
-        max_gap_ms=drain.max_gap_ms,
+        max_gap_ms=None if lookups is None else drain.max_gap_ms,
         align=drain.align,
-        **lookups,
+        offset_for_time=None if lookups is None else lookups.offset_for_time,
+        timestamp_at=None if lookups is None else lookups.timestamp_at,
+        max_wait_ms=None if lookups is None else drain.max_wait_ms,
+        now_ms=None if lookups is None else lookups.now_ms,
     )
-    return PlannedRun(result, parts, levels)
 
 
-def _with_event_times(drain: DrainConfig, backlogs: list[PartitionBacklog]):
-    """Attach next-pending timestamps (one batched read) and the lookups alignment needs.
+def _with_event_times(
+    drain: DrainConfig, backlogs: list[PartitionBacklog]
+) -> tuple[list[PartitionBacklog], EventTimeLookups]:
+    """Attach next-pending timestamps (one batched read) and the lookups the policy needs.
 
-    Always returns the lookups, even when nothing is pending: `plan` requires them whenever the
-    drain has `max_gap`, and an empty backlog is an ordinary state, not an error. The planner
-    caches its lookups; each is one Kafka request for one partition.
+    Always returns the lookups, even when nothing is pending: the policy requires them whenever
+    the drain has `max_gap` or `max_wait`, and an empty backlog is an ordinary state, not an
+    error. Each lookup is one Kafka request for one partition, except the offsets at
+    `now - max_wait` of the partitions with records that old, which are read in one request
+    here.
     """
     pending = {}
     for b in backlogs:
@@ -190,11 +222,26 @@ def _with_event_times(drain: DrainConfig, backlogs: list[PartitionBacklog]):
         for b in backlogs
     ]
     ends = {(b.level, b.partition): b.end for b in backlogs}
+    now_ms = int(time.time() * 1000)
+    limits = drain.max_wait_ms or {}
+    cutoffs = {
+        (b.level, b.partition): now_ms - limits[b.level]
+        for b in with_ts
+        if b.level in limits
+        and b.backlog > 0
+        and (b.next_timestamp is None or b.next_timestamp < now_ms - limits[b.level])
+    }
+    known = {
+        (*key, cutoffs[key]): offset
+        for key, offset in kafka_io.offsets_for_time(drain, cutoffs, ends).items()
+    }
 
     def offset_for_time(level: int, partition: int, ts: int) -> int:
+        if (level, partition, ts) in known:
+            return known[(level, partition, ts)]
         return kafka_io.offsets_for_time(drain, {(level, partition): ts}, ends)[(level, partition)]
 
     def timestamp_at(level: int, partition: int, offset: int) -> int | None:
         return kafka_io.record_timestamps(drain, {(level, partition): offset})[(level, partition)]
 
-    return with_ts, {"offset_for_time": offset_for_time, "timestamp_at": timestamp_at}
+    return with_ts, EventTimeLookups(offset_for_time, timestamp_at, now_ms)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drainer.allocation import burst_allocation, burst_eligible, reserved_shares
 from drainer.config import DrainConfig
-from drainer.lifecycle.planning import partition_states
+from drainer.lifecycle.planning import allocation_policy, partition_states
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
 
@@ -21,14 +20,11 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
         lost_by_level = retention.total_lost(conn, drain.name)
         losses = retention.committed_losses(conn, drain.name)
         abandoned = runs.abandons(conn, drain.name)[:recent]
-    reserved = reserved_shares(levels, drain.budget, drain.distributor)
-    allocation = burst_allocation(
-        reserved, history_by_level, drain.history_window, drain.maxout_threshold
-    )
+    policy = allocation_policy(drain, levels, history_by_level)
+    reserved = policy.reserved()
+    allocation = policy.history_allocation()
     bursting = {lvl for lvl in levels if allocation[lvl] > reserved[lvl]}
-    eligible = burst_eligible(
-        reserved, history_by_level, drain.history_window, drain.maxout_threshold
-    )
+    eligible = policy.burst_eligible()
     report_levels = []
     for level in reversed(levels):
         mine = [p for p in parts if p.level == level]

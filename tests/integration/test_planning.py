@@ -230,6 +230,69 @@ def test_align_drain_makes_fresh_levels_wait_for_older_levels(make_drain, spark)
     ]
 
 
+# --- 1b. maximum wait ------------------------------------------------------------------------------
+
+
+def _two_hours_behind(drain) -> None:
+    """Level 0 partition 0: 300 records from two hours ago, one a second; level 0 partition 1,
+    levels 1 and 2 partition 0: fresh records (10 minutes old)."""
+    now = int(time.time()) * 1000
+    old, fresh = now - 2 * 3_600_000, now - 600_000
+    _produce_times(drain, 0, 0, [old + i * 1000 for i in range(300)])
+    _produce_times(drain, 0, 1, [fresh + i * 100 for i in range(300)])
+    _produce_times(drain, 1, 0, [fresh + i * 100 for i in range(1000)])
+    _produce_times(drain, 2, 0, [fresh + i * 100 for i in range(1000)])
+
+
+def test_max_wait_drains_records_past_their_wait_first_from_real_timestamps(make_drain, spark):
+    """Budget 700 reserves 100 / 200 / 400. Without max_wait, level 0 reads 100 a run, 50 of
+    them from the two-hour-old partition. With `max_wait: 1h`, its 300 late records come first:
+    100 of its own share and 200 of level 1's (the lowest share that can give), level 2 keeps its
+    400; after that one run nothing is older than an hour, and the next plan is the usual one."""
+    usual = make_drain(budget=700)
+    _two_hours_behind(usual)
+    plain = _plan_cli(usual)
+    assert _cli_ranges(plain) == [
+        (2, 0, 0, 400, 400),
+        (1, 0, 0, 200, 200),
+        (0, 0, 0, 50, 50),
+        (0, 1, 0, 50, 50),
+    ]
+    assert all(lv["late"] == lv["for_max_wait"] == 0 for lv in plain["levels"])
+
+    drain = make_drain(budget=700, max_wait="1h")
+    _two_hours_behind(drain)
+    shown = _plan_cli(drain)
+    levels = _levels_of(shown)
+    assert {
+        lv: (p["late"], p["for_max_wait"], p["from_reserved"], p["planned"])
+        for lv, p in levels.items()
+    } == {2: (0, 0, 400, 400), 1: (0, 0, 0, 0), 0: (300, 300, 0, 300)}
+    assert 7200 <= levels[0]["oldest_age_s"] < 7200 + 120  # from the records' own timestamps
+    assert levels[2]["oldest_age_s"] < 900
+    assert _cli_ranges(shown) == [(2, 0, 0, 400, 400), (0, 0, 0, 300, 300)]
+
+    result = drain_job.run(drain, trigger="test")
+    assert _stored_ranges(result.run_id) == [(2, 0, 0, 400, 400), (0, 0, 0, 300, 300)]
+    assert {lv.level: lv.drained for lv in result.levels} == {0: 300, 1: 0, 2: 400}
+
+    # nothing is an hour old any more: the plan is what it would be without max_wait
+    after = _plan_cli(drain)
+    assert all(lv["late"] == lv["for_max_wait"] == 0 for lv in after["levels"])
+    assert _cli_ranges(after) == [(2, 0, 400, 800, 400), (1, 0, 0, 200, 200), (0, 1, 0, 100, 100)]
+    assert _levels_of(after)[0]["oldest_age_s"] < 900
+
+    # the human-readable plan names the setting and the late records
+    table = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "plan", drain.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert table.returncode == 0, table.stderr
+    assert "max_wait" in table.stdout and "for max wait" in table.stdout
+
+
 # --- 2. level subsets (backfills) and the history window ----------------------------------------
 
 

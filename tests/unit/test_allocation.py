@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from drainer.allocation import (
     DISTRIBUTORS,
+    AllocationPolicy,
     Distributor,
     PartitionBacklog,
     Plan,
     burst_allocation,
     minimum_budget,
-    plan,
     range_end,
     reserved_shares,
 )
@@ -363,7 +363,7 @@ def test_seed_worked_cases_are_unchanged_with_backlog_awareness_off(
     assert reserved_shares(3, 50) == SEED_RESERVED
     assert burst_allocation(SEED_RESERVED, history) == expected
     partitions = [PartitionBacklog(level, 0, 0, 1000) for level in range(3)]
-    result = plan(partitions, 50, history=history, backlog_aware=False)
+    result = AllocationPolicy(50, history=history, backlog_aware=False).plan(partitions)
     assert {lvl: lp.allocated for lvl, lp in result.levels.items()} == expected
     assert {lvl: lp.planned for lvl, lp in result.levels.items()} == expected
     assert all(lp.handed_on == 0 for lp in result.levels.values())
@@ -378,7 +378,7 @@ def test_backlog_awareness_offers_unused_budget_highest_first() -> None:
         PartitionBacklog(1, 0, 0, 100),
         PartitionBacklog(0, 0, 0, 100),
     ]
-    result = plan(partitions, 70)
+    result = AllocationPolicy(70).plan(partitions)
     # reserved 10/20/40; level 2 can use 5, so 35 spare go to level 1 first (room 80)
     assert {lvl: (lp.reserved, lp.allocated, lp.planned) for lvl, lp in result.levels.items()} == {
         0: (10, 10, 10),
@@ -387,13 +387,13 @@ def test_backlog_awareness_offers_unused_budget_highest_first() -> None:
     }
     assert result.total_planned == 70
 
-    unaware = plan(partitions, 70, backlog_aware=False)
+    unaware = AllocationPolicy(70, backlog_aware=False).plan(partitions)
     assert [unaware.levels[lvl].planned for lvl in (0, 1, 2)] == [10, 20, 5]
     assert unaware.total_planned == 35
 
 
 def test_level_without_partitions_keeps_its_share_in_the_table() -> None:
-    result = plan([PartitionBacklog(0, 0, 0, 1000)], 70, levels=range(3))
+    result = AllocationPolicy(70, levels=range(3)).plan([PartitionBacklog(0, 0, 0, 1000)])
     assert result.levels[2].reserved == 40
     assert result.levels[2].backlog == 0
     assert result.levels[2].planned == 0
@@ -402,7 +402,7 @@ def test_level_without_partitions_keeps_its_share_in_the_table() -> None:
 
 def test_backfill_of_some_levels_plans_only_those() -> None:
     partitions = [PartitionBacklog(level, 0, 0, 1000) for level in range(3)]
-    result = plan(partitions, 50, levels=[0, 2])
+    result = AllocationPolicy(50, levels=[0, 2]).plan(partitions)
     assert sorted(result.levels) == [0, 2]
     assert [(r.level, r.records) for r in result.ranges] == [(2, 40), (0, 10)]
 
@@ -413,7 +413,7 @@ def test_partitions_split_max_min_fairly_with_remainder_to_lower_partitions() ->
         PartitionBacklog(0, 1, 0, 10),
         PartitionBacklog(0, 2, 0, 10),
     ]
-    result = plan(partitions, 12)
+    result = AllocationPolicy(12).plan(partitions)
     # 12 / 3 = 4 each, but partition 3 holds 1: the other 11 split 6 / 5, the extra to partition 1
     assert [(r.partition, r.start, r.end, r.records) for r in result.ranges] == [
         (1, 0, 6, 6),
@@ -426,10 +426,10 @@ def test_ranges_skip_done_offsets() -> None:
     done = frozenset({11, 13, 14, 25, 3})  # 25 and 3 lie outside [10, 20)
     partition = PartitionBacklog(0, 0, 10, 20, done)
     assert partition.backlog == 7  # 10, 12, 15, 16, 17, 18, 19
-    result = plan([partition], 4)
+    result = AllocationPolicy(4).plan([partition])
     # read 10, (11 done), 12, (13, 14 done), 15, 16: the range is [10, 17)
     assert [(r.start, r.end, r.records) for r in result.ranges] == [(10, 17, 4)]
-    everything = plan([partition], 100)
+    everything = AllocationPolicy(100).plan([partition])
     assert [(r.start, r.end, r.records) for r in everything.ranges] == [(10, 20, 7)]
 
 
@@ -442,9 +442,9 @@ def test_range_end() -> None:
 
 def test_backlog_is_never_negative_and_duplicates_are_rejected() -> None:
     assert PartitionBacklog(0, 0, 50, 40).backlog == 0
-    assert plan([PartitionBacklog(0, 0, 50, 40)], 10).ranges == []
+    assert AllocationPolicy(10).plan([PartitionBacklog(0, 0, 50, 40)]).ranges == []
     with pytest.raises(ValueError, match="listed twice"):
-        plan([PartitionBacklog(0, 0, 0, 1), PartitionBacklog(0, 0, 5, 9)], 10)
+        AllocationPolicy(10).plan([PartitionBacklog(0, 0, 0, 1), PartitionBacklog(0, 0, 5, 9)])
 
 
 def test_plan_reports_burst_from_history() -> None:
@@ -452,7 +452,7 @@ def test_plan_reports_burst_from_history() -> None:
     backlogs = {0: 1000, 1: 1000, 2: 12}
     partitions = [PartitionBacklog(level, 0, 0, backlogs[level]) for level in range(3)]
     history = {0: [10] * 6, 1: [20] * 6, 2: [12] * 6}
-    result = plan(partitions, 70, history=history)
+    result = AllocationPolicy(70, history=history).plan(partitions)
     # level 1 is the highest eligible one; level 2 left 40 - 12 = 28 unused
     assert {lvl: (lp.burst, lp.allocated) for lvl, lp in result.levels.items()} == {
         0: (0, 10),
@@ -466,17 +466,17 @@ def test_a_lender_with_records_waiting_takes_its_share_back() -> None:
     # history alone would keep level 2 at 0 forever; with backlog awareness it gets 40 back
     partitions = [PartitionBacklog(level, 0, 0, 1000) for level in range(3)]
     history = {0: [10] * 6, 1: [20] * 6, 2: [0] * 6}
-    aware = plan(partitions, 70, history=history)
+    aware = AllocationPolicy(70, history=history).plan(partitions)
     assert {lvl: lp.planned for lvl, lp in aware.levels.items()} == {0: 10, 1: 20, 2: 40}
     assert aware.levels[2].burst == 0 and aware.levels[1].burst == 0
-    history_only = plan(partitions, 70, history=history, backlog_aware=False)
+    history_only = AllocationPolicy(70, history=history, backlog_aware=False).plan(partitions)
     assert {lvl: lp.planned for lvl, lp in history_only.levels.items()} == {0: 10, 1: 60, 2: 0}
 
 
 def test_a_lender_with_a_little_waiting_takes_back_only_that() -> None:
     backlogs = {0: 1000, 1: 1000, 2: 15}
     partitions = [PartitionBacklog(level, 0, 0, backlogs[level]) for level in range(3)]
-    result = plan(partitions, 70, history={0: [10] * 6, 1: [20] * 6, 2: [5] * 6})
+    result = AllocationPolicy(70, history={0: [10] * 6, 1: [20] * 6, 2: [5] * 6}).plan(partitions)
     # level 2 lent 35 but has 15 waiting: it takes back 10 (15 - 5), level 1 keeps a burst of 25
     assert {lvl: (lp.burst, lp.planned) for lvl, lp in result.levels.items()} == {
         0: (0, 10),
@@ -500,7 +500,7 @@ def test_burst_of_a_lower_level_gives_way_to_a_higher_level_with_records(
     """Issue 11's burst example: budget 70,000, level 1 then receives 1,000,000 records."""
     backlogs = {0: 5_000_000, 1: 1_000_000, 2: 0}
     partitions = [PartitionBacklog(level, 0, 0, backlogs[level]) for level in range(3)]
-    result = plan(partitions, 70_000, history=history)
+    result = AllocationPolicy(70_000, history=history).plan(partitions)
     assert {lvl: lp.planned for lvl, lp in result.levels.items()} == {0: 10_000, 1: 60_000, 2: 0}
     # where it came from: level 1 its reserve plus level 2's unusable 40,000 handed on
     level1, level0 = result.levels[1], result.levels[0]
@@ -509,7 +509,7 @@ def test_burst_of_a_lower_level_gives_way_to_a_higher_level_with_records(
     assert level0.burst == 0  # nothing was left for the history burst to take
 
     # the history-only rule (backlog awareness off) keeps the seed's behaviour, inversion included
-    seed = plan(partitions, 70_000, history=history, backlog_aware=False)
+    seed = AllocationPolicy(70_000, history=history, backlog_aware=False).plan(partitions)
     lent = 70_000 - 10_000 - max(history[1])  # level 1 keeps what it drained at its best
     assert {lvl: lp.planned for lvl, lp in seed.levels.items()} == {
         0: 10_000 + lent,
@@ -526,7 +526,7 @@ def test_history_burst_takes_only_what_no_higher_level_wants() -> None:
         PartitionBacklog(0, 0, 0, 1000),
     ]
     history = {0: [70] * 6, 1: [0] * 6, 2: [0] * 6}
-    result = plan(partitions, 70, history=history)
+    result = AllocationPolicy(70, history=history).plan(partitions)
     numbers = {
         lvl: (lp.planned, lp.from_reserved, lp.from_burst, lp.handed_on, lp.burst)
         for lvl, lp in result.levels.items()
@@ -543,13 +543,13 @@ def test_history_burst_takes_only_what_no_higher_level_wants() -> None:
 def test_plan_surfaces_configuration_errors() -> None:
     partitions = [PartitionBacklog(level, 0, 0, 10) for level in range(3)]
     with pytest.raises(ValueError, match="set budget >= 7"):
-        plan(partitions, 6)
+        AllocationPolicy(6).plan(partitions)
     with pytest.raises(ValueError, match="history_window"):
-        plan(partitions, 70, window=0)
+        AllocationPolicy(70, window=0).plan(partitions)
     with pytest.raises(ValueError, match="offset_for_time"):
-        plan(partitions, 70, max_gap_ms=1000)
+        AllocationPolicy(70, max_gap_ms=1000).plan(partitions)
     with pytest.raises(ValueError, match="levels is empty"):
-        plan([], 70)
+        AllocationPolicy(70).plan([])
 
 
 @HEAVY
@@ -558,7 +558,7 @@ def test_backlog_aware_plan_drains_min_of_budget_and_backlog(
     inputs: tuple[int, list[PartitionBacklog], int],
 ) -> None:
     n_levels, partitions, budget = inputs
-    result = plan(partitions, budget, levels=range(n_levels))
+    result = AllocationPolicy(budget, levels=range(n_levels)).plan(partitions)
     assert result.total_planned == min(budget, sum(p.backlog for p in partitions))
     assert result.alignment == [] and result.held_back == []
     assert_ranges_valid(result, partitions)
@@ -568,7 +568,7 @@ def test_backlog_aware_plan_drains_min_of_budget_and_backlog(
 @given(plan_inputs())
 def test_split_is_max_min_fair(inputs: tuple[int, list[PartitionBacklog], int]) -> None:
     n_levels, partitions, budget = inputs
-    result = plan(partitions, budget, levels=range(n_levels))
+    result = AllocationPolicy(budget, levels=range(n_levels)).plan(partitions)
     assert_max_min_fair(result, {(p.level, p.partition): p.backlog for p in partitions})
 
 
@@ -578,7 +578,9 @@ def test_level_gets_at_least_min_of_reserved_and_backlog_without_burst(
     inputs: tuple[int, list[PartitionBacklog], int], backlog_aware: bool
 ) -> None:
     n_levels, partitions, budget = inputs
-    result = plan(partitions, budget, levels=range(n_levels), backlog_aware=backlog_aware)
+    result = AllocationPolicy(budget, levels=range(n_levels), backlog_aware=backlog_aware).plan(
+        partitions
+    )
     for level in result.levels.values():
         assert level.burst == 0 and level.allocated == level.reserved
         assert level.backlog == sum(p.backlog for p in partitions if p.level == level.level)
@@ -597,9 +599,9 @@ def test_level_gets_at_least_min_of_allocation_and_backlog_with_burst(
     # Under burst a lender's allocation may drop below its reserved share, so the guarantee is
     # relative to the allocation after burst, not to the reserved share.
     n_levels, partitions, budget = inputs
-    result = plan(
-        partitions, budget, levels=range(n_levels), history=history, backlog_aware=backlog_aware
-    )
+    result = AllocationPolicy(
+        budget, levels=range(n_levels), history=history, backlog_aware=backlog_aware
+    ).plan(partitions)
     assert sum(lp.allocated for lp in result.levels.values()) == budget
     assert sum(lp.burst for lp in result.levels.values()) == 0
     for level in result.levels.values():
@@ -626,7 +628,7 @@ def assert_no_inversion(result: Plan) -> None:
 
 def assert_sources_add_up(result: Plan) -> None:
     for lp in result.levels.values():
-        assert lp.from_reserved + lp.from_burst + lp.handed_on == lp.planned
+        assert lp.for_max_wait + lp.from_reserved + lp.from_burst + lp.handed_on == lp.planned
         assert 0 <= lp.from_reserved <= lp.reserved
         assert lp.allocated == lp.reserved + lp.burst
         assert lp.from_burst <= max(lp.burst, 0)
@@ -640,7 +642,7 @@ def test_no_lower_level_above_its_share_while_a_higher_level_could_take_more(
     inputs: tuple[int, list[PartitionBacklog], int], history: dict[int, list[int]]
 ) -> None:
     n_levels, partitions, budget = inputs
-    result = plan(partitions, budget, levels=range(n_levels), history=history)
+    result = AllocationPolicy(budget, levels=range(n_levels), history=history).plan(partitions)
     assert_no_inversion(result)
     assert_sources_add_up(result)
     assert result.total_planned == min(budget, sum(p.backlog for p in partitions))
@@ -673,7 +675,7 @@ def test_alignment_is_per_level_by_default_so_fresh_urgent_records_do_not_wait()
         PartitionBacklog(0, 0, 0, 1000, next_timestamp=0),
         PartitionBacklog(1, 0, 0, 1000, next_timestamp=HOUR_MS),
     ]
-    result = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    result = AllocationPolicy(3000, max_gap_ms=60_000, **timed(bases)).plan(partitions)
     assert {lvl: lp.planned for lvl, lp in result.levels.items()} == {0: 1000, 1: 1000}
     assert result.alignment == []
 
@@ -681,7 +683,9 @@ def test_alignment_is_per_level_by_default_so_fresh_urgent_records_do_not_wait()
     # it), level 1 waits for level 0's older records and says why; its budget goes to level 0
     bases[(0, 0)] = 0
     partitions[0] = PartitionBacklog(0, 0, 0, 3600, next_timestamp=0)
-    drain = plan(partitions, 3000, max_gap_ms=60_000, align="drain", **timed(bases))
+    drain = AllocationPolicy(3000, max_gap_ms=60_000, align="drain", **timed(bases)).plan(
+        partitions
+    )
     assert {lvl: lp.planned for lvl, lp in drain.levels.items()} == {0: 3000, 1: 0}
     assert drain.held_back == [(1, 0)]
     (wait,) = drain.alignment
@@ -691,7 +695,7 @@ def test_alignment_is_per_level_by_default_so_fresh_urgent_records_do_not_wait()
         3_059_000,
     )
     assert wait.reason.startswith("waits: its next record is 601 s after what the run reaches")
-    level = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    level = AllocationPolicy(3000, max_gap_ms=60_000, **timed(bases)).plan(partitions)
     assert {lvl: lp.planned for lvl, lp in level.levels.items()} == {0: 2000, 1: 1000}
 
 
@@ -703,14 +707,14 @@ def test_the_partition_an_hour_behind_reads_its_whole_allocation_while_a_fresh_o
         PartitionBacklog(0, 1, 0, 1000, next_timestamp=HOUR_MS),
         PartitionBacklog(1, 0, 0, 5000, next_timestamp=HOUR_MS),
     ]
-    unaligned = plan(partitions, 3000)
+    unaligned = AllocationPolicy(3000).plan(partitions)
     assert [(r.level, r.partition, r.records) for r in unaligned.ranges] == [
         (1, 0, 2000),
         (0, 0, 500),  # max-min: 500 each
         (0, 1, 500),
     ]
 
-    result = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    result = AllocationPolicy(3000, max_gap_ms=60_000, **timed(bases)).plan(partitions)
     assert [(r.level, r.partition, r.records) for r in result.ranges] == [
         (1, 0, 2000),
         (0, 0, 1000),  # the whole allocation of level 0
@@ -720,7 +724,7 @@ def test_the_partition_an_hour_behind_reads_its_whole_allocation_while_a_fresh_o
 
     # a partition the run empties holds nobody back: with 1,000 old records, both read
     partitions[0] = PartitionBacklog(0, 0, 0, 1000, next_timestamp=0)
-    emptied = plan(partitions, 3000, levels=[0], max_gap_ms=60_000, **timed(bases))
+    emptied = AllocationPolicy(3000, levels=[0], max_gap_ms=60_000, **timed(bases)).plan(partitions)
     assert [(r.partition, r.records) for r in emptied.ranges] == [(0, 1000), (1, 1000)]
 
 
@@ -731,7 +735,7 @@ def test_budget_a_waiting_partition_frees_goes_to_its_level_then_to_other_levels
         PartitionBacklog(0, 1, 0, 1000, next_timestamp=HOUR_MS),
         PartitionBacklog(1, 0, 0, 300, next_timestamp=0),
     ]
-    result = plan(partitions, 3000, max_gap_ms=60_000, **timed(bases))
+    result = AllocationPolicy(3000, max_gap_ms=60_000, **timed(bases)).plan(partitions)
     # reserved 1,000 / 2,000; level 1 can use 300, so level 0 gets 2,700: all from partition 0,
     # whose reach (2,699 s) stays more than 60 s behind partition 1's next record
     assert [(r.level, r.partition, r.records) for r in result.ranges] == [(1, 0, 300), (0, 0, 2700)]
@@ -744,7 +748,7 @@ def test_budget_a_waiting_partition_frees_goes_to_its_level_then_to_other_levels
     # 3,000 is used and neither could get more without taking from the other
     bases[(0, 1)] = 2_000_000
     near = [*partitions[:1], PartitionBacklog(0, 1, 0, 1000, next_timestamp=2_000_000)]
-    result = plan(near, 3000, max_gap_ms=60_000, levels=[0, 1], **timed(bases))
+    result = AllocationPolicy(3000, max_gap_ms=60_000, levels=[0, 1], **timed(bases)).plan(near)
     assert [(r.partition, r.records) for r in result.ranges] == [(0, 2470), (1, 530)]
     assert [(w.partition, w.readable) for w in result.alignment] == [(1, 530)]
 
@@ -761,7 +765,9 @@ def test_the_tardy_partition_is_never_capped_and_the_next_one_always_progresses(
     def late(level: int, partition: int, offset: int) -> int:
         return 8_000  # every record of partition 0 is at 8 s
 
-    result = plan(partitions, 10, max_gap_ms=0, offset_for_time=lookup_at_start, timestamp_at=late)
+    result = AllocationPolicy(
+        10, max_gap_ms=0, offset_for_time=lookup_at_start, timestamp_at=late
+    ).plan(partitions)
     # partition 0 reads its 5 and partition 1's freed 5; partition 1 waits (9 s > 8 s + 0)
     assert [(r.partition, r.start, r.end, r.records) for r in result.ranges] == [(0, 10, 22, 10)]
     assert result.held_back == [(0, 1)]
@@ -769,7 +775,9 @@ def test_the_tardy_partition_is_never_capped_and_the_next_one_always_progresses(
     def later(level: int, partition: int, offset: int) -> int:
         return 9_500
 
-    result = plan(partitions, 10, max_gap_ms=0, offset_for_time=lookup_at_start, timestamp_at=later)
+    result = AllocationPolicy(
+        10, max_gap_ms=0, offset_for_time=lookup_at_start, timestamp_at=later
+    ).plan(partitions)
     # partition 1's next record (9 s) is within the gap: it reads at least that one
     assert [(r.partition, r.records) for r in result.ranges] == [(0, 9), (1, 1)]
 
@@ -780,7 +788,7 @@ def test_alignment_caps_partitions_of_unknown_time_and_needs_a_known_one() -> No
         PartitionBacklog(0, 0, 0, 100, next_timestamp=0),  # 0, 1, 2 ... s
         PartitionBacklog(0, 1, 0, 100, next_timestamp=None),  # 5, 6, 7 ... s (unknown here)
     ]
-    result = plan(partitions, 29, max_gap_ms=2_000, **lookups)
+    result = AllocationPolicy(29, max_gap_ms=2_000, **lookups).plan(partitions)
     # water level 16: partition 0 reaches 15 s, so partition 1 reads only up to 17 s (offsets
     # 0..12, 13 records): 16 + 13 = 29
     assert [(r.partition, r.records) for r in result.ranges] == [(0, 16), (1, 13)]
@@ -790,24 +798,24 @@ def test_alignment_caps_partitions_of_unknown_time_and_needs_a_known_one() -> No
     assert "its next record's time is unknown" in wait.reason
 
     unknown = [PartitionBacklog(0, 0, 0, 100), PartitionBacklog(0, 1, 0, 100)]
-    result = plan(unknown, 100, max_gap_ms=2_000, **lookups)
+    result = AllocationPolicy(100, max_gap_ms=2_000, **lookups).plan(unknown)
     assert result.alignment == [] and result.total_planned == 100
 
     def kafka_none(level: int, partition: int, timestamp_ms: int) -> int:
         return -1  # Kafka's answer when no record is that late: read to the end
 
-    result = plan(
-        partitions, 500, max_gap_ms=9_000, offset_for_time=kafka_none, timestamp_at=lambda *a: 0
-    )
+    result = AllocationPolicy(
+        500, max_gap_ms=9_000, offset_for_time=kafka_none, timestamp_at=lambda *a: 0
+    ).plan(partitions)
     assert result.total_planned == 200 and result.held_back == []
 
 
 def test_alignment_settings_are_checked() -> None:
     partitions = [PartitionBacklog(0, 0, 0, 10, next_timestamp=0)]
     with pytest.raises(ValueError, match="align 'levels' is unknown"):
-        plan(partitions, 10, align="levels")
+        AllocationPolicy(10, align="levels").plan(partitions)
     with pytest.raises(ValueError, match="timestamp_at"):
-        plan(partitions, 10, max_gap_ms=5, offset_for_time=lambda *a: 0)
+        AllocationPolicy(10, max_gap_ms=5, offset_for_time=lambda *a: 0).plan(partitions)
 
 
 @st.composite
@@ -836,15 +844,9 @@ def test_alignment_reads_nothing_past_the_gap_behind_older_partitions(
 ) -> None:
     partitions, bases, step, budget, gap, align = inputs
     lookups = timed(bases, step)
-    result = plan(
-        partitions,
-        budget,
-        levels=range(3),
-        history=history,
-        max_gap_ms=gap,
-        align=align,
-        **lookups,
-    )
+    result = AllocationPolicy(
+        budget, levels=range(3), history=history, max_gap_ms=gap, align=align, **lookups
+    ).plan(partitions)
     assert_ranges_valid(result, partitions)
     assert_sources_add_up(result)
     assert_no_inversion(result)
@@ -898,16 +900,244 @@ def test_with_level_alignment_a_level_never_waits_for_another_levels_data(
 ) -> None:
     partitions, bases, step, budget, gap, _ = inputs
     lookups = timed(bases, step)
-    together = plan(partitions, budget, levels=range(3), max_gap_ms=gap, **lookups)
+    together = AllocationPolicy(budget, levels=range(3), max_gap_ms=gap, **lookups).plan(partitions)
     for level in range(3):
         own = [p for p in partitions if p.level == level]
-        everything = plan(own, 10**9, levels=[level], max_gap_ms=gap, **lookups)
+        everything = AllocationPolicy(10**9, levels=[level], max_gap_ms=gap, **lookups).plan(own)
         assert together.levels[level].available <= everything.total_planned
         # a level's ranges are what its own partitions alone give for its planned amount
         amount = together.levels[level].planned
         if amount:
-            alone = plan(own, amount, levels=[level], max_gap_ms=gap, **lookups)
+            alone = AllocationPolicy(amount, levels=[level], max_gap_ms=gap, **lookups).plan(own)
             assert alone.ranges == [r for r in together.ranges if r.level == level]
+
+
+# --- maximum wait ------------------------------------------------------------------------------
+
+NOW_MS = 10_000_000
+
+
+def aged(bases: dict[tuple[int, int], int], step_ms: int) -> Callable[[int, int, int], int]:
+    """`offset_for_time` over partitions whose offset o has timestamp base + step_ms * o."""
+    return timed(bases, step_ms)["offset_for_time"]
+
+
+@st.composite
+def waiting_backlogs(draw: st.DrawFn) -> tuple[int, list[PartitionBacklog], dict, int, int]:
+    """Backlogs whose records are up to a few hours old, one record every `step` ms."""
+    n_levels, untimed = draw(backlogs())
+    step = draw(st.integers(1, 300_000))
+    bases = {(p.level, p.partition): draw(st.integers(0, NOW_MS)) for p in untimed}
+    partitions = []
+    for p in untimed:
+        first = next((o for o in range(p.start, p.end) if o not in p.done), None)
+        known = first is not None and draw(st.booleans())
+        stamp = bases[(p.level, p.partition)] + step * first if known else None
+        partitions.append(PartitionBacklog(p.level, p.partition, p.start, p.end, p.done, stamp))
+    budget = draw(st.integers(2**n_levels - 1, 400))
+    return n_levels, partitions, bases, step, budget
+
+
+def left_waiting_longer_than(
+    result: Plan, partitions: list[PartitionBacklog], stamp: Callable, limits: dict[int, int]
+) -> list[tuple[int, int, int]]:
+    """(level, partition, offset) of the first record the run leaves that is past its limit."""
+    reads = planned_by_partition(result)
+    left = []
+    for p in partitions:
+        if p.level not in limits:
+            continue
+        end = range_end(p.start, reads.get((p.level, p.partition), 0), p.done)
+        first = next((o for o in range(end, p.end) if o not in p.done), None)
+        if first is not None and stamp(p.level, p.partition, first) < NOW_MS - limits[p.level]:
+            left.append((p.level, p.partition, first))
+    return left
+
+
+@HEAVY
+@given(waiting_backlogs(), HISTORIES, st.booleans(), st.data())
+def test_when_the_budget_covers_the_late_records_none_is_left_past_its_max_wait(
+    inputs: tuple[int, list[PartitionBacklog], dict, int, int],
+    history: dict[int, list[int]],
+    backlog_aware: bool,
+    data: st.DataObject,
+) -> None:
+    n_levels, partitions, bases, step, budget = inputs
+    limits = data.draw(
+        st.dictionaries(st.integers(0, n_levels - 1), st.integers(1, NOW_MS), min_size=1)
+    )
+    lookups = timed(bases, step)
+    policy = AllocationPolicy(
+        budget,
+        levels=range(n_levels),
+        history=history,
+        backlog_aware=backlog_aware,
+        max_wait_ms=limits,
+        now_ms=NOW_MS,
+        offset_for_time=lookups["offset_for_time"],
+    )
+    result = policy.plan(partitions)
+    assert_ranges_valid(result, partitions)
+    assert_sources_add_up(result)
+    late = sum(lp.late for lp in result.levels.values())
+    # the late records counted are exactly those older than the limit, per the timestamps
+    stamp = lookups["timestamp_at"]
+    assert late == sum(
+        1
+        for p in partitions
+        if p.level in limits
+        for o in range(p.start, p.end)
+        if o not in p.done and stamp(p.level, p.partition, o) < NOW_MS - limits[p.level]
+    )
+    if late <= budget:
+        assert left_waiting_longer_than(result, partitions, stamp, limits) == []
+        assert all(lp.for_max_wait == lp.late for lp in result.levels.values())
+    else:  # the whole budget goes to late records, the higher levels' first
+        assert result.total_planned == budget
+        assert sum(lp.for_max_wait for lp in result.levels.values()) == budget
+        short = [lp.level for lp in result.levels.values() if lp.for_max_wait < lp.late]
+        assert all(lp.for_max_wait == 0 for lp in result.levels.values() if lp.level < max(short))
+    for lp in result.levels.values():
+        assert lp.for_max_wait <= lp.late <= lp.backlog
+
+
+@HEAVY
+@given(waiting_backlogs(), HISTORIES, st.booleans())
+def test_without_late_records_max_wait_changes_nothing(
+    inputs: tuple[int, list[PartitionBacklog], dict, int, int],
+    history: dict[int, list[int]],
+    backlog_aware: bool,
+) -> None:
+    n_levels, partitions, bases, step, budget = inputs
+    common = {
+        "levels": range(n_levels),
+        "history": history,
+        "backlog_aware": backlog_aware,
+        "now_ms": NOW_MS,
+    }
+    today = AllocationPolicy(budget, **common).plan(partitions)
+    # a limit longer than any record's age: nothing is late
+    patient = AllocationPolicy(
+        budget,
+        max_wait_ms=dict.fromkeys(range(n_levels), NOW_MS + 1),
+        offset_for_time=aged(bases, step),
+        **common,
+    ).plan(partitions)
+    assert patient == today
+    assert all(lp.late == 0 == lp.for_max_wait for lp in patient.levels.values())
+
+
+def test_late_records_are_served_before_burst_and_reserved_shares() -> None:
+    """Level 0 has 500 records an hour old, max_wait 15 min; budget 70 reserves 10/20/40."""
+    bases = {(0, 0): NOW_MS - HOUR_MS, (1, 0): NOW_MS, (2, 0): NOW_MS}
+    partitions = [
+        PartitionBacklog(2, 0, 0, 1000, next_timestamp=NOW_MS),
+        PartitionBacklog(1, 0, 0, 1000, next_timestamp=NOW_MS),
+        PartitionBacklog(0, 0, 0, 500, next_timestamp=NOW_MS - HOUR_MS),
+    ]
+    # level 0's records are one per second from an hour ago: 2,700 s of them are past 15 min,
+    # but it holds only 500, so all 500 are late
+    lookups = timed(bases, 1000)
+    policy = AllocationPolicy(
+        70,
+        levels=range(3),
+        history={2: [40] * 6},  # level 2 would burst: late records still come first
+        max_wait_ms={0: 15 * 60_000},
+        now_ms=NOW_MS,
+        offset_for_time=lookups["offset_for_time"],
+    )
+    result = policy.plan(partitions)
+    assert {lvl: (lp.late, lp.for_max_wait, lp.planned) for lvl, lp in result.levels.items()} == {
+        0: (500, 70, 70),
+        1: (0, 0, 0),
+        2: (0, 0, 0),
+    }
+    assert result.levels[0].oldest_age_s == 3600.0
+    # 40 records late: level 0 gets them (10 of its own share, 30 from the others' shares,
+    # lowest level first: all 20 of level 1's, 10 of level 2's); level 2 reads its other 30
+    bases[(0, 0)] = NOW_MS - 15 * 60_000 - 40_000
+    partitions[2] = PartitionBacklog(0, 0, 0, 500, next_timestamp=bases[(0, 0)])
+    result = AllocationPolicy(
+        70,
+        levels=range(3),
+        max_wait_ms={0: 15 * 60_000},
+        now_ms=NOW_MS,
+        offset_for_time=timed(bases, 1000)["offset_for_time"],
+    ).plan(partitions)
+    numbers = {
+        lvl: (lp.late, lp.for_max_wait, lp.from_reserved, lp.planned)
+        for lvl, lp in result.levels.items()
+    }
+    assert numbers == {0: (40, 40, 0, 40), 1: (0, 0, 0, 0), 2: (0, 0, 30, 30)}
+
+
+def test_several_levels_late_beyond_the_budget_the_higher_goes_first() -> None:
+    bases = {(level, 0): 0 for level in range(3)}
+    partitions = [PartitionBacklog(level, 0, 0, 50, next_timestamp=0) for level in range(3)]
+    result = AllocationPolicy(
+        70,
+        levels=range(3),
+        max_wait_ms={0: 1000, 1: 1000, 2: 1000},
+        now_ms=NOW_MS,
+        offset_for_time=aged(bases, 1),
+    ).plan(partitions)
+    assert {lvl: lp.for_max_wait for lvl, lp in result.levels.items()} == {0: 0, 1: 20, 2: 50}
+
+
+def test_max_wait_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="now_ms"):
+        AllocationPolicy(70, max_wait_ms={0: 1000})
+    with pytest.raises(ValueError, match="set a duration > 0"):
+        AllocationPolicy(70, max_wait_ms={0: 0}, now_ms=0, offset_for_time=lambda *a: 0)
+
+
+# --- the policy interface -----------------------------------------------------------------------
+
+
+def test_policy_refuses_bad_settings_when_built_not_when_planning() -> None:
+    with pytest.raises(ValueError, match="set budget >= 7"):
+        AllocationPolicy(6, levels=range(3))
+    with pytest.raises(ValueError, match="history_window"):
+        AllocationPolicy(70, window=0)
+    with pytest.raises(ValueError, match="not a positive whole number"):
+        AllocationPolicy(0)
+    with pytest.raises(ValueError, match="offset_for_time"):
+        AllocationPolicy(70, max_gap_ms=1000)
+
+
+@HEAVY
+@given(st.integers(1, 6), st.integers(63, 5000), HISTORIES, st.sampled_from(sorted(DISTRIBUTORS)))
+def test_policy_reports_the_shares_and_burst_its_plans_use(
+    n_levels: int, budget: int, history: dict[int, list[int]], distributor: str
+) -> None:
+    policy = AllocationPolicy(
+        budget, levels=range(n_levels), distributor=distributor, history=history
+    )
+    assert policy.levels == tuple(range(n_levels))  # a range given is kept as a tuple
+    assert policy.reserved() == reserved_shares(n_levels, budget, distributor)
+    assert policy.history_allocation() == burst_allocation(policy.reserved(), history)
+    allocation, reserved = policy.history_allocation(), policy.reserved()
+    bursting = {lvl for lvl, n in allocation.items() if n > reserved[lvl]}
+    assert bursting <= {max(policy.burst_eligible(), default=-1)}  # only the highest eligible
+    # with every level deep in backlog and awareness off, the plan is the history allocation
+    unaware = AllocationPolicy(
+        budget,
+        levels=range(n_levels),
+        distributor=distributor,
+        history=history,
+        backlog_aware=False,
+    )
+    deep = [PartitionBacklog(level, 0, 0, 10 * budget) for level in range(n_levels)]
+    planned = {lvl: lp.planned for lvl, lp in unaware.plan(deep).levels.items()}
+    assert planned == policy.history_allocation()
+
+
+def test_a_policy_without_levels_covers_the_levels_in_the_backlog() -> None:
+    policy = AllocationPolicy(50)
+    result = policy.plan([PartitionBacklog(2, 0, 0, 100), PartitionBacklog(0, 0, 0, 100)])
+    assert sorted(result.levels) == [0, 2]
+    with pytest.raises(ValueError, match="pass the levels"):
+        policy.reserved()
 
 
 # --- purity -----------------------------------------------------------------------------------

@@ -39,6 +39,9 @@ def test_valid_drain_loads_with_defaults(tmp_path):
         ({"ordering": "sideways"}, "orders.ordering"),
         ({"sink": {"table": "t" * 64}}, "use at most 63 bytes"),
         ({"sink": {"table": "out", "publish": "move"}}, "sink.publish"),
+        ({"max_wait": "1w"}, "not a duration > 0: write a number with a unit, e.g. 90s"),
+        ({"max_wait": {0: "0s"}}, "'0s' is not a duration > 0"),
+        ({"max_wait": {3: "1h"}}, "max_wait names levels [3], but the drain has levels 0..2"),
     ],
 )
 def test_invalid_settings_are_named(tmp_path, overrides, message):
@@ -77,3 +80,12 @@ def test_every_setting_is_described_and_documented():
         assert info.description, f"{name} has no description"
         if name != "name":  # the key under `drains:`, not a setting one writes
             assert f"`{name}`" in docs, f"docs/configuration.md does not describe `{name}`"
+
+
+def test_max_wait_is_one_duration_for_every_level_or_one_per_level(tmp_path):
+    assert load(tmp_path)["orders"].max_wait_ms is None
+    every = load(tmp_path, max_wait="1h")["orders"]
+    assert every.max_wait_ms == {0: 3_600_000, 1: 3_600_000, 2: 3_600_000}
+    each = load(tmp_path, max_wait={0: "2d", 2: 90})["orders"]
+    assert each.max_wait_ms == {0: 172_800_000, 2: 90_000}  # a bare number is seconds
+    assert load(tmp_path, max_wait="15m")["orders"].max_wait_ms[1] == 900_000

@@ -1,0 +1,110 @@
+"""`drainer simulate <drain>`: replay arrival traces through the drain's allocation policies.
+
+Pure computation (`drainer.allocation.simulate`): no Kafka, no database; the drain's settings
+(levels, budget, distributor, history window, max_wait) come from the drains file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from drainer.allocation.simulate import (
+    COLUMNS,
+    POLICIES,
+    TRACES,
+    Drain,
+    builtin_trace,
+    compare,
+    parse_trace,
+    table,
+)
+from drainer.cli.args import add_command
+from drainer.cli.output import human_duration, print_table
+from drainer.config import DrainConfig, get_drain
+from drainer.config.drains import duration_ms
+from drainer.errors import ConfigError
+
+DEFAULT_MAX_WAIT = "30m"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = add_command(
+        sub,
+        "simulate",
+        cmd_simulate,
+        "replay arrival traces through strict priority, the seed policy, proportional shares "
+        "and the drain's own policy with and without max_wait; report waits per level",
+    )
+    p.add_argument("drain")
+    p.add_argument(
+        "--trace",
+        action="append",
+        metavar="NAME|CSV",
+        help=f"a built-in trace ({', '.join(TRACES)}; all of them by default) or a CSV file "
+        "with a header `minute,0,1,...` of arrivals per minute and level; repeatable",
+    )
+    p.add_argument(
+        "--interval", type=int, default=5, metavar="MINUTES", help="minutes between runs"
+    )
+    p.add_argument(
+        "--max-wait",
+        metavar="DURATION",
+        help=f"max_wait for the `drainer + max_wait` policy when the drain sets none "
+        f"(default {DEFAULT_MAX_WAIT})",
+    )
+    p.add_argument("--json", action="store_true")
+
+
+def simulated_drain(drain: DrainConfig, max_wait: str | None = None) -> Drain:
+    """The drain's allocation settings; its max_wait, else `max_wait` for every level."""
+    try:
+        fallback = duration_ms(max_wait or DEFAULT_MAX_WAIT)
+    except ValueError as err:
+        raise ConfigError(f"--max-wait {err}") from None
+    return Drain(
+        levels=drain.levels,
+        budget=drain.budget,
+        distributor=drain.distributor,
+        window=drain.history_window,
+        maxout_threshold=drain.maxout_threshold,
+        max_wait_ms=drain.max_wait_ms or dict.fromkeys(range(drain.levels), fallback),
+    )
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    drain = simulated_drain(get_drain(args.drain), args.max_wait)
+    if args.interval < 1:
+        raise ConfigError(f"--interval {args.interval}: runs are at least 1 minute apart")
+    report = {}
+    for name in args.trace or TRACES:
+        try:
+            if name in TRACES:
+                trace = builtin_trace(name, drain, args.interval)
+            else:
+                trace = parse_trace(Path(name).read_text(), drain.levels, name)
+        except FileNotFoundError:
+            raise ConfigError(
+                f"trace {name!r} is neither a built-in trace ({', '.join(TRACES)}) nor a file"
+            ) from None
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        results = compare(drain, trace, args.interval)
+        report[name] = results
+        if not args.json:
+            limits = ", ".join(
+                f"level {level} {human_duration(ms)}"
+                for level, ms in sorted((drain.max_wait_ms or {}).items())
+            )
+            print_table(
+                f"{args.drain}: trace {name}, a run every {args.interval} min, budget "
+                f"{drain.budget:,}, max_wait {limits}",
+                COLUMNS,
+                table(results),
+            )
+    if args.json:
+        body = {name: [asdict(r) for r in results] for name, results in report.items()}
+        print(json.dumps({"drain": args.drain, "policies": list(POLICIES), "traces": body}))
+    return 0
