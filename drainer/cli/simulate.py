@@ -21,7 +21,7 @@ from drainer.allocation.simulate import (
     parse_trace,
     table,
 )
-from drainer.cli.args import add_command
+from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import human_duration, print_table
 from drainer.config import DrainConfig, get_drain
 from drainer.config.drains import duration_ms
@@ -30,7 +30,7 @@ from drainer.errors import ConfigError
 DEFAULT_MAX_WAIT = "30m"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subcommands) -> None:
     p = add_command(
         sub,
         "simulate",
