@@ -82,7 +82,7 @@ def level_health(
     bound: its drain rate only mirrors the arrivals, and the next run empties it, so the ETA is
     the time left to that run. A throttled level (its last run left records behind) drains at
     its capacity: the ETA is backlog / (drain rate - arrival rate), or "growing" when the
-    arrivals keep pace.
+    arrivals keep pace. A stopped level (STOP) has no ETA: no run is coming.
     """
     runs = sorted(samples, key=lambda s: s.committed_at)
     oldest_age = (
@@ -101,6 +101,8 @@ def level_health(
         growing = arrival > 0 and arrival >= drain
         eta = None if growing or drain <= arrival else backlog / (drain - arrival)
     state, reason = _state(runs, backlog, now, usual)
+    if state is Health.STOP:
+        eta = None  # the rates describe runs that no longer come: no time to empty
     return LevelHealth(
         level, backlog, oldest_age, arrival, drain, eta, growing, state, reason, keeping_up
     )

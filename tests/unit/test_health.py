@@ -97,6 +97,13 @@ def test_a_level_that_keeps_up_is_not_growing_and_empties_at_the_next_run():
     assert health.state is Health.OK
 
 
+def test_a_stopped_level_has_no_eta():
+    # it kept up, but its runs stopped 3400 s ago (usual interval 300 s)
+    health = level_health(0, runs((4000, 100, 100, 0), (3700, 100, 100, 0)), 500, NOW)
+    assert health.state is Health.STOP and health.keeping_up
+    assert health.eta_s is None and health.eta_text() == "unknown"
+
+
 def test_one_run_gives_an_arrival_rate_but_no_drain_rate():
     health = level_health(0, runs((100, 50, 20, 30)), 230, NOW)
     assert health.arrival_rate == pytest.approx(2.0)  # 200 more records in 100 s
@@ -129,6 +136,9 @@ def test_eta_is_defined_exactly_when_the_level_can_empty(rows, backlog):
         assert health.state is Health.OK  # nothing waits: never a problem
         return
     assert not (health.growing and health.eta_s is not None)
+    if health.state is Health.STOP:
+        assert health.eta_s is None
+        return
     if health.keeping_up:  # the next run empties it: ETA is the time left until then
         assert not health.growing
         assert health.eta_s is None or health.eta_s >= 0
