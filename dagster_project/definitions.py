@@ -11,6 +11,7 @@ import warnings
 
 import dagster as dg
 
+from dagster_project import health as level_health  # level health hook
 from dagster_project.launches import launch_levels
 from dagster_project.logs import drainer_logs_to
 from dagster_project.metadata import level_metadata, run_metadata, run_tags
@@ -83,7 +84,8 @@ def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
         check_specs=[
             dg.AssetCheckSpec(check.__name__, asset=drain.name, description=check.__doc__)
             for check in CHECKS
-        ],
+        ]
+        + [level_health.level_health_spec(drain)],  # level health hook
         description=(
             f"Drains Kafka topics {drain.topic}-0..{drain.levels - 1} by priority into Postgres "
             f"table {drain.sink.table}; each partition is a priority level ({drain.levels - 1} most urgent)."
@@ -95,9 +97,13 @@ def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
             result = drainer.run(drain, levels, context.run.run_id, _trigger(context), launch_key)
         context.instance.add_run_tags(context.run.run_id, run_tags(result))
         own = {int(key) for key in context.partition_keys}
+        healths = level_health.levels_health(drain)  # level health hook
         for lv in result.levels:
             if lv.level in own:  # only the requested partitions, each with its own numbers
-                context.add_asset_metadata(level_metadata(lv), partition_key=str(lv.level))
+                context.add_asset_metadata(
+                    level_metadata(lv) | level_health.health_metadata(healths[lv.level]),
+                    partition_key=str(lv.level),
+                )
         context.log.info(
             "drain run %s%s: %s records (levels %s); this run materializes levels %s",
             result.run_id,
@@ -107,7 +113,7 @@ def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
             sorted(own),
         )
         started = time.monotonic()
-        check_results = run_checks(drain)
+        check_results = run_checks(drain) + [level_health.health_check(healths)]  # hook
         metadata = run_metadata(result)
         metadata["checks_s"] = dg.MetadataValue.float(round(time.monotonic() - started, 3))
         return dg.MaterializeResult(metadata=metadata, check_results=check_results)

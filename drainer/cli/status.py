@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import console, print_table
@@ -78,6 +79,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             for lv in report["levels"]
         ],
     )
+    print_health(report)
     print_table(
         "recent runs",
         [
@@ -135,6 +137,35 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
     console.print(f"dead letters: {report['dead_letters']:,}")
     return 0
+
+
+def print_health(report: dict[str, Any]) -> None:
+    """Each level's health: Burrow's state, how old its oldest waiting record is, the rates
+    and when it will be empty."""
+    from drainer.observe.health import format_seconds
+
+    def rate(value: float | None) -> str:
+        return "" if value is None else f"{value:,.1f}/s"
+
+    print_table(
+        "health by level",
+        ["level", "state", "oldest waiting", "arriving", "draining", "empty in", "why"],
+        [
+            [
+                str(lv["level"]),
+                lv["health"]["state"],
+                ""
+                if lv["health"]["oldest_age_s"] is None
+                else format_seconds(lv["health"]["oldest_age_s"]),
+                rate(lv["health"]["arrival_rate"]),
+                rate(lv["health"]["drain_rate"]),
+                lv["health"]["eta"],
+                lv["health"]["reason"],
+            ]
+            for lv in report["levels"]
+        ],
+        justify="left",
+    )
 
 
 def cmd_rewind(args: argparse.Namespace) -> int:

@@ -46,12 +46,13 @@ class LevelHealth:
     level: int
     backlog: int
     oldest_age_s: float | None  # age of the oldest waiting record; None when nothing waits
-    arrival_rate: float | None  # records/s arriving over the window; None without two points
-    drain_rate: float | None  # records/s the runs removed over the window
-    eta_s: float | None  # seconds to empty at these rates; None when growing or unknown
-    growing: bool  # arrivals outpace the drain: no ETA
+    arrival_rate: float | None  # records/s arriving since the window's first run
+    drain_rate: float | None  # records/s the runs removed; None without two runs
+    eta_s: float | None  # seconds to empty; None when growing or unknown
+    growing: bool  # throttled runs and arrivals at least as fast as the drain: no ETA
     state: Health
     reason: str
+    keeping_up: bool = False  # the last run drained all it found: the next one empties the level
 
     def eta_text(self) -> str:
         if self.backlog == 0:
@@ -75,49 +76,71 @@ def level_health(
     now: float,
     oldest_timestamp: float | None = None,
 ) -> LevelHealth:
-    """The level's rates, ETA and state from its recent runs (oldest first) and its backlog now."""
+    """The level's rates, ETA and state from its recent runs (any order) and its backlog now.
+
+    Two regimes decide the ETA. A level whose last run drained everything it found is supply
+    bound: its drain rate only mirrors the arrivals, and the next run empties it, so the ETA is
+    the time left to that run. A throttled level (its last run left records behind) drains at
+    its capacity: the ETA is backlog / (drain rate - arrival rate), or "growing" when the
+    arrivals keep pace. A stopped level (STOP) has no ETA: no run is coming.
+    """
     runs = sorted(samples, key=lambda s: s.committed_at)
     oldest_age = (
         None if backlog == 0 or oldest_timestamp is None else max(0.0, now - oldest_timestamp)
     )
     arrival, drain = _rates(runs, backlog, now)
-    growing = backlog > 0 and arrival is not None and drain is not None and arrival >= drain
-    eta: float | None
+    usual = _usual_interval(runs)
+    keeping_up = bool(runs) and runs[-1].drained >= runs[-1].backlog_before
+    growing = False
+    eta: float | None = None
     if backlog == 0:
         eta = 0.0
-    elif arrival is None or drain is None or growing:
-        eta = None
-    else:
-        eta = backlog / (drain - arrival)
-    state, reason = _state(runs, backlog, now)
-    return LevelHealth(level, backlog, oldest_age, arrival, drain, eta, growing, state, reason)
+    elif keeping_up:
+        eta = None if usual is None else max(0.0, usual - (now - runs[-1].committed_at))
+    elif arrival is not None and drain is not None:
+        growing = arrival > 0 and arrival >= drain
+        eta = None if growing or drain <= arrival else backlog / (drain - arrival)
+    state, reason = _state(runs, backlog, now, usual)
+    if state is Health.STOP:
+        eta = None  # the rates describe runs that no longer come: no time to empty
+    return LevelHealth(
+        level, backlog, oldest_age, arrival, drain, eta, growing, state, reason, keeping_up
+    )
 
 
 def _rates(runs: list[RunSample], backlog: int, now: float) -> tuple[float | None, float | None]:
-    """Arrivals and drains per second between the window's first run and now.
+    """Arrivals per second since the window's first run; drains per second between its runs.
 
-    Arrivals are what the backlog would have grown by without the runs: its change plus what
-    the runs drained after the first one.
+    Arrivals are what the backlog would have grown by without the runs: its change since the
+    first run plus what the later runs drained. The drain rate counts only the time the runs
+    span: records arriving after the last run wait for the next one, which has not happened
+    yet, so counting that idle time would understate the drain (and call a level that keeps
+    up "growing").
     """
     if not runs:
         return None, None
-    span = now - runs[0].committed_at
-    if span <= 0:
-        return None, None
     drained = sum(s.drained for s in runs[1:])
-    arrived = backlog - runs[0].backlog_after + drained
-    return max(0.0, arrived / span), drained / span
+    span = now - runs[0].committed_at
+    arrival = None if span <= 0 else max(0.0, (backlog - runs[0].backlog_after + drained) / span)
+    covered = runs[-1].committed_at - runs[0].committed_at
+    return arrival, (drained / covered if covered > 0 else None)
 
 
-def _state(runs: list[RunSample], backlog: int, now: float) -> tuple[Health, str]:
+def _usual_interval(runs: list[RunSample]) -> float | None:
+    """The median time between the window's runs: the drain's rhythm, whatever schedules it."""
+    gaps = [b.committed_at - a.committed_at for a, b in zip(runs, runs[1:], strict=False)]
+    return median(gaps) if gaps and median(gaps) > 0 else None
+
+
+def _state(
+    runs: list[RunSample], backlog: int, now: float, usual: float | None
+) -> tuple[Health, str]:
     if not runs:
         if backlog > 0:
             return Health.STOP, "records are waiting and no run has drained this level yet"
         return Health.OK, "nothing to drain"
-    gaps = [b.committed_at - a.committed_at for a, b in zip(runs, runs[1:], strict=False)]
-    usual = median(gaps) if gaps else None
     idle = now - runs[-1].committed_at
-    if backlog > 0 and usual is not None and usual > 0 and idle > STALE_INTERVALS * usual:
+    if backlog > 0 and usual is not None and idle > STALE_INTERVALS * usual:
         return (
             Health.STOP,
             f"records are waiting and the last run was {format_seconds(idle)} ago, "

@@ -6,6 +6,8 @@ from typing import Any
 
 from drainer.config import DrainConfig
 from drainer.lifecycle.planning import allocation_policy, partition_states
+from drainer.observe.drain_health import drain_health
+from drainer.observe.health import LevelHealth
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
 
@@ -20,6 +22,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
         lost_by_level = retention.total_lost(conn, drain.name)
         losses = retention.committed_losses(conn, drain.name)
         abandoned = runs.abandons(conn, drain.name)[:recent]
+    health = drain_health(drain, parts, engine)
     policy = allocation_policy(drain, levels, history_by_level)
     reserved = policy.reserved()
     allocation = policy.history_allocation()
@@ -42,6 +45,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
                 "history": history_by_level[level],
                 # offsets Kafka deleted before the drain read them, over its committed runs
                 "lost_to_retention": lost_by_level.get(level, 0),
+                "health": health_report(health[level]),
                 "partitions": [
                     {
                         "partition": p.partition,
@@ -99,4 +103,25 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
             for x in losses
         ],
         "abandoned_plans": abandoned,
+    }
+
+
+def health_report(health: LevelHealth) -> dict[str, Any]:
+    """A level's health for `status --json`: state by Burrow's rules, rates, ETA to empty.
+
+    `eta_s` is null when the level grows (`eta` says "growing") or nothing tells yet
+    ("unknown"); `oldest_age_s` is null when nothing waits.
+    """
+
+    def rounded(value: float | None, digits: int) -> float | None:
+        return None if value is None else round(value, digits)
+
+    return {
+        "state": health.state.value,
+        "reason": health.reason,
+        "oldest_age_s": rounded(health.oldest_age_s, 1),
+        "arrival_rate": rounded(health.arrival_rate, 3),
+        "drain_rate": rounded(health.drain_rate, 3),
+        "eta_s": rounded(health.eta_s, 1),
+        "eta": health.eta_text(),
     }

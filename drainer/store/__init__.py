@@ -7,7 +7,7 @@
 | `runs`          | plans, their ranges and per-level numbers, run status              |
 | `offsets`       | committed offsets and offset maps per partition, the Kafka mirror, |
 |                 | audited rewinds                                                    |
-| `history`       | what each level drained in recent runs (burst decisions)           |
+| `history`       | what each level drained in recent runs (burst decisions, health)   |
 | `dead_letters`  | record failures, attempts, dead letters                            |
 | `sinks`         | the Postgres sink's target and staging tables                      |
 

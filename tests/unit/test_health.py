@@ -83,6 +83,41 @@ def test_oldest_age_only_when_something_waits():
     assert level_health(0, [], 0, NOW, oldest_timestamp=NOW - 42).oldest_age_s is None
 
 
+def test_a_level_that_keeps_up_is_not_growing_and_empties_at_the_next_run():
+    # 10 records/s, a run every 300 s drains all 3000 it finds; 100 s after the last run the
+    # 1000 new records wait for the next one. Counting those 100 idle seconds in the drain rate
+    # made this look like arrivals outpacing the drain.
+    health = level_health(
+        0, runs((700, 3000, 3000, 0), (400, 3000, 3000, 0), (100, 3000, 3000, 0)), 1000, NOW
+    )
+    assert health.keeping_up and not health.growing
+    assert health.arrival_rate == pytest.approx(10.0)
+    assert health.drain_rate == pytest.approx(10.0)
+    assert health.eta_s == pytest.approx(200.0)  # the usual 300 s between runs, 100 s gone
+    assert health.state is Health.OK
+
+
+def test_a_stopped_level_has_no_eta():
+    # it kept up, but its runs stopped 3400 s ago (usual interval 300 s)
+    health = level_health(0, runs((4000, 100, 100, 0), (3700, 100, 100, 0)), 500, NOW)
+    assert health.state is Health.STOP and health.keeping_up
+    assert health.eta_s is None and health.eta_text() == "unknown"
+
+
+def test_one_run_gives_an_arrival_rate_but_no_drain_rate():
+    health = level_health(0, runs((100, 50, 20, 30)), 230, NOW)
+    assert health.arrival_rate == pytest.approx(2.0)  # 200 more records in 100 s
+    assert health.drain_rate is None and health.eta_s is None and not health.growing
+    assert health.eta_text() == "unknown"
+
+
+def test_a_stalled_level_is_not_called_growing():
+    health = level_health(0, runs((600, 500, 0, 500), (300, 500, 0, 500)), 500, NOW)
+    assert health.state is Health.STALL
+    assert health.drain_rate == 0 and health.arrival_rate == 0
+    assert not health.growing and health.eta_s is None
+
+
 @given(
     st.lists(
         st.tuples(
@@ -92,14 +127,28 @@ def test_oldest_age_only_when_something_waits():
     ),
     st.integers(0, 10**6),
 )
-def test_eta_is_defined_exactly_when_the_drain_outpaces_arrivals(rows, backlog):
+def test_eta_is_defined_exactly_when_the_level_can_empty(rows, backlog):
     health = level_health(0, runs(*sorted(rows, reverse=True)), backlog, NOW)
+    assert health.arrival_rate is None or health.arrival_rate >= 0
+    assert health.drain_rate is None or health.drain_rate >= 0
     if backlog == 0:
         assert health.eta_s == 0 and not health.growing
-    elif health.eta_s is not None:
-        assert health.eta_s > 0 and not health.growing
+        assert health.state is Health.OK  # nothing waits: never a problem
+        return
+    assert not (health.growing and health.eta_s is not None)
+    if health.state is Health.STOP:
+        assert health.eta_s is None
+        return
+    if health.keeping_up:  # the next run empties it: ETA is the time left until then
+        assert not health.growing
+        assert health.eta_s is None or health.eta_s >= 0
+    elif health.eta_s is not None:  # throttled: emptied only by outpacing the arrivals
+        assert health.eta_s > 0
+        assert health.drain_rate is not None and health.arrival_rate is not None
         assert health.drain_rate > health.arrival_rate
-    assert health.arrival_rate is None or health.arrival_rate >= 0
+    elif health.growing:  # throttled and the arrivals keep pace
+        assert health.drain_rate is not None and health.arrival_rate is not None
+        assert health.arrival_rate > 0 and health.arrival_rate >= health.drain_rate
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """The layers stay where docs/design.md puts them, enforced rather than remembered.
 
 - `drainer/` imports neither dagster nor pyspark: the CLI and tools stay light.
-- The pure modules (allocation, offset map, record processing) do no I/O: no database or Kafka
+- The pure modules (allocation, offset map, record processing, level health) do no I/O: no database or Kafka
   client among their imports.
 - SQL text lives in `drainer/store/` only.
 - Environment variables are read in `drainer/settings.py` only.
@@ -20,7 +20,12 @@ import drainer
 
 ROOT = Path(drainer.__file__).resolve().parent.parent
 CODE_DIRS = ("drainer", "spark_jobs", "dagster_project")
-PURE = ("drainer.allocation", "drainer.offset_map", "drainer.processing.record_processing")
+PURE = (
+    "drainer.allocation",
+    "drainer.offset_map",
+    "drainer.processing.record_processing",
+    "drainer.observe.health",
+)
 IO_CLIENTS = ("sqlalchemy", "psycopg", "confluent_kafka", "dagster", "pyspark")
 SQL = re.compile(
     r"^\s*(SELECT\s+(\d|\w+\(|.*\bFROM\b)|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"

@@ -1,0 +1,137 @@
+"""Issue 19 item 4 on the real stack: each level's health, rates and ETA in `drainer status`
+and on the Dagster asset (metadata and the `level_health` check).
+
+Runs are spaced a few seconds apart so that the time `status` takes to start stays well under
+STOP's "three usual intervals since the last run".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import dagster as dg
+
+from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
+from drainer.observe.drain_health import drain_health
+from drainer.observe.health import Health
+from spark_jobs import drain_job
+from spark_jobs.examples import RECORD_ECHO_SCHEMA
+
+GAP_S = 4.0
+
+
+def status_json(drain_name: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "status", drain_name, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_runs_that_keep_up_show_ok_with_an_eta(make_drain, spark):
+    drain = make_drain(partitions=1)
+    for n in range(3):
+        produce_records(drain, synthetic_records(100, seed=n), level=1)
+        assert drain_job.run(drain, trigger="test").drained == 100
+        time.sleep(GAP_S)
+    produced_at = time.time()
+    produce_records(drain, synthetic_records(40, seed=9), level=1)
+    status = status_json(drain.name)
+    waited = time.time() - produced_at
+
+    by_level = {lv["level"]: lv["health"] for lv in status["levels"]}
+    level1 = by_level[1]
+    assert level1["state"] == "OK", level1
+    # the last run drained all it found: the next run empties the level
+    assert level1["eta_s"] is not None and level1["eta"] not in ("growing", "unknown")
+    assert level1["drain_rate"] > 0 and level1["arrival_rate"] > 0
+    assert 0 <= level1["oldest_age_s"] <= waited + 1  # the 40 records produced just now
+    # levels with nothing waiting: OK and empty, no age
+    for level in (0, 2):
+        assert by_level[level]["state"] == "OK" and by_level[level]["eta"] == "empty"
+        assert by_level[level]["oldest_age_s"] is None and by_level[level]["eta_s"] == 0
+
+    text = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "status", drain.name],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert text.returncode == 0, text.stderr
+    assert "health by level" in text.stdout and "draining" in text.stdout
+
+
+def test_a_level_no_run_covers_is_stop_and_the_check_fails(make_drain, spark):
+    """A backfill of levels 1..2 twice while level 0 waits: level 0 has never run (STOP)."""
+    from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
+
+    drain = make_drain(partitions=1)
+    for level in range(3):
+        produce_records(drain, synthetic_records(50, seed=level), level=level)
+    before = time.time()
+    drain_job.run(drain, levels=[1, 2], trigger="test")
+    for level in (1, 2):
+        produce_records(drain, synthetic_records(20, seed=level), level=level)
+    time.sleep(GAP_S)
+
+    defs = build_definitions()
+    result = dg.materialize(
+        [defs.get_assets_def(drain.name)],
+        resources={"drainer": defs.resources["drainer"]},
+        instance=dg.DagsterInstance.ephemeral(),
+        tags={RANGE_START: "1", RANGE_END: "2"},
+    )
+    assert result.success  # a failed check does not fail the materialization
+    check = {e.check_name: e for e in result.get_asset_check_evaluations()}["level_health"]
+    assert not check.passed and check.severity is dg.AssetCheckSeverity.ERROR
+    assert "level 0 STOP" in (check.description or "")
+    assert check.metadata["level_0_health"].value == "STOP"
+    assert check.metadata["level_2_health"].value == "OK"
+
+    metadata = {
+        m.partition: {key: value.value for key, value in m.metadata.items()}
+        for m in result.asset_materializations_for_node(drain.name)
+    }
+    assert set(metadata) == {"1", "2"}
+    for values in metadata.values():
+        assert values["health"] == "OK" and values["eta"] == "empty" and values["eta_s"] == 0
+        assert values["oldest_age_s"] is None  # nothing waits
+        assert values["drain_rate"] > 0 and values["arrival_rate"] > 0  # the 20 more
+
+    level0 = drain_health(drain)[0]
+    assert level0.state is Health.STOP and level0.backlog == 50
+    assert level0.oldest_age_s is not None
+    assert 0 <= level0.oldest_age_s <= time.time() - before + 30
+
+
+def test_a_level_whose_offset_never_moves_stalls(make_drain, spark):
+    """Every record of level 1 fails and is retried (not yet dead-lettered): runs commit, the
+    level's committed offset stays put while its records wait."""
+    drain = make_drain(
+        partitions=1,
+        mode="record",
+        handler="spark_jobs.examples:poison_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        max_attempts=20,
+    )
+    produce_records(drain, [OutRecord(value=b"poison-%d" % i) for i in range(5)], level=1)
+    produce_records(drain, synthetic_records(30), level=2)
+    for _ in range(3):
+        drain_job.run(drain, trigger="test")
+        time.sleep(GAP_S)
+
+    health = drain_health(drain)
+    assert health[1].state is Health.STALL, health[1]
+    assert "has not moved in the last 3 runs" in health[1].reason
+    assert health[1].backlog == 5 and health[1].drain_rate == 0
+    assert health[1].eta_s is None and health[1].eta_text() == "unknown"
+    assert health[2].state is Health.OK and health[2].eta_text() == "empty"
+
+    level1 = next(lv for lv in status_json(drain.name)["levels"] if lv["level"] == 1)
+    assert level1["health"]["state"] == "STALL" and level1["health"]["eta_s"] is None
