@@ -9,15 +9,29 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from drainer.cli import main as cli_main
 
 
 def spark_executor() -> Callable:
-    """The Spark job, after saying on stderr which Spark runs it (`spark: Spark Connect …`)."""
-    from spark_jobs.drain_job import execute, which_spark
+    """The Spark job, imported and started only when a run has records to read.
 
-    print(f"spark: {which_spark()}", file=sys.stderr)  # plain print: never wrapped by rich
+    A run with nothing to read never calls its executor, so it imports no pyspark and opens no
+    Spark session. The first call says on stderr which Spark runs the job
+    (`spark: Spark Connect …`).
+    """
+    said: list[bool] = []
+
+    def execute(ctx: Any) -> Any:
+        from spark_jobs.drain_job import execute as run_job
+        from spark_jobs.drain_job import which_spark
+
+        if not said:
+            print(f"spark: {which_spark()}", file=sys.stderr)  # plain print: never wrapped by rich
+            said.append(True)
+        return run_job(ctx)
+
     return execute
 
 

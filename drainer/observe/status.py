@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from drainer.allocation import burst_allocation, burst_eligible, reserved_shares
 from drainer.config import DrainConfig
+from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import partition_states
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
@@ -11,7 +12,8 @@ from drainer.store import dead_letters, get_engine, history, retention, runs
 def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
     engine = get_engine()
     levels = list(range(drain.levels))
-    parts = partition_states(engine, drain, levels)
+    with KafkaSession(drain) as kafka:
+        parts = partition_states(engine, drain, levels, kafka)
     with engine.connect() as conn:
         history_by_level = history.level_history(conn, drain.name, levels, drain.history_window)
         recent_runs = runs.recent_runs(conn, drain.name, recent)

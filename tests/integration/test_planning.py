@@ -13,11 +13,12 @@ import subprocess
 import sys
 import time
 
+from offsets import level_watermarks, mirrored_offsets, states
 from sqlalchemy import text
 
-from drainer.kafka.clients import group_offsets, partitions_of, watermarks
 from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
-from drainer.lifecycle.planning import partition_states, plan_next_run
+from drainer.kafka.session import KafkaSession
+from drainer.lifecycle.planning import plan_next_run
 from drainer.store import get_engine
 from drainer.store.history import level_history
 from drainer.store.leases import ensure_drain
@@ -106,11 +107,11 @@ def _db_state(drain) -> tuple[list[tuple], list[tuple]]:
 
 
 def _kafka_groups(drain) -> dict[int, dict]:
-    marks = watermarks(drain, partitions_of(drain, range(drain.levels)))
+    marks = level_watermarks(drain, range(drain.levels))
     found = {}
     for level in range(drain.levels):
         keys = [(drain.level_topic(lvl), p) for (lvl, p) in marks if lvl == level]
-        found[level] = group_offsets(drain, drain.level_group(level), keys)
+        found[level] = mirrored_offsets(drain, level, keys)
     return found
 
 
@@ -164,7 +165,7 @@ def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_
     assert after["ranges"] == [] and after["held_back"] == [] and after["alignment"] == []
     idle = drain_job.run(drain, trigger="test")
     assert idle.drained == 0 and _stored_ranges(idle.run_id) == []
-    assert all(p.backlog == 0 for p in partition_states(get_engine(), drain, [0, 1, 2]))
+    assert all(p.backlog == 0 for p in states(drain, [0, 1, 2]))
 
 
 def _an_hour_of_lag(drain, old_records: int) -> None:
@@ -179,7 +180,7 @@ def _an_hour_of_lag(drain, old_records: int) -> None:
 
 def _runs_until_empty(drain) -> list[list[tuple[int, int, int, int, int]]]:
     ranges = []
-    while sum(p.backlog for p in partition_states(get_engine(), drain, [0, 1, 2])):
+    while sum(p.backlog for p in states(drain, [0, 1, 2])):
         ranges.append(_stored_ranges(drain_job.run(drain, trigger="test").run_id))
         assert len(ranges) < 10, ranges
     return ranges
@@ -268,11 +269,12 @@ def test_dagster_backfill_of_levels_0_and_1_shares_the_budget_among_them_only(
     _, offsets = _db_state(drain)
     assert {topic for topic, *_ in offsets} == {drain.level_topic(0), drain.level_topic(1)}
     assert all(offset < 0 for offset, _ in _kafka_groups(drain)[2].values())
-    level2 = [p for p in partition_states(get_engine(), drain, [2])]
+    level2 = [p for p in states(drain, [2])]
     assert sum(p.backlog for p in level2) == 5000
 
     # the next run over all levels shares the budget with all three weights again
-    full = plan_next_run(get_engine(), drain).plan
+    with KafkaSession(drain) as kafka:
+        full = plan_next_run(get_engine(), drain, kafka).plan
     assert {lv: p.reserved for lv, p in full.levels.items()} == {0: 1000, 1: 2000, 2: 4000}
 
 
