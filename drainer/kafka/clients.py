@@ -29,7 +29,7 @@ from drainer.errors import ConfigError, KafkaUnavailable
 from drainer.settings import load_settings
 
 TIMEOUT_S = 15.0  # one request's time limit once the cluster answered
-FIRST_CONTACT_S = 3.0  # a cluster that answers at all returns metadata in milliseconds
+FIRST_CONTACT_S = 3.0  # a cluster that answers at all does so in milliseconds
 FIRST_CONTACT_SLICE_S = 0.5
 ALL_DOWN_GRACE_S = 1.0  # every broker refused for this long: not a restart in progress
 DEDUP_WINDOW_S = 60.0
@@ -155,8 +155,54 @@ def kafka_error(message: str, err: Any) -> KafkaUnavailable:
     if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
         err = err.args[0]
     if isinstance(err, KafkaError):
-        return KafkaUnavailable(redact(message), code=err.name(), retriable=err.retriable())
+        return KafkaUnavailable(redact(message), code=err.name(), retriable=retriable(err))
     return KafkaUnavailable(redact(message), code="_TIMED_OUT", retriable=True)
+
+
+# codes that say the cluster (or the login to it) is out of reach, not that a request was refused
+OUT_OF_REACH = {
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._AUTHENTICATION,
+    KafkaError._SSL,
+}
+
+
+# errors Kafka's protocol calls retriable; the errors of librdkafka's admin results do not say so
+RETRIABLE = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+}
+
+
+def retriable(err: Any) -> bool:
+    """Whether the same request can succeed later, unchanged."""
+    return bool(err.retriable()) or err.code() in RETRIABLE
+
+
+def passing(err: Any) -> bool:
+    """A request refused for a passing reason (a leader election): retry it at once."""
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        err = err.args[0]
+    return isinstance(err, KafkaError) and retriable(err) and err.code() not in OUT_OF_REACH
+
+
+def request_failed(message: str, err: Any) -> KafkaUnavailable:
+    """A failed request: the cluster out of reach is `unreachable`'s one message, else `message`."""
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        err = err.args[0]
+    if not isinstance(err, KafkaError) or err.code() in OUT_OF_REACH:
+        return unreachable(err if isinstance(err, Exception) else KafkaException(err))
+    return kafka_error(f"{message}: {err.str()}", err)
 
 
 def unreachable(err: Exception) -> KafkaUnavailable:
@@ -178,18 +224,18 @@ def _text(err: Exception) -> str:
     return str(err) or type(err).__name__
 
 
-def cluster_metadata(client: Any) -> Any:
-    """The first call to a cluster: metadata within FIRST_CONTACT_S, or one clear error.
+def first_contact(client: Any, future: Any) -> Any:
+    """The first answer of a cluster: `future`'s result within FIRST_CONTACT_S, or one clear error.
 
-    Asked in short slices, so that a refused connection (every broker down for a second) or a
-    refused login ends the wait early instead of running out the clock.
+    Waited for in short slices, so that a refused connection (every broker down for a second)
+    or a refused login ends the wait early instead of running out the clock.
     """
     _librdkafka_log.errors = []
     started = time.monotonic()
     while True:
         try:
-            return client.list_topics(timeout=FIRST_CONTACT_SLICE_S)
-        except KafkaException as err:
+            return future.result(timeout=FIRST_CONTACT_SLICE_S)
+        except TimeoutError as err:
             client.poll(0)  # serve the error callbacks that say why
             waited = time.monotonic() - started
             if waited >= FIRST_CONTACT_S or _librdkafka_log.hopeless(waited):

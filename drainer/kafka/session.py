@@ -12,8 +12,9 @@ work, as in confluent-kafka's own examples:
   time alignment);
 - one producer (dead letters, `drainer produce`), flushed before the session closes.
 
-The cluster's metadata is fetched once per session (the first contact, which fails fast and in
-one message when the cluster does not answer) and reused; `create_topics` refreshes it.
+The drain's topics are described once per session (partitions and topic ids in one request, never
+the whole cluster's metadata) and the descriptions reused. The session's first request is the
+first contact with the cluster, which fails fast and in one message when nobody answers.
 """
 
 from __future__ import annotations
@@ -45,17 +46,20 @@ from drainer.kafka.clients import (
     PRODUCER_DEFAULTS,
     TIMEOUT_S,
     client_config,
-    cluster_metadata,
     consumer_config,
+    first_contact,
     kafka_error,
     make_client,
+    passing,
     read_committed,
+    request_failed,
     unreachable,
 )
 
 log = logging.getLogger(__name__)
 
 FLUSH_S = 60.0  # what closing waits for records still queued in the producer
+RETRY_S = 0.1  # between attempts of a request refused for a passing reason
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,8 @@ class KafkaSession:
         self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
-        self._metadata: Any = None
-        self._topic_ids: dict[str, str] = {}
+        self._topics: dict[str, Any] = {}  # topic -> its description, None: it does not exist
+        self._contacted = False  # the cluster answered a request of this session
 
     def __enter__(self) -> KafkaSession:
         return self
@@ -110,7 +114,7 @@ class KafkaSession:
         """Flush the producer, close the consumer, drop the admin client; safe to call twice."""
         producer, consumer = self._producer, self._consumer
         self._admin = self._consumer = self._producer = None
-        self._metadata = None
+        self._topics, self._contacted = {}, False
         try:
             if producer is not None:
                 left = producer.flush(FLUSH_S)
@@ -144,6 +148,8 @@ class KafkaSession:
                     "group.id": f"drainer-probe-{uuid.uuid4().hex[:8]}",
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
+                    # a lookup waits for the fetch in flight of the one before it: keep it short
+                    "fetch.wait.max.ms": 10,
                 },
             )
             self._consumer = make_client(Consumer, config)
@@ -157,72 +163,73 @@ class KafkaSession:
 
     def _connected(self) -> AdminClient:
         """The admin client once the cluster answered: a cluster that does not fails fast."""
-        self.metadata()
+        if not self._contacted:
+            self._describe([self.drain.level_topic(0)])
         return self.admin
 
     # topics
 
-    def metadata(self) -> Any:
-        """The cluster's metadata, fetched at the session's first contact and kept."""
-        if self._metadata is None:
-            self._metadata = cluster_metadata(self.admin)
-        return self._metadata
+    def _describe(self, topics: Iterable[str]) -> dict[str, Any]:
+        """topic -> its description (partitions, topic id), None if it does not exist.
+
+        One DescribeTopics request for the topics not yet described in this session, never the
+        whole cluster's metadata (a large cluster's costs more the more topics it has). The
+        session's first request is the first contact: it fails fast when nobody answers.
+        """
+        topics = list(topics)
+        wanted = sorted({t for t in topics if t not in self._topics})
+        if wanted:
+            futures = self.admin.describe_topics(TopicCollection(wanted), request_timeout=TIMEOUT_S)
+            for name, future in futures.items():
+                try:
+                    if not self._contacted:
+                        self._topics[name] = first_contact(self.admin, future)
+                        self._contacted = True
+                    else:
+                        self._topics[name] = future.result(timeout=TIMEOUT_S + 5)
+                except KafkaException as err:
+                    if err.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise request_failed(f"describing topic {name}", err) from None
+                    self._contacted = True
+                    self._topics[name] = None
+                except TimeoutError as err:
+                    raise unreachable(err) from None
+        return {t: self._topics[t] for t in topics}
 
     def partitions(self, levels: Iterable[int]) -> dict[int, list[int]]:
         """Partition numbers of each level topic; missing topics are one TopicMissing."""
-        topics = self.metadata().topics
-        found: dict[int, list[int]] = {}
-        missing: list[str] = []
-        for level in levels:
-            name = self.drain.level_topic(level)
-            topic = topics.get(name)
-            if topic is None or topic.error is not None:
-                missing.append(name)
-            else:
-                found[level] = sorted(topic.partitions)
+        names = {level: self.drain.level_topic(level) for level in levels}
+        found = self._describe(names.values())
+        missing = sorted(name for name, topic in found.items() if topic is None)
         if missing:
             raise TopicMissing(self.drain.name, missing)
-        return found
+        return {
+            level: sorted(p.id for p in found[name].partitions) for level, name in names.items()
+        }
 
     def topic_ids(self, topics: list[str]) -> dict[str, str]:
         """topic -> its Kafka topic id (text); a topic deleted and created again gets a new one."""
-        wanted = [t for t in topics if t not in self._topic_ids]
-        if wanted:
-            futures = self._connected().describe_topics(
-                TopicCollection(wanted), request_timeout=TIMEOUT_S
-            )
-            missing = []
-            for name, future in futures.items():
-                try:
-                    self._topic_ids[name] = str(future.result(timeout=TIMEOUT_S + 5).topic_id)
-                except KafkaException as err:
-                    if err.args and err.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        missing.append(name)
-                        continue
-                    raise unreachable(err) from None
-                except TimeoutError as err:
-                    raise unreachable(err) from None
-            if missing:
-                raise TopicMissing(self.drain.name, sorted(missing))
-        return {t: self._topic_ids[t] for t in topics}
+        found = self._describe(topics)
+        missing = sorted(name for name, topic in found.items() if topic is None)
+        if missing:
+            raise TopicMissing(self.drain.name, missing)
+        return {name: str(topic.topic_id) for name, topic in found.items()}
 
     def create_topics(self, extra: Iterable[str] = ()) -> list[str]:
         """Create the drain's level topics (and e.g. its DLQ topic); existing ones are left alone."""
         drain = self.drain
-        existing = set(self.metadata().topics)
         wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + list(extra)
+        found = self._describe(wanted)
         new = [
             NewTopic(
                 name, num_partitions=drain.partitions, replication_factor=drain.replication_factor
             )
             for name in wanted
-            if name not in existing
+            if found[name] is None
         ]
         if not new:
             return []
-        admin = self._connected()
-        self._metadata = None  # the next look sees the new topics
-        for name, future in admin.create_topics(new, request_timeout=TIMEOUT_S).items():
+        for name, future in self.admin.create_topics(new, request_timeout=TIMEOUT_S).items():
             try:
                 future.result(timeout=TIMEOUT_S + 5)
             except TimeoutError as err:
@@ -230,7 +237,28 @@ class KafkaSession:
             except KafkaException as err:
                 if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise kafka_error(f"creating topic {name}: {err}", err) from None
-        return [topic.topic for topic in new]
+        created = [topic.topic for topic in new]
+        self._await_topics(created)
+        return created
+
+    def _await_topics(self, names: list[str]) -> None:
+        """Return once new topics are described with a leader for every partition.
+
+        A topic exists for the controller before the brokers' metadata knows it; whoever uses
+        it next (a run, a producer) must not find it missing.
+        """
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            for name in names:
+                self._topics.pop(name, None)
+            found = self._describe(names)
+            ready = all(
+                topic is not None and all(p.leader is not None for p in topic.partitions)
+                for topic in found.values()
+            )
+            if ready or time.monotonic() > deadline:
+                return
+            time.sleep(RETRY_S)
 
     # offsets in the log
 
@@ -245,26 +273,39 @@ class KafkaSession:
         if not any(specs for specs, _ in requests):
             return [{} for _ in requests]
         admin = self._connected()
-        try:
-            pending = [
-                admin.list_offsets(
-                    {TopicPartition(topic, part): spec for (topic, part), spec in specs.items()},
-                    isolation_level=isolation,
-                    request_timeout=TIMEOUT_S,
-                )
-                if specs
-                else {}
-                for specs, isolation in requests
-            ]
-            return [
-                {
-                    (tp.topic, tp.partition): fut.result(timeout=TIMEOUT_S + 5).offset
-                    for tp, fut in futures.items()
-                }
-                for futures in pending
-            ]
-        except (KafkaException, TimeoutError) as err:
-            raise unreachable(err) from None
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            try:
+                pending = [
+                    admin.list_offsets(
+                        {TopicPartition(t, part): spec for (t, part), spec in specs.items()},
+                        isolation_level=isolation,
+                        request_timeout=TIMEOUT_S,
+                    )
+                    if specs
+                    else {}
+                    for specs, isolation in requests
+                ]
+                return [self._offsets(futures) for futures in pending]
+            except KafkaException as err:
+                # a partition without a leader for a moment (a new topic, a broker restarting)
+                if passing(err) and time.monotonic() < deadline:
+                    time.sleep(RETRY_S)
+                    continue
+                raise request_failed("listing offsets", err) from None
+            except TimeoutError as err:
+                raise unreachable(err) from None
+
+    def _offsets(self, futures: Mapping[Any, Any]) -> dict[tuple[str, int], int]:
+        found = {}
+        for tp, future in futures.items():
+            try:
+                found[(tp.topic, tp.partition)] = future.result(timeout=TIMEOUT_S + 5).offset
+            except KafkaException as err:
+                if err.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:  # deleted meanwhile
+                    raise TopicMissing(self.drain.name, [tp.topic]) from None
+                raise
+        return found
 
     def watermarks(self, partitions: Mapping[int, list[int]]) -> dict[tuple[int, int], Watermarks]:
         """(level, partition) -> earliest, plannable end and log end offsets."""
@@ -312,9 +353,10 @@ class KafkaSession:
             return {}
         drain = self.drain
         consumer = self.consumer
-        consumer.assign(
-            [TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()]
-        )
+        assigned = [
+            TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()
+        ]
+        consumer.assign(assigned)
         try:
             wanted = {(drain.level_topic(lvl), p): (lvl, p) for (lvl, p) in positions}
             found: dict[tuple[int, int], int | None] = {}
@@ -341,6 +383,9 @@ class KafkaSession:
                 found[key] = None
             return found
         finally:
+            # librdkafka keeps a partition's pause across assignments: the next lookup must
+            # find it fetching
+            consumer.resume(assigned)
             consumer.unassign()
 
     # consumer groups (the mirror of committed offsets)
@@ -405,24 +450,9 @@ class KafkaSession:
             try:
                 answer = future.result(timeout=TIMEOUT_S + 5)
             except (KafkaException, TimeoutError) as err:
-                failed[group] = _commit_error(group, err)
+                failed[group] = request_failed(f"committing offsets of group {group}", err)
                 continue
             errors = [tp.error for tp in answer.topic_partitions if tp.error is not None]
             if errors:
-                failed[group] = _commit_error(group, errors[0])
+                failed[group] = request_failed(f"committing offsets of group {group}", errors[0])
         return failed
-
-
-def _commit_error(group: str, err: Any) -> KafkaUnavailable:
-    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
-        err = err.args[0]
-    if isinstance(err, KafkaError):
-        detail = err.str()
-        if err.code() in (
-            KafkaError._TRANSPORT,
-            KafkaError._TIMED_OUT,
-            KafkaError._ALL_BROKERS_DOWN,
-        ):
-            return unreachable(KafkaException(err))
-        return kafka_error(f"committing offsets of group {group}: {detail}", err)
-    return unreachable(err)

@@ -8,7 +8,7 @@ from sqlalchemy import text
 
 from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession, Watermarks
-from drainer.lifecycle.planning import PartitionState
+from drainer.lifecycle.planning import PartitionState, partition_states
 from drainer.store import get_engine
 
 
@@ -31,7 +31,7 @@ def mirrored_offsets(
 def states(drain: DrainConfig, levels: list[int]) -> list[PartitionState]:
     """Where each partition of the levels stands now (planning's view), by a session of its own."""
     with KafkaSession(drain) as kafka:
-        return states(drain, levels, kafka)
+        return partition_states(get_engine(), drain, levels, kafka)
 
 
 def high_watermarks(drain: DrainConfig) -> dict[tuple[str, int], int]:

@@ -9,6 +9,7 @@ docs/allocation.md. Budget 7000 over 3 exponential levels reserves 1000 / 2000 /
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -514,3 +515,61 @@ def test_plan_cli_shows_the_next_run_and_changes_nothing(make_drain, spark):
     assert _db_state(drain) == (runs_before, offsets_before)
     assert _kafka_groups(drain) == groups_before
     assert len(runs_before) == 1
+
+
+def test_a_missing_level_topic_is_one_error_naming_it_and_the_command_that_creates_it(
+    make_drain, stack
+):
+    from drainer.errors import TopicMissing
+    from drainer.lifecycle.run import drain_once
+
+    drain = make_drain()
+    topic = drain.level_topic(1)
+    with KafkaSession(drain) as kafka:
+        kafka.admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until the brokers' metadata no longer has it
+        with KafkaSession(drain) as kafka:
+            try:
+                kafka.partitions([1])
+            except TopicMissing:
+                break
+        time.sleep(0.2)
+    expected = (
+        f"topic {topic} of drain '{drain.name}' does not exist: create the drain's topics with "
+        f"`drainer topics create {drain.name}`"
+    )
+
+    def never(_ctx):  # planning stops the run before anything is read
+        raise AssertionError("executed a run over a missing topic")
+
+    try:
+        drain_once(drain, never, trigger="test")
+    except TopicMissing as err:
+        assert str(err) == expected
+        assert (err.code, err.retriable, err.topics) == ("UNKNOWN_TOPIC_OR_PART", False, [topic])
+    else:
+        raise AssertionError("a run over a missing topic did not fail")
+    with get_engine().connect() as conn:
+        planned = conn.scalar(text("SELECT count(*) FROM runs WHERE drain = :d"), {"d": drain.name})
+    assert planned == 0  # nothing was planned
+
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "plan", drain.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "1000"},
+    )
+    assert done.returncode == 2
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [f"drainer: {expected}"]
+
+    # the command the message names makes the drain work again
+    created = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "topics", "create", drain.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert created.returncode == 0 and f"{topic}" in created.stdout
+    assert drain_once(drain, never, trigger="test").drained == 0

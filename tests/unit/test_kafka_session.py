@@ -28,6 +28,8 @@ def drain(tmp_path):
         (KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), "UNKNOWN_TOPIC_OR_PART", False),
         (KafkaException(KafkaError(KafkaError._TRANSPORT)), "_TRANSPORT", False),
         (KafkaError(KafkaError.NOT_COORDINATOR, retriable=True), "NOT_COORDINATOR", True),
+        # retriable by Kafka's protocol, though librdkafka's admin results do not flag it
+        (KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION), "NOT_LEADER_FOR_PARTITION", True),
         (TimeoutError(), "_TIMED_OUT", True),
     ],
 )
