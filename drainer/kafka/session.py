@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -264,7 +264,7 @@ class KafkaSession:
 
     def list_offsets(
         self,
-        requests: list[tuple[Mapping[tuple[str, int], OffsetSpec], IsolationLevel]],
+        requests: Sequence[tuple[Mapping[tuple[str, int], OffsetSpec], IsolationLevel]],
     ) -> list[dict[tuple[str, int], int]]:
         """Several batched ListOffsets requests, in flight together on the admin client.
 
@@ -365,11 +365,11 @@ class KafkaSession:
                 message = consumer.poll(0.5)
                 if message is None:
                     continue
-                key = (message.topic(), message.partition())
+                key = (str(message.topic()), int(message.partition() or 0))
                 error = message.error()
                 if key not in wanted:
                     continue
-                if error is None and message.offset() < positions[wanted[key]]:
+                if error is None and (message.offset() or 0) < positions[wanted[key]]:
                     continue  # fetched before this lookup's assignment: not the asked record
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise kafka_error(f"reading {key[0]}[{key[1]}]: {error.str()}", error)
@@ -379,8 +379,8 @@ class KafkaSession:
                 known = kind != TIMESTAMP_NOT_AVAILABLE and stamp >= 0
                 found[wanted.pop(key)] = stamp if known else None
                 consumer.pause([TopicPartition(*key)])
-            for key in wanted.values():
-                found[key] = None
+            for level_partition in wanted.values():
+                found[level_partition] = None
             return found
         finally:
             # librdkafka keeps a partition's pause across assignments: the next lookup must
