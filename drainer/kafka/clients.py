@@ -152,8 +152,7 @@ def kafka_error(message: str, err: Any) -> KafkaUnavailable:
     `err` is a confluent_kafka.KafkaError, a KafkaException wrapping one, or anything else
     (a timeout: `_TIMED_OUT`, retriable).
     """
-    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
-        err = err.args[0]
+    err = _unwrapped(err)
     if isinstance(err, KafkaError):
         return KafkaUnavailable(redact(message), code=err.name(), retriable=retriable(err))
     return KafkaUnavailable(redact(message), code="_TIMED_OUT", retriable=True)
@@ -191,15 +190,13 @@ def retriable(err: Any) -> bool:
 
 def passing(err: Any) -> bool:
     """A request refused for a passing reason (a leader election): retry it at once."""
-    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
-        err = err.args[0]
+    err = _unwrapped(err)
     return isinstance(err, KafkaError) and retriable(err) and err.code() not in OUT_OF_REACH
 
 
 def request_failed(message: str, err: Any) -> KafkaUnavailable:
     """A failed request: the cluster out of reach is `unreachable`'s one message, else `message`."""
-    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
-        err = err.args[0]
+    err = _unwrapped(err)
     if not isinstance(err, KafkaError) or err.code() in OUT_OF_REACH:
         return unreachable(err if isinstance(err, Exception) else KafkaException(err))
     return kafka_error(f"{message}: {err.str()}", err)
@@ -219,9 +216,15 @@ def unreachable(err: Exception) -> KafkaUnavailable:
 
 
 def _text(err: Exception) -> str:
+    inner = _unwrapped(err)
+    return str(inner.str()) if isinstance(inner, KafkaError) else str(err) or type(err).__name__
+
+
+def _unwrapped(err: Any) -> Any:
+    """The KafkaError a KafkaException carries; anything else as it is."""
     if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
-        return str(err.args[0].str())
-    return str(err) or type(err).__name__
+        return err.args[0]
+    return err
 
 
 def first_contact(client: Any, future: Any) -> Any:

@@ -410,12 +410,10 @@ class KafkaSession:
             try:
                 answer = future.result(timeout=TIMEOUT_S + 5)
             except (KafkaException, TimeoutError) as err:
-                raise unreachable(err) from None
+                raise request_failed(f"reading offsets of group {group}", err) from None
             for tp in answer.topic_partitions:
                 if tp.error is not None:
-                    raise kafka_error(
-                        f"reading offsets of group {group}: {tp.error.str()}", tp.error
-                    )
+                    raise request_failed(f"reading offsets of group {group}", tp.error)
                 found[group][(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
         return found
 
