@@ -35,8 +35,8 @@ sys.path.insert(0, str(REPO))
 
 from dagster_project.definitions import RANGE_END, RANGE_START  # noqa: E402
 from drainer.config import load_drains  # noqa: E402
-from drainer.kafka.clients import create_topics  # noqa: E402
 from drainer.kafka.producer import produce_records, synthetic_records  # noqa: E402
+from drainer.kafka.session import KafkaSession  # noqa: E402
 from tests.integration.dagster_stack import DagsterStack  # noqa: E402
 
 
@@ -48,7 +48,8 @@ def main() -> None:
     body |= {"schedule": None, "sink": {"type": "postgres", "table": f"sink_{name}"}}
     path.write_text(yaml.safe_dump({"drains": {name: body}}))
     drain = load_drains(path)[name]
-    create_topics(drain)
+    with KafkaSession(drain) as kafka:
+        kafka.create_topics()
     for level in range(3):
         produce_records(drain, synthetic_records(1000, seed=level), level=level)
     env = {**os.environ, "DRAINER_CONFIG": str(path), "PYTHONPATH": str(REPO)}

@@ -151,9 +151,10 @@ def _peer(kind: str, drain, table: str) -> float:
 
 
 def sum_planned(drain) -> int:
-    from drainer.kafka.clients import partitions_of, watermarks
+    from drainer.kafka.session import KafkaSession
 
-    marks = watermarks(drain, partitions_of(drain, range(drain.levels)))
+    with KafkaSession(drain) as kafka:
+        marks = kafka.watermarks(kafka.partitions(range(drain.levels)))
     return sum(wm.high - wm.low for wm in marks.values())
 
 

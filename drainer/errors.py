@@ -5,7 +5,8 @@ says what to do. Anything else that escapes is a bug and keeps its traceback. `d
 maps these to exit codes in one place (2 by default, 3 when another run holds the drain).
 
 Errors raised inside Spark tasks travel back to the driver pickled; `__reduce__` rebuilds them
-from their message, so a subclass with a custom `__init__` cannot lose it on the way.
+from their message and attributes, so a subclass with a custom `__init__` cannot lose either on
+the way.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ class DrainerError(Exception):
 
     exit_code: int = 2
 
-    # survive pickling out of a Spark task with the message intact
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.args))
+    def __reduce__(self) -> tuple[Any, ...]:  # survive pickling out of a Spark task intact
+        return (_rebuild, (type(self), self.args, dict(vars(self))))
 
 
-def _rebuild(cls: type[DrainerError], args: tuple[Any, ...]) -> DrainerError:
+def _rebuild(
+    cls: type[DrainerError], args: tuple[Any, ...], attributes: dict[str, Any] | None = None
+) -> DrainerError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
+    vars(error).update(attributes or {})
     return error
 
 
@@ -38,7 +41,35 @@ class ServiceUnavailable(DrainerError):
 
 
 class KafkaUnavailable(ServiceUnavailable):
-    """The Kafka broker did not answer, or refused a request; nothing was changed."""
+    """The Kafka broker did not answer, or refused a request; nothing was changed.
+
+    `code` is the name of Kafka's error (`UNKNOWN_TOPIC_OR_PART`, `_TRANSPORT`, `_TIMED_OUT`, …)
+    when Kafka or librdkafka gave one, and `retriable` whether Kafka says the same request can
+    succeed later unchanged (a broker restarting) rather than needing a fix first (a refused
+    login, a missing topic).
+    """
+
+    def __init__(self, message: str, *, code: str | None = None, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retriable = retriable
+
+
+class TopicMissing(KafkaUnavailable):
+    """A topic the drain reads or writes does not exist; `topics` names them."""
+
+    def __init__(self, drain: str, topics: list[str]) -> None:
+        names = ", ".join(topics)
+        noun = "topic" if len(topics) == 1 else "topics"
+        verb = "does" if len(topics) == 1 else "do"
+        super().__init__(
+            f"{noun} {names} of drain '{drain}' {verb} not exist: create the drain's topics with "
+            f"`drainer topics create {drain}`",
+            code="UNKNOWN_TOPIC_OR_PART",
+            retriable=False,  # Kafka calls it retriable; here nothing changes until it is created
+        )
+        self.drain = drain
+        self.topics = list(topics)
 
 
 class DatabaseUnavailable(ServiceUnavailable):

@@ -36,13 +36,14 @@ def drain_body(name: str, **overrides: Any) -> dict[str, Any]:
 
 def create_drain(config_dir: Path, prefix: str = "t", **overrides: Any) -> tuple[DrainConfig, Path]:
     """Write a uniquely named one-drain YAML file under `config_dir` and create the topics."""
-    from drainer.kafka.clients import create_topics
+    from drainer.kafka.session import KafkaSession
 
     name = overrides.pop("name", None) or f"{prefix}_{uuid.uuid4().hex[:8]}"
     path = Path(config_dir) / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"drains": {name: drain_body(name, **overrides)}}))
     drain = load_drains(path)[name]
-    create_topics(drain, [drain.dlq_topic] if drain.dlq_topic else [])
+    with KafkaSession(drain) as kafka:
+        kafka.create_topics([drain.dlq_topic] if drain.dlq_topic else [])
     return drain, path
 
 
@@ -59,11 +60,11 @@ def temporary_drain(config_dir: Path, prefix: str = "t", **overrides: Any) -> It
 
 def delete_topics(drain: DrainConfig) -> None:
     """Delete a drain's level (and DLQ) topics; already gone or broker down is not an error."""
-    from drainer.kafka.clients import admin
+    from drainer.kafka.session import KafkaSession
 
     topics = [drain.level_topic(level) for level in range(drain.levels)]
     topics += [drain.dlq_topic] if drain.dlq_topic else []
-    client = admin(drain)  # must outlive its futures
-    for future in client.delete_topics(topics, operation_timeout=10).values():
-        with contextlib.suppress(Exception):
-            future.result(timeout=15)
+    with KafkaSession(drain) as kafka:
+        for future in kafka.admin.delete_topics(topics, operation_timeout=10).values():
+            with contextlib.suppress(Exception):
+                future.result(timeout=15)

@@ -25,8 +25,8 @@ def main() -> int:
     from dagster_project.definitions import all_levels_tags, build_definitions
     from drainer import services
     from drainer.config import get_drain
-    from drainer.kafka.clients import create_topics
     from drainer.kafka.producer import produce_records, synthetic_records
+    from drainer.kafka.session import KafkaSession
     from drainer.lifecycle.run import load_level_reports
 
     services.up(echo=console.print)
@@ -35,7 +35,8 @@ def main() -> int:
     spark = which_spark()  # the session the Dagster run below uses (in this process)
     console.print(f"Spark: [bold]{spark}[/]")
     drain = get_drain("events")
-    create_topics(drain)
+    with KafkaSession(drain) as kafka:
+        kafka.create_topics()
     for level, count in PRODUCE.items():
         produce_records(
             drain, synthetic_records(count, keys=50, value_size=100, seed=level), level=level

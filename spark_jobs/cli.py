@@ -8,7 +8,7 @@ asks for it, so `--help`, `plan` and `status` never start or import Spark.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from drainer.cli import main as cli_main
 
@@ -17,10 +17,23 @@ if TYPE_CHECKING:
 
 
 def spark_executor() -> Executor:
-    """The Spark job, after saying on stderr which Spark runs it (`spark: Spark Connect …`)."""
-    from spark_jobs.drain_job import execute, which_spark
+    """The Spark job, imported and started only when a run has records to read.
 
-    print(f"spark: {which_spark()}", file=sys.stderr)  # plain print: never wrapped by rich
+    A run with nothing to read never calls its executor, so it imports no pyspark and opens no
+    Spark session. The first call says on stderr which Spark runs the job
+    (`spark: Spark Connect …`).
+    """
+    said: list[bool] = []
+
+    def execute(ctx: Any) -> Any:
+        from spark_jobs.drain_job import execute as run_job
+        from spark_jobs.drain_job import which_spark
+
+        if not said:
+            print(f"spark: {which_spark()}", file=sys.stderr)  # plain print: never wrapped by rich
+            said.append(True)
+        return run_job(ctx)
+
     return execute
 
 

@@ -106,7 +106,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     import yaml
 
     from drainer.config import load_drains
-    from drainer.kafka.clients import create_topics
+    from drainer.kafka.session import KafkaSession
     from drainer.testing import delete_topics, drain_body
 
     suffix = uuid.uuid4().hex[:6]
@@ -125,7 +125,8 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     loaded = load_drains(path)
     drains = {role: loaded[name] for role, name in names.items()}
     for drain in drains.values():
-        create_topics(drain)
+        with KafkaSession(drain) as kafka:
+            kafka.create_topics()
     yield DagsterDrains(path=path, **drains)
     for drain in drains.values():
         delete_topics(drain)

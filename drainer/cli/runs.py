@@ -41,6 +41,7 @@ def register(sub: Subcommands) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from drainer.kafka.session import KafkaSession
     from drainer.lifecycle.planning import plan_next_run
     from drainer.store import get_engine, runs
 
@@ -59,7 +60,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         pending = runs.open_run(conn, drain.name)
     if pending is not None:
         return _show_open_run(drain, pending, args.json)
-    planned = plan_next_run(engine, drain, args.levels)
+    with KafkaSession(drain) as kafka:
+        planned = plan_next_run(engine, drain, kafka, args.levels)
     if args.json:
         print(json.dumps(plan_json(drain, planned), indent=2))
         return 0

@@ -31,11 +31,12 @@ def cmd_services(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from drainer.kafka.clients import create_topics
+    from drainer.kafka.session import KafkaSession
 
     drain = get_drain(args.drain)
     extra = [drain.dlq_topic] if drain.dlq_topic else []
-    created = create_topics(drain, extra)
+    with KafkaSession(drain) as kafka:
+        created = kafka.create_topics(extra)
     wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + extra
     for topic in wanted:
         state = "created" if topic in created else "exists"

@@ -1,8 +1,9 @@
-"""Kafka I/O for planning and mirroring: watermarks, offsets-for-times, group offsets, topics.
+"""How drainer's confluent-kafka clients are configured, and how their failures read.
 
-Plain confluent-kafka configuration dicts. Consumers read with `isolation.level=read_committed`
-and plans end at the last stable offset, so aborted records and transaction markers are
-never read nor counted as backlog.
+Plain confluent-kafka configuration dicts; the clients themselves live in a `KafkaSession`
+(drainer.kafka.session), one per run or command. Consumers read with
+`isolation.level=read_committed` and plans end at the last stable offset, so aborted records and
+transaction markers are never read nor counted as backlog.
 
 Client settings come from the drain's `kafka:` and `kafka_librdkafka:` blocks, translated by
 `drainer.config.kafka_clients`. librdkafka's own log goes through Python logging (`drainer.librdkafka`)
@@ -18,32 +19,28 @@ import logging
 import re
 import threading
 import time
-import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
-    Consumer,
-    IsolationLevel,
-    KafkaError,
-    KafkaException,
-    TopicCollection,
-    TopicPartition,
-)
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import KafkaError, KafkaException
 
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import librdkafka_settings, redact
 from drainer.errors import ConfigError, KafkaUnavailable
 from drainer.settings import load_settings
 
-TIMEOUT_S = 15.0
-FIRST_CONTACT_S = 3.0  # a cluster that answers at all returns metadata in milliseconds
+TIMEOUT_S = 15.0  # one request's time limit once the cluster answered
+FIRST_CONTACT_S = 3.0  # a cluster that answers at all does so in milliseconds
 FIRST_CONTACT_SLICE_S = 0.5
 ALL_DOWN_GRACE_S = 1.0  # every broker refused for this long: not a restart in progress
 DEDUP_WINDOW_S = 60.0
+PRODUCER_DEFAULTS = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 20,
+    "batch.size": 1_000_000,
+    "compression.type": "lz4",
+    "queue.buffering.max.messages": 500_000,
+}
 
 _log = logging.getLogger("drainer.librdkafka")
 # syslog levels librdkafka uses -> Python's
@@ -91,16 +88,16 @@ class _LibrdkafkaLog:
             return True
         return KafkaError._ALL_BROKERS_DOWN in codes and waited >= ALL_DOWN_GRACE_S
 
-    def cause(self) -> str | None:
+    def cause(self) -> Any:
         """The most telling error librdkafka reported: authentication and TLS before transport."""
         with self._lock:
             errors = list(self.errors)
         for err in reversed(errors):
             if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
-                return redact(err.str())
+                return err
         for err in reversed(errors):
             if err.code() != KafkaError._ALL_BROKERS_DOWN:
-                return redact(err.str())
+                return err
         return None
 
 
@@ -121,10 +118,6 @@ def client_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str, A
     return config
 
 
-def _consumer(drain: DrainConfig | None, **extra: Any) -> Consumer:
-    return make_client(Consumer, consumer_config(drain, **extra))
-
-
 def read_committed(drain: DrainConfig | None) -> bool:
     """Whether the drain reads only committed transactional records (the default).
 
@@ -141,10 +134,6 @@ def consumer_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str,
     return {**client_config(drain, **extra), "isolation.level": level}
 
 
-def admin(drain: DrainConfig | None = None) -> AdminClient:
-    return make_client(AdminClient, client_config(drain))
-
-
 def make_client(kind: Any, config: dict[str, Any]) -> Any:
     """A librdkafka client; settings it refuses are a ConfigError naming them, not a traceback."""
     try:
@@ -157,275 +146,100 @@ def make_client(kind: Any, config: dict[str, Any]) -> Any:
         ) from None
 
 
-def _unreachable(err: Exception | str) -> KafkaUnavailable:
+def kafka_error(message: str, err: Any) -> KafkaUnavailable:
+    """`message` as a KafkaUnavailable carrying the code and retriability of Kafka's error.
+
+    `err` is a confluent_kafka.KafkaError, a KafkaException wrapping one, or anything else
+    (a timeout: `_TIMED_OUT`, retriable).
+    """
+    err = _unwrapped(err)
+    if isinstance(err, KafkaError):
+        return KafkaUnavailable(redact(message), code=err.name(), retriable=retriable(err))
+    return KafkaUnavailable(redact(message), code="_TIMED_OUT", retriable=True)
+
+
+# codes that say the cluster (or the login to it) is out of reach, not that a request was refused
+OUT_OF_REACH = {
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._AUTHENTICATION,
+    KafkaError._SSL,
+}
+
+
+# errors Kafka's protocol calls retriable; the errors of librdkafka's admin results do not say so
+RETRIABLE = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+}
+
+
+def retriable(err: Any) -> bool:
+    """Whether the same request can succeed later, unchanged."""
+    return bool(err.retriable()) or err.code() in RETRIABLE
+
+
+def passing(err: Any) -> bool:
+    """A request refused for a passing reason (a leader election): retry it at once."""
+    err = _unwrapped(err)
+    return isinstance(err, KafkaError) and retriable(err) and err.code() not in OUT_OF_REACH
+
+
+def request_failed(message: str, err: Any) -> KafkaUnavailable:
+    """A failed request: the cluster out of reach is `unreachable`'s one message, else `message`."""
+    err = _unwrapped(err)
+    if not isinstance(err, KafkaError) or err.code() in OUT_OF_REACH:
+        return unreachable(err if isinstance(err, Exception) else KafkaException(err))
+    return kafka_error(f"{message}: {err.str()}", err)
+
+
+def unreachable(err: Exception) -> KafkaUnavailable:
+    """The cluster did not answer: one message naming the address, librdkafka's cause, the fix."""
     address = load_settings().bootstrap_servers
     cause = _librdkafka_log.cause()
-    detail = cause or (err.args[0].str() if isinstance(err, KafkaException) else str(err))
-    return KafkaUnavailable(
-        redact(
-            f"Kafka at {address} did not answer ({detail}). Start it with `drainer services up`, "
-            "point KAFKA_BOOTSTRAP_SERVERS at your brokers, or check the drain's `kafka:` "
-            "security settings."
-        )
+    detail = redact(cause.str()) if cause is not None else _text(err)
+    return kafka_error(
+        f"Kafka at {address} did not answer ({detail}). Start it with `drainer services up`, "
+        "point KAFKA_BOOTSTRAP_SERVERS at your brokers, or check the drain's `kafka:` "
+        "security settings.",
+        cause if cause is not None else err,
     )
 
 
-def cluster_metadata(client: AdminClient) -> Any:
-    """The first call to a cluster: metadata within FIRST_CONTACT_S, or one clear error.
+def _text(err: Exception) -> str:
+    inner = _unwrapped(err)
+    return str(inner.str()) if isinstance(inner, KafkaError) else str(err) or type(err).__name__
 
-    Asked in short slices, so that a refused connection (every broker down for a second) or a
-    refused login ends the wait early instead of running out the clock.
+
+def _unwrapped(err: Any) -> Any:
+    """The KafkaError a KafkaException carries; anything else as it is."""
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        return err.args[0]
+    return err
+
+
+def first_contact(client: Any, future: Any) -> Any:
+    """The first answer of a cluster: `future`'s result within FIRST_CONTACT_S, or one clear error.
+
+    Waited for in short slices, so that a refused connection (every broker down for a second)
+    or a refused login ends the wait early instead of running out the clock.
     """
     _librdkafka_log.errors = []
     started = time.monotonic()
     while True:
         try:
-            return client.list_topics(timeout=FIRST_CONTACT_SLICE_S)
-        except KafkaException as err:
+            return future.result(timeout=FIRST_CONTACT_SLICE_S)
+        except TimeoutError as err:
             client.poll(0)  # serve the error callbacks that say why
             waited = time.monotonic() - started
             if waited >= FIRST_CONTACT_S or _librdkafka_log.hopeless(waited):
-                raise _unreachable(err) from None
-
-
-def partitions_of(drain: DrainConfig, levels: Iterable[int]) -> dict[int, list[int]]:
-    """Partition numbers of each level topic; a missing topic is a clear error."""
-    client = admin(drain)
-    metadata = cluster_metadata(client)
-    found: dict[int, list[int]] = {}
-    for level in levels:
-        topic = metadata.topics.get(drain.level_topic(level))
-        if topic is None or topic.error is not None:
-            raise KafkaUnavailable(
-                f"topic {drain.level_topic(level)} does not exist: create the level topics "
-                f"with `drainer topics create {drain.name}`"
-            )
-        found[level] = sorted(topic.partitions)
-    return found
-
-
-def list_offsets(
-    drain: DrainConfig,
-    specs: Mapping[tuple[str, int], OffsetSpec],
-    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
-) -> dict[tuple[str, int], int]:
-    """One batched ListOffsets request for many partitions (planning cost grows with partitions).
-
-    With READ_COMMITTED, `latest` is the last stable offset: below the first open transaction.
-    """
-    return _list_offsets_at_once(drain, [(specs, isolation)])[0]
-
-
-def _list_offsets_at_once(
-    drain: DrainConfig,
-    requests: list[tuple[Mapping[tuple[str, int], OffsetSpec], IsolationLevel]],
-) -> list[dict[tuple[str, int], int]]:
-    """Several ListOffsets requests in flight together on one admin client.
-
-    A client per request paid its own connection and metadata round trip (~0.1 s each, three
-    per `watermarks`, on every plan).
-    """
-    if not any(specs for specs, _ in requests):
-        return [{} for _ in requests]
-    client = admin(drain)  # must outlive its futures: they resolve on the client's thread
-    try:
-        pending = [
-            client.list_offsets(
-                {TopicPartition(topic, part): spec for (topic, part), spec in specs.items()},
-                isolation_level=isolation,
-                request_timeout=TIMEOUT_S,
-            )
-            if specs
-            else {}
-            for specs, isolation in requests
-        ]
-        return [
-            {
-                (tp.topic, tp.partition): fut.result(timeout=TIMEOUT_S + 5).offset
-                for tp, fut in futures.items()
-            }
-            for futures in pending
-        ]
-    except (KafkaException, TimeoutError) as err:
-        raise _unreachable(err) from None
-
-
-@dataclass(frozen=True)
-class Watermarks:
-    """A partition's offsets: `low` the earliest that still exists (retention moves it),
-    `high` where a plan may end (the last stable offset when reading committed records),
-    `log_end` the log's end offset (the high watermark)."""
-
-    low: int
-    high: int
-    log_end: int = -1
-
-    def __post_init__(self) -> None:
-        if self.log_end < 0:
-            object.__setattr__(self, "log_end", self.high)
-
-
-def watermarks(
-    drain: DrainConfig, partitions: Mapping[int, list[int]]
-) -> dict[tuple[int, int], Watermarks]:
-    """(level, partition) -> earliest, plannable end and log end offsets."""
-    keys = [(drain.level_topic(lvl), p) for lvl, parts in partitions.items() for p in parts]
-    latest = {k: OffsetSpec.latest() for k in keys}
-    requests = [
-        ({k: OffsetSpec.earliest() for k in keys}, IsolationLevel.READ_UNCOMMITTED),
-        (latest, IsolationLevel.READ_UNCOMMITTED),
-    ]
-    if read_committed(drain):
-        requests.append((latest, IsolationLevel.READ_COMMITTED))
-    low, log_end, *committed = _list_offsets_at_once(drain, requests)
-    high = committed[0] if committed else log_end
-    found = {}
-    for level, parts in partitions.items():
-        for part in parts:
-            key = (drain.level_topic(level), part)
-            found[(level, part)] = Watermarks(low[key], high[key], log_end[key])
-    return found
-
-
-def topic_ids(drain: DrainConfig, topics: list[str]) -> dict[str, str]:
-    """topic -> its Kafka topic id (text); a topic deleted and created again gets a new one."""
-    if not topics:
-        return {}
-    client = admin(drain)  # must outlive its futures
-    try:
-        futures = client.describe_topics(TopicCollection(topics), request_timeout=TIMEOUT_S)
-        return {
-            name: str(fut.result(timeout=TIMEOUT_S + 5).topic_id) for name, fut in futures.items()
-        }
-    except TimeoutError as err:
-        raise _unreachable(err) from None
-    except KafkaException as err:
-        if err.args and err.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise KafkaUnavailable(
-                f"a topic of drain '{drain.name}' does not exist ({err}): create the level "
-                f"topics with `drainer topics create {drain.name}`"
-            ) from None
-        raise _unreachable(err) from None
-
-
-def offsets_for_time(
-    drain: DrainConfig, requests: Mapping[tuple[int, int], int], ends: Mapping[tuple[int, int], int]
-) -> dict[tuple[int, int], int]:
-    """First offset whose timestamp is >= the given ms per (level, partition); the end if none."""
-    specs = {
-        (drain.level_topic(level), part): OffsetSpec.for_timestamp(ts)
-        for (level, part), ts in requests.items()
-    }
-    found = list_offsets(drain, specs)
-    result = {}
-    for level, part in requests:
-        offset = found[(drain.level_topic(level), part)]
-        result[(level, part)] = ends[(level, part)] if offset < 0 else offset
-    return result
-
-
-def record_timestamps(
-    drain: DrainConfig, positions: Mapping[tuple[int, int], int]
-) -> dict[tuple[int, int], int | None]:
-    """Timestamp (ms) of the record at each (level, partition) offset: the next pending one.
-
-    Reads one record per partition; used only when a drain aligns by event time (`max_gap`).
-    """
-    if not positions:
-        return {}
-    consumer = _consumer(
-        drain,
-        **{
-            "group.id": f"drainer-probe-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        },
-    )
-    try:
-        consumer.assign(
-            [TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()]
-        )
-        wanted = {(drain.level_topic(lvl), p): (lvl, p) for (lvl, p) in positions}
-        found: dict[tuple[int, int], int | None] = {}
-        deadline = time.monotonic() + TIMEOUT_S
-        while wanted and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            key = (message.topic(), message.partition())
-            if key not in wanted:
-                continue
-            error = message.error()
-            if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                raise KafkaUnavailable(f"reading {key}: {error}")
-            kind, stamp = (TIMESTAMP_NOT_AVAILABLE, -1) if error else message.timestamp()
-            # at the end, or no usable timestamp (old message format): unknown, so it cannot
-            # define t_min
-            known = kind != TIMESTAMP_NOT_AVAILABLE and stamp >= 0
-            found[wanted.pop(key)] = stamp if known else None
-            consumer.pause([TopicPartition(*key)])
-        for key in wanted.values():
-            found[key] = None
-        return found
-    finally:
-        consumer.close()
-
-
-@dataclass(frozen=True)
-class GroupCommit:
-    topic: str
-    partition: int
-    offset: int
-    metadata: str = ""
-
-
-def commit_group_offsets(drain: DrainConfig, group: str, commits: list[GroupCommit]) -> None:
-    """Mirror committed offsets to a Kafka consumer group so lag tools see the drain's progress."""
-    if not commits:
-        return
-    consumer = _consumer(drain, **{"group.id": group, "enable.auto.commit": False})
-    try:
-        offsets = [TopicPartition(c.topic, c.partition, c.offset, c.metadata) for c in commits]
-        result = consumer.commit(offsets=offsets, asynchronous=False)
-        failed = [tp for tp in result or [] if tp.error is not None]
-        if failed:
-            raise KafkaUnavailable(f"committing offsets of group {group}: {failed[0].error}")
-    except KafkaException as err:
-        raise _unreachable(err) from None
-    finally:
-        consumer.close()
-
-
-def group_offsets(drain: DrainConfig, group: str, keys: list[tuple[str, int]]) -> dict:
-    """(topic, partition) -> (offset, metadata) of a consumer group; for status and tests."""
-    consumer = _consumer(drain, **{"group.id": group, "enable.auto.commit": False})
-    try:
-        found = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=TIMEOUT_S)
-        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in found}
-    except KafkaException as err:
-        raise _unreachable(err) from None
-    finally:
-        consumer.close()
-
-
-def create_topics(drain: DrainConfig, extra: Iterable[str] = ()) -> list[str]:
-    """Create the drain's level topics (and e.g. its DLQ topic); existing ones are left alone."""
-    client = admin(drain)
-    existing = set(cluster_metadata(client).topics)
-    wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + list(extra)
-    new = [
-        NewTopic(name, num_partitions=drain.partitions, replication_factor=drain.replication_factor)
-        for name in wanted
-        if name not in existing
-    ]
-    if not new:
-        return []
-    for name, future in client.create_topics(new, request_timeout=TIMEOUT_S).items():
-        try:
-            future.result(timeout=TIMEOUT_S + 5)
-        except TimeoutError as err:
-            raise _unreachable(err) from None
-        except KafkaException as err:
-            if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise KafkaUnavailable(f"creating topic {name}: {err}") from None
-    return [topic.topic for topic in new]
+                raise unreachable(err) from None

@@ -9,6 +9,9 @@ waiting) then shows a fresh commit to lag monitors (Burrow calls a group whose o
 lag stays "stalled") rather than a dead consumer. The mirror never moves a group's offset
 backwards: only an audited `drainer rewind` (which moves Postgres's committed offset below what
 was mirrored) may; any other group offset ahead of Postgres is left alone and reported.
+
+All levels' groups are read in one batch and committed in one batch on the session's admin
+client: mirroring a run costs two round trips to the cluster, whatever the number of levels.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from sqlalchemy import Engine
 
 from drainer.config import DrainConfig
 from drainer.errors import KafkaUnavailable
-from drainer.kafka.clients import GroupCommit, commit_group_offsets, group_offsets
+from drainer.kafka.session import GroupCommit, KafkaSession
 from drainer.offset_map import MAX_KAFKA_METADATA
 from drainer.store import offsets
 
@@ -38,13 +41,15 @@ class MirrorReport:
 
 
 def mirror_offsets(
-    engine: Engine, drain: DrainConfig, levels: list[int] | None = None
+    engine: Engine, drain: DrainConfig, kafka: KafkaSession, levels: list[int] | None = None
 ) -> MirrorReport:
     """Mirror what lags behind Postgres; with `levels`, every partition of those levels too."""
     report = MirrorReport()
     with engine.connect() as conn:
         rows = offsets.unmirrored(conn, drain.name, levels or [])
-    rows = _not_backwards(drain, rows, report)
+    if not rows:
+        return report
+    rows = _not_backwards(drain, kafka, rows, report)
     by_level: dict[int, list[GroupCommit]] = defaultdict(list)
     for row in rows:
         metadata = row.offset_map
@@ -60,10 +65,13 @@ def mirror_offsets(
             )
             metadata = ""
         by_level[row.level].append(GroupCommit(row.topic, row.partition, row.committed, metadata))
+    failed = kafka.commit_group_offsets(
+        {drain.level_group(level): commits for level, commits in by_level.items()}
+    )
+    mirrored: list[GroupCommit] = []
     for level, commits in by_level.items():
-        try:
-            commit_group_offsets(drain, drain.level_group(level), commits)
-        except KafkaUnavailable as err:
+        err = failed.get(drain.level_group(level))
+        if err is not None:
             report.error = str(err)
             log.warning(
                 "mirroring offsets of group %s failed (%s); the next run retries",
@@ -71,27 +79,34 @@ def mirror_offsets(
                 err,
             )
             continue
+        mirrored += commits
+    if mirrored:
         with engine.begin() as conn:
-            for c in commits:
+            for c in mirrored:
                 offsets.mark_mirrored(conn, drain.name, c.topic, c.partition, c.offset)
-        report.partitions += len(commits)
+    report.partitions = len(mirrored)
     return report
 
 
-def _not_backwards(drain: DrainConfig, rows: list, report: MirrorReport) -> list:
+def _not_backwards(
+    drain: DrainConfig, kafka: KafkaSession, rows: list, report: MirrorReport
+) -> list:
     """Drop commits that would move a group's offset backwards without an audited rewind."""
     by_level: dict[int, list] = defaultdict(list)
     for row in rows:
         by_level[row.level].append(row)
+    try:
+        groups = kafka.group_offsets(
+            {
+                drain.level_group(level): [(r.topic, r.partition) for r in level_rows]
+                for level, level_rows in by_level.items()
+            }
+        )
+    except KafkaUnavailable:
+        return rows  # the commit below fails the same way and is retried
     kept = []
     for level, level_rows in by_level.items():
-        try:
-            current = group_offsets(
-                drain, drain.level_group(level), [(r.topic, r.partition) for r in level_rows]
-            )
-        except KafkaUnavailable:
-            kept.extend(level_rows)  # the commit below fails the same way and is retried
-            continue
+        current = groups[drain.level_group(level)]
         for row in level_rows:
             offset = current.get((row.topic, row.partition), (-1, ""))[0]
             if offset > row.committed and not row.rewound:

@@ -9,22 +9,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from drainer.config import DrainConfig
-from drainer.config.kafka_clients import redact
-from drainer.errors import ConfigError, KafkaUnavailable
-from drainer.kafka.clients import client_config, make_client
-
-PRODUCER_DEFAULTS = {
-    "acks": "all",
-    "enable.idempotence": True,
-    "linger.ms": 20,
-    "batch.size": 1_000_000,
-    "compression.type": "lz4",
-    "queue.buffering.max.messages": 500_000,
-}
+from drainer.errors import ConfigError
+from drainer.kafka.clients import kafka_error
+from drainer.kafka.session import KafkaSession
 
 
 @dataclass(frozen=True)
@@ -82,18 +74,26 @@ def produce_records(
     on_progress: Callable[[int], None] | None = None,
     partition: int | None = None,
     topic: str | None = None,
+    kafka: KafkaSession | None = None,
 ) -> int:
-    """Send records at a priority level (or to `topic`); returns how many were acknowledged."""
+    """Send records at a priority level (or to `topic`); returns how many were acknowledged.
+
+    Uses the producer of `kafka` (a run's or a command's session); without one, a session is
+    opened for this call alone (tests, scripts).
+    """
+    if kafka is None:
+        with KafkaSession(drain) as own:
+            return produce_records(drain, records, level, on_progress, partition, topic, own)
     if topic is None:
         topic = drain.level_topic(drain.check_level(level))
-    producer = make_client(Producer, client_config(drain, **PRODUCER_DEFAULTS))
-    errors: list[str] = []
+    producer = kafka.producer
+    errors: list[Any] = []
     acked = 0
 
-    def delivered(err, _msg) -> None:
+    def delivered(err: Any, _msg: Any) -> None:
         nonlocal acked
         if err is not None:
-            errors.append(str(err))
+            errors.append(err)
         else:
             acked += 1
 
@@ -123,15 +123,25 @@ def produce_records(
                     on_progress(sent)
         remaining = producer.flush(60)
     except KafkaException as err:
-        raise KafkaUnavailable(redact(f"producing to {topic}: {err}")) from None
+        _discard(producer)
+        raise kafka_error(f"producing to {topic}: {err}", err) from None
+    except BaseException:
+        _discard(producer)  # a bad input line: what was queued of this call is not sent
+        raise
     if remaining or errors:
-        detail = errors[0] if errors else f"{remaining} records still queued after 60 s"
-        raise KafkaUnavailable(
-            redact(
-                f"{sent - acked} of {sent} records to {topic} were not acknowledged: {detail}. "
-                "Check the broker (`drainer services status`) and send them again."
-            )
+        _discard(producer)  # the caller sends them again; the session's close must not wait
+        detail = errors[0].str() if errors else f"{remaining} records still queued after 60 s"
+        raise kafka_error(
+            f"{sent - acked} of {sent} records to {topic} were not acknowledged: {detail}. "
+            "Check the broker (`drainer services status`) and send them again.",
+            errors[0] if errors else TimeoutError(),
         )
     if on_progress:
         on_progress(sent)
     return acked
+
+
+def _discard(producer: Any) -> None:
+    """Drop what this call left queued, so that closing the session neither sends nor waits."""
+    producer.purge()
+    producer.poll(0)

@@ -14,14 +14,17 @@ from sqlalchemy import Connection, Engine
 
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
-from drainer.kafka import clients as kafka_io
+from drainer.kafka.session import KafkaSession
 from drainer.store import topics
 
 
-def verify_topics(engine: Engine, drain: DrainConfig, levels: list[int], open_plan: bool) -> dict:
+def verify_topics(
+    engine: Engine, drain: DrainConfig, kafka: KafkaSession, levels: list[int], open_plan: bool
+) -> dict[str, str]:
     """The live topic ids of the levels; raises TopicRecreated where one changed."""
     names = {drain.level_topic(level): level for level in levels}
-    live = kafka_io.topic_ids(drain, list(names))
+    kafka.partitions(levels)  # a missing topic: one TopicMissing naming it, before its id
+    live = kafka.topic_ids(list(names))
     with engine.connect() as conn:
         known = topics.topic_ids(conn, drain.name)
     for topic, level in names.items():

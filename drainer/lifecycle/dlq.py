@@ -14,6 +14,7 @@ import logging
 
 from drainer.config import DrainConfig
 from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.session import KafkaSession
 from drainer.processing.headers import decode_headers
 from drainer.store import dead_letters, get_engine
 
@@ -43,13 +44,14 @@ def _as_record(row, extra_headers: list[tuple[str, bytes]] | None = None) -> Out
 
 def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
     """Claim dead letters (marking them retried), re-produce them, then commit the claim."""
-    with get_engine().begin() as conn:
+    with get_engine().begin() as conn, KafkaSession(drain) as kafka:
         rows = dead_letters.claim_for_retry(conn, drain.name, ids)
         for level in sorted({r.level for r in rows}):
             produce_records(
                 drain,
                 (_as_record(r) for r in rows if r.level == level),
                 level=level,
+                kafka=kafka,
             )
     if rows:
         log.info(
@@ -60,7 +62,7 @@ def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
     return len(rows)
 
 
-def publish_dead_letters(drain: DrainConfig) -> int:
+def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:
     """Publish dead letters not yet on the drain's `dlq_topic`; returns how many went out.
 
     After the commit, like the Kafka mirror: at least once (a crash between the send and the
@@ -85,7 +87,7 @@ def publish_dead_letters(drain: DrainConfig) -> int:
         )
         for r in rows
     ]
-    produce_records(drain, records, topic=drain.dlq_topic)
+    produce_records(drain, records, topic=drain.dlq_topic, kafka=kafka)
     with engine.begin() as conn:
         dead_letters.mark_published(conn, [r.id for r in rows])
     return len(rows)

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from drainer.allocation import AllocationPolicy, OffsetForTime, PartitionBacklog, Plan, TimestampAt
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
-from drainer.kafka import clients as kafka_io
+from drainer.kafka.session import KafkaSession
 from drainer.offset_map import advance, decode_offset_map, encode_offset_map
 from drainer.store import history, offsets
 from drainer.store.retention import Loss
@@ -51,9 +51,14 @@ def resolve_levels(drain: DrainConfig, levels: list[int] | None) -> list[int]:
     return sorted({drain.check_level(level) for level in levels})
 
 
-def partition_states(engine: Engine, drain: DrainConfig, levels: list[int]) -> list[PartitionState]:
-    """Where every partition of the covered levels stands: what Kafka has, what is done."""
-    marks = kafka_io.watermarks(drain, kafka_io.partitions_of(drain, levels))
+def partition_states(
+    engine: Engine, drain: DrainConfig, levels: list[int], kafka: KafkaSession
+) -> list[PartitionState]:
+    """Where every partition of the covered levels stands: what Kafka has, what is done.
+
+    A level topic that does not exist is one TopicMissing naming it and `drainer topics create`.
+    """
+    marks = kafka.watermarks(kafka.partitions(levels))
     with engine.connect() as conn:
         stored = offsets.partition_offsets(conn, drain.name)
     found = []
@@ -122,10 +127,10 @@ def check_offsets_exist(drain: DrainConfig, parts: list[PartitionState]) -> None
 
 
 def plan_next_run(
-    engine: Engine, drain: DrainConfig, levels: list[int] | None = None
+    engine: Engine, drain: DrainConfig, kafka: KafkaSession, levels: list[int] | None = None
 ) -> PlannedRun:
     levels = resolve_levels(drain, levels)
-    parts = partition_states(engine, drain, levels)
+    parts = partition_states(engine, drain, levels, kafka)
     check_offsets_exist(drain, parts)
     for p in parts:
         if p.loss is not None and p.loss.records:
@@ -153,7 +158,7 @@ def plan_next_run(
         level_history = history.level_history(conn, drain.name, levels, drain.history_window)
     lookups: EventTimeLookups | None = None
     if drain.max_gap_ms is not None or drain.max_wait_ms:
-        backlogs, lookups = _with_event_times(drain, backlogs)
+        backlogs, lookups = _with_event_times(drain, kafka, backlogs)
     result = allocation_policy(drain, levels, level_history, lookups).plan(backlogs)
     return PlannedRun(result, parts, levels)
 
@@ -197,7 +202,7 @@ def allocation_policy(
 
 
 def _with_event_times(
-    drain: DrainConfig, backlogs: list[PartitionBacklog]
+    drain: DrainConfig, kafka: KafkaSession, backlogs: list[PartitionBacklog]
 ) -> tuple[list[PartitionBacklog], EventTimeLookups]:
     """Attach next-pending timestamps (one batched read) and the lookups the policy needs.
 
@@ -214,7 +219,7 @@ def _with_event_times(
             while first in b.done:
                 first += 1
             pending[(b.level, b.partition)] = first
-    stamps = kafka_io.record_timestamps(drain, pending)
+    stamps = kafka.record_timestamps(pending)
     with_ts = [
         PartitionBacklog(
             b.level, b.partition, b.start, b.end, b.done, stamps.get((b.level, b.partition))
@@ -233,15 +238,15 @@ def _with_event_times(
     }
     known = {
         (*key, cutoffs[key]): offset
-        for key, offset in kafka_io.offsets_for_time(drain, cutoffs, ends).items()
+        for key, offset in kafka.offsets_for_time(cutoffs, ends).items()
     }
 
     def offset_for_time(level: int, partition: int, ts: int) -> int:
         if (level, partition, ts) in known:
             return known[(level, partition, ts)]
-        return kafka_io.offsets_for_time(drain, {(level, partition): ts}, ends)[(level, partition)]
+        return kafka.offsets_for_time({(level, partition): ts}, ends)[(level, partition)]
 
     def timestamp_at(level: int, partition: int, offset: int) -> int | None:
-        return kafka_io.record_timestamps(drain, {(level, partition): offset})[(level, partition)]
+        return kafka.record_timestamps({(level, partition): offset})[(level, partition)]
 
     return with_ts, EventTimeLookups(offset_for_time, timestamp_at, now_ms)

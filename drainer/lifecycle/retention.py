@@ -18,7 +18,7 @@ from collections import defaultdict
 
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
-from drainer.kafka import clients as kafka_io
+from drainer.kafka.session import KafkaSession
 from drainer.offset_map import decode_offset_map
 from drainer.store.retention import Loss
 from drainer.store.runs import StoredRange
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def measure_ranges(
-    drain: DrainConfig, ranges: list[StoredRange]
+    drain: DrainConfig, ranges: list[StoredRange], kafka: KafkaSession
 ) -> tuple[list[Loss], dict[tuple[str, int], int]]:
     """The lost part of each range and where each range's read starts: (losses, read_from).
 
@@ -39,7 +39,7 @@ def measure_ranges(
     partitions: dict[int, list[int]] = defaultdict(list)
     for rng in ranges:
         partitions[rng.level].append(rng.partition)
-    marks = kafka_io.watermarks(drain, partitions)
+    marks = kafka.watermarks(partitions)
     losses: list[Loss] = []
     read_from: dict[tuple[str, int], int] = {}
     for rng in ranges:

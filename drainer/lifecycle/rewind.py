@@ -14,8 +14,8 @@ from datetime import datetime
 
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
-from drainer.kafka import clients as kafka_io
 from drainer.kafka.mirror import mirror_offsets
+from drainer.kafka.session import KafkaSession
 from drainer.store import get_engine, offsets, runs, topics
 from drainer.store.leases import check_fence, drain_lease
 
@@ -46,41 +46,44 @@ def rewind(
     if sum((to_offset is not None, to_time is not None, to_earliest)) != 1:
         raise ConfigError("give exactly one of --to-offset, --to-time or --to-earliest")
     engine = get_engine()
-    parts = kafka_io.partitions_of(drain, [level])[level]
-    if partitions:
-        unknown = sorted(set(partitions) - set(parts))
-        if unknown:
-            raise ConfigError(f"{drain.level_topic(level)} has partitions {parts}; not {unknown}")
-        parts = sorted(partitions)
-    marks = kafka_io.watermarks(drain, {level: parts})
-    if to_time is not None:
-        ends = {key: wm.high for key, wm in marks.items()}
-        ms = int(to_time.timestamp() * 1000)
-        targets = kafka_io.offsets_for_time(drain, {key: ms for key in ends}, ends)
-    elif to_earliest:
-        targets = {key: wm.low for key, wm in marks.items()}
-    else:
-        targets = {key: min(max(to_offset, wm.low), wm.high) for key, wm in marks.items()}
-    topic = drain.level_topic(level)
-    topic_id = kafka_io.topic_ids(drain, [topic])[topic]
-    moved: list[Moved] = []
-    with drain_lease(engine, drain) as lease, engine.begin() as conn:
-        check_fence(conn, lease)
-        open_run = runs.open_run(conn, drain.name)
-        if open_run is not None:
-            raise ConfigError(
-                f"run {open_run.id} of drain '{drain.name}' is not committed yet: finish it with "
-                f"`drainer run {drain.name}`, or end it with `drainer plan abandon {drain.name} "
-                "--reason TEXT`, before rewinding"
-            )
-        stored = offsets.partition_offsets(conn, drain.name)
-        for (lvl, part), target in sorted(targets.items()):
-            topic = drain.level_topic(lvl)
-            current, current_map = stored.get((topic, part), (marks[(lvl, part)].low, ""))
-            offsets.rewind_partition(
-                conn, drain.name, topic, part, (current, current_map), target, reason, topic_id
-            )
-            moved.append(Moved(topic, part, current, target))
-        topics.record_topic_id(conn, drain.name, topic, topic_id)
-    mirror_offsets(engine, drain)
+    with KafkaSession(drain) as kafka:  # one set of clients for the whole command
+        parts = kafka.partitions([level])[level]
+        if partitions:
+            unknown = sorted(set(partitions) - set(parts))
+            if unknown:
+                raise ConfigError(
+                    f"{drain.level_topic(level)} has partitions {parts}; not {unknown}"
+                )
+            parts = sorted(partitions)
+        marks = kafka.watermarks({level: parts})
+        if to_time is not None:
+            ends = {key: wm.high for key, wm in marks.items()}
+            ms = int(to_time.timestamp() * 1000)
+            targets = kafka.offsets_for_time({key: ms for key in ends}, ends)
+        elif to_earliest:
+            targets = {key: wm.low for key, wm in marks.items()}
+        else:
+            targets = {key: min(max(to_offset, wm.low), wm.high) for key, wm in marks.items()}
+        topic = drain.level_topic(level)
+        topic_id = kafka.topic_ids([topic])[topic]
+        moved: list[Moved] = []
+        with drain_lease(engine, drain) as lease, engine.begin() as conn:
+            check_fence(conn, lease)
+            open_run = runs.open_run(conn, drain.name)
+            if open_run is not None:
+                raise ConfigError(
+                    f"run {open_run.id} of drain '{drain.name}' is not committed yet: finish it with "
+                    f"`drainer run {drain.name}`, or end it with `drainer plan abandon {drain.name} "
+                    "--reason TEXT`, before rewinding"
+                )
+            stored = offsets.partition_offsets(conn, drain.name)
+            for (lvl, part), target in sorted(targets.items()):
+                topic = drain.level_topic(lvl)
+                current, current_map = stored.get((topic, part), (marks[(lvl, part)].low, ""))
+                offsets.rewind_partition(
+                    conn, drain.name, topic, part, (current, current_map), target, reason, topic_id
+                )
+                moved.append(Moved(topic, part, current, target))
+            topics.record_topic_id(conn, drain.name, topic, topic_id)
+        mirror_offsets(engine, drain, kafka)
     return moved

@@ -25,6 +25,7 @@ from drainer.config import DrainConfig, get_drain
 from drainer.config.kafka_clients import redact
 from drainer.errors import DrainBusy, FencedOut, PlanKeepsFailing, ServiceUnavailable
 from drainer.kafka.mirror import MirrorReport, mirror_offsets
+from drainer.kafka.session import KafkaSession
 from drainer.kafka.topic_identity import record_new_topics, verify_topics
 from drainer.lifecycle.commit import commit_run
 from drainer.lifecycle.dlq import publish_dead_letters
@@ -143,9 +144,10 @@ def drain_once(
     levels = resolve_levels(drain, levels)
     settings = load_settings()
     engine = get_engine(settings.database_url)
-    with drain_lease(engine, drain, wait_s) as lease:
+    # one Kafka session for the run's steps (plan, retention, mirror, dead letters), closed at its end
+    with drain_lease(engine, drain, wait_s) as lease, KafkaSession(drain) as kafka:
         started = time.monotonic()
-        mirror_offsets(engine, drain)  # heal a mirror that failed after an earlier commit
+        mirror_offsets(engine, drain, kafka)  # heal a mirror that failed after an earlier commit
         with engine.begin() as conn:
             done = launches.run_for_launch(conn, drain.name, launch_key) if launch_key else None
             stored = runs.open_run(conn, drain.name)
@@ -168,11 +170,15 @@ def drain_once(
                 stored.levels,
                 levels,
             )
-            finished = _execute(engine, lease, drain, stored, execute, settings, dagster_run_id)
+            finished = _execute(
+                engine, lease, kafka, drain, stored, execute, settings, dagster_run_id
+            )
             finished.resumed = True
             started, stored = time.monotonic(), None
         resumed = stored is not None
-        live_topics = verify_topics(engine, drain, stored.levels if resumed else levels, resumed)
+        live_topics = verify_topics(
+            engine, drain, kafka, stored.levels if resumed else levels, resumed
+        )
         if stored is not None:
             log.warning(
                 "resuming run %d of drain %s (status %s, levels %s): an uncommitted plan is "
@@ -186,10 +192,10 @@ def drain_once(
                 with engine.begin() as conn:
                     launches.claim(conn, stored.id, launch_key)
         else:
-            stored = _plan(engine, lease, drain, levels, trigger, launch_key, live_topics)
+            stored = _plan(engine, lease, kafka, drain, levels, trigger, launch_key, live_topics)
         phases = {"plan": time.monotonic() - started}
         result = _execute(
-            engine, lease, drain, stored, execute, settings, dagster_run_id, phases, started
+            engine, lease, kafka, drain, stored, execute, settings, dagster_run_id, phases, started
         )
     result.resumed = resumed
     result.finished = finished
@@ -207,13 +213,14 @@ def drain_once(
 def _plan(
     engine: Engine,
     lease: Lease,
+    kafka: KafkaSession,
     drain: DrainConfig,
     levels: list[int],
     trigger: str,
     launch_key: str | None,
     live_topics: Any,
 ) -> StoredRun:
-    planned = plan_next_run(engine, drain, levels)
+    planned = plan_next_run(engine, drain, kafka, levels)
     with engine.begin() as conn:
         run_id = runs.write_plan(
             conn,
@@ -257,6 +264,7 @@ def _plan(
 def _execute(
     engine: Engine,
     lease: Lease,
+    kafka: KafkaSession,
     drain: DrainConfig,
     stored: StoredRun,
     execute: Executor,
@@ -270,7 +278,7 @@ def _execute(
     started = time.monotonic() if started is None else started
     faults.crash_point("after_plan")
     # what retention deleted inside the plan's ranges since it was planned: read past it
-    plan_losses, read_from = measure_ranges(drain, stored.ranges)
+    plan_losses, read_from = measure_ranges(drain, stored.ranges, kafka)
     with engine.begin() as conn:
         attempt = runs.mark_running(conn, lease, stored.id, dagster_run_id)
         check_fence(conn, lease)
@@ -321,7 +329,7 @@ def _execute(
     mirror = _after_commit(
         warnings,
         "mirroring offsets to Kafka",
-        lambda: mirror_offsets(engine, drain, levels=stored.levels),
+        lambda: mirror_offsets(engine, drain, kafka, levels=stored.levels),
     )
     if mirror is None:
         mirror = MirrorReport(error=warnings[-1])
@@ -330,13 +338,13 @@ def _execute(
     _after_commit(
         warnings,
         f"publishing dead letters to {drain.dlq_topic}",
-        lambda: publish_dead_letters(drain),
+        lambda: publish_dead_letters(drain, kafka),
     )
     phases["mirror"] = time.monotonic() - t0
     report = _after_commit(
         warnings,
         "looking up the backlog after the run",
-        lambda: _report(engine, stored, partition_states(engine, drain, stored.levels)),
+        lambda: _report(engine, stored, partition_states(engine, drain, stored.levels, kafka)),
     )
     if report is None:
         report = load_level_reports(stored.id, engine)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from drainer.config import DrainConfig
+from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import partition_states
 from drainer.store import dead_letters, get_engine, offsets, runs
 
@@ -22,7 +23,9 @@ class CheckResult:
 def total_backlog(drain: DrainConfig) -> dict[int, int]:
     """Backlog per level, from Kafka end offsets and Postgres progress."""
     by_level = {level: 0 for level in range(drain.levels)}
-    for p in partition_states(get_engine(), drain, list(range(drain.levels))):
+    with KafkaSession(drain) as kafka:
+        parts = partition_states(get_engine(), drain, list(range(drain.levels)), kafka)
+    for p in parts:
         by_level[p.level] += p.backlog
     return by_level
 

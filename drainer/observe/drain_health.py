@@ -8,11 +8,12 @@ both show the same numbers for the same moment.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 
 from sqlalchemy import Engine
 
 from drainer.config import DrainConfig
-from drainer.kafka import clients as kafka_io
+from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import PartitionState, partition_states
 from drainer.observe.health import LevelHealth, RunSample, level_health
 from drainer.offset_map import advance, decode_offset_map
@@ -23,19 +24,23 @@ def drain_health(
     drain: DrainConfig,
     parts: list[PartitionState] | None = None,
     engine: Engine | None = None,
+    kafka: KafkaSession | None = None,
 ) -> dict[int, LevelHealth]:
     """Every level's health; `parts` (from `partition_states`) spares a second Kafka lookup.
 
     The window is the drain's `history_window` committed runs that covered the level, the same
-    runs its burst decisions look at.
+    runs its burst decisions look at. Without a `kafka` session, one is opened for the call.
     """
     engine = engine or get_engine()
     levels = list(range(drain.levels))
-    if parts is None:
-        parts = partition_states(engine, drain, levels)
+    with ExitStack() as stack:
+        if kafka is None:
+            kafka = stack.enter_context(KafkaSession(drain))
+        if parts is None:
+            parts = partition_states(engine, drain, levels, kafka)
+        oldest = oldest_timestamps(kafka, parts)
     with engine.connect() as conn:
         recent = history.level_runs(conn, drain.name, levels, drain.history_window)
-    oldest = oldest_timestamps(drain, parts)
     now = time.time()
     return {
         level: level_health(
@@ -49,7 +54,7 @@ def drain_health(
     }
 
 
-def oldest_timestamps(drain: DrainConfig, parts: list[PartitionState]) -> dict[int, float]:
+def oldest_timestamps(kafka: KafkaSession, parts: list[PartitionState]) -> dict[int, float]:
     """Kafka timestamp (s) of each level's oldest waiting record: the first pending one of each
     partition (the committed offset, past offsets the offset map has done), min over the level.
 
@@ -57,7 +62,7 @@ def oldest_timestamps(drain: DrainConfig, parts: list[PartitionState]) -> dict[i
     """
     first = {(p.level, p.partition): _first_pending(p) for p in parts if p.backlog > 0}
     oldest: dict[int, float] = {}
-    for (level, _), stamp_ms in kafka_io.record_timestamps(drain, first).items():
+    for (level, _), stamp_ms in kafka.record_timestamps(first).items():
         if stamp_ms is not None:
             oldest[level] = min(oldest.get(level, stamp_ms / 1000), stamp_ms / 1000)
     return oldest

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from drainer.config import DrainConfig
+from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import allocation_policy, partition_states
 from drainer.observe.drain_health import drain_health
 from drainer.observe.health import LevelHealth
@@ -14,7 +15,9 @@ from drainer.store import dead_letters, get_engine, history, retention, runs
 def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
     engine = get_engine()
     levels = list(range(drain.levels))
-    parts = partition_states(engine, drain, levels)
+    with KafkaSession(drain) as kafka:
+        parts = partition_states(engine, drain, levels, kafka)
+        health = drain_health(drain, parts, engine, kafka)
     with engine.connect() as conn:
         history_by_level = history.level_history(conn, drain.name, levels, drain.history_window)
         recent_runs = runs.recent_runs(conn, drain.name, recent)
@@ -22,7 +25,6 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
         lost_by_level = retention.total_lost(conn, drain.name)
         losses = retention.committed_losses(conn, drain.name)
         abandoned = runs.abandons(conn, drain.name)[:recent]
-    health = drain_health(drain, parts, engine)
     policy = allocation_policy(drain, levels, history_by_level)
     reserved = policy.reserved()
     allocation = policy.history_allocation()

@@ -15,7 +15,7 @@ from confluent_kafka.admin import NewTopic
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
-from drainer.kafka.clients import admin
+from drainer.kafka.session import KafkaSession
 from drainer.store import get_engine
 
 CLI = [sys.executable, "-m", "spark_jobs.cli"]
@@ -37,29 +37,35 @@ def cli_json(*args: str) -> dict:
 
 def delete_records_before(drain: DrainConfig, level: int, partition: int, offset: int) -> None:
     """What retention does, deterministically: Kafka deletes every record below `offset`."""
-    client = admin(drain)
-    futures = client.delete_records([TopicPartition(drain.level_topic(level), partition, offset)])
-    for future in futures.values():
-        assert future.result(timeout=30).low_watermark == offset
+    with KafkaSession(drain) as kafka:
+        futures = kafka.admin.delete_records(
+            [TopicPartition(drain.level_topic(level), partition, offset)]
+        )
+        for future in futures.values():
+            assert future.result(timeout=30).low_watermark == offset
 
 
 def recreate_topic(drain: DrainConfig, level: int) -> None:
     """Delete a level topic and create it again under the same name (a new topic id)."""
-    client = admin(drain)
-    topic = drain.level_topic(level)
-    client.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
-    deadline = time.monotonic() + 60
-    while True:
-        new = NewTopic(topic, num_partitions=drain.partitions, replication_factor=1)
-        try:
-            client.create_topics([new], operation_timeout=30)[topic].result(timeout=60)
-            return
-        except KafkaException as err:
-            code = err.args[0].code()
-            retryable = code in (KafkaError.TOPIC_ALREADY_EXISTS, KafkaError.UNKNOWN_TOPIC_OR_PART)
-            if not retryable or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)  # the deletion is still being applied
+    with KafkaSession(drain) as kafka:
+        client = kafka.admin
+        topic = drain.level_topic(level)
+        client.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+        deadline = time.monotonic() + 60
+        while True:
+            new = NewTopic(topic, num_partitions=drain.partitions, replication_factor=1)
+            try:
+                client.create_topics([new], operation_timeout=30)[topic].result(timeout=60)
+                return
+            except KafkaException as err:
+                code = err.args[0].code()
+                retryable = code in (
+                    KafkaError.TOPIC_ALREADY_EXISTS,
+                    KafkaError.UNKNOWN_TOPIC_OR_PART,
+                )
+                if not retryable or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)  # the deletion is still being applied
 
 
 def sink_records(drain: DrainConfig) -> Counter:

@@ -18,11 +18,9 @@ import time
 
 import pytest
 from lifecycle_helpers import CLI, sink_records
-from offsets import high_watermarks, kafka_offsets, stored_offsets
+from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 
 from drainer.kafka.producer import produce_records, synthetic_records
-from drainer.lifecycle.planning import partition_states
-from drainer.store import get_engine
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
@@ -33,7 +31,7 @@ BUDGET = 15_000  # many runs' worth of backlog: kills land in fresh plans and re
 
 
 def _backlog(drain) -> int:
-    return sum(p.backlog for p in partition_states(get_engine(), drain, list(range(LEVELS))))
+    return sum(p.backlog for p in states(drain, list(range(LEVELS))))
 
 
 def _start_run(drain, log) -> subprocess.Popen:

@@ -6,9 +6,9 @@ import json
 import subprocess
 import sys
 
+from offsets import level_watermarks
 from sqlalchemy import text
 
-from drainer.kafka.clients import partitions_of, watermarks
 from drainer.store import get_engine
 
 
@@ -29,7 +29,7 @@ def test_produce_run_status_rewind(make_drain):
 
     bad = drainer("produce", drain.name, "--level", "1", "--stdin", stdin='{"value": 1}\n{oops\n')
     assert bad.returncode == 2 and "stdin line 2 is not JSON" in bad.stderr
-    assert all(wm.high == 0 for wm in watermarks(drain, partitions_of(drain, [1])).values())
+    assert all(wm.high == 0 for wm in level_watermarks(drain, [1]).values())
 
     lines = "".join(json.dumps({"key": f"k{i % 3}", "value": {"n": i}}) + "\n" for i in range(50))
     good = drainer("produce", drain.name, "--level", "1", "--stdin", stdin=lines)

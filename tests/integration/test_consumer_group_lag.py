@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from drainer.kafka.producer import produce_records, synthetic_records
 from spark_jobs import drain_job
-from tests.integration.offsets import consumer_group_lag
+from tests.integration.offsets import consumer_group_lag, mirrored_offsets
 
 
 def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
@@ -31,8 +31,8 @@ def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
 
 
 def test_mirror_never_moves_a_group_backwards_without_a_rewind(make_drain, spark):
-    from drainer.kafka.clients import GroupCommit, commit_group_offsets, group_offsets
     from drainer.kafka.mirror import mirror_offsets
+    from drainer.kafka.session import GroupCommit, KafkaSession
     from drainer.store import get_engine
 
     drain = make_drain(partitions=1)
@@ -40,9 +40,9 @@ def test_mirror_never_moves_a_group_backwards_without_a_rewind(make_drain, spark
     drain_job.run(drain, levels=[0], trigger="test")
     topic = drain.level_topic(0)
     # something else committed the group ahead of the drain
-    commit_group_offsets(drain, drain.level_group(0), [GroupCommit(topic, 0, 80, "")])
-
-    report = mirror_offsets(get_engine(), drain, levels=[0])
+    with KafkaSession(drain) as kafka:
+        assert kafka.commit_group_offsets({drain.level_group(0): [GroupCommit(topic, 0, 80)]}) == {}
+        report = mirror_offsets(get_engine(), drain, kafka, levels=[0])
 
     assert report.not_moved_back == 1 and report.partitions == 0
-    assert group_offsets(drain, drain.level_group(0), [(topic, 0)])[(topic, 0)][0] == 80
+    assert mirrored_offsets(drain, 0, [(topic, 0)])[(topic, 0)][0] == 80

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import yaml
+from offsets import level_watermarks
 from sqlalchemy import text
 
-from drainer.kafka.clients import partitions_of, watermarks
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.store import get_engine
 from spark_jobs import drain_job
@@ -101,7 +101,7 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
     assert _listed(drain.name) == []
     retried = _listed(drain.name, "--all")
     assert len(retried) == 5 and all(d["retried_at"] for d in retried)
-    marks = watermarks(drain, partitions_of(drain, range(3)))
+    marks = level_watermarks(drain, range(3))
     assert sum(wm.high for wm in marks.values()) == 165  # 5 records re-produced
 
     # the next run drains exactly the re-produced records, now successfully

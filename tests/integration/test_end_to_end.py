@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from offsets import level_watermarks, mirrored_offsets
 from sqlalchemy import text
 
 from drainer.config import ConfigError, load_drains
-from drainer.kafka.clients import group_offsets, partitions_of, watermarks
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.store import get_engine
 
@@ -37,7 +37,7 @@ def test_dagster_run_drains_all_levels_exactly(make_drain, materialize_levels):
     assert _sink_counts(drain.sink.table) == PRODUCED
 
     # committed offsets in Postgres and the Kafka group offsets both equal the end offsets
-    marks = watermarks(drain, partitions_of(drain, range(3)))
+    marks = level_watermarks(drain, range(3))
     with get_engine().connect() as conn:
         stored = {
             (r.topic, r.partition): (r.committed, r.offset_map)
@@ -53,7 +53,7 @@ def test_dagster_run_drains_all_levels_exactly(make_drain, materialize_levels):
     assert all(offset_map == "" for _, offset_map in stored.values())
     for level in range(3):
         keys = [k for k in expected if k[0] == drain.level_topic(level)]
-        mirrored = group_offsets(drain, drain.level_group(level), keys)
+        mirrored = mirrored_offsets(drain, level, keys)
         assert {k: v[0] for k, v in mirrored.items()} == {k: expected[k] for k in keys}
 
     # a second run with nothing new drains nothing and changes nothing
@@ -91,7 +91,7 @@ def test_unknown_level_is_a_clear_error(make_drain):
     assert cli.returncode == 2
     assert "level 3 does not exist" in cli.stderr
     # nothing was sent to any level
-    marks = watermarks(drain, partitions_of(drain, range(3)))
+    marks = level_watermarks(drain, range(3))
     assert all(wm.high == 0 for wm in marks.values())
 
 

@@ -73,10 +73,12 @@ def test_a_failed_dead_letter_publish_is_a_warning_on_a_committed_run(make_drain
         dlq_topic=f"missing_{os.urandom(4).hex()}",
         kafka_librdkafka={"message.timeout.ms": 3000},
     )
-    from drainer.kafka.clients import admin
+    from drainer.kafka.session import KafkaSession
 
-    client = admin(drain)  # make_drain created the DLQ topic too: remove it again
-    client.delete_topics([drain.dlq_topic], operation_timeout=10)[drain.dlq_topic].result(15)
+    with KafkaSession(drain) as kafka:  # make_drain created the DLQ topic too: remove it again
+        kafka.admin.delete_topics([drain.dlq_topic], operation_timeout=10)[drain.dlq_topic].result(
+            15
+        )
     produce_records(drain, [OutRecord(value=b"poison", key=b"k"), OutRecord(value=b"fine")], 1)
     done = _cli("run", drain.name, "--json")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from offsets import high_watermarks, kafka_offsets, stored_offsets
+from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from sqlalchemy import text
 
 from drainer import faults
@@ -26,7 +26,6 @@ from drainer.config import DrainConfig
 from drainer.errors import FencedOut
 from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
 from drainer.lifecycle.commit import commit_run
-from drainer.lifecycle.planning import partition_states
 from drainer.lifecycle.run import RunResult, drain_once
 from drainer.store import get_engine
 from drainer.store.leases import ensure_drain
@@ -83,7 +82,7 @@ def run_json(proc: subprocess.CompletedProcess) -> dict:
 
 
 def backlog(drain: DrainConfig) -> int:
-    return sum(p.backlog for p in partition_states(get_engine(), drain, list(range(drain.levels))))
+    return sum(p.backlog for p in states(drain, list(range(drain.levels))))
 
 
 def drain_until_empty(drain: DrainConfig, max_runs: int = 6) -> list[RunResult]:
@@ -511,6 +510,7 @@ def test_mirror_sends_the_offset_map_only_when_it_fits(make_drain, stack):
     import random
 
     from drainer.kafka.mirror import mirror_offsets
+    from drainer.kafka.session import KafkaSession
     from drainer.offset_map import MAX_KAFKA_METADATA, decode_offset_map, encode_offset_map
 
     drain = make_drain(levels=1, budget=10)
@@ -533,7 +533,8 @@ def test_mirror_sends_the_offset_map_only_when_it_fits(make_drain, stack):
             {"d": drain.name, "t": topic, "small": small, "big": big},
         )
 
-    report = mirror_offsets(engine, drain)
+    with KafkaSession(drain) as kafka:
+        report = mirror_offsets(engine, drain, kafka)
     assert (report.partitions, report.maps_dropped, report.error) == (2, 1, None)
     mirrored = kafka_offsets(drain)
     assert mirrored[(topic, 0)] == (100, small)
@@ -541,5 +542,6 @@ def test_mirror_sends_the_offset_map_only_when_it_fits(make_drain, stack):
     assert mirrored[(topic, 1)] == (100, "")  # the offset without its map
     assert stored_offsets(drain)[(topic, 1)] == (100, big)  # Postgres keeps all of it
     # both count as mirrored: the oversized map is not retried on every run
-    again = mirror_offsets(engine, drain)
+    with KafkaSession(drain) as kafka:
+        again = mirror_offsets(engine, drain, kafka)
     assert (again.partitions, again.maps_dropped) == (0, 0)

@@ -8,13 +8,13 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 from lifecycle_helpers import cli, cli_json, recreate_topic, sink_keys, sink_records
-from offsets import high_watermarks, kafka_offsets, stored_offsets
+from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from sqlalchemy import text
 
 from drainer.errors import PlanKeepsFailing, TopicRecreated
-from drainer.kafka.clients import client_config, topic_ids
+from drainer.kafka.clients import client_config
 from drainer.kafka.producer import OutRecord, produce_records
-from drainer.lifecycle.planning import partition_states
+from drainer.kafka.session import KafkaSession
 from drainer.store import get_engine
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
@@ -103,11 +103,13 @@ def test_a_recreated_topic_stops_the_drain_until_a_rewind_to_earliest(make_drain
     topic = drain.level_topic(0)
     produce_records(drain, _keyed("old", 50), level=0, partition=0)
     assert drain_job.run(drain.name, trigger="test").drained == 50
-    old_id = topic_ids(drain, [topic])[topic]
+    with KafkaSession(drain) as kafka:
+        old_id = kafka.topic_ids([topic])[topic]
 
     recreate_topic(drain, 0)
     produce_records(drain, _keyed("new", 20), level=0, partition=0)
-    new_id = topic_ids(drain, [topic])[topic]
+    with KafkaSession(drain) as kafka:
+        new_id = kafka.topic_ids([topic])[topic]
     assert new_id != old_id
 
     with pytest.raises(TopicRecreated) as info:
@@ -173,7 +175,7 @@ def test_a_transactional_producer_drains_exactly_its_committed_records(make_drai
         for i in range(7):
             producer.produce(drain.level_topic(0), value=b"open", key=b"open", partition=i % 2)
         producer.flush(30)
-        parts = partition_states(get_engine(), drain, [0])
+        parts = states(drain, [0])
         # the plan ends at the last stable offset: the open transaction's 7 are not backlog yet
         # (backlog counts offsets: before the run it includes aborted records and markers)
         assert sum(p.log_end - p.high for p in parts) == 7
@@ -185,7 +187,7 @@ def test_a_transactional_producer_drains_exactly_its_committed_records(make_drai
         producer.commit_transaction(30)
         second = drain_job.run(drain.name, trigger="test")
         assert second.drained == 7
-        parts = partition_states(get_engine(), drain, [0])
+        parts = states(drain, [0])
         assert sum(p.backlog for p in parts) == 0  # no phantom record after the last marker
         ends = high_watermarks(drain)
         assert {k: v for k, v in stored_offsets(drain).items()} == {

@@ -9,15 +9,17 @@ docs/allocation.md. Budget 7000 over 3 exponential levels reserves 1000 / 2000 /
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 
+from offsets import level_watermarks, mirrored_offsets, states
 from sqlalchemy import text
 
-from drainer.kafka.clients import group_offsets, partitions_of, watermarks
 from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
-from drainer.lifecycle.planning import partition_states, plan_next_run
+from drainer.kafka.session import KafkaSession
+from drainer.lifecycle.planning import plan_next_run
 from drainer.store import get_engine
 from drainer.store.history import level_history
 from drainer.store.leases import ensure_drain
@@ -106,11 +108,11 @@ def _db_state(drain) -> tuple[list[tuple], list[tuple]]:
 
 
 def _kafka_groups(drain) -> dict[int, dict]:
-    marks = watermarks(drain, partitions_of(drain, range(drain.levels)))
+    marks = level_watermarks(drain, range(drain.levels))
     found = {}
     for level in range(drain.levels):
         keys = [(drain.level_topic(lvl), p) for (lvl, p) in marks if lvl == level]
-        found[level] = group_offsets(drain, drain.level_group(level), keys)
+        found[level] = mirrored_offsets(drain, level, keys)
     return found
 
 
@@ -164,7 +166,7 @@ def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_
     assert after["ranges"] == [] and after["held_back"] == [] and after["alignment"] == []
     idle = drain_job.run(drain, trigger="test")
     assert idle.drained == 0 and _stored_ranges(idle.run_id) == []
-    assert all(p.backlog == 0 for p in partition_states(get_engine(), drain, [0, 1, 2]))
+    assert all(p.backlog == 0 for p in states(drain, [0, 1, 2]))
 
 
 def _an_hour_of_lag(drain, old_records: int) -> None:
@@ -179,7 +181,7 @@ def _an_hour_of_lag(drain, old_records: int) -> None:
 
 def _runs_until_empty(drain) -> list[list[tuple[int, int, int, int, int]]]:
     ranges = []
-    while sum(p.backlog for p in partition_states(get_engine(), drain, [0, 1, 2])):
+    while sum(p.backlog for p in states(drain, [0, 1, 2])):
         ranges.append(_stored_ranges(drain_job.run(drain, trigger="test").run_id))
         assert len(ranges) < 10, ranges
     return ranges
@@ -331,11 +333,12 @@ def test_dagster_backfill_of_levels_0_and_1_shares_the_budget_among_them_only(
     _, offsets = _db_state(drain)
     assert {topic for topic, *_ in offsets} == {drain.level_topic(0), drain.level_topic(1)}
     assert all(offset < 0 for offset, _ in _kafka_groups(drain)[2].values())
-    level2 = [p for p in partition_states(get_engine(), drain, [2])]
+    level2 = [p for p in states(drain, [2])]
     assert sum(p.backlog for p in level2) == 5000
 
     # the next run over all levels shares the budget with all three weights again
-    full = plan_next_run(get_engine(), drain).plan
+    with KafkaSession(drain) as kafka:
+        full = plan_next_run(get_engine(), drain, kafka).plan
     assert {lv: p.reserved for lv, p in full.levels.items()} == {0: 1000, 1: 2000, 2: 4000}
 
 
@@ -575,3 +578,61 @@ def test_plan_cli_shows_the_next_run_and_changes_nothing(make_drain, spark):
     assert _db_state(drain) == (runs_before, offsets_before)
     assert _kafka_groups(drain) == groups_before
     assert len(runs_before) == 1
+
+
+def test_a_missing_level_topic_is_one_error_naming_it_and_the_command_that_creates_it(
+    make_drain, stack
+):
+    from drainer.errors import TopicMissing
+    from drainer.lifecycle.run import drain_once
+
+    drain = make_drain()
+    topic = drain.level_topic(1)
+    with KafkaSession(drain) as kafka:
+        kafka.admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until the brokers' metadata no longer has it
+        with KafkaSession(drain) as kafka:
+            try:
+                kafka.partitions([1])
+            except TopicMissing:
+                break
+        time.sleep(0.2)
+    expected = (
+        f"topic {topic} of drain '{drain.name}' does not exist: create the drain's topics with "
+        f"`drainer topics create {drain.name}`"
+    )
+
+    def never(_ctx):  # planning stops the run before anything is read
+        raise AssertionError("executed a run over a missing topic")
+
+    try:
+        drain_once(drain, never, trigger="test")
+    except TopicMissing as err:
+        assert str(err) == expected
+        assert (err.code, err.retriable, err.topics) == ("UNKNOWN_TOPIC_OR_PART", False, [topic])
+    else:
+        raise AssertionError("a run over a missing topic did not fail")
+    with get_engine().connect() as conn:
+        planned = conn.scalar(text("SELECT count(*) FROM runs WHERE drain = :d"), {"d": drain.name})
+    assert planned == 0  # nothing was planned
+
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "plan", drain.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "1000"},
+    )
+    assert done.returncode == 2
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [f"drainer: {expected}"]
+
+    # the command the message names makes the drain work again
+    created = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "topics", "create", drain.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert created.returncode == 0 and f"{topic}" in created.stdout
+    assert drain_once(drain, never, trigger="test").drained == 0

@@ -19,13 +19,11 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from offsets import kafka_offsets, stored_offsets
+from offsets import kafka_offsets, level_watermarks, states, stored_offsets
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
-from drainer.kafka.clients import partitions_of, watermarks
 from drainer.kafka.producer import OutRecord, produce_records
-from drainer.lifecycle.planning import partition_states
 from drainer.lifecycle.run import RunResult
 from drainer.offset_map import decode_offset_map
 from drainer.store import get_engine
@@ -70,7 +68,7 @@ def _drain(make_drain, ordering: str) -> DrainConfig:
 
 
 def _backlog(drain: DrainConfig) -> int:
-    return sum(p.backlog for p in partition_states(get_engine(), drain, [0, 1, 2]))
+    return sum(p.backlog for p in states(drain, [0, 1, 2]))
 
 
 def _expected_runs(
@@ -196,7 +194,7 @@ def test_poison_records_are_dead_lettered_and_the_rest_drains_once(make_drain, s
         assert set(dead_run.values()) == {runs[MAX_ATTEMPTS - 1]}
 
     # offsets at the end, in Postgres and in the Kafka groups
-    marks = watermarks(drain, partitions_of(drain, range(3)))
+    marks = level_watermarks(drain, range(3))
     high = {(drain.level_topic(lvl), p): wm.high for (lvl, p), wm in marks.items()}
     assert stored_offsets(drain) == {k: (end, "") for k, end in high.items()}
     assert {k: v[0] for k, v in kafka_offsets(drain).items()} == high

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from offsets import level_watermarks, mirrored_offsets
 from sqlalchemy import text
 
-from drainer.kafka.clients import group_offsets
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.services.kafka_config import SASL_OFFSET, SSL_OFFSET, KafkaPaths
 from drainer.services.kafka_tls import LocalCredentials
@@ -84,9 +84,7 @@ def _drain_end_to_end(make_drain, monkeypatch, bootstrap: str, kafka: dict, secr
         rows = conn.scalar(text(f'SELECT count(*) FROM "{drain.sink.table}"'))
     assert rows == 3 * RECORDS
     # the mirror went through the secured listener too
-    mirrored = group_offsets(
-        drain, drain.level_group(2), [(drain.level_topic(2), p) for p in (0, 1)]
-    )
+    mirrored = mirrored_offsets(drain, 2, [(drain.level_topic(2), p) for p in (0, 1)])
     assert sum(offset for offset, _ in mirrored.values()) == RECORDS
     for output in outputs:
         assert secret not in output
@@ -109,12 +107,11 @@ def test_drains_through_the_scram_listener_and_the_password_shows_nowhere(
     # Spark reads with the generated JAAS line, and redacts it (and PEM keys) from plan text
     import re
 
-    from drainer.kafka.clients import partitions_of, watermarks
     from drainer.store.runs import StoredRange
     from spark_jobs.kafka_source import read_ranges
 
     (level, part), marks = next(
-        (key, wm) for key, wm in watermarks(drain, partitions_of(drain, [0])).items() if wm.high
+        (key, wm) for key, wm in level_watermarks(drain, [0]).items() if wm.high
     )
     rng = StoredRange(drain.level_topic(level), level, part, 0, marks.high, "", marks.high)
     df = read_ranges(spark, drain, sasl, [rng])

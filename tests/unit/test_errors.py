@@ -18,6 +18,7 @@ from drainer.errors import (
     KafkaUnavailable,
     OffsetMapError,
     ServiceError,
+    TopicMissing,
 )
 
 ALL = [
@@ -33,11 +34,36 @@ def test_every_error_is_a_drainer_error_with_an_exit_code():
     assert DrainBusy.exit_code == 3 and ConfigError.exit_code == 2
 
 
+# errors whose constructor takes more than a message
+SAMPLES = {TopicMissing: lambda: TopicMissing("events", ["events-0"])}
+
+
 @pytest.mark.parametrize("cls", ALL, ids=lambda c: c.__name__)
 def test_errors_survive_pickling_with_their_message(cls):
-    err = cls(f"{cls.__name__}: say what to do")
+    err = SAMPLES.get(cls, lambda: cls(f"{cls.__name__}: say what to do"))()
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is cls and str(back) == str(err)
+    assert vars(back) == vars(err)  # attributes too, e.g. Kafka's error code
+
+
+def test_kafka_errors_carry_the_code_and_whether_to_retry():
+    err = KafkaUnavailable("Kafka at b:9092 did not answer", code="_TRANSPORT", retriable=True)
+    back = pickle.loads(pickle.dumps(err))
+    assert (back.code, back.retriable, str(back)) == ("_TRANSPORT", True, str(err))
+    plain = KafkaUnavailable("no code given")
+    assert (plain.code, plain.retriable) == (None, False)
+
+
+def test_a_missing_topic_names_it_and_the_command_that_creates_it():
+    err = TopicMissing("events", ["events-2"])
+    assert str(err) == (
+        "topic events-2 of drain 'events' does not exist: create the drain's topics with "
+        "`drainer topics create events`"
+    )
+    assert isinstance(err, KafkaUnavailable)
+    assert (err.code, err.retriable, err.topics) == ("UNKNOWN_TOPIC_OR_PART", False, ["events-2"])
+    several = TopicMissing("events", ["events-0", "events-1"])
+    assert str(several).startswith("topics events-0, events-1 of drain 'events' do not exist")
 
 
 def test_a_subclass_with_its_own_init_still_unpickles():

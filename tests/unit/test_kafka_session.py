@@ -1,0 +1,59 @@
+"""The Kafka session: clients made on first use, closed once; Kafka's errors keep their code."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import yaml
+from confluent_kafka import KafkaError, KafkaException
+
+from drainer.config import load_drains
+from drainer.errors import KafkaUnavailable
+from drainer.kafka.clients import kafka_error
+from drainer.kafka.session import KafkaSession
+
+BASE = {"topic": "orders", "group": "billing", "levels": 3, "budget": 70, "sink": {"table": "out"}}
+
+
+def drain(tmp_path):
+    path = tmp_path / "drains.yaml"
+    path.write_text(yaml.safe_dump({"drains": {"orders": BASE}}))
+    return load_drains(path)["orders"]
+
+
+@pytest.mark.parametrize(
+    ("err", "code", "retriable"),
+    [
+        (KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), "UNKNOWN_TOPIC_OR_PART", False),
+        (KafkaException(KafkaError(KafkaError._TRANSPORT)), "_TRANSPORT", False),
+        (KafkaError(KafkaError.NOT_COORDINATOR, retriable=True), "NOT_COORDINATOR", True),
+        # retriable by Kafka's protocol, though librdkafka's admin results do not flag it
+        (KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION), "NOT_LEADER_FOR_PARTITION", True),
+        (TimeoutError(), "_TIMED_OUT", True),
+    ],
+)
+def test_kafka_errors_keep_kafkas_code_and_retriability(err, code, retriable):
+    found = kafka_error("committing offsets of group g-0: it failed", err)
+    assert isinstance(found, KafkaUnavailable)
+    assert (found.code, found.retriable) == (code, retriable)
+    assert str(found) == "committing offsets of group g-0: it failed"
+
+
+def test_a_session_makes_no_client_before_one_is_needed_and_closes_twice(tmp_path):
+    with KafkaSession(drain(tmp_path)) as kafka:
+        assert (kafka._admin, kafka._consumer, kafka._producer) == (None, None, None)
+        producer = kafka.producer
+        assert kafka.producer is producer  # one per session, not per call
+    assert kafka._producer is None
+    kafka.close()
+
+
+def test_an_unreachable_cluster_is_one_error_with_its_code(tmp_path, monkeypatch):
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    started = time.monotonic()
+    with KafkaSession(drain(tmp_path)) as kafka, pytest.raises(KafkaUnavailable) as info:
+        kafka.watermarks({0: [0]})
+    assert time.monotonic() - started < 5  # the first contact gives up early: nothing listens
+    assert "Kafka at 127.0.0.1:1 did not answer" in str(info.value)
+    assert info.value.code is not None and info.value.code.startswith("_")
