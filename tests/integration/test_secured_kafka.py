@@ -58,6 +58,12 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
+def _from_home(path: Path | str) -> str:
+    """`path` written as `~/…` when it lies under the home directory (the documented form)."""
+    path = Path(path)
+    return f"~/{path.relative_to(Path.home())}" if path.is_relative_to(Path.home()) else str(path)
+
+
 def _drain_end_to_end(make_drain, monkeypatch, bootstrap: str, kafka: dict, secret: str) -> None:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
     drain = make_drain(
@@ -147,10 +153,10 @@ def test_drains_through_the_scram_listener_and_the_password_shows_nowhere(
 
 def test_drains_through_the_mutual_tls_listener(monkeypatch, make_drain, local_listeners, spark):
     _, ssl, creds = local_listeners
-    kafka = {
+    kafka = {  # as docs/operations.md writes it: `~/…` paths, expanded by drainer for both clients
         "security.protocol": "SSL",
-        "ssl.ca.location": str(creds.ca),
-        "ssl.certificate.location": str(creds.client_certificate),
-        "ssl.key.location": str(creds.client_key),
+        "ssl.ca.location": _from_home(creds.ca),
+        "ssl.certificate.location": _from_home(creds.client_certificate),
+        "ssl.key.location": _from_home(creds.client_key),
     }
     _drain_end_to_end(make_drain, monkeypatch, ssl, kafka, Path(creds.client_key).read_text())
