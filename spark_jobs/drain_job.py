@@ -6,7 +6,10 @@ import logging
 import re
 import threading
 import time
+import traceback
+from pathlib import Path
 
+import pyspark
 from pyspark.sql.types import DataType, StructType
 
 from drainer import faults
@@ -17,12 +20,14 @@ from drainer.errors import (
     DatabaseUnavailable,
     DrainerError,
     KafkaUnavailable,
+    ProcessorFailed,
     ServiceUnavailable,
 )
 from drainer.lifecycle.run import RunContext, RunResult, drain_once
 from drainer.settings import Settings
 from drainer.store import dead_letters, sinks
 from drainer.store.leases import check_fence
+from spark_jobs import modes
 from spark_jobs.kafka_source import counted, read_ranges
 from spark_jobs.modes import run_dataframe_mode, run_record_mode
 from spark_jobs.session import describe, get_spark
@@ -102,7 +107,12 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
         )
         if ctx.drain.mode == "dataframe":
             df, records_read = counted(df, ctx.run.ranges)
-            run_dataframe_mode(ctx, df)
+            try:
+                run_dataframe_mode(ctx, df)
+            except Exception as err:
+                if isinstance(err, DrainerError) or service_lost(err) is not None:
+                    raise
+                raise processor_failed(ctx, err) from err
             return records_read()
         schema = DataType.fromDDL(ctx.drain.output_schema)
         if not isinstance(schema, StructType):
@@ -113,6 +123,62 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
         return read
     finally:
         spark.removeTag(tag)
+
+
+_WORKER_TRACEBACK = "Traceback (most recent call last):"
+_PYSPARK = str(Path(pyspark.__file__).parent)
+
+
+def processor_failed(ctx: RunContext, err: Exception) -> ProcessorFailed:
+    """The processor's error as one line that says what happens next, then the user's frames.
+
+    drainer's and pyspark's frames add nothing for the processor's author; `drainer -v` logs
+    the full trace (the original error is chained).
+    """
+    summary, frames = user_error(err)
+    name = ctx.drain.name
+    return ProcessorFailed(
+        redact(
+            f"processor {ctx.drain.processor} failed: {summary}. Run {ctx.run.id} of drain "
+            f"'{name}' stays open with its plan; the next `drainer run {name}` retries it with "
+            "the same ranges (`drainer -v run` shows the full trace)."
+            + "".join(f"\n{line}" for line in frames)
+        )
+    )
+
+
+def user_error(err: BaseException) -> tuple[str, list[str]]:
+    """`Type: message` of the processor's error, and the frames of its code (no library's).
+
+    An error raised in a Spark task (a UDF) arrives as text carrying the Python worker's
+    traceback; one raised while the processor built its DataFrame has a real traceback, whose
+    frames after drainer's call of the processor are the user's.
+    """
+    text = str(err)
+    if _WORKER_TRACEBACK in text:
+        lines = [ln for ln in text[text.rindex(_WORKER_TRACEBACK) :].splitlines() if ln.strip()]
+        return lines[-1].strip(), _user_frame_lines(lines[1:-1])
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    stack = traceback.extract_tb(err.__traceback__)
+    calls = [i for i, frame in enumerate(stack) if frame.filename == modes.__file__]
+    frames = [
+        f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n    {frame.line}'
+        for frame in stack[calls[-1] + 1 if calls else len(stack) :]
+        if not frame.filename.startswith(_PYSPARK)
+    ]
+    return f"{type(err).__name__}: {first}", "\n".join(frames).splitlines()
+
+
+def _user_frame_lines(lines: list[str]) -> list[str]:
+    """A worker traceback's frame lines without pyspark's frames and the `^^^` markers."""
+    kept: list[str] = []
+    keep = True
+    for line in lines:
+        if line.lstrip().startswith("File "):
+            keep = _PYSPARK not in line
+        if keep and line.strip(" ^~"):
+            kept.append(line)
+    return kept
 
 
 def which_spark(settings: Settings | None = None) -> str:

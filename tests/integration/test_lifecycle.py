@@ -11,7 +11,7 @@ from lifecycle_helpers import cli, cli_json, recreate_topic, sink_keys, sink_rec
 from offsets import high_watermarks, kafka_offsets, stored_offsets
 from sqlalchemy import text
 
-from drainer.errors import PlanKeepsFailing, TopicRecreated
+from drainer.errors import PlanKeepsFailing, ProcessorFailed, TopicRecreated
 from drainer.kafka.clients import client_config, topic_ids
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.lifecycle.planning import partition_states
@@ -50,8 +50,9 @@ def test_a_stuck_plan_is_abandoned_audited_and_the_next_run_drains(make_drain, s
     for partition in (0, 1):
         produce_records(drain, _keyed("r", 50), level=0, partition=partition)
 
-    with pytest.raises(RuntimeError, match="always_fails"):
+    with pytest.raises(ProcessorFailed, match="always_fails") as first:
         drain_job.run(drain.name, trigger="test")  # the first attempt: the processor's own error
+    assert isinstance(first.value.__cause__, RuntimeError)
     with pytest.raises(PlanKeepsFailing, match="failed 2 attempts"):
         drain_job.run(drain.name, trigger="test")
     with pytest.raises(PlanKeepsFailing) as info:
