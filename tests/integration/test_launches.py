@@ -98,3 +98,28 @@ def test_resuming_the_same_levels_stays_one_run(make_drain, spark):
     result = drain_job.run(drain, levels=[1], trigger="test", launch_key="k1")
     assert result.resumed and result.finished is None and result.drained == 200
     assert [(r.status, r.launch_key) for r in _runs(drain)] == [("committed", "k1")]
+
+
+def test_a_launch_whose_plan_was_abandoned_plans_anew(make_drain, spark):
+    """Before: the abandoned run kept the key, and the next launch of that backfill failed with
+    an IntegrityError (runs_one_run_per_launch) when it claimed the key for its new plan."""
+    from drainer.lifecycle.abandon import abandon_plan
+
+    drain = make_drain()
+    produce_records(drain, synthetic_records(200), level=1)
+
+    def crash(ctx):
+        raise RuntimeError("executor died")
+
+    with pytest.raises(RuntimeError):
+        drain_once(drain, crash, levels=[1], trigger="test", launch_key="backfill:b1")
+    abandon_plan(drain, "the processor had a bug")
+    result = drain_job.run(drain, levels=[1], trigger="test", launch_key="backfill:b1")
+    assert not result.shared and not result.resumed and result.drained == 200
+    assert [(r.status, r.launch_key) for r in _runs(drain)] == [
+        ("abandoned", "backfill:b1"),  # the audit keeps which launch it was
+        ("committed", "backfill:b1"),
+    ]
+    # a sibling launch of the same backfill reports the new run, not the abandoned one
+    sibling = drain_job.run(drain, levels=[1], trigger="test", launch_key="backfill:b1")
+    assert sibling.shared and sibling.run_id == result.run_id
