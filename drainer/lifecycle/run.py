@@ -168,6 +168,7 @@ def drain_once(
                 stored.levels,
                 levels,
             )
+            verify_topics(engine, drain, stored.levels, True)  # as a resume checks its own
             finished = _execute(engine, lease, drain, stored, execute, settings, dagster_run_id)
             finished.resumed = True
             started, stored = time.monotonic(), None

@@ -15,6 +15,7 @@ from drainer.errors import PlanKeepsFailing, ProcessorFailed, TopicRecreated
 from drainer.kafka.clients import client_config, topic_ids
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.lifecycle.planning import partition_states
+from drainer.lifecycle.run import drain_once
 from drainer.store import get_engine
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
@@ -137,6 +138,30 @@ def test_a_recreated_topic_stops_the_drain_until_a_rewind_to_earliest(make_drain
     keys = sink_keys(drain)
     assert keys == {**{f"old{i}": 1 for i in range(50)}, **{f"new{i}": 1 for i in range(20)}}
     assert stored_offsets(drain)[(topic, 0)] == (20, "")
+
+
+def test_finishing_another_plan_checks_its_topics_identity(make_drain, spark):
+    """The issue's reproduction: a level-0 plan crashed after planning, the topic was recreated
+    with 800 records, a run of level 1 finished the old plan. Before: it read offsets 0..500
+    of the new topic as the old plan's, and the sink later held 1,300 level-0 records."""
+    drain = make_drain(levels=2, partitions=1, budget=1000, **RECORD_ECHO)
+    topic = drain.level_topic(0)
+    produce_records(drain, _keyed("old", 500), level=0, partition=0)
+    produce_records(drain, _keyed("one", 10), level=1, partition=0)
+
+    def crash(ctx):
+        raise RuntimeError("crashed after planning")
+
+    with pytest.raises(RuntimeError, match="crashed after planning"):
+        drain_once(drain, crash, levels=[0], trigger="test")
+    recreate_topic(drain, 0)
+    produce_records(drain, _keyed("new", 800), level=0, partition=0)
+
+    with pytest.raises(TopicRecreated) as info:
+        drain_job.run(drain.name, levels=[1], trigger="test")
+    assert topic in str(info.value) and f"drainer plan abandon {drain.name}" in str(info.value)
+    assert sink_records(drain) == {}  # nothing of the new topic read under the old plan
+    assert stored_offsets(drain)[(topic, 0)] == (0, "")
 
 
 def _transactional_backlog(
