@@ -25,8 +25,7 @@ from drainer.errors import (
 )
 from drainer.lifecycle.run import RunContext, RunResult, drain_once
 from drainer.settings import Settings
-from drainer.store import dead_letters, sinks
-from drainer.store.leases import check_fence
+from drainer.store import sinks
 from spark_jobs import modes
 from spark_jobs.kafka_source import counted, read_ranges
 from spark_jobs.modes import run_dataframe_mode, run_record_mode
@@ -94,7 +93,6 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     spark = get_spark(ctx.settings)  # a cold session starts a JVM: timed as its own phase
     ctx.phases["spark_start"] = time.monotonic() - t0
     log.info("drain %s run %s on %s", ctx.drain.name, ctx.run.id, describe(spark))
-    clear_run_outputs(ctx)
     if faults.armed("during_spark"):
         _crash_once_staging_starts(ctx)
     # the tag names this run's Spark jobs (in the UI, and for spark.interruptTag); a session
@@ -184,18 +182,6 @@ def _user_frame_lines(lines: list[str]) -> list[str]:
 def which_spark(settings: Settings | None = None) -> str:
     """The Spark that runs use in this process, in words (`Spark Connect sc://…`)."""
     return describe(get_spark(settings))
-
-
-def clear_run_outputs(ctx: RunContext) -> None:
-    """A resumed run starts afresh: drop what an earlier attempt staged (rows and failures).
-
-    Fenced like the tasks' writes, so a zombie attempt cannot wipe the staging of the run that
-    took its plan over (that run would then publish less than it processed).
-    """
-    with ctx.engine.begin() as conn:
-        check_fence(conn, ctx.lease, shared=True)
-        sinks.clear_staged(conn, ctx.drain.sink.table, ctx.run.id)
-        dead_letters.clear_failures(conn, ctx.run.id)
 
 
 def run(

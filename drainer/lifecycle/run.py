@@ -36,7 +36,7 @@ from drainer.lifecycle.planning import (
 )
 from drainer.lifecycle.retention import measure_ranges
 from drainer.settings import Settings, load_settings
-from drainer.store import get_engine, launches, retention, runs
+from drainer.store import dead_letters, get_engine, launches, retention, runs, sinks
 from drainer.store.leases import Lease, check_fence, drain_lease
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -279,6 +279,7 @@ def _execute(
     ctx = RunContext(stored, drain, settings, engine, attempt, lease, read_from=read_from)
     try:
         t0 = time.monotonic()
+        clear_run_outputs(ctx)  # also when retention left nothing to read: no stale stage
         present = execute(ctx) if ctx.readable_ranges() else {}
         job_s = time.monotonic() - t0
         phases["spark_start"] = ctx.phases.get("spark_start", 0.0)
@@ -355,6 +356,19 @@ def _execute(
         phases={k: round(v, 3) for k, v in phases.items()},
         warnings=warnings,
     )
+
+
+def clear_run_outputs(ctx: RunContext) -> None:
+    """A resumed run starts afresh: drop what an earlier attempt staged (rows and failures).
+
+    Before every execution, whether or not anything is left to read, so a commit never
+    publishes a crashed attempt's stage. Fenced like the tasks' writes, so a zombie attempt
+    cannot wipe the staging of the run that took its plan over.
+    """
+    with ctx.engine.begin() as conn:
+        check_fence(conn, ctx.lease, shared=True)
+        sinks.clear_staged(conn, ctx.drain.sink.table, ctx.run.id)
+        dead_letters.clear_failures(conn, ctx.run.id)
 
 
 def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = False) -> RunResult:
