@@ -229,3 +229,43 @@ def test_a_transactional_producer_drains_exactly_its_committed_records(make_drai
     with get_engine().connect() as conn:
         counted = conn.scalar(text(f'SELECT sum(records) FROM "{frame.sink.table}"'))
     assert counted == 107
+
+
+def _poison_at_0(tag: str) -> list[OutRecord]:
+    return [OutRecord(value=f"{tag} poison".encode(), key=f"{tag}0".encode())] + [
+        OutRecord(value=f"{tag}{i}".encode(), key=f"{tag}{i}".encode()) for i in range(1, 5)
+    ]
+
+
+def _accept_new_topic(drain) -> None:
+    recreate_topic(drain, 0)
+    produce_records(drain, _poison_at_0("new"), level=0, partition=0)
+    done = cli("rewind", drain.name, "--level", "0", "--to-earliest", "--reason", "recreated")
+    assert done.returncode == 0, done.stderr
+
+
+def test_attempts_and_dead_letters_of_a_recreated_topic_start_afresh(make_drain, spark):
+    """Both were keyed by (topic, partition, offset) only. Before: the new topic's record at
+    offset 0 inherited the old record's attempt and went to the dead letters after one attempt
+    of max_attempts 2; and a new dead letter at the old one's offset overwrote it, keeping the
+    old record's key and value under the new error."""
+    poison = {**RECORD_ECHO, "handler": "spark_jobs.examples:poison_echo", "ordering": "unordered"}
+    counting = make_drain(levels=1, partitions=1, max_attempts=2, **poison)
+    produce_records(counting, _poison_at_0("old"), level=0, partition=0)
+    first = drain_job.run(counting.name, trigger="test")
+    assert (first.levels[0].failed, first.levels[0].dead_lettered) == (1, 0)
+    _accept_new_topic(counting)
+    after = drain_job.run(counting.name, trigger="test")
+    assert (after.levels[0].failed, after.levels[0].dead_lettered) == (1, 0)  # its 1st attempt
+
+    dead = make_drain(levels=1, partitions=1, max_attempts=1, **poison)
+    produce_records(dead, _poison_at_0("old"), level=0, partition=0)
+    assert drain_job.run(dead.name, trigger="test").levels[0].dead_lettered == 1
+    _accept_new_topic(dead)
+    assert drain_job.run(dead.name, trigger="test").levels[0].dead_lettered == 1
+    with get_engine().connect() as conn:
+        letters = conn.execute(
+            text('SELECT "offset", value FROM dead_letters WHERE drain = :d ORDER BY id'),
+            {"d": dead.name},
+        ).all()
+    assert [(o, bytes(v)) for o, v in letters] == [(0, b"old poison"), (0, b"new poison")]
