@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine
 
 from drainer.config import DrainConfig
+from drainer.config.kafka_clients import redact
 from drainer.errors import CommitConflict
 from drainer.offset_map import advance, decode_offset_map, encode_offset_map
 from drainer.store import dead_letters, offsets, retention, runs, sinks, topics
@@ -130,6 +131,7 @@ def _count_attempt(
     failure: dict,
 ) -> bool:
     """Count one failed attempt; at max_attempts move the record to the dead letters (done)."""
+    failure = {**failure, "error": redact(failure["error"] or "")}  # stored from here on
     attempts = dead_letters.count_attempt(
         conn, drain.name, rng.topic, topic_id, rng.partition, failure["offset"], failure["error"]
     )

@@ -292,7 +292,7 @@ def _execute(
         phases["commit"] = time.monotonic() - t0
     except BaseException as err:
         try:
-            runs.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
+            runs.mark_failed(engine, lease, stored.id, redact(f"{type(err).__name__}: {err}"))
         except Exception as mark_err:  # never hide the run's own error behind this one
             # a lost service fails this too: its one message already says so, this is detail
             level = logging.DEBUG if isinstance(err, ServiceUnavailable) else logging.WARNING
@@ -403,8 +403,9 @@ def _repeated_failure(err: BaseException, attempt: int) -> bool:
 
 
 def _one_line(err: BaseException) -> str:
-    """The error's text on one line, shortened (a Spark error can run to hundreds of lines)."""
-    text = " ".join(str(err).split())
+    """The error's text on one line, shortened (a Spark error can run to hundreds of lines),
+    without the secrets drainer expanded."""
+    text = " ".join(redact(str(err)).split())
     return text if len(text) <= 300 else text[:300] + "…"
 
 
