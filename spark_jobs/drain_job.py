@@ -19,6 +19,7 @@ from drainer.errors import (
     ConfigError,
     DatabaseUnavailable,
     DrainerError,
+    FencedOut,
     KafkaUnavailable,
     ProcessorFailed,
     ServiceUnavailable,
@@ -49,11 +50,11 @@ def execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     except DrainerError:
         raise
     except Exception as err:
-        lost = service_lost(err)
-        if lost is None:
+        known = known_failure(err)
+        if known is None:
             raise
-        log.debug("run %d lost a service; the Spark error was:", ctx.run.id, exc_info=True)
-        raise lost from None
+        log.debug("run %d: %s; the Spark error was:", ctx.run.id, known, exc_info=True)
+        raise known from None
 
 
 # root causes in a Spark/Py4J error's text: the first line that names one wins
@@ -62,6 +63,18 @@ _KAFKA_CAUSE = re.compile(
     r"(org\.apache\.kafka\.common\.errors\.(?:TimeoutException|SaslAuthenticationException|"
     r"SslAuthenticationException|AuthenticationException)[^\n]*)"
 )
+
+
+_FENCED = re.compile(r"drainer\.errors\.FencedOut: ([^\n]*)")
+
+
+def known_failure(err: BaseException) -> DrainerError | None:
+    """A Spark job error that is one of drainer's own, as that error: a lost service, or a
+    takeover the tasks' fence check refused (FencedOut raised in a task); else None."""
+    fenced = _FENCED.search(str(err))
+    if fenced:
+        return FencedOut(fenced.group(1).strip())
+    return service_lost(err)
 
 
 def service_lost(err: BaseException) -> ServiceUnavailable | None:
@@ -108,7 +121,7 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
             try:
                 run_dataframe_mode(ctx, df)
             except Exception as err:
-                if isinstance(err, DrainerError) or service_lost(err) is not None:
+                if isinstance(err, DrainerError) or known_failure(err) is not None:
                     raise
                 raise processor_failed(ctx, err) from err
             return records_read()
