@@ -108,3 +108,7 @@ class TopicRecreated(DrainerError):
 
 class PlanKeepsFailing(DrainerError):
     """An open plan failed again on resume; the message counts attempts and names the way out."""
+
+
+class ProcessorFailed(DrainerError):
+    """The drain's processor raised: its error and frames, the plan kept for the next run."""

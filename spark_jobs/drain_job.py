@@ -6,7 +6,10 @@ import logging
 import re
 import threading
 import time
+import traceback
+from pathlib import Path
 
+import pyspark
 from pyspark.sql.types import DataType, StructType
 
 from drainer import faults
@@ -16,13 +19,15 @@ from drainer.errors import (
     ConfigError,
     DatabaseUnavailable,
     DrainerError,
+    FencedOut,
     KafkaUnavailable,
+    ProcessorFailed,
     ServiceUnavailable,
 )
 from drainer.lifecycle.run import RunContext, RunResult, drain_once
 from drainer.settings import Settings
-from drainer.store import dead_letters, sinks
-from drainer.store.leases import check_fence
+from drainer.store import sinks
+from spark_jobs import modes
 from spark_jobs.kafka_source import counted, read_ranges
 from spark_jobs.modes import run_dataframe_mode, run_record_mode
 from spark_jobs.session import describe, get_spark
@@ -45,11 +50,11 @@ def execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     except DrainerError:
         raise
     except Exception as err:
-        lost = service_lost(err)
-        if lost is None:
+        known = known_failure(err)
+        if known is None:
             raise
-        log.debug("run %d lost a service; the Spark error was:", ctx.run.id, exc_info=True)
-        raise lost from None
+        log.debug("run %d: %s; the Spark error was:", ctx.run.id, known, exc_info=True)
+        raise known from None
 
 
 # root causes in a Spark/Py4J error's text: the first line that names one wins
@@ -58,6 +63,18 @@ _KAFKA_CAUSE = re.compile(
     r"(org\.apache\.kafka\.common\.errors\.(?:TimeoutException|SaslAuthenticationException|"
     r"SslAuthenticationException|AuthenticationException)[^\n]*)"
 )
+
+
+_FENCED = re.compile(r"drainer\.errors\.FencedOut: ([^\n]*)")
+
+
+def known_failure(err: BaseException) -> DrainerError | None:
+    """A Spark job error that is one of drainer's own, as that error: a lost service, or a
+    takeover the tasks' fence check refused (FencedOut raised in a task); else None."""
+    fenced = _FENCED.search(str(err))
+    if fenced:
+        return FencedOut(fenced.group(1).strip())
+    return service_lost(err)
 
 
 def service_lost(err: BaseException) -> ServiceUnavailable | None:
@@ -89,7 +106,6 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     spark = get_spark(ctx.settings)  # a cold session starts a JVM: timed as its own phase
     ctx.phases["spark_start"] = time.monotonic() - t0
     log.info("drain %s run %s on %s", ctx.drain.name, ctx.run.id, describe(spark))
-    clear_run_outputs(ctx)
     if faults.armed("during_spark"):
         _crash_once_staging_starts(ctx)
     # the tag names this run's Spark jobs (in the UI, and for spark.interruptTag); a session
@@ -102,7 +118,12 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
         )
         if ctx.drain.mode == "dataframe":
             df, records_read = counted(df, ctx.run.ranges)
-            run_dataframe_mode(ctx, df)
+            try:
+                run_dataframe_mode(ctx, df)
+            except Exception as err:
+                if isinstance(err, DrainerError) or known_failure(err) is not None:
+                    raise
+                raise processor_failed(ctx, err) from err
             return records_read()
         if ctx.drain.output_schema is None:  # the drains file's validation already refuses this
             raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `output_schema`")
@@ -117,21 +138,65 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
         spark.removeTag(tag)
 
 
+_WORKER_TRACEBACK = "Traceback (most recent call last):"
+_PYSPARK = str(Path(pyspark.__file__).parent)
+
+
+def processor_failed(ctx: RunContext, err: Exception) -> ProcessorFailed:
+    """The processor's error as one line that says what happens next, then the user's frames.
+
+    drainer's and pyspark's frames add nothing for the processor's author; `drainer -v` logs
+    the full trace (the original error is chained).
+    """
+    summary, frames = user_error(err)
+    name = ctx.drain.name
+    return ProcessorFailed(
+        redact(
+            f"processor {ctx.drain.processor} failed: {summary}. Run {ctx.run.id} of drain "
+            f"'{name}' stays open with its plan; the next `drainer run {name}` retries it with "
+            "the same ranges (`drainer -v run` shows the full trace)."
+            + "".join(f"\n{line}" for line in frames)
+        )
+    )
+
+
+def user_error(err: BaseException) -> tuple[str, list[str]]:
+    """`Type: message` of the processor's error, and the frames of its code (no library's).
+
+    An error raised in a Spark task (a UDF) arrives as text carrying the Python worker's
+    traceback; one raised while the processor built its DataFrame has a real traceback, whose
+    frames after drainer's call of the processor are the user's.
+    """
+    text = str(err)
+    if _WORKER_TRACEBACK in text:
+        lines = [ln for ln in text[text.rindex(_WORKER_TRACEBACK) :].splitlines() if ln.strip()]
+        return lines[-1].strip(), _user_frame_lines(lines[1:-1])
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    stack = traceback.extract_tb(err.__traceback__)
+    calls = [i for i, frame in enumerate(stack) if frame.filename == modes.__file__]
+    frames = [
+        f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n    {frame.line}'
+        for frame in stack[calls[-1] + 1 if calls else len(stack) :]
+        if not frame.filename.startswith(_PYSPARK)
+    ]
+    return f"{type(err).__name__}: {first}", "\n".join(frames).splitlines()
+
+
+def _user_frame_lines(lines: list[str]) -> list[str]:
+    """A worker traceback's frame lines without pyspark's frames and the `^^^` markers."""
+    kept: list[str] = []
+    keep = True
+    for line in lines:
+        if line.lstrip().startswith("File "):
+            keep = _PYSPARK not in line
+        if keep and line.strip(" ^~"):
+            kept.append(line)
+    return kept
+
+
 def which_spark(settings: Settings | None = None) -> str:
     """The Spark that runs use in this process, in words (`Spark Connect sc://…`)."""
     return describe(get_spark(settings))
-
-
-def clear_run_outputs(ctx: RunContext) -> None:
-    """A resumed run starts afresh: drop what an earlier attempt staged (rows and failures).
-
-    Fenced like the tasks' writes, so a zombie attempt cannot wipe the staging of the run that
-    took its plan over (that run would then publish less than it processed).
-    """
-    with ctx.engine.begin() as conn:
-        check_fence(conn, ctx.lease, shared=True)
-        sinks.clear_staged(conn, ctx.drain.sink.table, ctx.run.id)
-        dead_letters.clear_failures(conn, ctx.run.id)
 
 
 def run(

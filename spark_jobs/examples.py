@@ -88,3 +88,13 @@ def nothing_kept(df: DataFrame) -> DataFrame:
 def always_fails(df: DataFrame) -> DataFrame:
     """A processor with a bug that fails every attempt: a plan that can never succeed."""
     raise RuntimeError("always_fails: this processor has a bug")
+
+
+def _parse_amount(value):  # type: ignore[no-untyped-def]  # hints would make it a pandas UDF
+    raise ValueError(f"no amount in {bytes(value[:8])!r}")
+
+
+def failing_udf(df: DataFrame) -> DataFrame:
+    """A processor whose UDF raises in the Spark tasks: the error comes back through Spark."""
+    parse = F.udf(_parse_amount, "string")
+    return df.select(parse(F.col("value")).alias("amount"))

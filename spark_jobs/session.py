@@ -26,7 +26,13 @@ from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import DrainerError
 from drainer.services import spark_kafka_jars
 from drainer.services.connect import endpoint_port
-from drainer.services.connect_session import code_fingerprint, shared_session_id, with_session_id
+from drainer.services.connect_session import (
+    code_fingerprint,
+    known_server_code,
+    remember_server_code,
+    shared_session_id,
+    with_session_id,
+)
 from drainer.services.net import port_open
 from drainer.settings import Settings, export_spark_python_env, load_settings
 
@@ -36,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
+# ids of closed sessions walked past before giving up (a new home starts at the first one)
+MAX_CLOSED = 100
 
 _sessions: dict[str, SparkSession] = {}
 _lock = threading.Lock()
@@ -83,19 +91,23 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
     Runs share one session per endpoint and version of the code, so its Python workers stay
     warm (drainer.services.connect_session); a session the server closed is replaced.
     """
+    directory = settings.home / "spark-sessions"
+    remote = settings.spark_remote is not None
+    server_code = known_server_code(directory, endpoint) if remote else ""
     closed: str | None = None
+    replaced, measured_once = 0, False
     while True:
         url, session_id = endpoint, None
         if settings.spark_shared_session and ";session_id=" not in endpoint:
-            session_id = shared_session_id(
-                settings.home / "spark-sessions", endpoint, session_code(settings), closed
-            )
+            code = session_code(settings, server_code)
+            session_id = shared_session_id(directory, endpoint, code, closed)
             url = with_session_id(endpoint, session_id)
         spark: SparkSession = SparkSession.builder.remote(url).create()
         try:
             spark.conf.set("spark.sql.shuffle.partitions", settings.shuffle_partitions)
         except Exception as err:
-            if session_id is None or closed is not None or SESSION_CLOSED not in str(err):
+            replaced += 1
+            if session_id is None or replaced > MAX_CLOSED or SESSION_CLOSED not in str(err):
                 raise
             log.info(
                 "Spark Connect session %s was closed by the server: opening another", session_id
@@ -108,18 +120,46 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             continue
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
+        if remote and session_id is not None and not measured_once:
+            measured_once = True
+            measured = _server_code(spark, session_modules(settings))
+            if measured != server_code:
+                log.info("the code on %s changed: opening a session for it", endpoint)
+                remember_server_code(directory, endpoint, measured)
+                # leave that session to the server's idle timeout: another process may use it
+                spark.release_session_on_close = False  # type: ignore[attr-defined]  # Connect's
+                spark.stop()
+                server_code, closed = measured, None
+                continue
         return spark
 
 
-def session_code(settings: Settings) -> str:
-    """What a shared session's workers depend on: the code they import, the session's settings."""
+def _server_code(spark: SparkSession, modules: list[str]) -> str:
+    """The fingerprint of the code the server's Python workers import, measured there."""
+    from pyspark.sql import functions as F
+
+    measure = F.udf(lambda _: code_fingerprint(modules), "string")
+    row = spark.range(1).select(measure(F.lit(0))).first()
+    assert row is not None  # one row in, one row out
+    return str(row[0])
+
+
+def session_modules(settings: Settings) -> list[str]:
+    """The code a session's workers import: drainer, spark_jobs, the drains' processors."""
     modules = ["drainer", "spark_jobs"]
     try:
         for drain in load_drains(settings.config_path).values():
             modules += [drain.processor, drain.handler or ""]
     except DrainerError:
         pass  # the run itself reports a broken drains file
-    return code_fingerprint(modules, extra=f"shuffle={settings.shuffle_partitions}")
+    return modules
+
+
+def session_code(settings: Settings, server_code: str = "") -> str:
+    """What a shared session's workers depend on: the code they import (this machine's files,
+    and `server_code`, measured on a remote server), the session's settings."""
+    extra = f"shuffle={settings.shuffle_partitions};server={server_code}"
+    return code_fingerprint(session_modules(settings), extra=extra)
 
 
 def _in_process(settings: Settings) -> SparkSession:

@@ -9,12 +9,14 @@ PEM truststore (`ssl.truststore.type=PEM`) and a PEM keystore made from the cert
 files. Extras go in `kafka_librdkafka:` and `kafka_java:`, each client's own names.
 
 Values may reference environment variables (`${KAFKA_PASSWORD}`), expanded when a client is
-configured, never at load. Every expanded secret is remembered so that `redact` can blank it
-out of any text: error messages, log lines, librdkafka's log.
+configured, never at load; a leading `~` in a file setting (`*.location`) is the home
+directory, as the shell reads it. Every expanded secret is remembered so that `redact` can
+blank it out of any text: error messages, log lines, librdkafka's log.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Mapping
@@ -174,6 +176,8 @@ def _expand(block: str, settings: Mapping[str, Any]) -> dict[str, Any]:
                     "in the environment of drainer, Dagster and the Spark driver"
                 )
             value = text
+            if key.endswith(".location"):  # neither librdkafka nor Java expands `~`
+                value = os.path.expanduser(value)
         if SECRET_NAME.search(key) and isinstance(value, str) and value:
             remember_secret(value)
         expanded[key] = value

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine
 
 from drainer.config import DrainConfig
+from drainer.config.kafka_clients import redact
 from drainer.errors import CommitConflict
 from drainer.offset_map import advance, decode_offset_map, encode_offset_map
-from drainer.store import dead_letters, offsets, retention, runs, sinks
+from drainer.store import dead_letters, offsets, retention, runs, sinks, topics
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -56,6 +57,7 @@ def commit_run(
             raise CommitConflict(f"run {run.id} is {status}, not running: not committing it twice")
         published = sinks.publish_staged(conn, drain.sink.table, run.id)
         failures = dead_letters.run_failures(conn, run.id)
+        topic_ids = topics.topic_ids(conn, drain.name)  # recorded when the plan was made
         levels = {level: LevelOutcome() for level in run.levels}
         lost_in_plan = _skip_retention_losses(conn, drain.name, run, levels)
         for rng in run.ranges:
@@ -75,7 +77,7 @@ def commit_run(
                     not_done.add(f["offset"])
                     continue
                 outcome.failed += 1
-                if _count_attempt(conn, drain, run.id, rng, f):
+                if _count_attempt(conn, drain, run.id, rng, topic_ids.get(rng.topic, ""), f):
                     outcome.dead_lettered += 1
                 else:
                     not_done.add(f["offset"])
@@ -121,11 +123,17 @@ def _skip_retention_losses(
 
 
 def _count_attempt(
-    conn: Connection, drain: DrainConfig, run_id: int, rng: StoredRange, failure: dict
+    conn: Connection,
+    drain: DrainConfig,
+    run_id: int,
+    rng: StoredRange,
+    topic_id: str,
+    failure: dict,
 ) -> bool:
     """Count one failed attempt; at max_attempts move the record to the dead letters (done)."""
+    failure = {**failure, "error": redact(failure["error"] or "")}  # stored from here on
     attempts = dead_letters.count_attempt(
-        conn, drain.name, rng.topic, rng.partition, failure["offset"], failure["error"]
+        conn, drain.name, rng.topic, topic_id, rng.partition, failure["offset"], failure["error"]
     )
     if attempts < drain.max_attempts:
         return False
@@ -139,6 +147,7 @@ def _count_attempt(
         json.dumps(headers or []),  # already the stored [key, base64] form
         attempts,
         rng.topic,
+        topic_id,
         rng.partition,
     )
     return True

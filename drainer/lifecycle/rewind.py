@@ -16,7 +16,7 @@ from drainer.config import DrainConfig
 from drainer.errors import ConfigError
 from drainer.kafka.mirror import mirror_offsets
 from drainer.kafka.session import KafkaSession
-from drainer.store import get_engine, offsets, runs, topics
+from drainer.store import dead_letters, get_engine, offsets, runs, topics
 from drainer.store.leases import check_fence, drain_lease
 
 
@@ -83,6 +83,7 @@ def rewind(
                 offsets.rewind_partition(
                     conn, drain.name, topic, part, (current, current_map), target, reason, topic_id
                 )
+                dead_letters.forget_attempts_from(conn, drain.name, topic, part, target)
                 moved.append(Moved(topic, part, current, target))
             topics.record_topic_id(conn, drain.name, topic, topic_id)
         mirror_offsets(engine, drain, kafka)

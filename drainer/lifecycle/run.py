@@ -37,7 +37,7 @@ from drainer.lifecycle.planning import (
 )
 from drainer.lifecycle.retention import measure_ranges
 from drainer.settings import Settings, load_settings
-from drainer.store import get_engine, launches, retention, runs
+from drainer.store import dead_letters, get_engine, launches, retention, runs, sinks
 from drainer.store.leases import Lease, check_fence, drain_lease
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -170,6 +170,7 @@ def drain_once(
                 stored.levels,
                 levels,
             )
+            verify_topics(engine, drain, kafka, stored.levels, True)  # as a resume checks its own
             finished = _execute(
                 engine, lease, kafka, drain, stored, execute, settings, dagster_run_id
             )
@@ -286,6 +287,7 @@ def _execute(
     ctx = RunContext(stored, drain, settings, engine, attempt, lease, read_from=read_from)
     try:
         t0 = time.monotonic()
+        clear_run_outputs(ctx)  # also when retention left nothing to read: no stale stage
         present = execute(ctx) if ctx.readable_ranges() else {}
         job_s = time.monotonic() - t0
         phases["spark_start"] = ctx.phases.get("spark_start", 0.0)
@@ -298,7 +300,7 @@ def _execute(
         phases["commit"] = time.monotonic() - t0
     except BaseException as err:
         try:
-            runs.mark_failed(engine, lease, stored.id, f"{type(err).__name__}: {err}")
+            runs.mark_failed(engine, lease, stored.id, redact(f"{type(err).__name__}: {err}"))
         except Exception as mark_err:  # never hide the run's own error behind this one
             # a lost service fails this too: its one message already says so, this is detail
             level = logging.DEBUG if isinstance(err, ServiceUnavailable) else logging.WARNING
@@ -364,6 +366,19 @@ def _execute(
     )
 
 
+def clear_run_outputs(ctx: RunContext) -> None:
+    """A resumed run starts afresh: drop what an earlier attempt staged (rows and failures).
+
+    Before every execution, whether or not anything is left to read, so a commit never
+    publishes a crashed attempt's stage. Fenced like the tasks' writes, so a zombie attempt
+    cannot wipe the staging of the run that took its plan over.
+    """
+    with ctx.engine.begin() as conn:
+        check_fence(conn, ctx.lease, shared=True)
+        sinks.clear_staged(conn, ctx.drain.sink.table, ctx.run.id)
+        dead_letters.clear_failures(conn, ctx.run.id)
+
+
 def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = False) -> RunResult:
     """A committed run as stored, e.g. for the launches that share it."""
     with engine.connect() as conn:
@@ -396,8 +411,9 @@ def _repeated_failure(err: BaseException, attempt: int) -> bool:
 
 
 def _one_line(err: BaseException) -> str:
-    """The error's text on one line, shortened (a Spark error can run to hundreds of lines)."""
-    text = " ".join(str(err).split())
+    """The error's text on one line, shortened (a Spark error can run to hundreds of lines),
+    without the secrets drainer expanded."""
+    text = " ".join(redact(str(err)).split())
     return text if len(text) <= 300 else text[:300] + "…"
 
 

@@ -7,9 +7,14 @@ server after every run. Runs that share a session share the daemon and its warm 
 
 Workers keep the modules they imported, so the session is keyed by a fingerprint of the code
 they run (drainer, spark_jobs and the packages of the drains' processors and handlers): edit a
-handler and the next run gets a fresh session, hence fresh imports. The id lives in a small
-file per endpoint and code version under drainer's home; a session the server has closed
-(idle too long) is replaced by a new one.
+handler and the next run gets a fresh session, hence fresh imports. The id is derived from the
+endpoint, that fingerprint and a generation, so processes with different drainer homes share it;
+a small file per endpoint and code version under the home keeps the generation, which moves on
+when the server has closed the session (idle too long).
+
+A remote server (SPARK_REMOTE) imports its own copies of the code, which the client cannot see:
+its fingerprint is measured on the server by a one-row job in the session, and a session opened
+for other server code is released and replaced (`known_server_code`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 UNUSED_SESSION_DAYS = 7  # a session id file no run used for this long is deleted
 MAX_FILES = 5_000  # a fingerprint walks at most this many files per package
 SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
+SESSION_NAMESPACE = uuid.UUID("5b0c3f8e-52a4-4c57-9a0e-6b1d2f7c9e11")  # drainer's shared sessions
 
 
 def session_file(directory: Path, endpoint: str, code: str) -> Path:
@@ -37,24 +43,58 @@ def session_file(directory: Path, endpoint: str, code: str) -> Path:
 
 
 def shared_session_id(directory: Path, endpoint: str, code: str, closed: str | None = None) -> str:
-    """The session id for `code` on `endpoint`; a new one the first time, or when `closed` is
-    the stored one (the server closed it)."""
+    """The session id for `code` on `endpoint`; the next one in its sequence when `closed` is
+    the current one (the server closed it).
+
+    Derived, not drawn: uuid5 of endpoint, code and a generation, so every process running the
+    same code shares one session even when its drainer home is new (a test's, a container's),
+    instead of leaving one more session and worker daemon on the server. The file only keeps
+    the generation, so a closed session is not asked for again.
+    """
     path = session_file(directory, endpoint, code)
     try:
-        stored = json.loads(path.read_text()).get("id")
-    except (OSError, ValueError, AttributeError):
-        stored = None
-    if stored and stored != closed:
+        generation = int(json.loads(path.read_text()).get("generation", 0))
+    except (OSError, ValueError, AttributeError, TypeError):
+        generation = 0
+    session_id = _derived_id(endpoint, code, generation)
+    if session_id != closed and path.exists():
         with contextlib.suppress(OSError):
             os.utime(path)  # in use: not one to prune
-        return str(stored)
-    session_id = str(uuid.uuid4())
+        return session_id
+    if session_id == closed:
+        generation += 1
+        session_id = _derived_id(endpoint, code, generation)
     directory.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps({"code": code, "id": session_id}))
-    os.replace(tmp, path)  # concurrent writers: one wins, the other's run keeps its own id
+    tmp.write_text(json.dumps({"code": code, "generation": generation}))
+    os.replace(tmp, path)  # concurrent writers agree: the id follows from what they write
     _prune(directory)
     return session_id
+
+
+def _derived_id(endpoint: str, code: str, generation: int) -> str:
+    return str(uuid.uuid5(SESSION_NAMESPACE, f"{endpoint}\0{code}\0{generation}"))
+
+
+def known_server_code(directory: Path, endpoint: str) -> str:
+    """The fingerprint of a remote server's code as last measured ('' before the first time)."""
+    try:
+        return str(json.loads(_server_code_file(directory, endpoint).read_text())["code"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def remember_server_code(directory: Path, endpoint: str, code: str) -> None:
+    path = _server_code_file(directory, endpoint)
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"endpoint": endpoint, "code": code}))
+    os.replace(tmp, path)
+
+
+def _server_code_file(directory: Path, endpoint: str) -> Path:
+    key = hashlib.sha256(endpoint.encode()).hexdigest()[:16]
+    return directory / f"server-{key}.json"
 
 
 def _prune(directory: Path) -> None:

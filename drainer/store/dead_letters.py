@@ -2,7 +2,8 @@
 
 Spark tasks stage a run's failures (`stage_failures`, plain psycopg); the commit transaction
 counts attempts and moves records that reached `max_attempts` to the dead letters, where they
-count as done.
+count as done. Both attempts and dead letters are keyed by the topic's Kafka id as well as
+(topic, partition, offset): a recreated topic's offsets name other records.
 """
 
 from __future__ import annotations
@@ -50,17 +51,38 @@ def run_failures(conn: Connection, run_id: int) -> dict[tuple[str, int], list[di
 
 
 def count_attempt(
-    conn: Connection, drain: str, topic: str, partition: int, offset: int, error: str | None
+    conn: Connection,
+    drain: str,
+    topic: str,
+    topic_id: str,
+    partition: int,
+    offset: int,
+    error: str | None,
 ) -> int:
     """One more failed attempt of a record; returns its attempts so far."""
     return conn.scalar(
         text(
-            'INSERT INTO record_attempts (drain, topic, partition, "offset", attempts, last_error) '
-            'VALUES (:d, :t, :p, :o, 1, :e) ON CONFLICT (drain, topic, partition, "offset") '
+            "INSERT INTO record_attempts "
+            '(drain, topic, topic_id, partition, "offset", attempts, last_error) '
+            "VALUES (:d, :t, :i, :p, :o, 1, :e) "
+            'ON CONFLICT (drain, topic, topic_id, partition, "offset") '
             "DO UPDATE SET attempts = record_attempts.attempts + 1, last_error = :e, "
             "updated_at = now() RETURNING attempts"
         ),
-        {"d": drain, "t": topic, "p": partition, "o": offset, "e": error},
+        {"d": drain, "t": topic, "i": topic_id, "p": partition, "o": offset, "e": error},
+    )
+
+
+def forget_attempts_from(
+    conn: Connection, drain: str, topic: str, partition: int, offset: int
+) -> None:
+    """A rewind: records from `offset` on are drained again, their earlier attempts forgotten."""
+    conn.execute(
+        text(
+            "DELETE FROM record_attempts WHERE drain = :d AND topic = :t AND partition = :p "
+            'AND "offset" >= :o'
+        ),
+        {"d": drain, "t": topic, "p": partition, "o": offset},
     )
 
 
@@ -73,21 +95,28 @@ def insert_dead_letter(
     headers_json: str | None,
     attempts: int,
     topic: str,
+    topic_id: str,
     partition: int,
 ) -> int:
-    """Move a record to the dead letters (done from now on) and forget its attempts."""
+    """Move a record to the dead letters (done from now on) and forget its attempts.
+
+    The same record dead-lettered again (after a rewind) replaces its earlier dead letter.
+    """
     dead_id = conn.scalar(
         text(
-            'INSERT INTO dead_letters (drain, run_id, topic, level, partition, "offset", key, value, '
-            "headers, ts, error, attempts) VALUES (:d, :r, :t, :l, :p, :o, :k, :v, "
-            'CAST(:h AS jsonb), :ts, :e, :a) ON CONFLICT (drain, topic, partition, "offset") '
-            "DO UPDATE SET run_id = :r, error = :e, attempts = :a, retried_at = NULL, "
-            "created_at = now() RETURNING id"
+            "INSERT INTO dead_letters (drain, run_id, topic, topic_id, level, partition, "
+            '"offset", key, value, headers, ts, error, attempts) VALUES (:d, :r, :t, :i, :l, '
+            ":p, :o, :k, :v, CAST(:h AS jsonb), :ts, :e, :a) "
+            'ON CONFLICT (drain, topic, topic_id, partition, "offset") '
+            "DO UPDATE SET run_id = :r, level = :l, key = :k, value = :v, "
+            "headers = CAST(:h AS jsonb), ts = :ts, error = :e, attempts = :a, "
+            "retried_at = NULL, created_at = now() RETURNING id"
         ),
         {
             "d": drain,
             "r": run_id,
             "t": topic,
+            "i": topic_id,
             "l": level,
             "p": partition,
             "o": failure["offset"],
@@ -101,10 +130,10 @@ def insert_dead_letter(
     )
     conn.execute(
         text(
-            "DELETE FROM record_attempts WHERE drain = :d AND topic = :t AND partition = :p "
-            'AND "offset" = :o'
+            "DELETE FROM record_attempts WHERE drain = :d AND topic = :t AND topic_id = :i "
+            'AND partition = :p AND "offset" = :o'
         ),
-        {"d": drain, "t": topic, "p": partition, "o": failure["offset"]},
+        {"d": drain, "t": topic, "i": topic_id, "p": partition, "o": failure["offset"]},
     )
     return dead_id
 

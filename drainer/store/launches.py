@@ -6,7 +6,8 @@ two runs). Each launch calls `drain_once` with the request's full set of levels 
 launch key; the first to take the drain's lease plans and drains them all, and records the key
 on its run (unique per drain); the others find that run under the lease and report it instead
 of draining. The key is stored only on the run it names, so a crash leaves either an open plan
-carrying the key (resumed by the next launch) or nothing.
+carrying the key (resumed by the next launch) or nothing. An abandoned run keeps its key for the
+audit but does not hold it: the next launch under that key plans anew.
 
 Also each run's phase timings (plan, Spark start, Spark job, commit, mirror).
 """
@@ -19,9 +20,12 @@ from sqlalchemy import Connection, text
 
 
 def run_for_launch(conn: Connection, drain: str, launch_key: str) -> tuple[int, str] | None:
-    """(run id, status) of the run that carries this launch key, if any."""
+    """(run id, status) of the run that holds this launch key (abandoned runs do not), if any."""
     row = conn.execute(
-        text("SELECT id, status FROM runs WHERE drain = :d AND launch_key = :k"),
+        text(
+            "SELECT id, status FROM runs WHERE drain = :d AND launch_key = :k "
+            "AND status <> 'abandoned'"
+        ),
         {"d": drain, "k": launch_key},
     ).first()
     return None if row is None else (row.id, row.status)

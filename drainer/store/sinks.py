@@ -19,6 +19,12 @@ empties its stage (TRUNCATE), an abandoned run drops it: every result lands once
 left in the shared `<table>_staging` of earlier versions are handled alike (deleted on resume
 and abandon, published by the commit), so an upgrade in the middle of a run loses nothing.
 
+drainer only truncates, drops or attaches tables it made: a stage carries the table comment
+`drainer stage of <table> run <id>` (`stage_comment`); a table that merely has a stage's name is
+refused with an error, untouched. A stage made before the comment existed is recognised by
+drainer's own two columns (`_drainer_run_id`, `_drainer_task`), which also mark the legacy
+`<table>_staging`; a `<table>_staging` without them is someone else's table and left alone.
+
 Names that reach SQL (the sink table, the output's columns) are quoted with psycopg's
 `sql.Identifier`, never pasted in: a column called `a"b` is a column, not an injection. Two
 attempts of one task (speculation, an executor wrongly thought lost) serialize on a
@@ -135,15 +141,64 @@ def ensure_sink_tables(
         _create_stage(conn, table, run_id)
 
 
+def stage_comment(table: str, run_id: int) -> str:
+    """The comment that marks a stage table as drainer's own (its record of ownership)."""
+    return f"drainer stage of {table} run {int(run_id)}"
+
+
+def _has_drainer_columns(conn: Connection, name: str) -> bool:
+    found = conn.scalar(
+        text(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+            "current_schema() AND table_name = :t AND column_name IN (:run, :task)"
+        ),
+        {"t": name, "run": RUN_COLUMN, "task": TASK_COLUMN},
+    )
+    return found == 2
+
+
+def owned_stage(conn: Connection, table: str, run_id: int) -> str | None:
+    """The run's stage table when it exists, None when not; ConfigError when it is not drainer's.
+
+    Every step that empties, drops or attaches a stage asks here first, so a table that only
+    shares the name (`<table>_r<id>`) is never touched.
+    """
+    stage = stage_name(table, run_id)
+    row = conn.execute(
+        text(
+            "SELECT obj_description(c.oid, 'pg_class') AS comment FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = :t AND n.nspname = current_schema()"
+        ),
+        {"t": stage},
+    ).first()
+    if row is None:
+        return None
+    if row.comment == stage_comment(table, run_id):
+        return stage
+    if row.comment is None and _has_drainer_columns(conn, stage):
+        return stage  # staged by a version before the comment
+    raise ConfigError(
+        f"table {stage} has the name of run {int(run_id)}'s stage for sink table {table}, but "
+        f"drainer did not create it (its comment is not '{stage_comment(table, run_id)}'): "
+        f"drainer leaves it untouched; rename that table (ALTER TABLE {_q(stage)} RENAME TO …) "
+        "and run again, or give the drain another sink.table"
+    )
+
+
 def _create_stage(conn: Connection, table: str, run_id: int) -> str:
     """The run's stage table, created when missing: the target's columns, the task, the CHECK."""
     stage = stage_name(table, run_id)
+    if owned_stage(conn, table, run_id) is not None:
+        return stage
     conn.execute(
         text(
-            f"CREATE TABLE IF NOT EXISTS {_q(stage)} (LIKE {_q(table)}, "
+            f"CREATE TABLE {_q(stage)} (LIKE {_q(table)}, "
             f"{_q(TASK_COLUMN)} text NOT NULL, CHECK ({_q(RUN_COLUMN)} = {int(run_id)}))"
         )
     )
+    comment = sql.Literal(stage_comment(table, run_id)).as_string(None)  # DDL takes no params
+    conn.execute(text(f"COMMENT ON TABLE {_q(stage)} IS {comment}"))
     conn.execute(
         text(
             f"CREATE INDEX IF NOT EXISTS {_q(_task_index_name(table, run_id))} "
@@ -176,8 +231,8 @@ def publish_staged(conn: Connection, table: str, run_id: int) -> int:
     if kind is None:
         return 0  # nothing was ever staged: the run read no records
     _adopt_legacy_rows(conn, table, run_id)
-    stage = stage_name(table, run_id)
-    if relkind(conn, stage) is None:
+    stage = owned_stage(conn, table, run_id)
+    if stage is None:
         return 0
     rows = conn.scalar(text(f"SELECT count(*) FROM {_q(stage)}"))
     if kind == "p" and rows:
@@ -196,14 +251,22 @@ def publish_staged(conn: Connection, table: str, run_id: int) -> int:
     return rows
 
 
+def _legacy_staging(conn: Connection, table: str) -> str | None:
+    """Earlier versions' `<table>_staging` when it exists and has drainer's columns, else None."""
+    legacy = legacy_staging_name(table)
+    if legacy is None or relkind(conn, legacy) is None:
+        return None
+    return legacy if _has_drainer_columns(conn, legacy) else None
+
+
 def _adopt_legacy_rows(conn: Connection, table: str, run_id: int) -> None:
     """Move rows of this run that an earlier version staged in `<table>_staging` into its stage.
 
     Only a run staged before an upgrade and committed after it without executing again has
     any (a resumed run that executes deletes them first, `clear_staged`).
     """
-    legacy = legacy_staging_name(table)
-    if legacy is None or relkind(conn, legacy) is None:
+    legacy = _legacy_staging(conn, table)
+    if legacy is None:
         return
     found = conn.scalar(
         text(f"SELECT EXISTS (SELECT FROM {_q(legacy)} WHERE {_q(RUN_COLUMN)} = :r)"),
@@ -224,22 +287,24 @@ def _adopt_legacy_rows(conn: Connection, table: str, run_id: int) -> None:
 
 
 def _clear_legacy(conn: Connection, table: str, run_id: int) -> None:
-    legacy = legacy_staging_name(table)
-    if legacy is not None and relkind(conn, legacy) is not None:
+    legacy = _legacy_staging(conn, table)
+    if legacy is not None:
         conn.execute(text(f"DELETE FROM {_q(legacy)} WHERE {_q(RUN_COLUMN)} = :r"), {"r": run_id})
 
 
 def clear_staged(conn: Connection, table: str, run_id: int) -> None:
     """A resumed run starts afresh: empty what any earlier attempt of it staged."""
-    if relkind(conn, stage_name(table, run_id)) is not None:
-        conn.execute(text(f"TRUNCATE {_q(stage_name(table, run_id))}"))
+    stage = owned_stage(conn, table, run_id)
+    if stage is not None:
+        conn.execute(text(f"TRUNCATE {_q(stage)}"))
     _clear_legacy(conn, table, run_id)
 
 
 def drop_staged(conn: Connection, table: str, run_id: int) -> None:
     """An abandoned run: drop its stage table (and its rows in a legacy staging table)."""
-    if relkind(conn, stage_name(table, run_id)) is not None:
-        conn.execute(text(f"DROP TABLE {_q(stage_name(table, run_id))}"))
+    stage = owned_stage(conn, table, run_id)
+    if stage is not None:
+        conn.execute(text(f"DROP TABLE {_q(stage)}"))
     _clear_legacy(conn, table, run_id)
 
 

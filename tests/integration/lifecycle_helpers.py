@@ -69,7 +69,7 @@ def recreate_topic(drain: DrainConfig, level: int) -> None:
 
 
 def sink_records(drain: DrainConfig) -> Counter:
-    """(topic, partition, offset) -> sink rows of the record (record_echo sinks)."""
+    """(topic, partition, offset) -> sink rows of the record (record_echo, one_row_per_record)."""
     with get_engine().connect() as conn:
         if conn.scalar(text("SELECT to_regclass(:t)"), {"t": drain.sink.table}) is None:
             return Counter()
@@ -77,6 +77,26 @@ def sink_records(drain: DrainConfig) -> Counter:
             text(f'SELECT topic, partition, "offset" FROM "{drain.sink.table}"')
         ).all()
     return Counter((r.topic, r.partition, r.offset) for r in rows)
+
+
+def assert_each_record_once(
+    drain: DrainConfig, ends: dict[tuple[str, int], int] | None = None
+) -> None:
+    """Exactly once, record by record: every (topic, partition, offset) below `ends` (default:
+    the committed offsets) is in the sink once, and nothing else is (one-row-per-record sinks).
+    """
+    from offsets import stored_offsets
+
+    seen = sink_records(drain)
+    if ends is None:
+        ends = {key: committed for key, (committed, _) in stored_offsets(drain).items()}
+    expected = {(t, p, o) for (t, p), end in ends.items() for o in range(end)}
+    twice = {k: n for k, n in seen.items() if n > 1}
+    assert not twice, f"{len(twice)} records in the sink more than once, e.g. {list(twice)[:5]}"
+    missing = expected - set(seen)
+    assert not missing, f"{len(missing)} records missing from the sink, e.g. {sorted(missing)[:5]}"
+    extra = set(seen) - expected
+    assert not extra, f"{len(extra)} records in the sink beyond the ends, e.g. {sorted(extra)[:5]}"
 
 
 def sink_keys(drain: DrainConfig) -> Counter:

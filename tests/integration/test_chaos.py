@@ -46,6 +46,7 @@ def _start_run(drain, log) -> subprocess.Popen:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # many crash-and-resume rounds
 def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(make_drain, spark):
     seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
     print(f"chaos seed: {seed} (replay with CHAOS_SEED={seed})")

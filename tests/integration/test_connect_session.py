@@ -4,7 +4,6 @@ worker daemon per version of the code, not one more per run."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from drainer.services import connect, process
-from drainer.services.connect_session import session_file, with_session_id
+from drainer.services.connect_session import shared_session_id, with_session_id
 from drainer.settings import load_settings
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 from spark_jobs.session import get_spark, is_connect, session_code
@@ -63,9 +62,19 @@ def _drain_once(drain, shared: bool, **env_vars: str) -> None:
     assert "drained 20" in run.stdout or "20 records" in run.stdout, run.stdout
 
 
+def _require_connect() -> None:
+    """These tests prove the Connect session's behaviour: a server that is down fails them."""
+    if not is_connect(get_spark()):
+        pytest.fail(
+            "no Spark Connect server answered, so the session under test does not exist: "
+            "start it with `drainer services up` (or set SPARK_REMOTE) and run again"
+        )
+
+
 def test_runs_share_one_session_and_its_workers(make_drain, spark):
-    if not is_connect(get_spark()) or load_settings().spark_remote:
-        pytest.skip("needs the local Connect server that `drainer services up` runs")
+    if load_settings().spark_remote:
+        pytest.skip("SPARK_REMOTE names another server: its daemons cannot be counted here")
+    _require_connect()
     drain = make_drain(
         levels=1,
         partitions=1,
@@ -89,17 +98,61 @@ def test_runs_share_one_session_and_its_workers(make_drain, spark):
 def test_a_session_the_server_closed_is_replaced(make_drain, spark):
     """A shared session the server has closed (idle past its timeout, or released) cannot be
     reopened: the next run opens a new one and drains as usual."""
-    if not is_connect(get_spark()):
-        pytest.skip("needs a Spark Connect server")
+    _require_connect()
     drain = make_drain(levels=1, partitions=1, budget=100)
     # other settings, so this test's session is not the one the suite's processes share
     other = {"DRAINER_SHUFFLE_PARTITIONS": "7"}
     _drain_once(drain, shared=True, **other)
     settings = dataclasses.replace(load_settings(), shuffle_partitions="7")
     endpoint = settings.spark_endpoint
-    file = session_file(settings.home / "spark-sessions", endpoint, session_code(settings))
-    closed = json.loads(file.read_text())["id"]
+    directory, code = settings.home / "spark-sessions", session_code(settings)
+    closed = shared_session_id(directory, endpoint, code)  # the one the run used
     SparkSession.builder.remote(with_session_id(endpoint, closed)).create().stop()  # released
 
     _drain_once(drain, shared=True, **other)
-    assert json.loads(file.read_text())["id"] != closed
+    assert shared_session_id(directory, endpoint, code) != closed
+
+
+def test_a_remote_servers_code_change_gets_a_new_session(tmp_path):
+    """With SPARK_REMOTE the workers import the server's copy of the code. Before: the session
+    was keyed by the client's files only, so code changed on the server kept the old session
+    and the workers' stale imports. The client here runs a copy of drainer; the server (this
+    worktree's, addressed as remote) gets one of its files touched."""
+    import shutil
+
+    _require_connect()
+    repo = Path(__file__).resolve().parents[2]
+    client = tmp_path / "client"
+    for package in ("drainer", "spark_jobs"):
+        shutil.copytree(
+            repo / package, client / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(client),
+        "SPARK_REMOTE": load_settings().spark_endpoint,
+        "DRAINER_HOME": str(tmp_path / "home"),
+        "DRAINER_CONFIG": str(tmp_path / "none.yaml"),
+    }
+    script = (
+        f"import spark_jobs.session as s; assert s.__file__.startswith({str(client)!r}); "
+        "print(s.get_spark().session_id)"
+    )
+
+    def session_id() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env=env,
+            cwd=tmp_path,  # not the worktree: `-c` puts the working directory on sys.path
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.split()[-1]
+
+    first = session_id()
+    assert session_id() == first  # nothing changed: shared
+    server_file = repo / "drainer" / "services" / "__init__.py"
+    os.utime(server_file)  # the server's code changed; the client's copy did not
+    assert session_id() != first

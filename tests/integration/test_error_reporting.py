@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from sqlalchemy import text
 
@@ -93,3 +94,41 @@ def test_a_failed_dead_letter_publish_is_a_warning_on_a_committed_run(make_drain
             {"d": drain.name},
         )
     assert status == "committed" and unpublished == 1  # the next run publishes it
+
+
+@pytest.mark.parametrize(
+    ("processor", "error", "user_frame"),
+    [
+        # raises while building the DataFrame, in the CLI's own process
+        ("always_fails", "RuntimeError: always_fails: this processor has a bug", "always_fails"),
+        # its UDF raises in the Spark tasks: the error arrives through Spark Connect
+        ("failing_udf", "ValueError: no amount in b'v0'", "_parse_amount"),
+    ],
+)
+def test_a_processor_that_raises_is_one_line_and_the_users_frames(
+    make_drain, processor, error, user_frame
+):
+    """Before: ~30 lines of drainer's and pyspark's stack, exit 1, no word on what happens next."""
+    drain = make_drain(levels=1, partitions=1, processor=f"spark_jobs.examples:{processor}")
+    produce_records(drain, [OutRecord(value=f"v{i}".encode(), key=b"k") for i in range(5)], 0)
+    done = _cli("run", drain.name)
+    assert done.returncode == 2, done.stderr[-3000:]
+    report = done.stderr[done.stderr.index("drainer: ") :]
+    first, *frames = [line for line in report.splitlines() if line.strip()]
+    assert f"processor spark_jobs.examples:{processor} failed" in first, report
+    assert error in first and "stays open" in first, report
+    assert f"the next `drainer run {drain.name}` retries it" in first, report
+    assert len(frames) <= 6, report  # the user's frames only
+    assert any(user_frame in line for line in frames), report
+    for ours in ("drainer/lifecycle", "spark_jobs/drain_job.py", "spark_jobs/modes.py", "pyspark"):
+        assert ours not in done.stderr, report
+    with get_engine().connect() as conn:
+        status = conn.scalar(
+            text("SELECT status FROM runs WHERE drain = :d ORDER BY id DESC LIMIT 1"),
+            {"d": drain.name},
+        )
+    assert status == "failed"  # the plan stays open for the next run
+
+    verbose = _cli("-v", "run", drain.name)  # the full trace, drainer's frames included
+    assert verbose.returncode == 2
+    assert "Traceback" in verbose.stderr and "drainer/lifecycle/run.py" in verbose.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from lifecycle_helpers import assert_each_record_once
 from sqlalchemy import text
 
 from drainer.kafka.producer import produce_records, synthetic_records
@@ -53,7 +54,7 @@ def test_backfill_of_levels_0_and_2_is_one_run_sharing_the_budget(make_drain, sp
 
 
 def test_run_for_other_levels_finishes_the_open_plan_first(make_drain, spark):
-    drain = make_drain(budget=700)
+    drain = make_drain(budget=700, processor="spark_jobs.examples:one_row_per_record")
     for level in range(3):
         produce_records(drain, synthetic_records(300, seed=level), level=level)
 
@@ -77,7 +78,9 @@ def test_run_for_other_levels_finishes_the_open_plan_first(make_drain, spark):
         ("committed", [0, 1]),
         ("committed", [2]),
     ]
-    # exactly once: every planned record of both plans is drained once, nothing twice
+    # exactly once, record by record: every record below the committed offsets is in the sink
+    # once, and nothing else is
+    assert_each_record_once(drain)
     assert _drained(drain) == {
         0: result.finished.levels[1].drained,
         1: result.finished.levels[0].drained,
@@ -98,3 +101,28 @@ def test_resuming_the_same_levels_stays_one_run(make_drain, spark):
     result = drain_job.run(drain, levels=[1], trigger="test", launch_key="k1")
     assert result.resumed and result.finished is None and result.drained == 200
     assert [(r.status, r.launch_key) for r in _runs(drain)] == [("committed", "k1")]
+
+
+def test_a_launch_whose_plan_was_abandoned_plans_anew(make_drain, spark):
+    """Before: the abandoned run kept the key, and the next launch of that backfill failed with
+    an IntegrityError (runs_one_run_per_launch) when it claimed the key for its new plan."""
+    from drainer.lifecycle.abandon import abandon_plan
+
+    drain = make_drain()
+    produce_records(drain, synthetic_records(200), level=1)
+
+    def crash(ctx):
+        raise RuntimeError("executor died")
+
+    with pytest.raises(RuntimeError):
+        drain_once(drain, crash, levels=[1], trigger="test", launch_key="backfill:b1")
+    abandon_plan(drain, "the processor had a bug")
+    result = drain_job.run(drain, levels=[1], trigger="test", launch_key="backfill:b1")
+    assert not result.shared and not result.resumed and result.drained == 200
+    assert [(r.status, r.launch_key) for r in _runs(drain)] == [
+        ("abandoned", "backfill:b1"),  # the audit keeps which launch it was
+        ("committed", "backfill:b1"),
+    ]
+    # a sibling launch of the same backfill reports the new run, not the abandoned one
+    sibling = drain_job.run(drain, levels=[1], trigger="test", launch_key="backfill:b1")
+    assert sibling.shared and sibling.run_id == result.run_id

@@ -11,10 +11,11 @@ from lifecycle_helpers import cli, cli_json, recreate_topic, sink_keys, sink_rec
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from sqlalchemy import text
 
-from drainer.errors import PlanKeepsFailing, TopicRecreated
+from drainer.errors import PlanKeepsFailing, ProcessorFailed, TopicRecreated
 from drainer.kafka.clients import client_config
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.session import KafkaSession
+from drainer.lifecycle.run import drain_once
 from drainer.store import get_engine
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
@@ -50,8 +51,9 @@ def test_a_stuck_plan_is_abandoned_audited_and_the_next_run_drains(make_drain, s
     for partition in (0, 1):
         produce_records(drain, _keyed("r", 50), level=0, partition=partition)
 
-    with pytest.raises(RuntimeError, match="always_fails"):
+    with pytest.raises(ProcessorFailed, match="always_fails") as first:
         drain_job.run(drain.name, trigger="test")  # the first attempt: the processor's own error
+    assert isinstance(first.value.__cause__, RuntimeError)
     with pytest.raises(PlanKeepsFailing, match="failed 2 attempts"):
         drain_job.run(drain.name, trigger="test")
     with pytest.raises(PlanKeepsFailing) as info:
@@ -140,6 +142,30 @@ def test_a_recreated_topic_stops_the_drain_until_a_rewind_to_earliest(make_drain
     assert stored_offsets(drain)[(topic, 0)] == (20, "")
 
 
+def test_finishing_another_plan_checks_its_topics_identity(make_drain, spark):
+    """The issue's reproduction: a level-0 plan crashed after planning, the topic was recreated
+    with 800 records, a run of level 1 finished the old plan. Before: it read offsets 0..500
+    of the new topic as the old plan's, and the sink later held 1,300 level-0 records."""
+    drain = make_drain(levels=2, partitions=1, budget=1000, **RECORD_ECHO)
+    topic = drain.level_topic(0)
+    produce_records(drain, _keyed("old", 500), level=0, partition=0)
+    produce_records(drain, _keyed("one", 10), level=1, partition=0)
+
+    def crash(ctx):
+        raise RuntimeError("crashed after planning")
+
+    with pytest.raises(RuntimeError, match="crashed after planning"):
+        drain_once(drain, crash, levels=[0], trigger="test")
+    recreate_topic(drain, 0)
+    produce_records(drain, _keyed("new", 800), level=0, partition=0)
+
+    with pytest.raises(TopicRecreated) as info:
+        drain_job.run(drain.name, levels=[1], trigger="test")
+    assert topic in str(info.value) and f"drainer plan abandon {drain.name}" in str(info.value)
+    assert sink_records(drain) == {}  # nothing of the new topic read under the old plan
+    assert stored_offsets(drain)[(topic, 0)] == (0, "")
+
+
 def _transactional_backlog(
     drain, transactions: int, per_transaction: int
 ) -> tuple[list[bytes], Producer]:
@@ -205,3 +231,43 @@ def test_a_transactional_producer_drains_exactly_its_committed_records(make_drai
     with get_engine().connect() as conn:
         counted = conn.scalar(text(f'SELECT sum(records) FROM "{frame.sink.table}"'))
     assert counted == 107
+
+
+def _poison_at_0(tag: str) -> list[OutRecord]:
+    return [OutRecord(value=f"{tag} poison".encode(), key=f"{tag}0".encode())] + [
+        OutRecord(value=f"{tag}{i}".encode(), key=f"{tag}{i}".encode()) for i in range(1, 5)
+    ]
+
+
+def _accept_new_topic(drain) -> None:
+    recreate_topic(drain, 0)
+    produce_records(drain, _poison_at_0("new"), level=0, partition=0)
+    done = cli("rewind", drain.name, "--level", "0", "--to-earliest", "--reason", "recreated")
+    assert done.returncode == 0, done.stderr
+
+
+def test_attempts_and_dead_letters_of_a_recreated_topic_start_afresh(make_drain, spark):
+    """Both were keyed by (topic, partition, offset) only. Before: the new topic's record at
+    offset 0 inherited the old record's attempt and went to the dead letters after one attempt
+    of max_attempts 2; and a new dead letter at the old one's offset overwrote it, keeping the
+    old record's key and value under the new error."""
+    poison = {**RECORD_ECHO, "handler": "spark_jobs.examples:poison_echo", "ordering": "unordered"}
+    counting = make_drain(levels=1, partitions=1, max_attempts=2, **poison)
+    produce_records(counting, _poison_at_0("old"), level=0, partition=0)
+    first = drain_job.run(counting.name, trigger="test")
+    assert (first.levels[0].failed, first.levels[0].dead_lettered) == (1, 0)
+    _accept_new_topic(counting)
+    after = drain_job.run(counting.name, trigger="test")
+    assert (after.levels[0].failed, after.levels[0].dead_lettered) == (1, 0)  # its 1st attempt
+
+    dead = make_drain(levels=1, partitions=1, max_attempts=1, **poison)
+    produce_records(dead, _poison_at_0("old"), level=0, partition=0)
+    assert drain_job.run(dead.name, trigger="test").levels[0].dead_lettered == 1
+    _accept_new_topic(dead)
+    assert drain_job.run(dead.name, trigger="test").levels[0].dead_lettered == 1
+    with get_engine().connect() as conn:
+        letters = conn.execute(
+            text('SELECT "offset", value FROM dead_letters WHERE drain = :d ORDER BY id'),
+            {"d": dead.name},
+        ).all()
+    assert [(o, bytes(v)) for o, v in letters] == [(0, b"old poison"), (0, b"new poison")]

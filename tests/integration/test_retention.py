@@ -116,3 +116,25 @@ def test_retention_inside_an_open_plan_reads_what_still_exists_and_commits(make_
         40,
     )
     assert result["levels"][0]["backlog"] == 0
+
+
+def test_a_resumed_plan_whose_ranges_retention_deleted_publishes_nothing_staged_before(
+    make_drain, spark
+):
+    """Before: with nothing left to read the Spark job did not run, so the crashed attempt's
+    stage was never emptied and the commit published its 100 rows, next to 100 records counted
+    as lost to retention."""
+    drain = make_drain(levels=1, partitions=1, budget=1000, **POISON_ECHO)
+    topic = drain.level_topic(0)
+    produce_records(drain, _records(100), level=0, partition=0)
+    crashed = cli("run", drain.name, fault="after_staging")  # staged, not committed
+    assert crashed.returncode == 86, crashed.stderr[-3000:]
+    delete_records_before(drain, 0, 0, 100)  # retention takes every planned record
+
+    proc = cli("run", drain.name, "--json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = cli_json("status", drain.name, "--json")
+    [run] = [r for r in result["runs"] if r["status"] == "committed"]
+    assert run["drained"] == 0 and run["lost_to_retention"] == 100
+    assert sink_records(drain) == {}
+    assert stored_offsets(drain) == {(topic, 0): (100, "")}

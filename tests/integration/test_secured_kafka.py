@@ -58,6 +58,12 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
+def _from_home(path: Path | str) -> str:
+    """`path` written as `~/…` when it lies under the home directory (the documented form)."""
+    path = Path(path)
+    return f"~/{path.relative_to(Path.home())}" if path.is_relative_to(Path.home()) else str(path)
+
+
 def _drain_end_to_end(make_drain, monkeypatch, bootstrap: str, kafka: dict, secret: str) -> None:
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
     drain = make_drain(
@@ -144,10 +150,72 @@ def test_drains_through_the_scram_listener_and_the_password_shows_nowhere(
 
 def test_drains_through_the_mutual_tls_listener(monkeypatch, make_drain, local_listeners, spark):
     _, ssl, creds = local_listeners
-    kafka = {
+    kafka = {  # as docs/operations.md writes it: `~/…` paths, expanded by drainer for both clients
         "security.protocol": "SSL",
-        "ssl.ca.location": str(creds.ca),
-        "ssl.certificate.location": str(creds.client_certificate),
-        "ssl.key.location": str(creds.client_key),
+        "ssl.ca.location": _from_home(creds.ca),
+        "ssl.certificate.location": _from_home(creds.client_certificate),
+        "ssl.key.location": _from_home(creds.client_key),
     }
     _drain_end_to_end(make_drain, monkeypatch, ssl, kafka, Path(creds.client_key).read_text())
+
+
+def _tables_holding(text_: str) -> list[str]:
+    """Every table of drainer's database (and the sinks) with a row whose text contains `text_`."""
+    with get_engine().connect() as conn:
+        tables = conn.execute(
+            text(
+                "SELECT quote_ident(table_name) FROM information_schema.tables "
+                "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+            )
+        ).scalars()
+        return [
+            table
+            for table in tables
+            if conn.scalar(
+                text(f"SELECT EXISTS (SELECT FROM {table} t WHERE t::text LIKE :p)"),
+                {"p": f"%{text_}%"},
+            )
+        ]
+
+
+def test_a_password_in_an_error_is_redacted_from_every_table_and_log_line(
+    monkeypatch, make_drain, local_listeners, caplog
+):
+    """An error that echoes the SASL password (as a client's connection error may): before, it
+    was stored as is in runs.error (and from there in plan_abandons.last_error)."""
+    import logging
+
+    from drainer.config.kafka_clients import librdkafka_settings
+    from drainer.errors import PlanKeepsFailing
+    from drainer.lifecycle.abandon import abandon_plan
+    from drainer.lifecycle.run import drain_once
+
+    sasl, _, creds = local_listeners
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", sasl)
+    monkeypatch.setenv("KAFKA_PASSWORD", creds.password)
+    drain = make_drain(
+        levels=1,
+        partitions=1,
+        kafka={
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": creds.username,
+            "sasl.password": "${KAFKA_PASSWORD}",
+        },
+    )
+    produce_records(drain, [OutRecord(value=b"v", key=b"k")], 0)
+
+    def leaky(ctx):
+        settings = librdkafka_settings(ctx.drain)
+        raise RuntimeError(f"login refused for {settings['sasl.password']} at {sasl}")
+
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(RuntimeError):  # the executor's own error, raised as it is
+        drain_once(drain, leaky, trigger="test")
+    with pytest.raises(PlanKeepsFailing) as info:  # drainer's message about it
+        drain_once(drain, leaky, trigger="test")
+    assert "login refused for ***" in str(info.value) and creds.password not in str(info.value)
+    abandon_plan(drain, "credentials rotated")
+    assert _tables_holding(creds.password) == []
+    assert _tables_holding("login refused for ***")  # the error itself is kept, redacted
+    assert creds.password not in caplog.text

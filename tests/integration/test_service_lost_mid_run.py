@@ -138,6 +138,7 @@ def _run(drain_name: str, env: dict[str, str], *args: str) -> subprocess.Popen:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # its own Postgres, stopped and started
 def test_postgres_lost_while_tasks_write_is_one_line_and_the_rerun_loses_nothing(
     stack, spark, tmp_path, throwaway_postgres
 ):

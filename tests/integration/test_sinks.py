@@ -319,3 +319,63 @@ def _waits_on_advisory_lock() -> bool:
                 )
             )
         )
+
+
+def _users_table(name: str, rows: int = 3) -> None:
+    """A table someone else made, that happens to carry a stage's or a legacy staging's name."""
+    with psycopg.connect(_url()) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id integer)").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("INSERT INTO {} SELECT generate_series(1, %s)").format(sql.Identifier(name)),
+            (rows,),
+        )
+
+
+def _count(name: str) -> int:
+    with psycopg.connect(_url()) as conn:
+        return conn.execute(
+            sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(name))
+        ).fetchone()[0]
+
+
+def test_a_table_named_like_a_stage_that_drainer_did_not_create_is_refused_untouched():
+    """Before: resume truncated it, abandon dropped it, the commit dropped or attached it."""
+    import pytest
+
+    from drainer.errors import ConfigError
+
+    table = _fresh_table(run_id=71)  # the target exists; runs 72.. have no stage yet
+    for run_id, step in (
+        (72, lambda conn: sinks.clear_staged(conn, table, 72)),
+        (73, lambda conn: sinks.drop_staged(conn, table, 73)),
+        (74, lambda conn: sinks.publish_staged(conn, table, 74)),
+    ):
+        _users_table(sinks.stage_name(table, run_id))
+        with pytest.raises(ConfigError) as info, get_engine().begin() as conn:
+            step(conn)
+        assert sinks.stage_name(table, run_id) in str(info.value)
+        assert "drainer did not create it" in str(info.value)
+        assert _count(sinks.stage_name(table, run_id)) == 3
+    _users_table(sinks.stage_name(table, 75))
+    with pytest.raises(ConfigError, match="drainer did not create it"):
+        sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 75)
+    assert _count(sinks.stage_name(table, 75)) == 3
+    # drainer's own stages pass the check: stage, resume, publish
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 76)
+    _stage(table, 76, [("a", 1)])
+    with get_engine().begin() as conn:
+        sinks.clear_staged(conn, table, 76)
+    _stage(table, 76, [("b", 2)])
+    assert _publish(table, 76) == 1 and _rows(table) == [("b", 2)]
+
+
+def test_a_users_table_named_like_the_legacy_staging_is_left_alone():
+    """`<sink>_staging` without drainer's columns is not drainer's: no rows of a run are there."""
+    table = _fresh_table(run_id=81, partitioned=False)
+    _users_table(sinks.legacy_staging_name(table))
+    _stage(table, 81, [("a", 1)])
+    with get_engine().begin() as conn:
+        sinks.clear_staged(conn, table, 82)
+        sinks.drop_staged(conn, table, 83)
+    assert _publish(table, 81) == 1
+    assert _count(sinks.legacy_staging_name(table)) == 3

@@ -128,3 +128,36 @@ def test_isolation_level_is_common_and_a_consumer_setting_for_librdkafka(tmp_pat
     assert consumer_config(opted_out)["isolation.level"] == "read_uncommitted"
     # admin clients and producers would warn about a consumer-only property
     assert "isolation.level" not in client_config(opted_out)
+
+
+def test_a_tilde_in_a_file_setting_is_the_home_directory_for_both_clients(tmp_path, monkeypatch):
+    """The documented mTLS example writes `~/.cache/drainer/kafka/tls/…`: neither librdkafka nor
+    Java expands `~`, so drainer must (before, librdkafka got the literal `~/ca.pem`)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("ca.pem", "client.pem", "client.key", "crl.pem", "trust.p12"):
+        (tmp_path / name).write_text(
+            "-----BEGIN PRIVATE KEY-----\nBBB\n-----END PRIVATE KEY-----\n"
+        )
+    d = drain(
+        tmp_path,
+        kafka={
+            "security.protocol": "SSL",
+            "ssl.ca.location": "~/ca.pem",
+            "ssl.certificate.location": "~/client.pem",
+            "ssl.key.location": "~/client.key",
+        },
+        kafka_librdkafka={"ssl.crl.location": "~/crl.pem"},
+        kafka_java={"ssl.keystore.location": "~/trust.p12"},
+    )
+    librdkafka = librdkafka_settings(d)
+    for key, name in (
+        ("ssl.ca.location", "ca.pem"),
+        ("ssl.certificate.location", "client.pem"),
+        ("ssl.key.location", "client.key"),
+        ("ssl.crl.location", "crl.pem"),
+    ):
+        assert librdkafka[key] == str(tmp_path / name), key
+    java = java_settings(d)
+    assert java["ssl.truststore.location"] == str(tmp_path / "ca.pem")
+    assert java["ssl.keystore.location"] == str(tmp_path / "trust.p12")
+    assert "~" not in "".join(java.values())

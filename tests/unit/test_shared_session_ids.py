@@ -15,8 +15,19 @@ ENDPOINT = "sc://127.0.0.1:15002"
 
 def test_the_same_code_reuses_the_session(tmp_path):
     first = shared_session_id(tmp_path, ENDPOINT, "code-a")
-    assert uuid.UUID(first).version == 4
+    assert uuid.UUID(first).version == 5  # derived from endpoint, code and generation
     assert shared_session_id(tmp_path, ENDPOINT, "code-a") == first
+
+
+def test_a_temporary_home_shares_the_session_instead_of_leaking_one(tmp_path):
+    """Before: each new drainer home (a test's, a container's) drew a random id, so every such
+    process left one more session and its worker daemon on the server."""
+    first = shared_session_id(tmp_path / "home-1", ENDPOINT, "code-a")
+    assert shared_session_id(tmp_path / "home-2", ENDPOINT, "code-a") == first
+    # a closed one is walked past the same way from any home: the ids follow one sequence
+    second = shared_session_id(tmp_path / "home-2", ENDPOINT, "code-a", closed=first)
+    assert second != first
+    assert shared_session_id(tmp_path / "home-3", ENDPOINT, "code-a", closed=first) == second
 
 
 def test_changed_code_or_a_closed_session_gets_a_new_one(tmp_path):
@@ -46,7 +57,8 @@ def test_ids_no_run_used_for_a_week_are_forgotten(tmp_path):
     current = shared_session_id(tmp_path, ENDPOINT, "new code")  # a new id prunes
     assert not old_file.exists()
     assert shared_session_id(tmp_path, ENDPOINT, "new code") == current
-    assert shared_session_id(tmp_path, ENDPOINT, "old code") != stale
+    # forgotten here, derived again: the server's session (if it is still open) is reused
+    assert shared_session_id(tmp_path, ENDPOINT, "old code") == stale
 
 
 def test_each_endpoint_has_its_own_session(tmp_path):
