@@ -14,6 +14,7 @@ than its share: only then can a plan exceed `budget_bytes`, by less than one rec
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fractions import Fraction
 
 from drainer.allocation.fill import key_of
 from drainer.allocation.types import PartitionBacklog
@@ -62,19 +63,16 @@ def byte_caps(
     for a level with a backlog, and at most its backlog.
     """
     total = sum(reserved.values()) or 1
+    exact = {level: Fraction(size) for level, size in sizes.items()}  # no rounding drift
     caps: dict[int, int] = {}
-    spare = 0.0
     for level, share in reserved.items():
-        allowance = budget_bytes * share / total
-        size = sizes.get(level, 0.0)
-        if size <= 0 or backlog.get(level, 0) * size <= allowance:
-            caps[level] = backlog.get(level, 0)
-            spare += allowance - caps[level] * size
-        else:
-            caps[level] = int(allowance // size)
-            spare += allowance - caps[level] * size
+        allowance = Fraction(budget_bytes * share, total)
+        size = exact.get(level, Fraction(0))
+        wanted = backlog.get(level, 0)
+        caps[level] = wanted if size <= 0 or wanted * size <= allowance else int(allowance // size)
+    spare = budget_bytes - sum(caps[level] * exact.get(level, Fraction(0)) for level in caps)
     for level in sorted(reserved, reverse=True):
-        size = sizes.get(level, 0.0)
+        size = exact.get(level, Fraction(0))
         if size > 0 and caps[level] < backlog.get(level, 0):
             more = min(int(spare // size), backlog[level] - caps[level])
             caps[level] += more

@@ -33,6 +33,14 @@ class PartitionBacklog:
         """Pending records: offsets in [start, end) not already done."""
         return pending(self.start, self.end, self.done)
 
+    @property
+    def first_pending(self) -> int:
+        """The first offset from `start` not already done (where a read of it begins)."""
+        first = self.start
+        while first in self.done:
+            first += 1
+        return first
+
 
 @dataclass(frozen=True)
 class PartitionRange:

@@ -324,6 +324,25 @@ def offsets_for_time(
     return result
 
 
+def _probe(
+    drain: DrainConfig, positions: Mapping[tuple[int, int], int]
+) -> tuple[Consumer, dict[tuple[str, int], tuple[int, int]]]:
+    """A throwaway consumer assigned at each (level, partition) offset, reporting partition
+    ends; and (topic, partition) -> (level, partition) of what it reads. The caller closes it."""
+    consumer = _consumer(
+        drain,
+        **{
+            "group.id": f"drainer-probe-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        },
+    )
+    consumer.assign(
+        [TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()]
+    )
+    return consumer, {(drain.level_topic(lvl), p): (lvl, p) for (lvl, p) in positions}
+
+
 def record_timestamps(
     drain: DrainConfig, positions: Mapping[tuple[int, int], int]
 ) -> dict[tuple[int, int], int | None]:
@@ -333,19 +352,8 @@ def record_timestamps(
     """
     if not positions:
         return {}
-    consumer = _consumer(
-        drain,
-        **{
-            "group.id": f"drainer-probe-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        },
-    )
+    consumer, wanted = _probe(drain, positions)
     try:
-        consumer.assign(
-            [TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()]
-        )
-        wanted = {(drain.level_topic(lvl), p): (lvl, p) for (lvl, p) in positions}
         found: dict[tuple[int, int], int | None] = {}
         deadline = time.monotonic() + TIMEOUT_S
         while wanted and time.monotonic() < deadline:
@@ -367,6 +375,38 @@ def record_timestamps(
         for key in wanted.values():
             found[key] = None
         return found
+    finally:
+        consumer.close()
+
+
+def sample_record_sizes(
+    drain: DrainConfig, positions: Mapping[tuple[int, int], int], count: int = 20
+) -> dict[tuple[int, int], float]:
+    """Average key+value bytes of up to `count` records from each (level, partition) offset.
+
+    A byte budget's estimate for partitions no measured run has read yet (`budget_bytes`);
+    a partition whose sample found no record is absent.
+    """
+    if not positions:
+        return {}
+    consumer, wanted = _probe(drain, positions)
+    try:
+        sizes: dict[tuple[int, int], list[int]] = {key: [] for key in positions}
+        deadline = time.monotonic() + TIMEOUT_S
+        while wanted and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None or (message.topic(), message.partition()) not in wanted:
+                continue
+            key = (message.topic(), message.partition())
+            error = message.error()
+            if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaUnavailable(f"reading {key}: {error}")
+            if error is None:
+                sizes[wanted[key]].append(len(message.key() or b"") + len(message.value() or b""))
+            if error is not None or len(sizes[wanted[key]]) >= count:
+                wanted.pop(key)
+                consumer.pause([TopicPartition(*key)])
+        return {key: sum(found) / len(found) for key, found in sizes.items() if found}
     finally:
         consumer.close()
 

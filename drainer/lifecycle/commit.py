@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine
 from drainer.config import DrainConfig
 from drainer.errors import CommitConflict
 from drainer.offset_map import advance, decode_offset_map, encode_offset_map
-from drainer.store import dead_letters, offsets, retention, runs, sinks
+from drainer.store import dead_letters, offsets, retention, runs, sinks, throughput
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -43,8 +43,12 @@ def commit_run(
     run: StoredRun,
     duration_s: float,
     present: Mapping[tuple[str, int], int] | None = None,
+    read_bytes: Mapping[tuple[str, int], int] | None = None,
 ) -> CommitResult:
     """Commit the run; `present` is how many records each range held when read (None: all).
+
+    `read_bytes` is the key+value bytes read per range (None: not measured), kept for the
+    record sizes and byte rates of later plans (`drainer.store.throughput`).
 
     Offsets are not records (transaction markers, aborted records, retention), so `drained`
     counts records read, while the committed offset still moves to each range's end.
@@ -58,6 +62,7 @@ def commit_run(
         failures = dead_letters.run_failures(conn, run.id)
         levels = {level: LevelOutcome() for level in run.levels}
         lost_in_plan = _skip_retention_losses(conn, drain.name, run, levels)
+        measured = []
         for rng in run.ranges:
             outcome = levels[rng.level]
             outcome.planned += rng.records
@@ -68,6 +73,9 @@ def commit_run(
                 if present is None
                 else present.get((rng.topic, rng.partition), 0)
             )
+            key = (rng.topic, rng.partition)
+            size = None if read_bytes is None else read_bytes.get(key, 0)
+            measured.append((rng.topic, rng.level, rng.partition, read, size))
             not_done: set[int] = set()
             for f in failures.get((rng.topic, rng.partition), []):
                 if f["held_back"]:
@@ -91,6 +99,7 @@ def commit_run(
                 out.dead_lettered,
                 out.lost_to_retention,
             )
+        throughput.store_read(conn, run.id, measured)
         dead_letters.clear_failures(conn, run.id)
         runs.mark_committed(conn, run.id, duration_s)
     return CommitResult(levels, published)

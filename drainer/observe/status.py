@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from drainer.config import DrainConfig
+from drainer.lifecycle.budgets import run_budget
 from drainer.lifecycle.planning import allocation_policy, partition_states
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
@@ -20,6 +21,8 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
         lost_by_level = retention.total_lost(conn, drain.name)
         losses = retention.committed_losses(conn, drain.name)
         abandoned = runs.abandons(conn, drain.name)[:recent]
+    # the budgets the next run would get, from history only (no Kafka sample)
+    budget = run_budget(engine, drain, levels, [], sample=False)
     policy = allocation_policy(drain, levels, history_by_level)
     reserved = policy.reserved()
     allocation = policy.history_allocation()
@@ -65,6 +68,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
     return {
         "drain": drain.name,
         "budget": drain.budget,
+        "run_budget": budget.as_dict(),
         "levels": report_levels,
         "runs": [
             {
