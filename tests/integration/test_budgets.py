@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from sqlalchemy import text
 
 from drainer.allocation.timebox import RunThroughput, timeboxed_budget
@@ -72,7 +73,9 @@ def test_a_time_boxed_drain_uses_its_budget_first_and_its_throughput_after(make_
     used = plan["run_budget"]["run_seconds_throughput"]
     assert plan["budget"] == expected.budget and plan["budget_cap"] == 7000
     assert used["records_per_s"] == expected.records_per_s
-    assert used["bytes_per_s"] == stored["read_bytes"] / stored["duration_s"]
+    # the bytes/s of the run, lowered by the same factor (slot / the run's seconds)
+    byte_rate = stored["read_bytes"] / stored["duration_s"] / stored["duration_s"]
+    assert used["bytes_per_s"] == expected.bytes_per_s == pytest.approx(byte_rate)
     assert "lowered" in used["reason"]
     assert plan["total_planned"] <= expected.budget
 
@@ -124,3 +127,23 @@ def test_a_byte_budget_keeps_large_records_from_filling_a_run_of_small_ones(make
     }
     assert sizes == {(0, 0): 10_000.0, (1, 0): 100.0}
     assert {lv["level"]: lv["planned"] for lv in again["levels"]}[0] == 200  # 2 MB of level 0
+
+
+def test_record_mode_and_a_pruned_read_measure_their_bytes_too(make_drain, spark):
+    """The bytes come from the read's observation in both modes; a dataframe processor whose
+    output is empty by construction (Spark prunes the read) counts them by reading again."""
+    from spark_jobs.examples import RECORD_ECHO_SCHEMA
+
+    for drain in (
+        make_drain(
+            mode="record",
+            handler="spark_jobs.examples:record_echo",
+            output_schema=RECORD_ECHO_SCHEMA,
+        ),
+        make_drain(processor="spark_jobs.examples:nothing_kept"),
+    ):
+        _produce_sized(drain, 2, 50, 300 - 1)
+        result = drain_job.run(drain, trigger="test")
+        (stored,) = _runs(drain)
+        assert stored["id"] == result.run_id and stored["drained"] == 50
+        assert stored["read_bytes"] == 50 * 300, drain.mode
