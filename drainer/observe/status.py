@@ -23,7 +23,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
         abandoned = runs.abandons(conn, drain.name)[:recent]
     # the budgets the next run would get, from history only (no Kafka sample)
     budget = run_budget(engine, drain, levels, [], sample=False)
-    policy = allocation_policy(drain, levels, history_by_level)
+    policy = allocation_policy(drain, levels, history_by_level, budget=budget)
     reserved = policy.reserved()
     allocation = policy.history_allocation()
     bursting = {lvl for lvl in levels if allocation[lvl] > reserved[lvl]}
