@@ -117,22 +117,28 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
             spark, ctx.drain, ctx.settings.bootstrap_servers, ctx.run.ranges, ctx.read_from
         )
         if ctx.drain.mode == "dataframe":
-            df, records_read = counted(df, ctx.run.ranges)
+            df, measure = counted(df, ctx.run.ranges)
             try:
                 run_dataframe_mode(ctx, df)
             except Exception as err:
                 if isinstance(err, DrainerError) or known_failure(err) is not None:
                     raise
                 raise processor_failed(ctx, err) from err
-            return records_read()
+            measured = measure()
+            ctx.read_bytes.update({key: m.bytes for key, m in measured.items()})
+            return {key: m.records for key, m in measured.items()}
         if ctx.drain.output_schema is None:  # the drains file's validation already refuses this
             raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `output_schema`")
         schema = DataType.fromDDL(ctx.drain.output_schema)
         if not isinstance(schema, StructType):
             raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")
+        # bytes only from the observation: a record-mode job never prunes the read, so it is
+        # there; were it missing, the bytes stay unmeasured rather than read twice
+        df, measure = counted(df, ctx.run.ranges, recount=False)
         read: dict[tuple[str, int], int] = {}
         for topic, partition, ok, failed, held_back, *_ in run_record_mode(ctx, df, schema):
             read[(topic, partition)] = read.get((topic, partition), 0) + ok + failed + held_back
+        ctx.read_bytes.update({key: m.bytes for key, m in measure().items()})
         return read
     finally:
         spark.removeTag(tag)

@@ -7,6 +7,7 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -84,42 +85,61 @@ def read_ranges(
     return df
 
 
+class Read(NamedTuple):
+    """What the run read of one (topic, partition): records, and their key+value bytes."""
+
+    records: int
+    bytes: int
+
+
 def counted(
-    df: DataFrame, ranges: list[StoredRange]
-) -> tuple[DataFrame, Callable[[], dict[tuple[str, int], int]]]:
-    """The read with its records counted per (topic, partition) by the job that consumes it.
+    df: DataFrame, ranges: list[StoredRange], recount: bool = True
+) -> tuple[DataFrame, Callable[[], dict[tuple[str, int], Read]]]:
+    """The read with its records and bytes counted per (topic, partition) by the job that
+    consumes it.
 
     Offsets are not records (transaction markers, aborted records), and a dataframe-mode
-    transform may aggregate, so the commit's `drained` needs the input counted on its own. An
-    observation counts it inside the processing job itself: no second read of Kafka (unless
-    Spark pruned the read away, see below). Call the returned function after that job's action.
+    transform may aggregate, so the commit's `drained` needs the input counted on its own; the
+    key+value bytes feed record sizes and byte rates (`budget_bytes`, `run_seconds`). An
+    observation counts both inside the processing job itself: no second read of Kafka (unless
+    Spark pruned the read away, see below; `recount=False` then reports nothing instead).
+    Call the returned function after that job's action.
     """
     keys = sorted({(r.topic, r.partition) for r in ranges})
     if not keys:
         return df, dict
     # unique per read: concurrent runs may share one Connect session (spark_jobs.session)
     observation = Observation(f"drainer_records_read_{uuid.uuid4().hex}")
-    metrics = [
-        F.sum(F.when((F.col("topic") == topic) & (F.col("partition") == part), 1).otherwise(0))
-        .cast("long")
-        .alias(f"r{i}")
-        for i, (topic, part) in enumerate(keys)
-    ]
+    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    metrics = []
+    for i, (topic, part) in enumerate(keys):
+        mine = (F.col("topic") == topic) & (F.col("partition") == part)
+        metrics.append(F.sum(F.when(mine, 1).otherwise(0)).cast("long").alias(f"r{i}"))
+        metrics.append(F.sum(F.when(mine, size).otherwise(0)).cast("long").alias(f"b{i}"))
     observed = df.observe(observation, *metrics)
 
-    def counts() -> dict[tuple[str, int], int]:
+    def counts() -> dict[tuple[str, int], Read]:
         try:
             found = observation.get
         except Exception as err:  # Connect fails to convert metrics it never collected
             log.debug("the read's observation is missing (%s): counting the read again", err)
             found = {}
+        if not found and not recount:
+            return {}
         if not found:
             # Spark dropped the observation with the whole read: a processor whose output is
             # empty by construction (`where(lit(False))`) makes the optimizer prune the plan.
             # The ranges are bounded, so a second read counts exactly what the first one read.
-            read = df.groupBy("topic", "partition").count().collect()
-            counted_again = {(row["topic"], row["partition"]): row["count"] for row in read}
-            return {key: int(counted_again.get(key, 0)) for key in keys}
-        return {key: int(found.get(f"r{i}") or 0) for i, key in enumerate(keys)}
+            read = (
+                df.groupBy("topic", "partition")
+                .agg(F.count(F.lit(1)).alias("n"), F.sum(size).cast("long").alias("b"))
+                .collect()
+            )
+            again = {(row["topic"], row["partition"]): Read(row["n"], row["b"]) for row in read}
+            return {key: again.get(key, Read(0, 0)) for key in keys}
+        return {
+            key: Read(int(found.get(f"r{i}") or 0), int(found.get(f"b{i}") or 0))
+            for i, key in enumerate(keys)
+        }
 
     return observed, counts

@@ -1,7 +1,7 @@
 """The one allocation interface: an `AllocationPolicy` built from a drain's settings and history.
 
 `AllocationPolicy(...).plan(backlogs)` combines the rules of this package in their order:
-late records first (`wait`, `max_wait`), reserved shares (`shares`), burst from history
+late records first (`wait`, `max_wait`), the byte budget's caps (`bytes`), reserved shares (`shares`), burst from history
 (`burst`), backlog awareness (`levels`), event-time alignment (`align`), and the max-min fair
 split into ranges (`fill`). The policy holds plain values only (the Kafka lookups alignment and
 `max_wait` need are passed in as callables), so allocation never imports the configuration;
@@ -11,10 +11,16 @@ split into ranges (`fill`). The policy holds plain values only (the Kafka lookup
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from drainer.allocation.align import Aligner, check_alignment
 from drainer.allocation.burst import burst_allocation, burst_eligible, check_window, history_burst
+from drainer.allocation.bytes import (
+    byte_caps,
+    check_byte_budget,
+    level_record_size,
+    planned_bytes,
+)
 from drainer.allocation.fill import key_of, per_level, range_end, range_order, split
 from drainer.allocation.levels import LevelNumbers, level_numbers
 from drainer.allocation.shares import Distributor, check_budget, covered_levels, reserved_shares
@@ -39,6 +45,8 @@ class AllocationPolicy:
     first. `max_gap_ms` turns event-time alignment on and then needs both lookups.
     `max_wait_ms` (per level, ms) serves records older than that first; it needs `now_ms` and
     `offset_for_time`. With `now_ms`, each level reports its oldest pending record's age.
+    `budget_bytes` caps each level's records at its share of that many bytes, at the average
+    record sizes `record_bytes` (per (level, partition), bytes); without both, no byte rule.
     """
 
     budget: int
@@ -54,12 +62,15 @@ class AllocationPolicy:
     timestamp_at: TimestampAt | None = None
     max_wait_ms: Mapping[int, int] | None = None
     now_ms: int | None = None
+    budget_bytes: int | None = None
+    record_bytes: Mapping[tuple[int, int], float] | None = None
 
     def __post_init__(self) -> None:
         check_budget(self.budget)
         check_window(self.window, self.maxout_threshold)
         check_alignment(self.max_gap_ms, self.offset_for_time, self.timestamp_at, self.align)
         check_max_wait(self.max_wait_ms, self.offset_for_time, self.now_ms)
+        check_byte_budget(self.budget_bytes, self.record_bytes)
         if self.levels is not None:
             # a tuple, so that a generator or range passed in is read once and stays as given
             object.__setattr__(self, "levels", tuple(covered_levels(self.levels)))
@@ -97,12 +108,15 @@ class AllocationPolicy:
         )
         backlog = {level: sum(p.backlog for p in members if p.level == level) for level in covered}
 
+        caps = self._byte_caps(members, reserved, backlog)
         late = self._late(members)
         late_by_level = {level: 0 for level in covered}
         for (level, _), count in late.items():
             late_by_level[level] += count
 
         def numbers_for(available: Mapping[int, int]) -> dict[int, LevelNumbers]:
+            if caps is not None:  # no level reads beyond its share of the byte budget
+                available = {level: min(available[level], caps[level]) for level in covered}
             if not late:
                 return level_numbers(
                     covered, reserved, burster, lendable, available, self.backlog_aware
@@ -167,9 +181,27 @@ class AllocationPolicy:
             )
             for level in covered
         }
+        if caps is not None:
+            estimate = planned_bytes(reads, self.record_bytes or {})
+            level_plans = {
+                level: replace(lp, byte_cap=caps[level], planned_bytes=estimate.get(level, 0))
+                for level, lp in level_plans.items()
+            }
         order = {key_of(p): i for i, p in enumerate(members)}
         waits = sorted(waits, key=lambda w: order[(w.level, w.partition)])
         return Plan(levels=level_plans, ranges=ranges, alignment=waits)
+
+    def _byte_caps(
+        self,
+        members: list[PartitionBacklog],
+        reserved: Mapping[int, int],
+        backlog: Mapping[int, int],
+    ) -> dict[int, int] | None:
+        """Each level's records within its share of `budget_bytes` (None: no byte budget)."""
+        if self.budget_bytes is None or not self.record_bytes:
+            return None
+        sizes = level_record_size(members, self.record_bytes)
+        return byte_caps(reserved, backlog, sizes, self.budget_bytes)
 
     def _late(self, members: list[PartitionBacklog]) -> dict[tuple[int, int], int]:
         if not self.max_wait_ms or self.now_ms is None or self.offset_for_time is None:

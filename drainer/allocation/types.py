@@ -33,6 +33,14 @@ class PartitionBacklog:
         """Pending records: offsets in [start, end) not already done."""
         return pending(self.start, self.end, self.done)
 
+    @property
+    def first_pending(self) -> int:
+        """The first offset from `start` not already done (where a read of it begins)."""
+        first = self.start
+        while first in self.done:
+            first += 1
+        return first
+
 
 @dataclass(frozen=True)
 class PartitionRange:
@@ -69,6 +77,8 @@ class LevelPlan:
     late: int = 0  # pending records older than the level's max_wait (0 without max_wait)
     for_max_wait: int = 0  # of `planned`, what the level got first for its late records
     oldest_age_s: float | None = None  # age of its oldest pending record, when known
+    byte_cap: int | None = None  # records its share of `budget_bytes` holds (None: no budget)
+    planned_bytes: int | None = None  # estimated key+value bytes of `planned` (with byte_cap)
 
 
 @dataclass(frozen=True)

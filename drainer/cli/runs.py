@@ -67,8 +67,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     plan = planned.plan
     levels_desc = sorted(plan.levels.values(), key=lambda lp: -lp.level)
+    budget = drain.budget if planned.budget is None else planned.budget.budget
     _print_level_tables(
-        f"next run of {drain.name}: budget {drain.budget:,}, levels {planned.levels}",
+        f"next run of {drain.name}: budget {budget:,}, levels {planned.levels}",
         levels_desc,
         max_wait=drain.max_wait is not None,
     )
@@ -86,6 +87,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 ]
                 for lp in levels_desc
             ],
+        )
+    if planned.budget is not None and (summary := planned.budget.summary()) is not None:
+        console.print(summary, highlight=False)
+    if drain.budget_bytes is not None:
+        print_table(
+            "budget_bytes: each level's records within its share of the bytes",
+            ["level", "byte cap (records)", "planned", "planned bytes"],
+            [[str(lp.level), lp.byte_cap, lp.planned, lp.planned_bytes] for lp in levels_desc],
         )
     _print_ranges("ranges", [(drain.level_topic(r.level), r) for r in plan.ranges])
     for wait in plan.alignment:
@@ -173,9 +182,15 @@ def _show_open_run(drain: DrainConfig, run: Any, as_json: bool) -> int:
 
 def plan_json(drain: DrainConfig, planned: Any) -> dict[str, Any]:
     plan = planned.plan
+    budget = None if planned.budget is None else planned.budget.as_dict()
+    estimate = [lp.planned_bytes for lp in plan.levels.values() if lp.planned_bytes is not None]
     return {
         "drain": drain.name,
-        "budget": drain.budget,
+        # the record budget this plan was made with: `budget` unless `run_seconds` derived one
+        "budget": drain.budget if budget is None else budget["budget"],
+        "budget_cap": drain.budget,
+        "run_budget": budget,
+        "planned_bytes": sum(estimate) if estimate else None,
         "levels": [vars(lp) for lp in sorted(plan.levels.values(), key=lambda lp: -lp.level)],
         "ranges": [{"topic": drain.level_topic(r.level), **vars(r)} for r in plan.ranges],
         "total_planned": plan.total_planned,

@@ -136,6 +136,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 highlight=False,
             )
     console.print(f"dead letters: {report['dead_letters']:,}")
+    if report["run_budget"]["summary"] is not None:
+        console.print(f"next run's budget: {report['run_budget']['summary']}", highlight=False)
     return 0
 
 

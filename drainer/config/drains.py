@@ -33,6 +33,12 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._]+$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b|b)?\s*$", re.IGNORECASE)
+_UNIT_BYTES = {
+    "b": 1,
+    **{f"{p}b": 1000 ** (i + 1) for i, p in enumerate("kmgt")},
+    **{f"{p}ib": 1024 ** (i + 1) for i, p in enumerate("kmgt")},
+}
 
 
 def duration_ms(value: object) -> int:
@@ -45,6 +51,22 @@ def duration_ms(value: object) -> int:
             "or 2d (a bare number is seconds)"
         )
     return ms
+
+
+def size_bytes(value: object) -> int:
+    """`100KB`, `512MiB`, `1GB` or a number of bytes, as bytes; ValueError says what is allowed.
+
+    KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB powers of 1024 (as Kafka's tools count).
+    """
+    plain = isinstance(value, str | int | float) and not isinstance(value, bool)
+    match = _SIZE.match(str(value)) if plain else None
+    unit = (match[2] or "b").lower() if match else "b"
+    if match is None or (size := int(float(match[1]) * _UNIT_BYTES[unit])) <= 0:
+        raise ValueError(
+            f"{value!r} is not a size > 0: write a number with a unit, e.g. 100KB, 512MiB or "
+            "1GB (KB = 1000 bytes, KiB = 1024; a bare number is bytes)"
+        )
+    return size
 
 
 class SinkConfig(BaseModel):
@@ -138,6 +160,23 @@ class DrainConfig(BaseModel):
         "them, the highest level first when they exceed the budget; one duration for every "
         "level (`1h`) or one per level (`{0: 1h, 1: 15m}`, levels not named have none); "
         "durations as 90s, 15m, 1h, 2d; null turns it off",
+    )
+    run_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="time-boxed runs: aim for runs that finish in this many seconds; each "
+        "run's record budget is what the drain's recent committed runs drained per second "
+        "(whole-run wall time) times this, at most `budget` (the cap) and at least the "
+        "distributor's minimum; a run that overshot lowers the next estimate; the first runs "
+        "use `budget`; null turns it off",
+    )
+    budget_bytes: int | None = Field(
+        default=None,
+        description="a per-run byte budget besides `budget` (records): key+value bytes, "
+        "estimated per partition from the record sizes of recent runs (or a sample read from "
+        "Kafka when none is known), shared over the levels in proportion to their reserved "
+        "shares, so a level of large records cannot fill a run meant for small ones; sizes "
+        "as 100KB, 512MiB, 1GB (KB = 1000 bytes, KiB = 1024); null turns it off",
     )
     schedule: str | None = Field(
         default="*/5 * * * *",
@@ -233,6 +272,11 @@ class DrainConfig(BaseModel):
     @classmethod
     def _import_path(cls, value: str | None, info: ValidationInfo) -> str | None:
         return value if value is None else check_import_path(value, str(info.field_name))
+
+    @field_validator("budget_bytes", mode="before")
+    @classmethod
+    def _budget_bytes(cls, value: object) -> object:
+        return value if value is None else size_bytes(value)
 
     @field_validator("max_wait")
     @classmethod

@@ -388,6 +388,49 @@ class KafkaSession:
             consumer.resume(assigned)
             consumer.unassign()
 
+    def sample_record_sizes(
+        self, positions: Mapping[tuple[int, int], int], count: int = 20
+    ) -> dict[tuple[int, int], float]:
+        """Average key+value bytes of up to `count` records from each (level, partition) offset.
+
+        A byte budget's estimate for partitions no measured run has read yet (`budget_bytes`);
+        a partition whose sample found no record is absent.
+        """
+        if not positions:
+            return {}
+        drain = self.drain
+        consumer = self.consumer
+        assigned = [
+            TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()
+        ]
+        consumer.assign(assigned)
+        try:
+            wanted = {(drain.level_topic(lvl), p): (lvl, p) for (lvl, p) in positions}
+            sizes: dict[tuple[int, int], list[int]] = {key: [] for key in positions}
+            deadline = time.monotonic() + TIMEOUT_S
+            while wanted and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                key = (str(message.topic()), int(message.partition() or 0))
+                if key not in wanted:
+                    continue
+                error = message.error()
+                if error is None and (message.offset() or 0) < positions[wanted[key]]:
+                    continue  # fetched before this lookup's assignment
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                    raise kafka_error(f"reading {key[0]}[{key[1]}]: {error.str()}", error)
+                if error is None:
+                    found = sizes[wanted[key]]
+                    found.append(len(message.key() or b"") + len(message.value() or b""))
+                if error is not None or len(sizes[wanted[key]]) >= count:
+                    wanted.pop(key)
+                    consumer.pause([TopicPartition(*key)])
+            return {key: sum(found) / len(found) for key, found in sizes.items() if found}
+        finally:
+            consumer.resume(assigned)
+            consumer.unassign()
+
     # consumer groups (the mirror of committed offsets)
 
     def group_offsets(

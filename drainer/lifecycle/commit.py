@@ -16,7 +16,7 @@ from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.errors import CommitConflict
 from drainer.offset_map import advance, decode_offset_map, encode_offset_map
-from drainer.store import dead_letters, offsets, retention, runs, sinks, topics
+from drainer.store import dead_letters, offsets, retention, runs, sinks, throughput, topics
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -44,8 +44,12 @@ def commit_run(
     run: StoredRun,
     duration_s: float,
     present: Mapping[tuple[str, int], int] | None = None,
+    read_bytes: Mapping[tuple[str, int], int] | None = None,
 ) -> CommitResult:
     """Commit the run; `present` is how many records each range held when read (None: all).
+
+    `read_bytes` is the key+value bytes read per range (None: not measured), kept for the
+    record sizes and byte rates of later plans (`drainer.store.throughput`).
 
     Offsets are not records (transaction markers, aborted records, retention), so `drained`
     counts records read, while the committed offset still moves to each range's end.
@@ -60,6 +64,7 @@ def commit_run(
         topic_ids = topics.topic_ids(conn, drain.name)  # recorded when the plan was made
         levels = {level: LevelOutcome() for level in run.levels}
         lost_in_plan = _skip_retention_losses(conn, drain.name, run, levels)
+        measured = []
         for rng in run.ranges:
             outcome = levels[rng.level]
             outcome.planned += rng.records
@@ -70,6 +75,9 @@ def commit_run(
                 if present is None
                 else present.get((rng.topic, rng.partition), 0)
             )
+            key = (rng.topic, rng.partition)
+            size = None if read_bytes is None else read_bytes.get(key, 0)
+            measured.append((rng.topic, rng.level, rng.partition, read, size))
             not_done: set[int] = set()
             for f in failures.get((rng.topic, rng.partition), []):
                 if f["held_back"]:
@@ -93,6 +101,7 @@ def commit_run(
                 out.dead_lettered,
                 out.lost_to_retention,
             )
+        throughput.store_read(conn, run.id, measured)
         dead_letters.clear_failures(conn, run.id)
         runs.mark_committed(conn, run.id, duration_s)
     return CommitResult(levels, published)

@@ -16,6 +16,7 @@ from drainer.allocation import AllocationPolicy, OffsetForTime, PartitionBacklog
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
 from drainer.kafka.session import KafkaSession
+from drainer.lifecycle.budgets import RunBudget, run_budget
 from drainer.offset_map import advance, decode_offset_map, encode_offset_map
 from drainer.store import history, offsets
 from drainer.store.retention import Loss
@@ -43,6 +44,7 @@ class PlannedRun:
     plan: Plan
     partitions: list[PartitionState]
     levels: list[int]
+    budget: RunBudget | None = None  # the budgets the plan was made with (None: `budget`)
 
 
 def resolve_levels(drain: DrainConfig, levels: list[int] | None) -> list[int]:
@@ -159,8 +161,9 @@ def plan_next_run(
     lookups: EventTimeLookups | None = None
     if drain.max_gap_ms is not None or drain.max_wait_ms:
         backlogs, lookups = _with_event_times(drain, kafka, backlogs)
-    result = allocation_policy(drain, levels, level_history, lookups).plan(backlogs)
-    return PlannedRun(result, parts, levels)
+    budget = run_budget(engine, drain, levels, backlogs, kafka)
+    result = allocation_policy(drain, levels, level_history, lookups, budget).plan(backlogs)
+    return PlannedRun(result, parts, levels, budget)
 
 
 @dataclass(frozen=True)
@@ -178,14 +181,17 @@ def allocation_policy(
     levels: list[int],
     level_history: dict[int, list[int]],
     lookups: EventTimeLookups | None = None,
+    budget: RunBudget | None = None,
 ) -> AllocationPolicy:
     """The drain's allocation policy for a run over `levels`, from its settings and history.
 
     Event-time alignment and `max_wait` need the Kafka lookups: without them (`drainer
     status`, which asks only for shares and burst) the policy is built with both off.
+    `budget` (`run_seconds`, `budget_bytes`) replaces the configured `budget` and adds the
+    byte budget; without it the policy has the configured budget and no byte rule.
     """
     return AllocationPolicy(
-        budget=drain.budget,
+        budget=drain.budget if budget is None else budget.budget,
         levels=levels,
         distributor=drain.distributor,
         history=level_history,
@@ -198,6 +204,8 @@ def allocation_policy(
         timestamp_at=None if lookups is None else lookups.timestamp_at,
         max_wait_ms=None if lookups is None else drain.max_wait_ms,
         now_ms=None if lookups is None else lookups.now_ms,
+        budget_bytes=None if budget is None else budget.budget_bytes,
+        record_bytes=None if budget is None else budget.record_bytes,
     )
 
 

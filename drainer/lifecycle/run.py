@@ -60,6 +60,8 @@ class RunContext:
     # where each range's read starts: past what retention deleted (drainer.lifecycle.retention);
     # ranges missing here start at their planned start
     read_from: dict[tuple[str, int], int] = field(default_factory=dict)
+    # key+value bytes read per (topic, partition), set by an executor that measures them
+    read_bytes: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def readable_ranges(self) -> list[StoredRange]:
         """The run's ranges that still have offsets to read."""
@@ -238,6 +240,7 @@ def _plan(
                 for p in planned.partitions
                 if not p.stored
             },
+            budget=None if planned.budget is None else planned.budget.budget,
         )
         # retention passed these committed offsets: the skip commits with the run
         retention.record_losses(
@@ -295,7 +298,13 @@ def _execute(
         faults.crash_point("after_staging")
         t0 = time.monotonic()
         result = commit_run(
-            engine, lease, drain, stored, time.monotonic() - started, present=present
+            engine,
+            lease,
+            drain,
+            stored,
+            time.monotonic() - started,
+            present=present,
+            read_bytes=ctx.read_bytes or None,
         )
         phases["commit"] = time.monotonic() - t0
     except BaseException as err:

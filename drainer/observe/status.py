@@ -6,6 +6,7 @@ from typing import Any
 
 from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession
+from drainer.lifecycle.budgets import run_budget
 from drainer.lifecycle.planning import allocation_policy, partition_states
 from drainer.observe.drain_health import drain_health
 from drainer.observe.health import LevelHealth
@@ -25,7 +26,9 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
         lost_by_level = retention.total_lost(conn, drain.name)
         losses = retention.committed_losses(conn, drain.name)
         abandoned = runs.abandons(conn, drain.name)[:recent]
-    policy = allocation_policy(drain, levels, history_by_level)
+    # the budgets the next run would get, from history only (no Kafka sample)
+    budget = run_budget(engine, drain, levels, [])
+    policy = allocation_policy(drain, levels, history_by_level, budget=budget)
     reserved = policy.reserved()
     allocation = policy.history_allocation()
     bursting = {lvl for lvl in levels if allocation[lvl] > reserved[lvl]}
@@ -71,6 +74,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
     return {
         "drain": drain.name,
         "budget": drain.budget,
+        "run_budget": budget.as_dict(),
         "levels": report_levels,
         "runs": [
             {

@@ -89,8 +89,13 @@ def write_plan(
     trigger: str,
     start_maps: dict[tuple[str, int], str],
     initial_offsets: dict[tuple[str, int], int],
+    budget: int | None = None,
 ) -> int:
-    """Store the plan before anything is read, so a crash after this point resumes it."""
+    """Store the plan before anything is read, so a crash after this point resumes it.
+
+    `budget` is the record budget the plan was made with (`run_seconds` derives one), by
+    default the drain's configured `budget`.
+    """
     check_fence(conn, lease)
     insert_initial_offsets(conn, drain.name, initial_offsets)
     run_id = conn.scalar(
@@ -101,7 +106,7 @@ def write_plan(
         {
             "d": drain.name,
             "levels": levels,
-            "b": drain.budget,
+            "b": drain.budget if budget is None else budget,
             "m": drain.mode,
             "t": trigger,
             "f": lease.fence,

@@ -42,6 +42,9 @@ def test_valid_drain_loads_with_defaults(tmp_path):
         ({"max_wait": "1w"}, "not a duration > 0: write a number with a unit, e.g. 90s"),
         ({"max_wait": {0: "0s"}}, "'0s' is not a duration > 0"),
         ({"max_wait": {3: "1h"}}, "max_wait names levels [3], but the drain has levels 0..2"),
+        ({"budget_bytes": "12 parsecs"}, "'12 parsecs' is not a size > 0: write a number"),
+        ({"budget_bytes": 0}, "0 is not a size > 0"),
+        ({"run_seconds": 0}, "run_seconds: Input should be greater than 0"),
     ],
 )
 def test_invalid_settings_are_named(tmp_path, overrides, message):
@@ -89,3 +92,12 @@ def test_max_wait_is_one_duration_for_every_level_or_one_per_level(tmp_path):
     each = load(tmp_path, max_wait={0: "2d", 2: 90})["orders"]
     assert each.max_wait_ms == {0: 172_800_000, 2: 90_000}  # a bare number is seconds
     assert load(tmp_path, max_wait="15m")["orders"].max_wait_ms[1] == 900_000
+
+
+def test_budget_bytes_takes_sizes_and_run_seconds_takes_seconds(tmp_path):
+    drain = load(tmp_path)["orders"]
+    assert drain.budget_bytes is None and drain.run_seconds is None
+    drain = load(tmp_path, budget_bytes="512MiB", run_seconds=240)["orders"]
+    assert drain.budget_bytes == 512 * 1024**2 and drain.run_seconds == 240
+    assert load(tmp_path, budget_bytes="100KB")["orders"].budget_bytes == 100_000
+    assert load(tmp_path, budget_bytes=4096)["orders"].budget_bytes == 4096
