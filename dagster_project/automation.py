@@ -60,11 +60,39 @@ def drain_lag_sensor(
         backlog = drainer.backlog(drain)
         if backlog < threshold:
             return dg.SkipReason(f"backlog {backlog:,} < {threshold:,}")
-        in_flight = context.instance.get_run_records(
-            dg.RunsFilter(job_name=job.name, statuses=IN_FLIGHT), limit=1
-        )
-        if in_flight:
-            return dg.SkipReason(f"backlog {backlog:,}, but a run of {job.name} is in flight")
+        in_flight = run_in_flight(context.instance, drain, job.name)
+        if in_flight is not None:
+            return dg.SkipReason(
+                f"backlog {backlog:,}, but run {in_flight.run_id} of {drain.name} "
+                f"({in_flight.job_name}) is in flight"
+            )
         return dg.RunRequest(tags=all_levels_tags(drain))
 
     return _sensor
+
+
+def run_in_flight(
+    instance: dg.DagsterInstance, drain: DrainConfig, job_name: str
+) -> dg.DagsterRun | None:
+    """A queued or running run that materializes the drain's asset, whatever job launched it.
+
+    The drain's own job; the UI's *Materialize* and backfills (the implicit asset job, with an
+    asset selection); or any other job whose plan has the asset's step.
+    """
+    key = dg.AssetKey(drain.name)
+    for record in instance.get_run_records(dg.RunsFilter(statuses=IN_FLIGHT), limit=200):
+        run = record.dagster_run
+        if run.job_name == job_name:
+            return run
+        if run.asset_selection is not None:
+            if key in run.asset_selection:
+                return run
+            continue
+        plan = (
+            instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+            if run.execution_plan_snapshot_id
+            else None
+        )
+        if plan is not None and drain.name in plan.step_keys_to_execute:
+            return run
+    return None

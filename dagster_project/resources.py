@@ -32,6 +32,9 @@ ENV_VARIABLES = {
     "drains_file": "DRAINER_CONFIG",
 }
 
+# an hour: a drain's run takes minutes; a run that waits longer is stuck behind a stuck run
+DEFAULT_WAIT_S = 3600.0
+
 
 class DrainerResource(dg.ConfigurableResource):
     """Runs drains and their checks against the services named here (empty: the environment's)."""
@@ -53,8 +56,11 @@ class DrainerResource(dg.ConfigurableResource):
         default=None, description="The drains YAML file the runs read (DRAINER_CONFIG)."
     )
     wait_seconds: float = Field(
-        default=0.0,
-        description="How long a run waits for another run of the same drain before DrainBusy.",
+        default=DEFAULT_WAIT_S,
+        description=(
+            "How long a run waits for another run of the same drain to finish before it fails "
+            "with DrainBusy (runs of a backfill start together on an instance without a pool limit)."
+        ),
     )
 
     @classmethod
