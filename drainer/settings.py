@@ -68,6 +68,10 @@ class Settings:
 
     connect_port: int = DEFAULT_CONNECT_PORT
     """DRAINER_CONNECT_PORT: where the local Connect server listens (one per checkout or venv)."""
+    dagster_database_url: str | None = None
+    """DRAINER_DAGSTER_DATABASE_URL: the database that holds Dagster's run, event and schedule
+    storage (`make dagster`, scripts/dagster_home.py); None: drainer's server, database
+    `<drainer's database>_dagster`."""
     fault: str | None = None
     """DRAINER_FAULT: a crash point for the fault-injection tests (drainer.faults)."""
 
@@ -106,6 +110,7 @@ def load_settings() -> Settings:
         not in ("0", "false", "no"),
         python_path=os.environ.get("PYTHONPATH", ""),
         connect_port=int(os.environ.get("DRAINER_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
+        dagster_database_url=os.environ.get("DRAINER_DAGSTER_DATABASE_URL") or None,
         fault=os.environ.get("DRAINER_FAULT") or None,
     )
 

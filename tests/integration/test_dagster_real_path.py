@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+import psycopg
 from sqlalchemy import text
 
 from drainer.kafka.producer import produce_records, synthetic_records
@@ -71,6 +72,28 @@ def test_cron_schedule_ticked_by_the_daemon_drains_all_levels_once(dagster_stack
     assert len(drained) == len(runs)  # one drainer run per tick
     assert all(list(r.levels) == [0, 1, 2] and r.trigger == "schedule" for r in drained)
     assert _drained_by_schedule(drain) == 600  # everything, once
+    # the runs, their event logs and the schedule's ticks are in Postgres, as `make dagster`
+    # keeps them (scripts/dagster_home.py), and no SQLite file stands in for any of them
+    assert not sorted(ui.home.rglob("*.db")), "Dagster wrote SQLite storage"
+    with psycopg.connect(ui.storage_url.replace("+psycopg2", "")) as conn:
+        stored = {
+            row[0]
+            for row in conn.execute(
+                "SELECT run_id FROM runs WHERE run_id = ANY(%s)", ([r["runId"] for r in runs],)
+            )
+        }
+        events = conn.execute(
+            "SELECT count(*) FROM event_logs WHERE run_id = ANY(%s) "
+            "AND dagster_event_type = 'ASSET_MATERIALIZATION'",
+            (list(stored),),
+        ).fetchone()[0]
+        # the stack's database is its own: every schedule tick in it is this session's
+        ticks = conn.execute(
+            "SELECT count(*) FROM job_ticks WHERE type = 'SCHEDULE' AND status = 'SUCCESS'"
+        ).fetchone()[0]
+    assert stored == {r["runId"] for r in runs}
+    assert events == 3 * len(runs)  # each run materializes the three levels
+    assert ticks >= len(runs)
 
 
 def test_ui_launches_backfills_schedule_and_sensor_each_make_one_drainer_run(
