@@ -14,23 +14,23 @@ from drainer.kafka.producer import produce_records, synthetic_records
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_workspace_loads_with_dagster_cli(tmp_path):
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+def dagster_cli(*args: str, cwd: Path, env: dict[str, str]) -> str:
+    """Run the `dagster` command; its output, after asserting that it succeeded."""
     done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "dagster"),
-            "definitions",
-            "validate",
-            "-w",
-            "workspace.yaml",
-        ],
-        cwd=REPO,
+        [str(Path(sys.executable).parent / "dagster"), *args],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_workspace_loads_with_dagster_cli(tmp_path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    dagster_cli("definitions", "validate", "-w", "workspace.yaml", cwd=REPO, env=env)
 
 
 def test_schedule_requests_one_run_over_all_levels(make_drain):
@@ -126,18 +126,6 @@ def test_team_code_location_loads_with_dagster_cli(tmp_path, make_drain):
     team.write_text(TEAM_LOCATION.format(path=os.environ["DRAINER_CONFIG"]))
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     env.pop("DRAINER_CONFIG")  # the team's file names its drains file itself
-
-    def dagster(*args: str) -> str:
-        done = subprocess.run(
-            [str(Path(sys.executable).parent / "dagster"), *args, "-f", str(team)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        return done.stdout
-
-    dagster("definitions", "validate")
-    assert set(dagster("asset", "list").split()) == {drain.name, "revenue"}
+    dagster_cli("definitions", "validate", "-f", str(team), cwd=tmp_path, env=env)
+    listed = dagster_cli("asset", "list", "-f", str(team), cwd=tmp_path, env=env)
+    assert set(listed.split()) == {drain.name, "revenue"}
