@@ -43,6 +43,8 @@ class DagsterStack:
     procs: list[subprocess.Popen] = field(default_factory=list)
     location: str = "dagster_project.definitions"
     storage_url: str = ""
+    stock: bool = False
+    """No dagster.yaml at all: Dagster's defaults (SQLite, no pool limits), as a new user has."""
     repository: str = "__repository__"
 
     @property
@@ -57,12 +59,14 @@ class DagsterStack:
 
         from drainer.store.server import ensure_database
 
-        # the URL `make dagster` would use, with a database of this stack's own
-        url = make_url(dagster_storage_url())
-        url = url.set(database=f"{url.database}_test_{uuid.uuid4().hex[:8]}")
-        self.storage_url = url.render_as_string(hide_password=False)
-        ensure_database(url)
-        write_dagster_yaml(self.home, self.storage_url)
+        self.home.mkdir(parents=True, exist_ok=True)
+        if not self.stock:
+            # the URL `make dagster` would use, with a database of this stack's own
+            url = make_url(dagster_storage_url())
+            url = url.set(database=f"{url.database}_test_{uuid.uuid4().hex[:8]}")
+            self.storage_url = url.render_as_string(hide_password=False)
+            ensure_database(url)
+            write_dagster_yaml(self.home, self.storage_url)
         env = {**self.env, "DAGSTER_HOME": str(self.home)}
         logs = self.home / "stack_logs"
         logs.mkdir(exist_ok=True)

@@ -184,3 +184,59 @@ def _drained_by_schedule(drain) -> int:
         if r.status == "committed"
         for n, _ in level_numbers(r.id).values()
     )
+
+
+def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_busy(stack, tmp_path):
+    """Issue 20: on Dagster's defaults (no pool limit) a backfill's two runs start together and
+    the later one found the drain busy (DrainBusy). The test holds the drain's lease until both
+    runs have started, so both must wait; then one drains and the other reports that run."""
+    import os
+    import threading
+
+    from drainer.store.leases import drain_lease
+    from drainer.testing import create_drain, delete_topics
+    from tests.integration.dagster_stack import REPO, DagsterStack
+
+    drain, path = create_drain(tmp_path, prefix="stock", budget=700)
+    env = {
+        **os.environ,
+        "DRAINER_CONFIG": str(path),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+    deployment = DagsterStack(home=tmp_path / "home", env=env, stock=True)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with drain_lease(get_engine(), drain):
+            held.set()
+            release.wait(600)
+
+    holder = threading.Thread(target=hold)
+    try:
+        ui = deployment.start()
+        assert not (tmp_path / "home" / "dagster.yaml").exists()  # Dagster's defaults
+        produce(drain, 1000, seed=40)
+        holder.start()
+        assert held.wait(30)
+        backfill = ui.launch_backfill(drain.name, ["0", "2"])
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            runs = ui.runs({"dagster/backfill": backfill})
+            if len(runs) == 2 and not {r["status"] for r in runs} & {"QUEUED", "STARTING"}:
+                break
+            time.sleep(1)
+        time.sleep(15)  # both run processes reach the drain while it is still held
+        release.set()
+        split = ui.wait_backfill(backfill)
+    finally:
+        release.set()
+        if holder.is_alive():
+            holder.join()
+        deployment.stop()
+        delete_topics(drain)
+    assert sorted(r["status"] for r in split) == ["SUCCESS", "SUCCESS"], deployment.logs()
+    (shared,) = drainer_runs(drain)
+    assert (shared.status, list(shared.levels)) == ("committed", [0, 2])
+    assert sum(n for n, _ in level_numbers(shared.id).values()) == 700
