@@ -30,6 +30,9 @@ def all_levels_tags(drain: DrainConfig) -> dict[str, str]:
 def drain_schedule(
     drain: DrainConfig, job: "UnresolvedAssetJobDefinition"
 ) -> dg.ScheduleDefinition:
+    if not drain.schedule:
+        raise ValueError(f"drain {drain.name} has no `schedule:` in the drains file: no schedule")
+
     @dg.schedule(
         name=f"{drain.name}_schedule",
         cron_schedule=drain.schedule,

@@ -12,6 +12,7 @@ and the Spark session it starts all see the same services.
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from pydantic import Field
@@ -70,7 +71,7 @@ class DrainerResource(dg.ConfigurableResource):
         A variable unset where the definitions load stays unset (None), so drainer's default
         applies instead of Dagster refusing the run over a missing variable.
         """
-        fields: dict[str, str | None] = {}
+        fields: dict[str, Any] = {}
         for field, name in ENV_VARIABLES.items():
             found = connection_variable(name)  # DRAINER_DATABASE_URL, else DATABASE_URL
             fields[field] = dg.EnvVar(found) if found else None
