@@ -17,6 +17,8 @@ from __future__ import annotations
 import dagster as dg
 
 BACKFILL_TAG = "dagster/backfill"
+# a parent in these states left work a retry must report or finish, not repeat
+RETRIED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
 
 def launch_levels(context: dg.AssetExecutionContext) -> tuple[list[int], str]:
@@ -24,7 +26,7 @@ def launch_levels(context: dg.AssetExecutionContext) -> tuple[list[int], str]:
     own = sorted(int(key) for key in context.partition_keys)
     backfill_id = context.run.tags.get(BACKFILL_TAG)
     if not backfill_id:
-        return own, f"dagster-run:{context.run.run_id}"
+        return own, run_launch_key(context.instance, context.run)
     keys = backfill_partition_keys(context, backfill_id)
     if keys is None:  # the backfill is gone or its definition changed: drain what we were given
         context.log.warning(
@@ -35,6 +37,23 @@ def launch_levels(context: dg.AssetExecutionContext) -> tuple[list[int], str]:
         return own, f"dagster-run:{context.run.run_id}"
     levels = sorted({int(key) for key in keys} | set(own))
     return levels, f"dagster-backfill:{backfill_id}"
+
+
+def run_launch_key(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
+    """The key of the first attempt in this run's chain of failed attempts (itself if none).
+
+    Dagster drops a finished backfill's tags from a retry of one of its runs: a parent that ran
+    in a backfill lends the backfill's key.
+    """
+    current = run
+    while current.parent_run_id:
+        parent = instance.get_run_by_id(current.parent_run_id)
+        if parent is None or parent.status not in RETRIED:
+            break
+        if parent.tags.get(BACKFILL_TAG):
+            return f"dagster-backfill:{parent.tags[BACKFILL_TAG]}"
+        current = parent
+    return f"dagster-run:{current.run_id}"
 
 
 def backfill_partition_keys(

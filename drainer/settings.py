@@ -68,6 +68,10 @@ class Settings:
 
     connect_port: int = DEFAULT_CONNECT_PORT
     """DRAINER_CONNECT_PORT: where the local Connect server listens (one per checkout or venv)."""
+    dagster_database_url: str | None = None
+    """DRAINER_DAGSTER_DATABASE_URL: the database that holds Dagster's run, event and schedule
+    storage (`make dagster`, scripts/dagster_home.py); None: drainer's server, database
+    `<drainer's database>_dagster`."""
     fault: str | None = None
     """DRAINER_FAULT: a crash point for the fault-injection tests (drainer.faults)."""
 
@@ -106,6 +110,7 @@ def load_settings() -> Settings:
         not in ("0", "false", "no"),
         python_path=os.environ.get("PYTHONPATH", ""),
         connect_port=int(os.environ.get("DRAINER_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
+        dagster_database_url=os.environ.get("DRAINER_DAGSTER_DATABASE_URL") or None,
         fault=os.environ.get("DRAINER_FAULT") or None,
     )
 
@@ -179,3 +184,44 @@ def use_config_path(path: Path) -> Iterator[None]:
         yield
     finally:
         set_config_path(previous)
+
+
+CONNECTION_VARIABLES: dict[str, tuple[str, ...]] = {
+    "KAFKA_BOOTSTRAP_SERVERS": ("KAFKA_BOOTSTRAP_SERVERS",),
+    "DRAINER_DATABASE_URL": ("DRAINER_DATABASE_URL", "DATABASE_URL"),
+    "SPARK_REMOTE": ("SPARK_REMOTE",),
+    "SPARK_MASTER": ("SPARK_MASTER",),
+    "DRAINER_CONFIG": ("DRAINER_CONFIG",),
+}
+"""The variables an orchestrator may set per run (Dagster's DrainerResource): where the
+services are and which drains file, each with the names it is read from, first wins."""
+
+
+def connection_variable(name: str) -> str | None:
+    """Which variable `name` (a CONNECTION_VARIABLES key) is read from here; None when unset."""
+    return next((found for found in CONNECTION_VARIABLES[name] if os.environ.get(found)), None)
+
+
+@contextlib.contextmanager
+def use_environment(values: dict[str, str | None]) -> Iterator[None]:
+    """Set the given variables (None: leave as is) for the duration of a block, then restore.
+
+    Settings are read from the environment everywhere (`load_settings`), in this process and in
+    the processes it starts, so a per-run override is an environment override.
+    """
+    unknown = set(values) - set(CONNECTION_VARIABLES)
+    if unknown:
+        raise ValueError(
+            f"not a connection variable: {sorted(unknown)}; use one of {list(CONNECTION_VARIABLES)}"
+        )
+    given = {name: value for name, value in values.items() if value is not None}
+    previous = {name: os.environ.get(name) for name in given}
+    os.environ.update(given)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

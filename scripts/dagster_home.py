@@ -1,4 +1,11 @@
-"""Prepare DAGSTER_HOME for local use: persistent runs, one run at a time per drain's pool.
+"""Prepare DAGSTER_HOME: Dagster's storage in Postgres, one run at a time per drain's pool.
+
+Dagster's run, event-log and schedule storage live in Postgres (dagster-postgres), in a database
+beside drainer's own on the same server (`<drainer's database>_dagster`, or
+DRAINER_DAGSTER_DATABASE_URL), created here if missing: the production setting, so runs, their
+logs and schedule ticks survive the machine and the webserver, the daemon and every run worker
+share one store (SQLite files in DAGSTER_HOME lock under concurrent writers). Not drainer's own
+database: Dagster's `runs` table would collide with drainer's.
 
 Each drain's asset sits in its own pool (`drain_<name>`), and every pool is limited to one run
 (`granularity: run`: the run queue holds a second run of the drain until the first ends, rather
@@ -10,12 +17,21 @@ The integration tests start their webserver and daemon on a home written by this
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from drainer.settings import Settings, load_settings
+from drainer.store.server import ensure_database
 
 MARKER = "# written by scripts/dagster_home.py"
 DAGSTER_YAML = f"""\
 {MARKER}
+storage:
+  postgres:
+    postgres_url: {{storage_url}}
 concurrency:
   runs:
     max_concurrent_runs: 4
@@ -31,12 +47,29 @@ telemetry:
 """
 
 
-def write_dagster_yaml(home: Path) -> Path:
-    """Write dagster.yaml into `home`, unless someone replaced ours with their own."""
+def storage_url(settings: Settings | None = None) -> str:
+    """Dagster's database: DRAINER_DAGSTER_DATABASE_URL, else `<drainer's database>_dagster`.
+
+    With the psycopg2 driver dagster-postgres is written for: SQLAlchemy 2.1 reads a plain
+    `postgresql://` as psycopg 3, whose server-side parameters break Dagster's `NOTIFY`.
+    """
+    settings = settings or load_settings()
+    url = make_url(settings.dagster_database_url or settings.database_url)
+    if not settings.dagster_database_url:
+        url = url.set(database=f"{url.database or 'drainer'}_dagster")
+    return url.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+
+
+def write_dagster_yaml(home: Path, storage: str) -> Path:
+    """Write dagster.yaml into `home`, unless someone replaced ours with their own.
+
+    Mode 0600: the storage URL may carry the database password.
+    """
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists() or config.read_text().startswith(MARKER):
-        config.write_text(DAGSTER_YAML)
+        config.write_text(DAGSTER_YAML.format(storage_url=json.dumps(storage)))
+        config.chmod(0o600)
     return config
 
 
@@ -46,7 +79,10 @@ def ensure_dagster_home() -> Path:
             "DAGSTER_HOME", str(Path(__file__).resolve().parent.parent / ".dagster_home")
         )
     )
-    write_dagster_yaml(home)
+    storage = storage_url()
+    if ensure_database(make_url(storage)):
+        print(f"created Dagster's storage database {make_url(storage).database}")
+    write_dagster_yaml(home, storage)
     return home
 
 

@@ -19,7 +19,6 @@ console = Console()
 
 
 def main() -> int:
-    ensure_dagster_home()
     import dagster as dg
 
     from dagster_project.definitions import all_levels_tags, build_definitions
@@ -30,6 +29,7 @@ def main() -> int:
     from drainer.lifecycle.run import load_level_reports
 
     services.up(echo=console.print)
+    ensure_dagster_home()  # Dagster's storage is a database on the server just brought up
     from spark_jobs.drain_job import which_spark
 
     spark = which_spark()  # the session the Dagster run below uses (in this process)

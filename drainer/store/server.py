@@ -32,3 +32,40 @@ def create_role_and_database(url: URL, superuser: str) -> None:
                     sql.Identifier(database), sql.Identifier(user)
                 )
             )
+
+
+def _maintenance_conninfo(url: URL) -> dict[str, object]:
+    """Connection arguments for the URL's server, as the URL's user, to the `postgres` database."""
+    found: dict[str, object] = {"host": url.host, "port": url.port or 5432, "dbname": "postgres"}
+    if url.username:
+        found["user"] = url.username
+    if url.password:
+        found["password"] = url.password
+    return found
+
+
+def ensure_database(url: URL) -> bool:
+    """Create the URL's database if it is missing, as the URL's user; True when it was created.
+
+    For a database drainer does not own but sets up beside its own (Dagster's storage).
+    """
+    with psycopg.connect(**_maintenance_conninfo(url), connect_timeout=5, autocommit=True) as conn:
+        if conn.execute("select 1 from pg_database where datname = %s", (url.database,)).fetchone():
+            return False
+        try:
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(url.database)))
+        except psycopg.errors.InsufficientPrivilege as err:
+            raise PermissionError(
+                f"user {url.username!r} may not create database {url.database!r} on "
+                f"{url.host}:{url.port or 5432}: create it yourself (CREATE DATABASE "
+                f"{url.database}) or name an existing one in DRAINER_DAGSTER_DATABASE_URL"
+            ) from err
+        return True
+
+
+def drop_database(url: URL) -> None:
+    """Drop the URL's database, closing whatever sessions it still has (tests' throwaway ones)."""
+    with psycopg.connect(**_maintenance_conninfo(url), connect_timeout=5, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(url.database))
+        )

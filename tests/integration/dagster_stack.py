@@ -1,7 +1,8 @@
 """A real Dagster deployment for tests and benchmarks: `dagster-webserver` + `dagster-daemon`.
 
 Both run as their own processes on a temporary DAGSTER_HOME (written by scripts/dagster_home.py,
-as `make dagster` does) and a free port, with the repository's workspace.yaml. Tests talk to it
+as `make dagster` does, so Dagster's storage is in Postgres: a throwaway database of its own,
+dropped at the end) and a free port, with the repository's workspace.yaml. Tests talk to it
 the way the UI does: through the webserver's GraphQL endpoint.
 """
 
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,9 @@ class DagsterStack:
     port: int = field(default_factory=free_port)
     procs: list[subprocess.Popen] = field(default_factory=list)
     location: str = "dagster_project.definitions"
+    storage_url: str = ""
+    stock: bool = False
+    """No dagster.yaml at all: Dagster's defaults (SQLite, no pool limits), as a new user has."""
     repository: str = "__repository__"
 
     @property
@@ -48,14 +53,24 @@ class DagsterStack:
 
     def start(self, timeout_s: float = 180) -> DagsterStack:
         sys.path.insert(0, str(REPO / "scripts"))
+        from dagster_home import storage_url as dagster_storage_url
         from dagster_home import write_dagster_yaml
+        from sqlalchemy.engine import make_url
 
-        write_dagster_yaml(self.home)
+        from drainer.store.server import ensure_database
+
+        self.home.mkdir(parents=True, exist_ok=True)
+        if not self.stock:
+            # the URL `make dagster` would use, with a database of this stack's own
+            url = make_url(dagster_storage_url())
+            url = url.set(database=f"{url.database}_test_{uuid.uuid4().hex[:8]}")
+            self.storage_url = url.render_as_string(hide_password=False)
+            ensure_database(url)
+            write_dagster_yaml(self.home, self.storage_url)
         env = {**self.env, "DAGSTER_HOME": str(self.home)}
         logs = self.home / "stack_logs"
         logs.mkdir(exist_ok=True)
-        # create the storage once: the webserver and the daemon both creating a fresh home's
-        # SQLite schema at the same moment can leave two alembic heads
+        # create the storage's tables once, before the webserver and the daemon both try
         subprocess.run(
             [str(BIN / "dagster"), "instance", "migrate"],
             cwd=REPO,
@@ -101,6 +116,12 @@ class DagsterStack:
         for proc in self.procs:  # run workers and code servers live in the same sessions
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        if self.storage_url:
+            from sqlalchemy.engine import make_url
+
+            from drainer.store.server import drop_database
+
+            drop_database(make_url(self.storage_url))
 
     def logs(self) -> str:
         return "\n".join(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+import psycopg
 from sqlalchemy import text
 
 from drainer.kafka.producer import produce_records, synthetic_records
@@ -71,6 +72,28 @@ def test_cron_schedule_ticked_by_the_daemon_drains_all_levels_once(dagster_stack
     assert len(drained) == len(runs)  # one drainer run per tick
     assert all(list(r.levels) == [0, 1, 2] and r.trigger == "schedule" for r in drained)
     assert _drained_by_schedule(drain) == 600  # everything, once
+    # the runs, their event logs and the schedule's ticks are in Postgres, as `make dagster`
+    # keeps them (scripts/dagster_home.py), and no SQLite file stands in for any of them
+    assert not sorted(ui.home.rglob("*.db")), "Dagster wrote SQLite storage"
+    with psycopg.connect(ui.storage_url.replace("+psycopg2", "")) as conn:
+        stored = {
+            row[0]
+            for row in conn.execute(
+                "SELECT run_id FROM runs WHERE run_id = ANY(%s)", ([r["runId"] for r in runs],)
+            )
+        }
+        events = conn.execute(
+            "SELECT count(*) FROM event_logs WHERE run_id = ANY(%s) "
+            "AND dagster_event_type = 'ASSET_MATERIALIZATION'",
+            (list(stored),),
+        ).fetchone()[0]
+        # the stack's database is its own: every schedule tick in it is this session's
+        ticks = conn.execute(
+            "SELECT count(*) FROM job_ticks WHERE type = 'SCHEDULE' AND status = 'SUCCESS'"
+        ).fetchone()[0]
+    assert stored == {r["runId"] for r in runs}
+    assert events == 3 * len(runs)  # each run materializes the three levels
+    assert ticks >= len(runs)
 
 
 def test_ui_launches_backfills_schedule_and_sensor_each_make_one_drainer_run(
@@ -161,3 +184,59 @@ def _drained_by_schedule(drain) -> int:
         if r.status == "committed"
         for n, _ in level_numbers(r.id).values()
     )
+
+
+def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_busy(stack, tmp_path):
+    """Issue 20: on Dagster's defaults (no pool limit) a backfill's two runs start together and
+    the later one found the drain busy (DrainBusy). The test holds the drain's lease until both
+    runs have started, so both must wait; then one drains and the other reports that run."""
+    import os
+    import threading
+
+    from drainer.store.leases import drain_lease
+    from drainer.testing import create_drain, delete_topics
+    from tests.integration.dagster_stack import REPO, DagsterStack
+
+    drain, path = create_drain(tmp_path, prefix="stock", budget=700)
+    env = {
+        **os.environ,
+        "DRAINER_CONFIG": str(path),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+    deployment = DagsterStack(home=tmp_path / "home", env=env, stock=True)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with drain_lease(get_engine(), drain):
+            held.set()
+            release.wait(600)
+
+    holder = threading.Thread(target=hold)
+    try:
+        ui = deployment.start()
+        assert not (tmp_path / "home" / "dagster.yaml").exists()  # Dagster's defaults
+        produce(drain, 1000, seed=40)
+        holder.start()
+        assert held.wait(30)
+        backfill = ui.launch_backfill(drain.name, ["0", "2"])
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            runs = ui.runs({"dagster/backfill": backfill})
+            if len(runs) == 2 and not {r["status"] for r in runs} & {"QUEUED", "STARTING"}:
+                break
+            time.sleep(1)
+        time.sleep(15)  # both run processes reach the drain while it is still held
+        release.set()
+        split = ui.wait_backfill(backfill)
+    finally:
+        release.set()
+        if holder.is_alive():
+            holder.join()
+        deployment.stop()
+        delete_topics(drain)
+    assert sorted(r["status"] for r in split) == ["SUCCESS", "SUCCESS"], deployment.logs()
+    (shared,) = drainer_runs(drain)
+    assert (shared.status, list(shared.levels)) == ("committed", [0, 2])
+    assert sum(n for n, _ in level_numbers(shared.id).values()) == 700

@@ -14,23 +14,23 @@ from drainer.kafka.producer import produce_records, synthetic_records
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_workspace_loads_with_dagster_cli(tmp_path):
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+def dagster_cli(*args: str, cwd: Path, env: dict[str, str]) -> str:
+    """Run the `dagster` command; its output, after asserting that it succeeded."""
     done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "dagster"),
-            "definitions",
-            "validate",
-            "-w",
-            "workspace.yaml",
-        ],
-        cwd=REPO,
+        [str(Path(sys.executable).parent / "dagster"), *args],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_workspace_loads_with_dagster_cli(tmp_path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    dagster_cli("definitions", "validate", "-w", "workspace.yaml", cwd=REPO, env=env)
 
 
 def test_schedule_requests_one_run_over_all_levels(make_drain):
@@ -38,7 +38,7 @@ def test_schedule_requests_one_run_over_all_levels(make_drain):
 
     drain = make_drain(schedule="*/10 * * * *")
     defs = build_definitions()
-    schedule = defs.get_schedule_def(f"{drain.name}_schedule")
+    schedule = defs.resolve_schedule_def(f"{drain.name}_schedule")
     assert schedule.cron_schedule == "*/10 * * * *"
     requests = schedule.evaluate_tick(dg.build_schedule_context()).run_requests
     assert len(requests) == 1
@@ -51,12 +51,14 @@ def test_lag_sensor_fires_only_above_threshold(make_drain):
     from dagster_project.definitions import build_definitions
 
     drain = make_drain(lag_threshold=500)
-    sensor = build_definitions().get_sensor_def(f"{drain.name}_lag_sensor")
+    defs = build_definitions()
+    sensor = defs.resolve_sensor_def(f"{drain.name}_lag_sensor")
     with dg.instance_for_test() as instance:
-        quiet = sensor.evaluate_tick(dg.build_sensor_context(instance=instance))
+        context = dg.build_sensor_context(instance=instance, resources=defs.resources)
+        quiet = sensor.evaluate_tick(context)
         assert not quiet.run_requests and "backlog 0" in quiet.skip_message
         produce_records(drain, synthetic_records(600), level=1)
-        busy = sensor.evaluate_tick(dg.build_sensor_context(instance=instance))
+        busy = sensor.evaluate_tick(context)
         assert len(busy.run_requests) == 1
 
 
@@ -100,3 +102,30 @@ def test_backfill_of_two_levels_runs_once_and_checks_pass(make_drain, spark):
         assert evaluations["offsets_never_backwards"].passed
         assert evaluations["lag_within_sla"].passed
         assert evaluations["lag_within_sla"].metadata["level_2_backlog"].value == 400
+
+
+TEAM_LOCATION = """
+import dagster as dg
+
+from dagster_project import drain_definitions
+
+
+@dg.asset
+def revenue() -> int:
+    return 42
+
+
+defs = dg.Definitions.merge(drain_definitions({path!r}), dg.Definitions(assets=[revenue]))
+"""
+
+
+def test_team_code_location_loads_with_dagster_cli(tmp_path, make_drain):
+    """A team's own location (a file outside this repository) takes a drains file's drains."""
+    drain = make_drain(schedule="0 * * * *")
+    team = tmp_path / "team_location.py"
+    team.write_text(TEAM_LOCATION.format(path=os.environ["DRAINER_CONFIG"]))
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    env.pop("DRAINER_CONFIG")  # the team's file names its drains file itself
+    dagster_cli("definitions", "validate", "-f", str(team), cwd=tmp_path, env=env)
+    listed = dagster_cli("asset", "list", "-f", str(team), cwd=tmp_path, env=env)
+    assert set(listed.split()) == {drain.name, "revenue"}

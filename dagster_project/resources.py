@@ -1,0 +1,113 @@
+"""`DrainerResource`: where a Dagster deployment's drains connect, set in Dagster's resource config.
+
+Each connection setting is a field of the resource, filled from the environment variable
+drainer itself reads (`dg.EnvVar`, resolved when a run starts and never shown in the UI) when
+that variable is set where the code location loads, and left empty otherwise (drainer's own
+default then applies). A deployment can override any of them per run in the launchpad
+(`resources: drainer: config: ...`) or per code location in code. The resource hands them to
+drainer as that run's environment (drainer.settings.use_environment), so the drain, its checks
+and the Spark session it starts all see the same services.
+"""
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from drainer.config import DrainConfig
+from drainer.lifecycle.run import RunResult
+from drainer.observe import checks
+from drainer.observe.checks import CheckResult
+from drainer.settings import connection_variable, use_environment
+from spark_jobs import drain_job
+
+# resource field -> the variable drainer reads it from (docs/configuration.md)
+ENV_VARIABLES = {
+    "kafka_bootstrap_servers": "KAFKA_BOOTSTRAP_SERVERS",
+    "database_url": "DRAINER_DATABASE_URL",
+    "spark_remote": "SPARK_REMOTE",
+    "spark_master": "SPARK_MASTER",
+    "drains_file": "DRAINER_CONFIG",
+}
+
+# an hour: a drain's run takes minutes; a run that waits longer is stuck behind a stuck run
+DEFAULT_WAIT_S = 3600.0
+
+
+class DrainerResource(dg.ConfigurableResource):
+    """Runs drains and their checks against the services named here (empty: the environment's)."""
+
+    kafka_bootstrap_servers: str | None = Field(
+        default=None, description="Kafka brokers (KAFKA_BOOTSTRAP_SERVERS)."
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="drainer's Postgres, a SQLAlchemy or libpq URL (DRAINER_DATABASE_URL).",
+    )
+    spark_remote: str | None = Field(
+        default=None, description="Spark Connect endpoint sc://host:port (SPARK_REMOTE)."
+    )
+    spark_master: str | None = Field(
+        default=None, description="Spark master for an in-process session (SPARK_MASTER)."
+    )
+    drains_file: str | None = Field(
+        default=None, description="The drains YAML file the runs read (DRAINER_CONFIG)."
+    )
+    wait_seconds: float = Field(
+        default=DEFAULT_WAIT_S,
+        description=(
+            "How long a run waits for another run of the same drain to finish before it fails "
+            "with DrainBusy (runs of a backfill start together on an instance without a pool limit)."
+        ),
+    )
+
+    @classmethod
+    def from_environment(cls, drains_file: Path | str | None = None) -> "DrainerResource":
+        """The resource whose connection fields are `dg.EnvVar`s of the variables that are set.
+
+        A variable unset where the definitions load stays unset (None), so drainer's default
+        applies instead of Dagster refusing the run over a missing variable.
+        """
+        fields: dict[str, Any] = {}
+        for field, name in ENV_VARIABLES.items():
+            found = connection_variable(name)  # DRAINER_DATABASE_URL, else DATABASE_URL
+            fields[field] = dg.EnvVar(found) if found else None
+        if drains_file is not None:
+            fields["drains_file"] = str(Path(drains_file).expanduser().resolve())
+        return cls(**fields)
+
+    @contextmanager
+    def connections(self) -> Iterator[None]:
+        """This resource's settings as drainer's environment while the block runs."""
+        with use_environment({name: getattr(self, field) for field, name in ENV_VARIABLES.items()}):
+            yield
+
+    def run(
+        self,
+        drain: DrainConfig,
+        levels: list[int],
+        dagster_run_id: str,
+        trigger: str,
+        launch_key: str | None = None,
+    ) -> RunResult:
+        with self.connections():
+            return drain_job.run(
+                drain,
+                levels=levels,
+                trigger=trigger,
+                dagster_run_id=dagster_run_id,
+                wait_s=self.wait_seconds,
+                launch_key=launch_key,
+            )
+
+    def check(self, check: Callable[[DrainConfig], CheckResult], drain: DrainConfig) -> CheckResult:
+        with self.connections():
+            return check(drain)
+
+    def backlog(self, drain: DrainConfig) -> int:
+        """Records waiting over all the drain's levels."""
+        with self.connections():
+            return sum(checks.total_backlog(drain).values())
