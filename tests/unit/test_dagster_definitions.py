@@ -26,7 +26,12 @@ def drains_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-CHECK_NAMES = {"lag_within_sla", "dead_letters_not_growing", "offsets_never_backwards"}
+CHECK_NAMES = {
+    "lag_within_sla",
+    "dead_letters_not_growing",
+    "offsets_never_backwards",
+    "level_health",
+}
 
 
 def test_code_location_has_every_definition_by_name(drains_file):
