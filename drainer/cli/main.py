@@ -13,12 +13,12 @@ import logging
 import sys
 from collections.abc import Callable
 
-from drainer.cli import dlq, produce, runs, services, status
+from drainer.cli import dlq, maintain, produce, runs, services, status
 from drainer.cli.output import err_console
 from drainer.config.kafka_clients import redact
 from drainer.errors import DrainerError
 
-GROUPS = (services, produce, runs, status, dlq)
+GROUPS = (services, produce, runs, status, dlq, maintain)
 
 ExecutorFactory = Callable[[], Callable]
 """Returns the executor of `drainer run` (`drainer.lifecycle.run.Executor`); called only by `run`."""

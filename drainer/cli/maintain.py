@@ -1,0 +1,47 @@
+"""`drainer maintain <drain>`: the upkeep every run does after its commit, done to the end now.
+
+Folds the sink's partitions until the target is as small as it gets; a group that can grow
+(history retention, lakehouse tables) as more kinds of upkeep arrive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from drainer.cli.args import add_command
+from drainer.cli.output import console, print_table
+from drainer.config import get_drain
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = add_command(
+        sub,
+        "maintain",
+        cmd_maintain,
+        "fold the sink's partitions (and whatever else runs keep bounded) to the end, now",
+    )
+    p.add_argument("drain")
+    p.add_argument(
+        "--wait", type=float, default=0.0, metavar="SECONDS", help="wait for a running run"
+    )
+    p.add_argument("--json", action="store_true")
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from drainer.lifecycle.maintain import maintain_drain
+
+    report = maintain_drain(get_drain(args.drain), wait_s=args.wait)
+    if args.json:
+        print(json.dumps(asdict(report), indent=2, default=str))
+        return 0
+    sink = report.sink
+    print_table(
+        f"upkeep of {report.drain}",
+        ["what", "before", "after", "steps"],
+        [[f"partitions of {sink.table}", sink.before, sink.after, sink.folds]],
+        justify="left",
+    )
+    console.print(f"drain {report.drain} is maintained")
+    return 0
