@@ -1,7 +1,7 @@
 """`drainer maintain <drain>`: the upkeep every run does after its commit, done to the end now.
 
-Folds the sink's partitions until the target is as small as it gets; a group that can grow
-(history retention, lakehouse tables) as more kinds of upkeep arrive.
+Folds the sink's partitions until the target is as small as it gets and prunes run detail older
+than `history_days` to daily totals; one command that grows as more kinds of upkeep arrive.
 """
 
 from __future__ import annotations
@@ -36,11 +36,19 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(asdict(report), indent=2, default=str))
         return 0
-    sink = report.sink
+    sink, history = report.sink, report.history
     print_table(
         f"upkeep of {report.drain}",
-        ["what", "before", "after", "steps"],
-        [[f"partitions of {sink.table}", sink.before, sink.after, sink.folds]],
+        ["what", "done"],
+        [
+            [
+                f"partitions of {sink.table}",
+                f"{sink.before:,} -> {sink.after:,} ({sink.folds} folds)",
+            ],
+            ["runs pruned to daily totals", history.runs],
+            ["dead letters pruned (published or retried)", history.dead_letters],
+            ["attempt counts pruned (records done)", history.attempts],
+        ],
         justify="left",
     )
     console.print(f"drain {report.drain} is maintained")

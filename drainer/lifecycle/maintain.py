@@ -10,6 +10,10 @@ whenever a tier has FANOUT partitions, its oldest FANOUT are folded into one of 
 target keeps at most FANOUT - 1 partitions per tier: with FANOUT 8, at most 7 x 6 = 42 after
 262,143 runs (two and a half years at one run every five minutes), and each row is copied
 once per tier it climbs, about log8(runs) times over its whole life.
+
+**History.** Run detail older than the drain's `history_days` is pruned to per-day totals
+(drainer.store.pruning), at most once an hour after a commit, in batches of PRUNE_BATCH runs,
+each batch one transaction (its totals and its deletes commit together).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from sqlalchemy import Engine
 
 from drainer import faults
 from drainer.config import DrainConfig
-from drainer.store import get_engine, sink_folds, sinks
+from drainer.store import get_engine, pruning, sink_folds, sinks
 from drainer.store.leases import drain_lease
 from drainer.store.sink_folds import SinkPartition
 
@@ -31,6 +35,7 @@ log = logging.getLogger(__name__)
 FANOUT = 8  # partitions of one tier folded into one of the next
 AFTER_COMMIT_STEPS = 16  # folds after one commit; a backlog of partitions shrinks over runs
 LOCK_TIMEOUT_S = 5.0  # longest wait for the target's readers before a fold gives up
+PRUNE_BATCH = 5000  # runs pruned per transaction
 
 
 @dataclass
@@ -97,9 +102,52 @@ def fold_sink(
     return report
 
 
+@dataclass
+class PruneReport:
+    """What pruning a drain's history removed (0s when it was not due)."""
+
+    runs: int = 0
+    dead_letters: int = 0
+    attempts: int = 0
+
+
+def prune_history(engine: Engine, drain: DrainConfig, hourly: bool = False) -> PruneReport:
+    """Prune the drain's run detail older than `history_days` to totals (see the docstring).
+
+    `hourly`: only when the last prune after a commit is an hour old (upkeep after a commit).
+    """
+    report = PruneReport()
+    if hourly:
+        with engine.begin() as conn:
+            if not pruning.claim_hourly(conn, drain.name):
+                return report
+    while True:
+        with engine.begin() as conn:
+            ids = pruning.prunable_runs(
+                conn, drain.name, drain.history_days, drain.history_window, PRUNE_BATCH
+            )
+            report.runs += pruning.prune_runs(conn, ids)
+        if len(ids) < PRUNE_BATCH:
+            break
+    with engine.begin() as conn:
+        report.dead_letters = pruning.prune_dead_letters(conn, drain.name, drain.history_days)
+        report.attempts = pruning.prune_attempts(conn, drain.name, drain.history_days)
+    if report.runs or report.dead_letters or report.attempts:
+        log.info(
+            "drain %s: pruned %d runs, %d dead letters, %d attempt counts older than %d days",
+            drain.name,
+            report.runs,
+            report.dead_letters,
+            report.attempts,
+            drain.history_days,
+        )
+    return report
+
+
 def after_commit_upkeep(engine: Engine, drain: DrainConfig) -> None:
     """What every committed run does to keep the drain bounded (a failure is a warning)."""
     fold_sink(engine, drain.sink.table, max_steps=AFTER_COMMIT_STEPS)
+    prune_history(engine, drain, hourly=True)
 
 
 @dataclass
@@ -108,10 +156,13 @@ class MaintainReport:
 
     drain: str
     sink: FoldReport
+    history: PruneReport
 
 
 def maintain_drain(drain: DrainConfig, wait_s: float = 0.0) -> MaintainReport:
     """Everything upkeep does, to the end, under the drain's lease (DrainBusy while it runs)."""
     engine = get_engine()
     with drain_lease(engine, drain, wait_s):
-        return MaintainReport(drain.name, fold_sink(engine, drain.sink.table))
+        return MaintainReport(
+            drain.name, fold_sink(engine, drain.sink.table), prune_history(engine, drain)
+        )
