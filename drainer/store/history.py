@@ -13,14 +13,16 @@ def level_history(
     A run that did not cover a level (a backfill of other levels) is not part of that level's
     window: it says nothing about how much the level could use.
     """
+    # per level, walk the drain's committed runs newest first (an index) and stop at the
+    # window, then fetch those runs' levels by key: flat in the drain's history length
     rows = conn.execute(
         text(
-            "SELECT level, drained FROM ("
-            "  SELECT rl.level, rl.drained, r.id,"
-            "         row_number() OVER (PARTITION BY rl.level ORDER BY r.id DESC) AS n"
-            "  FROM run_levels rl JOIN runs r ON r.id = rl.run_id"
-            "  WHERE r.drain = :d AND r.status = 'committed' AND rl.level = ANY(:levels)"
-            ") h WHERE n <= :w ORDER BY level, id"
+            "SELECT l.level, rl.drained FROM unnest(CAST(:levels AS int[])) AS l(level) "
+            "CROSS JOIN LATERAL ("
+            "  SELECT r.id FROM runs r WHERE r.drain = :d AND r.status = 'committed' "
+            "  AND l.level = ANY(r.levels) ORDER BY r.id DESC LIMIT :w"
+            ") h JOIN run_levels rl ON rl.run_id = h.id AND rl.level = l.level "
+            "ORDER BY l.level, h.id"
         ),
         {"d": drain, "levels": levels, "w": window},
     )
