@@ -21,11 +21,26 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
 
 from common import OUT, fresh_drain
 from history_fill import fill_history
 
 PHASES = ("plan", "commit", "mirror")
+
+
+def _time_statements(engine, totals: Counter) -> None:
+    """Add each statement's seconds to `totals`, keyed by its first 60 characters."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def before(conn, cursor, statement, parameters, context, executemany):
+        conn.info.setdefault("started", []).append(time.perf_counter())
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def after(conn, cursor, statement, parameters, context, executemany):
+        started = conn.info["started"].pop()
+        totals[" ".join(statement.split())[:60]] += time.perf_counter() - started
 
 
 def main() -> int:
@@ -73,6 +88,9 @@ def main() -> int:
     fill_s = time.perf_counter() - started
     print(f"filled {sizes} in {fill_s:.0f} s; spark: {drain_job.which_spark()}", file=sys.stderr)
 
+    sql_s: dict[str, Counter] = {"empty": Counter(), "full": Counter()}
+    for which in ("empty", "full"):
+        _time_statements(get_engine(urls[which]), sql_s[which])
     seconds: dict[str, list[dict[str, float]]] = {"empty": [], "full": []}
     for i in range(args.runs + 1):
         for which in ("empty", "full"):
@@ -85,6 +103,8 @@ def main() -> int:
             assert result.drained == 90 and not result.warnings, (result.drained, result.warnings)
             if i:  # the first run of each warms its session and caches
                 seconds[which].append(result.phases)
+            else:
+                sql_s[which].clear()
     report: dict = {"history_runs": args.history, "runs": args.runs, "rows": sizes}
     for which, phases in seconds.items():
         report[which] = {
@@ -94,6 +114,15 @@ def main() -> int:
             statistics.median(sum(ph[p] for p in PHASES) for ph in phases), 4
         )
     report["ratio"] = round(report["full"]["state_s"] / report["empty"]["state_s"], 3)
+    # the drainer's own SQL per run, all statements: what history could make slower
+    for which in ("empty", "full"):
+        report[which]["sql_s_per_run"] = round(sum(sql_s[which].values()) / args.runs, 4)
+    report["sql_ratio"] = round(
+        report["full"]["sql_s_per_run"] / report["empty"]["sql_s_per_run"], 3
+    )
+    report["slowest_sql_full_ms_per_run"] = {
+        stmt: round(1000 * total / args.runs, 2) for stmt, total in sql_s["full"].most_common(5)
+    }
     OUT.mkdir(exist_ok=True)
     (OUT / "history_scale.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report))

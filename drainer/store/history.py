@@ -14,15 +14,18 @@ def level_history(
     window: it says nothing about how much the level could use.
     """
     # per level, walk the drain's committed runs newest first (an index) and stop at the
-    # window, then fetch those runs' levels by key: flat in the drain's history length
+    # window, looking each one's level up by key: flat in the drain's history length. The
+    # lookup is a subquery so that no plan (psycopg prepares repeated statements, and a
+    # generic plan knows neither the drain nor the window) can hash all of run_levels.
     rows = conn.execute(
         text(
-            "SELECT l.level, rl.drained FROM unnest(CAST(:levels AS int[])) AS l(level) "
+            "SELECT l.level, h.drained FROM unnest(CAST(:levels AS int[])) AS l(level) "
             "CROSS JOIN LATERAL ("
-            "  SELECT r.id FROM runs r WHERE r.drain = :d AND r.status = 'committed' "
+            "  SELECT r.id, (SELECT rl.drained FROM run_levels rl "
+            "                WHERE rl.run_id = r.id AND rl.level = l.level) AS drained "
+            "  FROM runs r WHERE r.drain = :d AND r.status = 'committed' "
             "  AND l.level = ANY(r.levels) ORDER BY r.id DESC LIMIT :w"
-            ") h JOIN run_levels rl ON rl.run_id = h.id AND rl.level = l.level "
-            "ORDER BY l.level, h.id"
+            ") h ORDER BY l.level, h.id"
         ),
         {"d": drain, "levels": levels, "w": window},
     )
