@@ -18,7 +18,7 @@ from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.lifecycle.maintain import FANOUT, fold_sink, maintain_drain
-from drainer.store import get_engine
+from drainer.store import get_engine, sink_folds
 from drainer.store.sinks import stage_name
 from spark_jobs import drain_job
 
@@ -59,15 +59,7 @@ def _rows(table: str) -> Counter:
 
 def _partitions(table: str) -> list[str]:
     with get_engine().connect() as conn:
-        return sorted(
-            conn.execute(
-                text(
-                    "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-                    "WHERE i.inhparent = to_regclass(:t)"
-                ),
-                {"t": f'"{table}"'},
-            ).scalars()
-        )
+        return sorted(p.name for p in sink_folds.partitions(conn, table))
 
 
 def _drop(table: str) -> None:
