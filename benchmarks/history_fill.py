@@ -68,7 +68,8 @@ def fill_history(
             "INSERT INTO run_levels (run_id, level, reserved, burst, allocated, backlog_before, "
             "planned, drained, failed, dead_lettered, fill_ratio, backlog_after, "
             "lost_to_retention) "
-            "SELECT r, l, 10, 0, 10, 100, 10, 10, 0, 0, 1.0, 90, 0 "
+            "SELECT r, l, 10, 0, 10, 100, 10, 10, 0, 0, 1.0, 90, "
+            "CASE WHEN l = 0 AND r % 100 = 0 THEN 1 ELSE 0 END "  # the retention losses below
             "FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) r, generate_series(0, CAST(:l AS int) - 1) l"
         ),
         params,

@@ -15,6 +15,7 @@ from drainer.config import DrainConfig
 from drainer.lifecycle.maintain import prune_history
 from drainer.store import get_engine
 from drainer.store.history import level_history
+from drainer.store.retention import total_lost
 
 DRAINER = Path(sys.executable).with_name("drainer")
 
@@ -78,6 +79,8 @@ def test_old_runs_become_daily_totals_and_what_runs_need_stays(make_drain):
             ),
             {"d": drain.name, "t": drain.level_topic(0)},
         )
+        lost_before = total_lost(conn, drain.name)
+    assert lost_before[0] > 0
     open_plan = _open_plan(drain, days_ago=50)
     dead_before = _count("SELECT count(*) FROM dead_letters WHERE drain = :d", d=drain.name)
     handled_old = _count(
@@ -114,6 +117,8 @@ def test_old_runs_become_daily_totals_and_what_runs_need_stays(make_drain):
             {"d": drain.name},
         )
     assert totals.drained + detailed == drained_before
+    with get_engine().connect() as conn:  # `drainer status` counts pruned runs' losses too
+        assert total_lost(conn, drain.name) == lost_before
     assert totals.runs == (len(old) - 4) * 2 + 0  # levels 0 and 1 of each pruned run
     # the pruned runs' detail went with them
     assert _count("SELECT count(*) FROM run_ranges WHERE run_id = ANY(:ids)", ids=old[4:]) == 0
