@@ -12,6 +12,8 @@ import sys
 from drainer.settings import load_settings
 
 POINTS = ("after_plan", "during_spark", "after_staging", "after_commit")
+# inside a fold of sink partitions (drainer.store.sink_folds), before its transaction commits
+FOLD_POINTS = ("fold_copied", "fold_swapped")
 EXIT_CODE = 86
 
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
-from drainer.cli import dlq, produce, runs, services, simulate, status
+from drainer.cli import dlq, maintain, produce, runs, services, simulate, status
 from drainer.cli.output import err_console
 from drainer.config.kafka_clients import redact
 from drainer.errors import DrainerError
@@ -22,7 +22,7 @@ from drainer.errors import DrainerError
 if TYPE_CHECKING:  # the run's machinery is imported only by `drainer run` itself
     from drainer.lifecycle.run import Executor
 
-GROUPS = (services, produce, runs, status, dlq, simulate)
+GROUPS = (services, produce, runs, status, dlq, simulate, maintain)
 
 ExecutorFactory: TypeAlias = "Callable[[], Executor]"
 """Returns the executor of `drainer run` (`drainer.lifecycle.run.Executor`); called only by `run`."""

@@ -128,6 +128,14 @@ class DrainConfig(BaseModel):
     history_window: int = Field(
         default=6, ge=1, description="how many recent runs burst decisions look at"
     )
+    history_days: int = Field(
+        default=30,
+        ge=1,
+        description="days of run detail kept (runs, their levels and ranges, retention "
+        "losses, dead letters already published or retried, attempts of done records); "
+        "older runs are pruned to per-day totals by upkeep after a commit (hourly) and by "
+        "`drainer maintain`, never the open plan nor the last `history_window` runs",
+    )
     maxout_threshold: int = Field(
         default=4,
         ge=1,

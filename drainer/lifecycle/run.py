@@ -29,6 +29,7 @@ from drainer.kafka.session import KafkaSession
 from drainer.kafka.topic_identity import record_new_topics, verify_topics
 from drainer.lifecycle.commit import commit_run
 from drainer.lifecycle.dlq import publish_dead_letters
+from drainer.lifecycle.maintain import after_commit_upkeep
 from drainer.lifecycle.planning import (
     PartitionState,
     partition_states,
@@ -106,7 +107,7 @@ class RunResult:
     duration_s: float
     published_rows: int
     mirror: MirrorReport = field(default_factory=MirrorReport)
-    # seconds per phase: plan, spark_start, spark_job, commit, mirror
+    # seconds per phase: plan, spark_start, spark_job, commit, mirror, upkeep
     phases: dict[str, float] = field(default_factory=dict)
     # an open plan for other levels that this call finished before planning its own levels
     finished: RunResult | None = None
@@ -352,6 +353,9 @@ def _execute(
         lambda: publish_dead_letters(drain, kafka),
     )
     phases["mirror"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    _after_commit(warnings, "keeping the drain bounded", lambda: after_commit_upkeep(engine, drain))
+    phases["upkeep"] = time.monotonic() - t0
     report = _after_commit(
         warnings,
         "looking up the backlog after the run",

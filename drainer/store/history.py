@@ -15,14 +15,19 @@ def level_history(
     A run that did not cover a level (a backfill of other levels) is not part of that level's
     window: it says nothing about how much the level could use.
     """
+    # per level, walk the drain's committed runs newest first (an index) and stop at the
+    # window, looking each one's level up by key: flat in the drain's history length. The
+    # lookup is a subquery so that no plan (psycopg prepares repeated statements, and a
+    # generic plan knows neither the drain nor the window) can hash all of run_levels.
     rows = conn.execute(
         text(
-            "SELECT level, drained FROM ("
-            "  SELECT rl.level, rl.drained, r.id,"
-            "         row_number() OVER (PARTITION BY rl.level ORDER BY r.id DESC) AS n"
-            "  FROM run_levels rl JOIN runs r ON r.id = rl.run_id"
-            "  WHERE r.drain = :d AND r.status = 'committed' AND rl.level = ANY(:levels)"
-            ") h WHERE n <= :w ORDER BY level, id"
+            "SELECT l.level, h.drained FROM unnest(CAST(:levels AS int[])) AS l(level) "
+            "CROSS JOIN LATERAL ("
+            "  SELECT r.id, (SELECT rl.drained FROM run_levels rl "
+            "                WHERE rl.run_id = r.id AND rl.level = l.level) AS drained "
+            "  FROM runs r WHERE r.drain = :d AND r.status = 'committed' "
+            "  AND l.level = ANY(r.levels) ORDER BY r.id DESC LIMIT :w"
+            ") h ORDER BY l.level, h.id"
         ),
         {"d": drain, "levels": levels, "w": window},
     )

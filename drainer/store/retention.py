@@ -107,12 +107,17 @@ def committed_losses(conn: Connection, drain: str, limit: int = 50) -> list[dict
 
 
 def total_lost(conn: Connection, drain: str) -> dict[int, int]:
-    """Level -> offsets lost to retention over the drain's committed runs."""
+    """Level -> offsets lost to retention over the drain's committed runs.
+
+    Runs pruned by history retention count through their daily totals (`run_totals`).
+    """
     rows = conn.execute(
         text(
-            "SELECT x.level, sum(x.records) AS n FROM retention_losses x "
-            "JOIN runs r ON r.id = x.run_id WHERE x.drain = :d AND r.status = 'committed' "
-            "GROUP BY x.level"
+            "SELECT level, sum(n) AS n FROM ("
+            "  SELECT x.level, x.records AS n FROM retention_losses x "
+            "  JOIN runs r ON r.id = x.run_id WHERE x.drain = :d AND r.status = 'committed' "
+            "  UNION ALL SELECT level, lost_to_retention FROM run_totals WHERE drain = :d"
+            ") lost GROUP BY level HAVING sum(n) > 0"
         ),
         {"d": drain},
     )

@@ -327,8 +327,10 @@ def recent_runs(conn: Connection, drain: str, limit: int) -> list[Any]:
             "coalesce(sum(rl.drained), 0) AS drained, "
             "coalesce(sum(rl.lost_to_retention), 0) AS lost_to_retention, r.error, "
             "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills "
-            "FROM runs r LEFT JOIN run_levels rl ON rl.run_id = r.id WHERE r.drain = :d "
-            "GROUP BY r.id ORDER BY r.id DESC LIMIT :n"
+            "FROM (SELECT * FROM runs WHERE drain = :d ORDER BY id DESC LIMIT :n) r "
+            "LEFT JOIN run_levels rl ON rl.run_id = r.id "
+            "GROUP BY r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, "
+            "r.duration_s, r.error ORDER BY r.id DESC"
         ),
         {"d": drain, "n": limit},
     ).all()
@@ -338,9 +340,11 @@ def latest_committed_dead_lettered(conn: Connection, drain: str) -> int:
     """How many records the drain's latest committed run dead-lettered (0 with no run)."""
     row = conn.execute(
         text(
-            "SELECT r.id, coalesce(sum(rl.dead_lettered), 0) AS dead FROM runs r "
-            "JOIN run_levels rl ON rl.run_id = r.id WHERE r.drain = :d AND r.status = 'committed' "
-            "GROUP BY r.id ORDER BY r.id DESC LIMIT 1"
+            # the latest committed run first (by index), then its levels: flat in history
+            "SELECT r.id, coalesce(sum(rl.dead_lettered), 0) AS dead FROM ("
+            "  SELECT id FROM runs WHERE drain = :d AND status = 'committed' "
+            "  ORDER BY id DESC LIMIT 1) r "
+            "JOIN run_levels rl ON rl.run_id = r.id GROUP BY r.id"
         ),
         {"d": drain},
     ).first()

@@ -49,7 +49,7 @@ def test_backfill_of_levels_0_and_2_is_one_run_sharing_the_budget(make_drain, sp
     assert first.drained == 700 and sibling.drained == 700
     assert _drained(drain) == {0: 140, 2: 560}  # 700 split 1:4 between the two levels only
     assert {lv.level for lv in sibling.levels} == {0, 2}
-    assert set(first.phases) == {"plan", "spark_start", "spark_job", "commit", "mirror"}
+    assert set(first.phases) == {"plan", "spark_start", "spark_job", "commit", "mirror", "upkeep"}
     assert runs[0].phases == pytest.approx(first.phases, abs=0.002)
 
 

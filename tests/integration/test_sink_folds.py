@@ -1,0 +1,162 @@
+"""Folding a sink target's run partitions on the real stack: the count stays bounded after any
+number of runs, readers see the same rows, and a crash inside a fold changes nothing (the next
+fold does it once)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from drainer import faults
+from drainer.config import DrainConfig
+from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.lifecycle.maintain import FANOUT, fold_sink, maintain_drain
+from drainer.store import get_engine, sink_folds
+from drainer.store.sinks import stage_name
+from spark_jobs import drain_job
+
+DRAINER = Path(sys.executable).with_name("drainer")
+ONE_ROW = {"processor": "spark_jobs.examples:one_row_per_record"}
+
+
+def _target_with_run_partitions(table: str, runs: int, rows_per_run: int = 3) -> None:
+    """A target as `publish: attach` leaves it after `runs` runs, made in one statement."""
+    with get_engine().begin() as conn:
+        conn.execute(
+            text(
+                f'CREATE TABLE "{table}" (partition integer, "offset" bigint, value text, '
+                "_drainer_run_id bigint NOT NULL) PARTITION BY LIST (_drainer_run_id)"
+            )
+        )
+        conn.execute(text(f'CREATE INDEX ON "{table}" ("offset")'))
+        conn.execute(
+            text(
+                "DO $$ DECLARE r int; BEGIN FOR r IN 1.." + str(runs) + " LOOP "
+                f"EXECUTE format('CREATE TABLE %I (LIKE {table}, CHECK (_drainer_run_id = %s))', "
+                f"'{table}_r' || r, r); "
+                f"EXECUTE format('INSERT INTO %I SELECT 0, (%s - 1) * {rows_per_run} + g, "
+                f"''v'', %s FROM generate_series(0, {rows_per_run - 1}) g', "
+                f"'{table}_r' || r, r, r); "
+                f"EXECUTE format('ALTER TABLE {table} ATTACH PARTITION %I FOR VALUES IN (%s)', "
+                f"'{table}_r' || r, r); END LOOP; END $$"
+            )
+        )
+
+
+def _rows(table: str) -> Counter:
+    """(partition, offset, run id) -> rows, read through the target as a reader would."""
+    with get_engine().connect() as conn:
+        rows = conn.execute(text(f'SELECT partition, "offset", _drainer_run_id FROM "{table}"'))
+        return Counter((r.partition, r.offset, r._drainer_run_id) for r in rows)
+
+
+def _partitions(table: str) -> list[str]:
+    with get_engine().connect() as conn:
+        return sorted(p.name for p in sink_folds.partitions(conn, table))
+
+
+def _drop(table: str) -> None:
+    with get_engine().begin() as conn:
+        conn.execute(text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
+
+
+def _maintain(drain: DrainConfig, fault: str | None = None) -> subprocess.CompletedProcess:
+    """`drainer maintain <drain> --json` as its own process, optionally crashing at `fault`."""
+    env = {k: v for k, v in os.environ.items() if k != "DRAINER_FAULT"}
+    if fault:
+        env["DRAINER_FAULT"] = fault
+    return subprocess.run(
+        [str(DRAINER), "maintain", drain.name, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_two_thousand_run_partitions_fold_to_a_few_dozen_with_the_same_rows(stack):
+    table = f"fold_{uuid.uuid4().hex[:8]}"
+    _target_with_run_partitions(table, 2000)
+    try:
+        before = _rows(table)
+        assert len(_partitions(table)) == 2000 and len(before) == 6000
+        report = fold_sink(get_engine(), table)
+        # 2000 = 3720 in base 8: 3 + 7 + 2 + 0 partitions, at most FANOUT - 1 of a tier
+        assert (report.before, report.after) == (2000, 12)
+        assert len(_partitions(table)) == 12
+        assert _rows(table) == before  # every row once, as readers saw it before
+        again = fold_sink(get_engine(), table)
+        assert again.folds == 0 and again.after == 12
+        with get_engine().connect() as conn:  # pruning still finds one run's rows
+            plan = conn.execute(
+                text(f'EXPLAIN SELECT * FROM "{table}" WHERE _drainer_run_id = 1234')
+            ).scalars()
+            scanned = [line for line in plan if "Scan" in line]
+        assert len(scanned) == 1 and f"{table}_f" in scanned[0]
+    finally:
+        _drop(table)
+
+
+@pytest.mark.parametrize("point", faults.FOLD_POINTS)
+def test_a_crash_inside_a_fold_changes_nothing_and_the_next_fold_does_it_once(make_drain, point):
+    drain = make_drain(levels=1, partitions=1, budget=10, **ONE_ROW)
+    table = drain.sink.table
+    _target_with_run_partitions(table, 3 * FANOUT)
+    before = _rows(table)
+    parts = _partitions(table)
+
+    crashed = _maintain(drain, point)
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+    assert f"injected fault at {point}" in crashed.stderr
+    assert _partitions(table) == parts  # the fold's transaction died with its process
+    assert _rows(table) == before
+    with get_engine().connect() as conn:  # not even the new partition's table is left
+        assert (
+            conn.scalar(
+                text("SELECT count(*) FROM pg_class WHERE relname LIKE :f"), {"f": f"{table}_f%"}
+            )
+            == 0
+        )
+
+    done = _maintain(drain)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f'"folds": {3}' in done.stdout
+    assert len(_partitions(table)) == 3
+    assert _rows(table) == before
+    assert all(n == 1 for n in _rows(table).values())
+
+
+def _produce(drain: DrainConfig, records: int) -> None:
+    produce_records(drain, list(synthetic_records(records, keys=5, seed=1)), level=0, partition=0)
+
+
+def test_runs_fold_their_partitions_after_the_commit_and_readers_see_each_record_once(
+    make_drain, spark
+):
+    runs = FANOUT + 2
+    drain = make_drain(
+        levels=1,
+        partitions=1,
+        budget=5,
+        sink={"table": f"sink_{uuid.uuid4().hex[:8]}"},
+        **ONE_ROW,
+    )
+    _produce(drain, 5 * runs)
+    results = [drain_job.run(drain.name, trigger="test") for _ in range(runs)]
+    assert [r.drained for r in results] == [5] * runs
+    assert all(not r.warnings for r in results), [r.warnings for r in results]
+    table = drain.sink.table
+    first, last = results[0].run_id, results[FANOUT - 1].run_id
+    tail = [stage_name(table, r.run_id) for r in results[FANOUT:]]
+    assert _partitions(table) == sorted([f"{table}_f{first}_{last}", *tail])
+    rows = _rows(table)
+    assert sorted(o for _, o, _ in rows) == list(range(5 * runs))
+    assert all(n == 1 for n in rows.values())
+    assert maintain_drain(drain).sink.folds == 0  # upkeep already did everything

@@ -1,0 +1,30 @@
+"""The soak's short version: consecutive runs with producers running and crashes injected at
+chosen points (benchmarks/soak.py runs a thousand); every record lands once, the sink's
+partitions stay folded, per-run time does not creep."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.soak import soak
+from drainer.lifecycle.maintain import FANOUT
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_short_soak_with_crashes_is_exactly_once_and_bounded(make_drain, spark):
+    drain = make_drain(
+        levels=2,
+        partitions=2,
+        budget=40,
+        processor="spark_jobs.examples:one_row_per_record",
+    )
+    runs = FANOUT + 1  # every run commits one (a crashed one by the next run): a fold happens
+    crashes = {2: "after_staging", FANOUT - 2: "after_commit"}
+    report = soak(drain, runs, crashes, produce_per_s=10.0)
+    assert report["crashed"] == 2
+    assert report["records"] > 0
+    # runs - crashes partitions attached (plus the ones the final drain added), folded by tier
+    assert 0 < report["partitions_final"] < FANOUT
+    assert report["partitions_most"] < FANOUT
+    assert report["state_rows"]["runs"] >= runs
