@@ -109,6 +109,8 @@ def _skip_retention_losses(
             in_plan[(loss.topic, loss.partition)] = loss.records
             continue
         levels[loss.level].lost_to_retention += loss.records
+        # a 'committed' loss carries the progress it moves from and to
+        assert loss.moved_from is not None and loss.moved_to is not None
         if not offsets.compare_and_set(
             conn, drain, loss.topic, loss.partition, loss.moved_from, loss.moved_to
         ):

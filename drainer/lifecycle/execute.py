@@ -65,7 +65,7 @@ def execute_plan(
     faults.crash_point("after_commit")
     # the run is committed: what fails from here on is a warning, retried by the next run
     warnings: list[str] = []
-    mirror = _mirror(engine, drain, stored, warnings, phases)
+    mirror = _mirror_and_publish(engine, drain, stored, warnings, phases)
     report = _after_commit(
         warnings,
         "looking up the backlog after the run",
@@ -168,7 +168,7 @@ def _record_failure(
         ) from err
 
 
-def _mirror(
+def _mirror_and_publish(
     engine: Engine,
     drain: DrainConfig,
     stored: StoredRun,

@@ -61,9 +61,10 @@ def partition_states(engine: Engine, drain: DrainConfig, levels: list[int]) -> l
     for (level, part), wm in sorted(marks.items()):
         topic = drain.level_topic(level)
         progress = stored.get((topic, part), PartitionProgress(wm.low))
-        loss = None
+        stored_committed, loss = progress.committed, None
         if progress.committed < wm.low:
             loss = skip_deleted(topic, level, part, progress, wm.low)
+            assert loss.moved_to is not None  # a 'committed' loss says where it moves to
             progress = loss.moved_to
         found.append(
             PartitionState(
@@ -76,7 +77,7 @@ def partition_states(engine: Engine, drain: DrainConfig, levels: list[int]) -> l
                 (topic, part) in stored,
                 wm.log_end,
                 loss,
-                None if loss is None else loss.moved_from.committed,
+                None if loss is None else stored_committed,
             )
         )
     return found
