@@ -92,9 +92,7 @@ def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
     def _drain(context: dg.AssetExecutionContext, drainer: DrainerResource) -> dg.MaterializeResult:
         levels, launch_key = launch_levels(context)
         with drainer_logs_to(context.log):
-            result = drainer.lifecycle.run(
-                drain, levels, context.run.run_id, _trigger(context), launch_key
-            )
+            result = drainer.run(drain, levels, context.run.run_id, _trigger(context), launch_key)
         context.instance.add_run_tags(context.run.run_id, run_tags(result))
         own = {int(key) for key in context.partition_keys}
         for lv in result.levels:
