@@ -335,6 +335,10 @@ class PartitionProgress:
     def is_done(self, offset: int) -> bool:
         return offset < self.committed or offset in self.done
 
+    def first_pending(self) -> int:
+        """The first offset not done: where a consumer would resume."""
+        return advance(self.committed, self.done)[0]
+
     def done_below(self, end: int) -> frozenset[int]:
         """The done offsets of the map that lie below `end` (the ones a read up to `end` skips)."""
         return frozenset(o for o in self.done if o < end)

@@ -334,3 +334,7 @@ def test_progress_pending_counts_what_is_not_done(progress, length):
     pending = [o for o in range(progress.committed, end) if not progress.is_done(o)]
     assert progress.pending_below(end) == len(pending)
     assert progress.pending_below(progress.committed - 1) == 0
+    first = progress.first_pending()
+    assert not progress.is_done(first) and all(
+        progress.is_done(o) for o in range(progress.committed, first)
+    )
