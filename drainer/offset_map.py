@@ -31,12 +31,19 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import zstandard
 
 from drainer.errors import OffsetMapError
 
-__all__ = ["MAX_KAFKA_METADATA", "advance", "decode_offset_map", "encode_offset_map"]
+__all__ = [
+    "MAX_KAFKA_METADATA",
+    "PartitionProgress",
+    "advance",
+    "decode_offset_map",
+    "encode_offset_map",
+]
 
 MAX_KAFKA_METADATA = 4096
 """Kafka's default limit (``offset.metadata.max.bytes``) for commit metadata, in characters."""
@@ -297,3 +304,65 @@ def advance(committed: int, done: Iterable[int]) -> tuple[int, set[int]]:
         remaining.remove(committed)
         committed += 1
     return committed, remaining
+
+
+@dataclass(frozen=True)
+class PartitionProgress:
+    """A partition's progress: every offset below `committed` is done, and so is each of `done`.
+
+    The one type for it, and the one place a stored map is decoded (`from_stored`) and encoded
+    (`encoded`). A progress read from the store keeps the text it was read from, so that a
+    compare-and-set against the stored row matches byte for byte, whichever encoder wrote it.
+    """
+
+    committed: int
+    done: frozenset[int] = frozenset()
+    _text: str | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_stored(cls, committed: int, text: str) -> PartitionProgress:
+        """Decode a stored (committed offset, offset map); damage raises OffsetMapError."""
+        return cls(committed, frozenset(decode_offset_map(committed, text)), text)
+
+    def encoded(self) -> str:
+        """The offset map's text, as stored next to `committed` (encoded once, then kept)."""
+        if self._text is None:
+            # a cache, not state: `_text` takes no part in equality
+            object.__setattr__(self, "_text", encode_offset_map(self.committed, self.done))
+        assert self._text is not None
+        return self._text
+
+    def is_done(self, offset: int) -> bool:
+        return offset < self.committed or offset in self.done
+
+    def first_pending(self) -> int:
+        """The first offset not done: where a consumer would resume."""
+        return advance(self.committed, self.done)[0]
+
+    def done_below(self, end: int) -> frozenset[int]:
+        """The done offsets of the map that lie below `end` (the ones a read up to `end` skips)."""
+        return frozenset(o for o in self.done if o < end)
+
+    def pending_below(self, end: int) -> int:
+        """How many offsets in [committed, end) are not done yet (0 when `end` <= committed)."""
+        return max(0, end - self.committed - len(self.done_below(end)))
+
+    def skipped_to(self, low: int) -> PartitionProgress:
+        """Offsets below `low` count as done (retention deleted them); the map keeps the rest."""
+        committed, rest = advance(low, {o for o in self.done if o >= low})
+        return PartitionProgress(committed, frozenset(rest))
+
+    def after_read(self, end: int, not_done: Iterable[int] = ()) -> PartitionProgress:
+        """The progress once a run read [committed, end) and finished all of it but `not_done`.
+
+        Offsets of the map stay done; the committed offset moves to the first offset not done.
+        """
+        not_done = set(not_done)
+        if not not_done:
+            committed, rest = advance(end, {o for o in self.done if o >= end})
+            return PartitionProgress(committed, frozenset(rest))
+        first = min(not_done)
+        done = {o for o in range(first + 1, end) if o not in not_done}
+        done |= {o for o in self.done if o > first}
+        committed, rest = advance(first, done)
+        return PartitionProgress(committed, frozenset(rest))

@@ -14,7 +14,6 @@ from pyspark.sql import functions as F
 
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import java_settings
-from drainer.offset_map import decode_offset_map
 from drainer.store.runs import StoredRange
 
 log = logging.getLogger(__name__)
@@ -76,8 +75,7 @@ def read_ranges(
     done = [
         (rng.topic, rng.partition, offset)
         for rng in ranges
-        for offset in sorted(decode_offset_map(rng.start, rng.start_map))
-        if offset < rng.end
+        for offset in sorted(rng.start_progress().done_below(rng.end))
     ]
     if done:
         skip = spark.createDataFrame(done, "topic string, partition int, offset long")

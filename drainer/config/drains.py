@@ -26,6 +26,7 @@ from drainer.config.kafka_clients import check_blocks
 from drainer.errors import ConfigError
 from drainer.processing.callables import check_import_path
 from drainer.settings import load_settings
+from drainer.store.leases import DrainRow
 from drainer.store.sinks import check_table_name
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -322,6 +323,10 @@ class DrainConfig(BaseModel):
 
     def level_topic(self, level: int) -> str:
         return f"{self.topic}-{level}"
+
+    def row(self) -> DrainRow:
+        """The drain as the store's `drains` table keeps it (name, topic, group, levels)."""
+        return DrainRow(self.name, self.topic, self.group, self.levels)
 
     def level_group(self, level: int) -> str:
         return f"{self.group}-{level}"

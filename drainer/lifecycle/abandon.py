@@ -26,7 +26,7 @@ def abandon_plan(drain: DrainConfig, reason: str) -> StoredRun:
             "--reason is required: say why the plan is abandoned, for the audit trail"
         )
     engine = get_engine()
-    with drain_lease(engine, drain) as lease, engine.begin() as conn:
+    with drain_lease(engine, drain.row()) as lease, engine.begin() as conn:
         run = runs.open_run(conn, drain.name)
         if run is None:
             raise ConfigError(

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine
 
 from drainer.allocation import PartitionBacklog, minimum_budget
-from drainer.allocation.timebox import THROUGHPUT_WINDOW, TimeBox, timeboxed_budget
+from drainer.allocation.timebox import (
+    THROUGHPUT_WINDOW,
+    RunThroughput,
+    TimeBox,
+    timeboxed_budget,
+)
 from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession
 from drainer.store import throughput
@@ -84,7 +89,10 @@ def time_box(engine: Engine, drain: DrainConfig, levels: list[int]) -> TimeBox |
     if drain.run_seconds is None:
         return None
     with engine.connect() as conn:
-        recent = throughput.recent_throughput(conn, drain.name, THROUGHPUT_WINDOW)
+        recent = [
+            RunThroughput(*run)
+            for run in throughput.recent_throughput(conn, drain.name, THROUGHPUT_WINDOW)
+        ]
     floor = minimum_budget(levels, drain.distributor)
     return timeboxed_budget(drain.run_seconds, drain.budget, recent, max(1, floor))
 

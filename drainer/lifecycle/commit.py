@@ -15,7 +15,6 @@ from sqlalchemy import Connection, Engine
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.errors import CommitConflict
-from drainer.offset_map import advance, decode_offset_map, encode_offset_map
 from drainer.store import dead_letters, offsets, retention, runs, sinks, throughput, topics
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRange, StoredRun
@@ -121,11 +120,14 @@ def _skip_retention_losses(
             in_plan[(loss.topic, loss.partition)] = loss.records
             continue
         levels[loss.level].lost_to_retention += loss.records
+        # a 'committed' loss carries the progress it moves from and to
+        assert loss.moved_from is not None and loss.moved_to is not None
         if not offsets.compare_and_set(
             conn, drain, loss.topic, loss.partition, loss.moved_from, loss.moved_to
         ):
             raise CommitConflict(
-                f"{loss.topic}[{loss.partition}] no longer starts at offset {loss.moved_from[0]} "
+                f"{loss.topic}[{loss.partition}] no longer starts at offset "
+                f"{loss.moved_from.committed} "
                 "(was it rewound?): the run's results were not published; run again to plan afresh"
             )
     return in_plan
@@ -164,18 +166,9 @@ def _count_attempt(
 
 def _advance_partition(conn: Connection, drain: str, rng: StoredRange, not_done: set[int]) -> None:
     """Write the new committed offset and offset map, only from the values the plan started from."""
-    earlier = decode_offset_map(rng.start, rng.start_map)
-    if not_done:
-        first = min(not_done)
-        done = {o for o in range(first + 1, rng.end) if o not in not_done}
-        done |= {o for o in earlier if o > first}
-        committed, rest = advance(first, done)
-    else:
-        committed, rest = advance(rng.end, {o for o in earlier if o >= rng.end})
-    new = (committed, encode_offset_map(committed, rest))
-    if not offsets.compare_and_set(
-        conn, drain, rng.topic, rng.partition, (rng.start, rng.start_map), new
-    ):
+    start = rng.start_progress()
+    new = start.after_read(rng.end, not_done)
+    if not offsets.compare_and_set(conn, drain, rng.topic, rng.partition, start, new):
         raise CommitConflict(
             f"{rng.topic}[{rng.partition}] no longer starts at offset {rng.start} with the planned "
             "offset map (was it rewound?): the run's results were not published; "

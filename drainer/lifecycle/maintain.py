@@ -162,7 +162,7 @@ class MaintainReport:
 def maintain_drain(drain: DrainConfig, wait_s: float = 0.0) -> MaintainReport:
     """Everything upkeep does, to the end, under the drain's lease (DrainBusy while it runs)."""
     engine = get_engine()
-    with drain_lease(engine, drain, wait_s):
+    with drain_lease(engine, drain.row(), wait_s):
         return MaintainReport(
             drain.name, fold_sink(engine, drain.sink.table), prune_history(engine, drain)
         )

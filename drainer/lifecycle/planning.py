@@ -17,7 +17,7 @@ from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.budgets import RunBudget, run_budget
-from drainer.offset_map import advance, decode_offset_map, encode_offset_map
+from drainer.offset_map import PartitionProgress
 from drainer.store import history, offsets
 from drainer.store.retention import Loss
 
@@ -30,13 +30,16 @@ class PartitionState:
     partition: int
     low: int
     high: int  # where a plan may end: the last stable offset when reading committed records
-    committed: int  # after skipping what retention deleted (`loss`)
-    offset_map: str
+    progress: PartitionProgress  # after skipping what retention deleted (`loss`)
     backlog: int
     stored: bool  # False: no progress in Postgres yet, starts from the earliest offset
     log_end: int = -1  # the log's end offset (high watermark)
     loss: Loss | None = None  # retention passed the stored committed offset: the skip to commit
     stored_committed: int | None = None  # what Postgres holds, when it differs (a loss)
+
+    @property
+    def committed(self) -> int:
+        return self.progress.committed
 
 
 @dataclass(frozen=True)
@@ -66,51 +69,47 @@ def partition_states(
     found = []
     for (level, part), wm in sorted(marks.items()):
         topic = drain.level_topic(level)
-        committed, offset_map = stored.get((topic, part), (wm.low, ""))
-        loss = None
-        if committed < wm.low:
-            loss = skip_deleted(topic, level, part, (committed, offset_map), wm.low)
-            committed, offset_map = loss.moved_to
-        done = {o for o in decode_offset_map(committed, offset_map) if o < wm.high}
-        backlog = max(0, wm.high - committed - len(done))
+        progress = stored.get((topic, part), PartitionProgress(wm.low))
+        stored_committed, loss = progress.committed, None
+        if progress.committed < wm.low:
+            loss = skip_deleted(topic, level, part, progress, wm.low)
+            assert loss.moved_to is not None  # a 'committed' loss says where it moves to
+            progress = loss.moved_to
         found.append(
             PartitionState(
                 level,
                 part,
                 wm.low,
                 wm.high,
-                committed,
-                offset_map,
-                backlog,
+                progress,
+                progress.pending_below(wm.high),
                 (topic, part) in stored,
                 wm.log_end,
                 loss,
-                None if loss is None else loss.moved_from[0],
+                None if loss is None else stored_committed,
             )
         )
     return found
 
 
-def skip_deleted(topic: str, level: int, partition: int, stored: tuple[int, str], low: int) -> Loss:
+def skip_deleted(
+    topic: str, level: int, partition: int, stored: PartitionProgress, low: int
+) -> Loss:
     """Retention deleted offsets below `low` that the drain had not committed: where to resume.
 
     The committed offset moves to `low`; done offsets at or above `low` stay in the map (they
     are never replayed), done ones below it were not lost. Committed together with the run.
     """
-    committed, offset_map = stored
-    done = decode_offset_map(committed, offset_map)
-    lost = (low - committed) - sum(1 for o in done if o < low)
-    new_committed, rest = advance(low, {o for o in done if o >= low})
     return Loss(
         "committed",
         topic,
         level,
         partition,
-        committed,
+        stored.committed,
         low,
-        lost,
+        stored.pending_below(low),
         moved_from=stored,
-        moved_to=(new_committed, encode_offset_map(new_committed, rest)),
+        moved_to=stored.skipped_to(low),
     )
 
 
@@ -152,7 +151,7 @@ def plan_next_run(
             partition=p.partition,
             start=p.committed,
             end=p.high,
-            done=frozenset(o for o in decode_offset_map(p.committed, p.offset_map) if o < p.high),
+            done=p.progress.done_below(p.high),
         )
         for p in parts
     ]

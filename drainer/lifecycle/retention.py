@@ -19,7 +19,6 @@ from collections import defaultdict
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
 from drainer.kafka.session import KafkaSession
-from drainer.offset_map import decode_offset_map
 from drainer.store.retention import Loss
 from drainer.store.runs import StoredRange
 
@@ -57,8 +56,7 @@ def measure_ranges(
         if start == rng.start:
             continue
         cut = min(wm.low, rng.end)
-        done = decode_offset_map(rng.start, rng.start_map)
-        lost = (cut - rng.start) - sum(1 for o in done if o < cut)
+        lost = rng.start_progress().pending_below(cut)
         losses.append(Loss("plan", rng.topic, rng.level, rng.partition, rng.start, cut, lost))
         log.warning(
             "%s[%d]: offsets %d..%d of the planned range %d..%d were deleted by Kafka retention "

@@ -16,6 +16,7 @@ from drainer.config import DrainConfig
 from drainer.errors import ConfigError
 from drainer.kafka.mirror import mirror_offsets
 from drainer.kafka.session import KafkaSession
+from drainer.offset_map import PartitionProgress
 from drainer.store import dead_letters, get_engine, offsets, runs, topics
 from drainer.store.leases import check_fence, drain_lease
 
@@ -67,7 +68,7 @@ def rewind(
         topic = drain.level_topic(level)
         topic_id = kafka.topic_ids([topic])[topic]
         moved: list[Moved] = []
-        with drain_lease(engine, drain) as lease, engine.begin() as conn:
+        with drain_lease(engine, drain.row()) as lease, engine.begin() as conn:
             check_fence(conn, lease)
             open_run = runs.open_run(conn, drain.name)
             if open_run is not None:
@@ -79,12 +80,12 @@ def rewind(
             stored = offsets.partition_offsets(conn, drain.name)
             for (lvl, part), target in sorted(targets.items()):
                 topic = drain.level_topic(lvl)
-                current, current_map = stored.get((topic, part), (marks[(lvl, part)].low, ""))
+                current = stored.get((topic, part), PartitionProgress(marks[(lvl, part)].low))
                 offsets.rewind_partition(
-                    conn, drain.name, topic, part, (current, current_map), target, reason, topic_id
+                    conn, drain.name, topic, part, current, target, reason, topic_id
                 )
                 dead_letters.forget_attempts_from(conn, drain.name, topic, part, target)
-                moved.append(Moved(topic, part, current, target))
+                moved.append(Moved(topic, part, current.committed, target))
             topics.record_topic_id(conn, drain.name, topic, topic_id)
         mirror_offsets(engine, drain, kafka)
     return moved

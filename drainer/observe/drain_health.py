@@ -16,7 +16,6 @@ from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import PartitionState, partition_states
 from drainer.observe.health import LevelHealth, RunSample, level_health
-from drainer.offset_map import advance, decode_offset_map
 from drainer.store import get_engine, history
 
 
@@ -70,4 +69,4 @@ def oldest_timestamps(kafka: KafkaSession, parts: list[PartitionState]) -> dict[
 
 def _first_pending(part: PartitionState) -> int:
     """The partition's first offset not done: its committed offset, past the map's done ones."""
-    return advance(part.committed, decode_offset_map(part.committed, part.offset_map))[0]
+    return part.progress.first_pending()

@@ -57,7 +57,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
                         "committed": p.committed,
                         "end": p.high,
                         "backlog": p.backlog,
-                        "offset_map_chars": len(p.offset_map),
+                        "offset_map_chars": len(p.progress.encoded()),
                         # retention passed the committed offset: the next run skips these
                         "pending_retention_loss": None
                         if p.loss is None

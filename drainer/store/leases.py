@@ -17,7 +17,6 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from drainer.config import DrainConfig
 from drainer.errors import DrainBusy, FencedOut, ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -33,8 +32,18 @@ class Lease:
     fence: int
 
 
+@dataclass(frozen=True)
+class DrainRow:
+    """What the `drains` table keeps of a drain's configuration."""
+
+    name: str
+    topic: str
+    group: str
+    levels: int
+
+
 @contextmanager
-def drain_lease(engine: Engine, drain: DrainConfig, wait_s: float = 0.0) -> Iterator[Lease]:
+def drain_lease(engine: Engine, drain: DrainRow, wait_s: float = 0.0) -> Iterator[Lease]:
     """Hold the drain for one run: a session advisory lock plus a fresh fencing token."""
     conn = engine.connect()
     try:
@@ -108,7 +117,7 @@ def _busy_message(engine: Engine, name: str, wait_s: float) -> str:
     )
 
 
-def ensure_drain(engine: Engine, drain: DrainConfig) -> None:
+def ensure_drain(engine: Engine, drain: DrainRow) -> None:
     with engine.begin() as conn:
         conn.execute(
             text(

@@ -11,16 +11,21 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from drainer.offset_map import PartitionProgress
 
-def partition_offsets(conn: Connection, drain: str) -> dict[tuple[str, int], tuple[int, str]]:
-    """(topic, partition) -> (committed offset, offset map) of every partition with progress."""
+
+def partition_offsets(conn: Connection, drain: str) -> dict[tuple[str, int], PartitionProgress]:
+    """(topic, partition) -> the progress of every partition that has any."""
     rows = conn.execute(
         text(
             "SELECT topic, partition, committed, offset_map FROM partition_offsets WHERE drain = :d"
         ),
         {"d": drain},
     )
-    return {(r.topic, r.partition): (r.committed, r.offset_map) for r in rows}
+    return {
+        (r.topic, r.partition): PartitionProgress.from_stored(r.committed, r.offset_map)
+        for r in rows
+    }
 
 
 def _level_of(topic: str) -> int:
@@ -46,10 +51,10 @@ def compare_and_set(
     drain: str,
     topic: str,
     partition: int,
-    expected: tuple[int, str],
-    new: tuple[int, str],
+    expected: PartitionProgress,
+    new: PartitionProgress,
 ) -> bool:
-    """Move a partition's (committed, map) to `new` only if it still is `expected`."""
+    """Move a partition's progress to `new` only if it still is `expected` (as stored)."""
     updated = conn.execute(
         text(
             "UPDATE partition_offsets SET committed = :c, offset_map = :m, updated_at = now() "
@@ -57,13 +62,13 @@ def compare_and_set(
             "AND committed = :c0 AND offset_map = :m0"
         ),
         {
-            "c": new[0],
-            "m": new[1],
+            "c": new.committed,
+            "m": new.encoded(),
             "d": drain,
             "t": topic,
             "p": partition,
-            "c0": expected[0],
-            "m0": expected[1],
+            "c0": expected.committed,
+            "m0": expected.encoded(),
         },
     ).rowcount
     return updated == 1
@@ -102,7 +107,7 @@ def rewind_partition(
     drain: str,
     topic: str,
     partition: int,
-    current: tuple[int, str],
+    current: PartitionProgress,
     target: int,
     reason: str | None,
     topic_id: str | None = None,
@@ -126,8 +131,8 @@ def rewind_partition(
             "d": drain,
             "t": topic,
             "p": partition,
-            "f": current[0],
-            "fm": current[1],
+            "f": current.committed,
+            "fm": current.encoded(),
             "to": target,
             "who": getpass.getuser(),
             "why": reason,

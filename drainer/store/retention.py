@@ -13,12 +13,14 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from drainer.offset_map import PartitionProgress
+
 
 @dataclass(frozen=True)
 class Loss:
     """Offsets [first, end) of a partition that Kafka deleted; `records` of them were not done.
 
-    kind 'committed' also carries the stored (offset, map) the partition moves from and to.
+    kind 'committed' also carries the stored progress the partition moves from and to.
     """
 
     kind: str
@@ -28,8 +30,8 @@ class Loss:
     first: int
     end: int
     records: int
-    moved_from: tuple[int, str] | None = None
-    moved_to: tuple[int, str] | None = None
+    moved_from: PartitionProgress | None = None
+    moved_to: PartitionProgress | None = None
 
 
 def record_losses(conn: Connection, drain: str, run_id: int, kind: str, losses: list[Loss]) -> None:
@@ -57,10 +59,10 @@ def record_losses(conn: Connection, drain: str, run_id: int, kind: str, losses: 
                 "first": x.first,
                 "end": x.end,
                 "n": x.records,
-                "fo": x.moved_from[0] if x.moved_from else None,
-                "fm": x.moved_from[1] if x.moved_from else None,
-                "to": x.moved_to[0] if x.moved_to else None,
-                "tm": x.moved_to[1] if x.moved_to else None,
+                "fo": x.moved_from.committed if x.moved_from else None,
+                "fm": x.moved_from.encoded() if x.moved_from else None,
+                "to": x.moved_to.committed if x.moved_to else None,
+                "tm": x.moved_to.encoded() if x.moved_to else None,
             }
             for x in losses
         ],
@@ -85,8 +87,10 @@ def run_losses(conn: Connection, run_id: int) -> list[Loss]:
             r.first_offset,
             r.end_offset,
             r.records,
-            None if r.from_offset is None else (r.from_offset, r.from_map),
-            None if r.to_offset is None else (r.to_offset, r.to_map),
+            None
+            if r.from_offset is None
+            else PartitionProgress.from_stored(r.from_offset, r.from_map),
+            None if r.to_offset is None else PartitionProgress.from_stored(r.to_offset, r.to_map),
         )
         for r in rows
     ]

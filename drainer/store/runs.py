@@ -12,8 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, text
 
-from drainer.allocation import Plan
-from drainer.config import DrainConfig
+from drainer.offset_map import PartitionProgress
 from drainer.store import dead_letters
 from drainer.store.leases import Lease, check_fence, set_owner
 from drainer.store.offsets import insert_initial_offsets
@@ -29,6 +28,10 @@ class StoredRange:
     start_map: str
     records: int
 
+    def start_progress(self) -> PartitionProgress:
+        """The partition's progress the plan started from (its map: offsets the read skips)."""
+        return PartitionProgress.from_stored(self.start, self.start_map)
+
 
 @dataclass(frozen=True)
 class StoredRun:
@@ -40,6 +43,18 @@ class StoredRun:
     mode: str
     attempts: int
     ranges: list[StoredRange]
+
+
+@dataclass(frozen=True)
+class PlannedLevel:
+    """A level's numbers as a plan stores them (drainer.allocation.LevelPlan, as plain values)."""
+
+    level: int
+    reserved: int
+    burst: int
+    allocated: int
+    backlog_before: int
+    planned: int
 
 
 _RUN_COLUMNS = "id, drain, status, levels, budget, mode, attempts"
@@ -83,34 +98,28 @@ def _load_run(conn: Connection, row: Any) -> StoredRun:
 def write_plan(
     conn: Connection,
     lease: Lease,
-    drain: DrainConfig,
-    plan: Plan,
+    drain: str,
+    budget: int,
+    mode: str,
     levels: list[int],
     trigger: str,
-    start_maps: dict[tuple[str, int], str],
+    level_numbers: list[PlannedLevel],
+    ranges: list[StoredRange],
     initial_offsets: dict[tuple[str, int], int],
-    budget: int | None = None,
 ) -> int:
     """Store the plan before anything is read, so a crash after this point resumes it.
 
-    `budget` is the record budget the plan was made with (`run_seconds` derives one), by
-    default the drain's configured `budget`.
+    `budget` is the record budget the plan was made with (`run_seconds` derives one).
+    `initial_offsets` are the first progress rows of partitions planned for the first time.
     """
     check_fence(conn, lease)
-    insert_initial_offsets(conn, drain.name, initial_offsets)
+    insert_initial_offsets(conn, drain, initial_offsets)
     run_id = conn.scalar(
         text(
             "INSERT INTO runs (drain, status, levels, budget, mode, trigger, fence) "
             "VALUES (:d, 'planned', :levels, :b, :m, :t, :f) RETURNING id"
         ),
-        {
-            "d": drain.name,
-            "levels": levels,
-            "b": drain.budget if budget is None else budget,
-            "m": drain.mode,
-            "t": trigger,
-            "f": lease.fence,
-        },
+        {"d": drain, "levels": levels, "b": budget, "m": mode, "t": trigger, "f": lease.fence},
     )
     conn.execute(
         text(
@@ -120,17 +129,17 @@ def write_plan(
         [
             {
                 "r": run_id,
-                "level": lp.level,
-                "reserved": lp.reserved,
-                "burst": lp.burst,
-                "allocated": lp.allocated,
-                "backlog": lp.backlog,
-                "planned": lp.planned,
+                "level": n.level,
+                "reserved": n.reserved,
+                "burst": n.burst,
+                "allocated": n.allocated,
+                "backlog": n.backlog_before,
+                "planned": n.planned,
             }
-            for lp in plan.levels.values()
+            for n in level_numbers
         ],
     )
-    if plan.ranges:
+    if ranges:
         conn.execute(
             text(
                 "INSERT INTO run_ranges (run_id, topic, level, partition, start_offset, end_offset, "
@@ -139,18 +148,18 @@ def write_plan(
             [
                 {
                     "r": run_id,
-                    "t": drain.level_topic(pr.level),
-                    "l": pr.level,
-                    "p": pr.partition,
-                    "s": pr.start,
-                    "e": pr.end,
-                    "n": pr.records,
-                    "m": start_maps.get((drain.level_topic(pr.level), pr.partition), ""),
+                    "t": r.topic,
+                    "l": r.level,
+                    "p": r.partition,
+                    "s": r.start,
+                    "e": r.end,
+                    "n": r.records,
+                    "m": r.start_map,
                 }
-                for pr in plan.ranges
+                for r in ranges
             ],
         )
-    set_owner(conn, drain.name, run_id)
+    set_owner(conn, drain, run_id)
     return run_id
 
 

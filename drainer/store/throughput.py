@@ -11,8 +11,6 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection, text
 
-from drainer.allocation.timebox import RunThroughput
-
 
 def store_read(
     conn: Connection,
@@ -44,9 +42,11 @@ def store_read(
         )
 
 
-def recent_throughput(conn: Connection, drain: str, window: int) -> list[RunThroughput]:
-    """Records, seconds and bytes (None when unmeasured) of the last `window` committed runs
-    that drained something, oldest first."""
+def recent_throughput(
+    conn: Connection, drain: str, window: int
+) -> list[tuple[int, float, int | None]]:
+    """`(records, seconds, bytes)` (bytes None when unmeasured) of the last `window` committed
+    runs that drained something, oldest first."""
     rows = conn.execute(
         text(
             "SELECT * FROM ("
@@ -60,7 +60,7 @@ def recent_throughput(conn: Connection, drain: str, window: int) -> list[RunThro
         ),
         {"d": drain, "w": window},
     )
-    return [RunThroughput(int(row.records), float(row.duration_s), _int(row.bytes)) for row in rows]
+    return [(int(row.records), float(row.duration_s), _int(row.bytes)) for row in rows]
 
 
 def record_sizes(

@@ -114,7 +114,7 @@ def test_a_run_that_finds_the_drain_busy_waits_for_it(make_drain, spark):
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with drain_lease(get_engine(), drain):
+        with drain_lease(get_engine(), drain.row()):
             held.set()
             release.wait(30)
 

@@ -449,7 +449,7 @@ def test_task_writes_hold_off_a_takeover_and_are_refused_after_it(make_drain, st
 
     drain = make_drain(**RECORD_MODE)
     engine = get_engine()
-    ensure_drain(engine, drain)
+    ensure_drain(engine, drain.row())
     with engine.connect() as conn:
         fence = conn.scalar(text("SELECT fence FROM drains WHERE name = :n"), {"n": drain.name})
     url = psycopg_url(load_settings().database_url)
@@ -493,7 +493,7 @@ def test_mirror_sends_the_offset_map_only_when_it_fits(make_drain, stack):
     assert len(small) <= MAX_KAFKA_METADATA < len(big)
     topic = drain.level_topic(0)
     engine = get_engine()
-    ensure_drain(engine, drain)
+    ensure_drain(engine, drain.row())
     with engine.begin() as conn:
         conn.execute(
             text(

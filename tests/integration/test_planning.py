@@ -405,8 +405,8 @@ def test_level_history_counts_committed_runs_that_covered_the_level(stack):
 
     drain, other = make(f"h_{uuid.uuid4().hex[:8]}"), make(f"h_{uuid.uuid4().hex[:8]}")
     engine = get_engine()
-    ensure_drain(engine, drain)
-    ensure_drain(engine, other)
+    ensure_drain(engine, drain.row())
+    ensure_drain(engine, other.row())
 
     def add_run(name: str, status: str, drained: dict[int, int | None]) -> None:
         with engine.begin() as conn:

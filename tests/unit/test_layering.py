@@ -5,6 +5,8 @@
   client among their imports.
 - SQL text lives in `drainer/store/` only.
 - Environment variables are read in `drainer/settings.py` only.
+- No module imports a layer above its own (`LAYERS`, lowest first), counting imports inside
+  functions too; `drainer/store/` imports only settings, errors, offset_map and itself.
 """
 
 from __future__ import annotations
@@ -27,6 +29,20 @@ PURE = (
     "drainer.observe.health",
 )
 IO_CLIENTS = ("sqlalchemy", "psycopg", "confluent_kafka", "dagster", "pyspark")
+# lowest first; a module may import its own layer and the ones below. The longest matching
+# prefix names a module's layer ("drainer" alone is the package root: its version, no code).
+LAYERS: list[tuple[str, ...]] = [
+    ("drainer", "drainer.settings", "drainer.errors", "drainer.faults"),
+    ("drainer.offset_map", "drainer.processing", "drainer.allocation"),
+    ("drainer.store",),
+    ("drainer.config",),
+    ("drainer.kafka", "drainer.services"),
+    ("drainer.lifecycle", "drainer.observe", "drainer.testing"),
+    ("drainer.cli",),
+    ("spark_jobs",),
+    ("dagster_project",),
+]
+STORE_MAY_IMPORT = ("drainer.settings", "drainer.errors", "drainer.offset_map", "drainer.store")
 SQL = re.compile(
     r"^\s*(SELECT\s+(\d|\w+\(|.*\bFROM\b)|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"
     r"|COPY\s+\S+\s*\(|CREATE\s+(TABLE|INDEX|ROLE|DATABASE)|WITH\s+\w+\s+AS\s*\()",
@@ -110,3 +126,92 @@ def test_code_cites_no_document_outside_the_repository():
         if re.search(r"\bDESIGN( §|\.md)", line)
     ]
     assert offenders == [], f"point at docs/ instead: {offenders}"
+
+
+def _layer(module: str) -> int | None:
+    """The layer of a module of ours (None: not ours), by the longest matching prefix."""
+    found = [
+        (len(prefix), index)
+        for index, prefixes in enumerate(LAYERS)
+        for prefix in prefixes
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+    return max(found)[1] if found else None
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(module: str, source: str, is_package: bool = False) -> list[tuple[int, str]]:
+    """(line, name) of everything `source` imports, anywhere in it (functions included).
+
+    `from a.b import c` counts as `a.b.c`, so `from drainer import faults` is `drainer.faults`.
+    """
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against the importing module's package
+                package = module.split(".")
+                package = package[: len(package) - node.level + (1 if is_package else 0)]
+                base = ".".join(package + ([base] if base else []))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return found
+
+
+def _upward_imports(module: str, source: str, is_package: bool = False) -> list[str]:
+    own = _layer(module)
+    assert own is not None, f"{module} has no layer: add it to LAYERS"
+    return [
+        f"{module}:{line} imports {name}"
+        for line, name in _imports(module, source, is_package)
+        if (_layer(name) or 0) > own
+    ]
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    offenders = [
+        offender
+        for path in _python_files()
+        for offender in _upward_imports(
+            _module_name(path), path.read_text(), path.name == "__init__.py"
+        )
+    ]
+    assert offenders == [], "upward imports (see LAYERS): " + "; ".join(offenders)
+
+
+def test_the_layer_check_catches_an_upward_import():
+    """The check above would pass vacuously if it never found one."""
+    hidden = "def f():\n    from drainer.config import DrainConfig\n    return DrainConfig\n"
+    assert _upward_imports("drainer.store.fake", hidden) == [
+        "drainer.store.fake:2 imports drainer.config.DrainConfig"
+    ]
+    assert _upward_imports("drainer.kafka.fake", "import drainer.lifecycle.run\n")
+    assert _upward_imports("drainer.allocation.fake", "from drainer import store\n")
+    assert _upward_imports("spark_jobs.fake", "import dagster_project\n")
+    assert _upward_imports("drainer.store.fake", "from ..lifecycle import run\n")
+    # downward, sideways and third-party imports are fine
+    assert _upward_imports("drainer.store.fake", "from drainer.store import runs\n") == []
+    assert _upward_imports("drainer.observe.fake", "from drainer.lifecycle import planning\n") == []
+    assert _upward_imports("dagster_project.fake", "import dagster\nimport spark_jobs\n") == []
+
+
+def test_every_module_has_a_layer():
+    unplaced = [_module_name(p) for p in _python_files() if _layer(_module_name(p)) is None]
+    assert unplaced == []
+
+
+def test_the_store_imports_only_the_bottom_layer():
+    """All SQL, plain values in and out: the store knows no configuration, plan or client."""
+    offenders = [
+        f"{_module_name(path)}:{line} imports {name}"
+        for path in sorted((ROOT / "drainer" / "store").rglob("*.py"))
+        for line, name in _imports(_module_name(path), path.read_text(), path.name == "__init__.py")
+        if _layer(name) is not None
+        and not any(name == ok or name.startswith(ok + ".") for ok in STORE_MAY_IMPORT)
+    ]
+    assert offenders == []

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from drainer.offset_map import (
     MAX_KAFKA_METADATA,
+    PartitionProgress,
     advance,
     decode_offset_map,
     encode_offset_map,
@@ -283,3 +284,57 @@ def test_offset_beyond_int64_raises() -> None:
 def test_advance_rejects_negative_committed() -> None:
     with pytest.raises(ValueError, match="committed offset -3"):
         advance(-3, {0})
+
+
+# --- PartitionProgress: the one type for a partition's progress -------------------------------
+
+progress_st = st.builds(
+    lambda committed, rel: PartitionProgress(committed, frozenset(committed + 1 + r for r in rel)),
+    st.integers(0, 2**40),
+    st.sets(st.integers(0, 5000), max_size=200),
+)
+
+
+@given(progress_st)
+def test_progress_round_trips_through_its_stored_form(progress):
+    stored = PartitionProgress.from_stored(progress.committed, progress.encoded())
+    assert stored == progress
+    assert stored.encoded() == progress.encoded()
+
+
+def test_progress_read_from_the_store_keeps_its_text():
+    """A compare-and-set matches the stored text even if today's encoder would write another."""
+    older = base64.b64encode(b"\x01\x02\x03").decode()  # run-length, never zstd: still valid
+    progress = PartitionProgress.from_stored(100, older)
+    assert progress.done == {102, 103, 104}
+    assert progress.encoded() == older
+    assert progress == PartitionProgress(100, frozenset({102, 103, 104}))
+
+
+@given(
+    progress_st,
+    st.integers(0, 6000),
+    st.sets(st.integers(0, 6000), max_size=30),
+)
+def test_progress_after_a_read_is_done_exactly_where_it_should_be(progress, length, failed):
+    end = progress.committed + length
+    not_done = {progress.committed + f for f in failed if f < length}
+    not_done -= progress.done  # the read skips done offsets, so they cannot fail
+    after = progress.after_read(end, not_done)
+    for offset in range(progress.committed, end + 10):
+        expected = (offset < end and offset not in not_done) or progress.is_done(offset)
+        assert after.is_done(offset) == expected, offset
+    assert after.committed not in after.done  # advanced: the committed offset is not done
+    assert after == PartitionProgress.from_stored(after.committed, after.encoded())
+
+
+@given(progress_st, st.integers(0, 6000))
+def test_progress_pending_counts_what_is_not_done(progress, length):
+    end = progress.committed + length
+    pending = [o for o in range(progress.committed, end) if not progress.is_done(o)]
+    assert progress.pending_below(end) == len(pending)
+    assert progress.pending_below(progress.committed - 1) == 0
+    first = progress.first_pending()
+    assert not progress.is_done(first) and all(
+        progress.is_done(o) for o in range(progress.committed, first)
+    )

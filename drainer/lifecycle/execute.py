@@ -1,0 +1,267 @@
+"""A stored plan carried out: attempt, execute, commit, then mirror and report.
+
+Everything up to the commit fails the run (marked failed; the plan stays and the next run
+resumes it with the same ranges). Everything after the commit is a warning on the committed
+run, retried by the next run: mirroring offsets to Kafka, publishing dead letters, the backlog.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from sqlalchemy import Engine
+
+from drainer import faults
+from drainer.config import DrainConfig
+from drainer.config.kafka_clients import redact
+from drainer.errors import DrainBusy, FencedOut, PlanKeepsFailing, ServiceUnavailable
+from drainer.kafka.mirror import MirrorReport, mirror_offsets
+from drainer.kafka.session import KafkaSession
+from drainer.lifecycle.commit import CommitResult, commit_run
+from drainer.lifecycle.dlq import publish_dead_letters
+from drainer.lifecycle.maintain import after_commit_upkeep
+from drainer.lifecycle.planning import PartitionState, partition_states
+from drainer.lifecycle.results import (
+    Executor,
+    LevelReport,
+    RunContext,
+    RunResult,
+    load_level_reports,
+)
+from drainer.lifecycle.retention import measure_ranges
+from drainer.settings import Settings
+from drainer.store import dead_letters, launches, retention, runs, sinks
+from drainer.store.leases import Lease, check_fence
+from drainer.store.runs import StoredRun
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def execute_plan(
+    engine: Engine,
+    lease: Lease,
+    kafka: KafkaSession,
+    drain: DrainConfig,
+    stored: StoredRun,
+    execute: Executor,
+    settings: Settings,
+    dagster_run_id: str | None,
+    phases: dict[str, float] | None = None,
+    started: float | None = None,
+) -> RunResult:
+    """Execute a stored plan, commit it, mirror it: the run's steps after planning."""
+    phases = dict(phases or {"plan": 0.0})
+    started = time.monotonic() if started is None else started
+    faults.crash_point("after_plan")
+    ctx = _start_attempt(engine, lease, kafka, drain, stored, settings, dagster_run_id)
+    try:
+        present = _process(ctx, execute, phases)
+        faults.crash_point("after_staging")
+        result = _commit(ctx, lease, started, present, phases)
+    except BaseException as err:
+        _record_failure(engine, lease, drain, stored, ctx.attempt, err)
+        raise
+    faults.crash_point("after_commit")
+    # the run is committed: what fails from here on is a warning, retried by the next run
+    warnings: list[str] = []
+    mirror = _mirror_and_publish(engine, kafka, drain, stored, warnings, phases)
+    t0 = time.monotonic()
+    _after_commit(warnings, "keeping the drain bounded", lambda: after_commit_upkeep(engine, drain))
+    phases["upkeep"] = time.monotonic() - t0
+    report = _after_commit(
+        warnings,
+        "looking up the backlog after the run",
+        lambda: _report(engine, stored, partition_states(engine, drain, stored.levels, kafka)),
+    )
+    if report is None:
+        report = load_level_reports(stored.id, engine)
+    with engine.begin() as conn:
+        launches.store_phases(conn, stored.id, phases)
+    return RunResult(
+        run_id=stored.id,
+        drain=drain.name,
+        levels=report,
+        resumed=False,
+        attempt=ctx.attempt,
+        duration_s=time.monotonic() - started,
+        published_rows=result.published_rows,
+        mirror=mirror,
+        phases={k: round(v, 3) for k, v in phases.items()},
+        warnings=warnings,
+    )
+
+
+def _start_attempt(
+    engine: Engine,
+    lease: Lease,
+    kafka: KafkaSession,
+    drain: DrainConfig,
+    stored: StoredRun,
+    settings: Settings,
+    dagster_run_id: str | None,
+) -> RunContext:
+    """Measure the ranges against retention and mark the run running: one more attempt."""
+    # what retention deleted inside the plan's ranges since it was planned: read past it
+    plan_losses, read_from = measure_ranges(drain, stored.ranges, kafka)
+    with engine.begin() as conn:
+        attempt = runs.mark_running(conn, lease, stored.id, dagster_run_id)
+        check_fence(conn, lease)
+        retention.record_losses(conn, drain.name, stored.id, "plan", plan_losses)
+    return RunContext(stored, drain, settings, engine, attempt, lease, read_from=read_from)
+
+
+def _process(
+    ctx: RunContext, execute: Executor, phases: dict[str, float]
+) -> Mapping[tuple[str, int], int] | None:
+    """Read and process the plan's ranges (the executor stages the results)."""
+    t0 = time.monotonic()
+    clear_run_outputs(ctx)  # also when retention left nothing to read: no stale stage
+    present = execute(ctx) if ctx.readable_ranges() else {}
+    job_s = time.monotonic() - t0
+    phases["spark_start"] = ctx.phases.get("spark_start", 0.0)
+    phases["spark_job"] = max(0.0, job_s - phases["spark_start"])
+    return present
+
+
+def _commit(
+    ctx: RunContext,
+    lease: Lease,
+    started: float,
+    present: Mapping[tuple[str, int], int] | None,
+    phases: dict[str, float],
+) -> CommitResult:
+    drain, stored = ctx.drain, ctx.run
+    t0 = time.monotonic()
+    result = commit_run(
+        ctx.engine,
+        lease,
+        drain,
+        stored,
+        time.monotonic() - started,
+        present=present,
+        read_bytes=ctx.read_bytes or None,
+    )
+    phases["commit"] = time.monotonic() - t0
+    log.info(
+        "run %d of drain %s: committed %d records (Spark start %.2f s, job %.2f s, commit %.2f s)",
+        stored.id,
+        drain.name,
+        sum(outcome.drained for outcome in result.levels.values()),
+        phases["spark_start"],
+        phases["spark_job"],
+        phases["commit"],
+    )
+    return result
+
+
+def _record_failure(
+    engine: Engine,
+    lease: Lease,
+    drain: DrainConfig,
+    stored: StoredRun,
+    attempt: int,
+    err: BaseException,
+) -> None:
+    """Mark the run failed (best effort); a plan that keeps failing says how to end it."""
+    try:
+        runs.mark_failed(engine, lease, stored.id, redact(f"{type(err).__name__}: {err}"))
+    except Exception as mark_err:  # never hide the run's own error behind this one
+        # a lost service fails this too: its one message already says so, this is detail
+        level = logging.DEBUG if isinstance(err, ServiceUnavailable) else logging.WARNING
+        log.log(level, "could not mark run %d failed: %s", stored.id, mark_err)
+    if _repeated_failure(err, attempt):
+        raise PlanKeepsFailing(
+            f"run {stored.id} of drain '{drain.name}' failed {attempt} attempts with the "
+            f"same plan; the last one: {type(err).__name__}: {_one_line(err)}. Fix the "
+            f"cause and run again, or end the plan with `drainer plan abandon "
+            f"{drain.name} --reason TEXT` (audited; commits nothing) so that the next "
+            "run plans afresh."
+        ) from err
+
+
+def _mirror_and_publish(
+    engine: Engine,
+    kafka: KafkaSession,
+    drain: DrainConfig,
+    stored: StoredRun,
+    warnings: list[str],
+    phases: dict[str, float],
+) -> MirrorReport:
+    """Mirror offsets to Kafka and publish dead letters; failures become the run's warnings."""
+    t0 = time.monotonic()
+    # every covered level's group gets a commit, moved or not: lag monitors see a live consumer
+    mirror = _after_commit(
+        warnings,
+        "mirroring offsets to Kafka",
+        lambda: mirror_offsets(engine, drain, kafka, levels=stored.levels),
+    )
+    if mirror is None:
+        mirror = MirrorReport(error=warnings[-1])
+    elif mirror.error:
+        warnings.append(f"mirroring offsets to Kafka failed ({mirror.error}); the next run retries")
+    _after_commit(
+        warnings,
+        f"publishing dead letters to {drain.dlq_topic}",
+        lambda: publish_dead_letters(drain, kafka),
+    )
+    phases["mirror"] = time.monotonic() - t0
+    return mirror
+
+
+def clear_run_outputs(ctx: RunContext) -> None:
+    """A resumed run starts afresh: drop what an earlier attempt staged (rows and failures).
+
+    Before every execution, whether or not anything is left to read, so a commit never
+    publishes a crashed attempt's stage. Fenced like the tasks' writes, so a zombie attempt
+    cannot wipe the staging of the run that took its plan over.
+    """
+    with ctx.engine.begin() as conn:
+        check_fence(conn, ctx.lease, shared=True)
+        sinks.clear_staged(conn, ctx.drain.sink.table, ctx.run.id)
+        dead_letters.clear_failures(conn, ctx.run.id)
+
+
+def _repeated_failure(err: BaseException, attempt: int) -> bool:
+    """A resumed plan failed again for a reason abandoning it could address.
+
+    Not: a first attempt, an interrupt, a lost lease, another run holding the drain, or a
+    service that is down (abandoning would not bring it back).
+    """
+    return (
+        attempt > 1
+        and isinstance(err, Exception)
+        and not isinstance(err, FencedOut | DrainBusy | ServiceUnavailable | PlanKeepsFailing)
+    )
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's text on one line, shortened (a Spark error can run to hundreds of lines),
+    without the secrets drainer expanded."""
+    text = " ".join(redact(str(err)).split())
+    return text if len(text) <= 300 else text[:300] + "…"
+
+
+def _after_commit(warnings: list[str], step: str, call: Callable[[], T]) -> T | None:
+    """Run a step after the commit: a failure is a warning on the committed run, not an error."""
+    try:
+        return call()
+    except Exception as err:
+        log.debug("%s failed after the commit", step, exc_info=True)
+        warnings.append(
+            f"{step} failed ({redact(str(err))}); the run is committed, the next run retries"
+        )
+        log.warning("%s", warnings[-1])
+        return None
+
+
+def _report(engine: Engine, run: StoredRun, after: list[PartitionState]) -> list[LevelReport]:
+    backlog_after: dict[int, int] = {}
+    for p in after:
+        backlog_after[p.level] = backlog_after.get(p.level, 0) + p.backlog
+    with engine.begin() as conn:
+        runs.store_backlog_after(conn, run.id, backlog_after)
+    return load_level_reports(run.id, engine)
