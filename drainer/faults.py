@@ -11,7 +11,8 @@ import sys
 
 from drainer.settings import load_settings
 
-POINTS = ("after_plan", "during_spark", "after_staging", "after_commit")
+# after_table_commit: a lakehouse sink's table holds the run, Postgres does not yet
+POINTS = ("after_plan", "during_spark", "after_staging", "after_table_commit", "after_commit")
 EXIT_CODE = 86
 
 

@@ -70,6 +70,9 @@ class Settings:
     """DRAINER_CONNECT_PORT: where the local Connect server listens (one per checkout or venv)."""
     fault: str | None = None
     """DRAINER_FAULT: a crash point for the fault-injection tests (drainer.faults)."""
+    warehouse: str = ""
+    """DRAINER_WAREHOUSE: where lakehouse tables live (relative Delta paths, the embedded Iceberg
+    catalog's tables); a folder or an object-store URI. Default: `<home>/warehouse`."""
 
     @property
     def local_kafka(self) -> bool:
@@ -107,6 +110,7 @@ def load_settings() -> Settings:
         python_path=os.environ.get("PYTHONPATH", ""),
         connect_port=int(os.environ.get("DRAINER_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
         fault=os.environ.get("DRAINER_FAULT") or None,
+        warehouse=os.environ.get("DRAINER_WAREHOUSE") or str(home / "warehouse"),
     )
 
 

@@ -6,7 +6,9 @@ import logging
 import re
 import threading
 import time
+from pathlib import Path
 
+from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, StructType
 
 from drainer import faults
@@ -20,11 +22,13 @@ from drainer.errors import (
     ServiceUnavailable,
 )
 from drainer.lifecycle.run import RunContext, RunResult, drain_once
+from drainer.processing.callables import load_callable
 from drainer.settings import Settings
 from drainer.store import dead_letters, sinks
 from drainer.store.leases import check_fence
-from spark_jobs.kafka_source import counted, read_ranges
-from spark_jobs.modes import run_dataframe_mode, run_record_mode
+from spark_jobs import lakehouse
+from spark_jobs.kafka_source import count_read, counted, read_ranges
+from spark_jobs.modes import record_mode_rows, run_dataframe_mode, run_record_mode
 from spark_jobs.session import describe, get_spark
 
 log = logging.getLogger(__name__)
@@ -89,6 +93,8 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     spark = get_spark(ctx.settings)  # a cold session starts a JVM: timed as its own phase
     ctx.phases["spark_start"] = time.monotonic() - t0
     log.info("drain %s run %s on %s", ctx.drain.name, ctx.run.id, describe(spark))
+    if ctx.drain.sink.lakehouse:
+        return _execute_lakehouse(ctx, spark)
     clear_run_outputs(ctx)
     if faults.armed("during_spark"):
         _crash_once_staging_starts(ctx)
@@ -104,15 +110,76 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
             df, records_read = counted(df, ctx.run.ranges)
             run_dataframe_mode(ctx, df)
             return records_read()
-        schema = DataType.fromDDL(ctx.drain.output_schema)
-        if not isinstance(schema, StructType):
-            raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")
+        schema = _output_schema(ctx.drain)
         read: dict[tuple[str, int], int] = {}
         for topic, partition, ok, failed, held_back, *_ in run_record_mode(ctx, df, schema):
             read[(topic, partition)] = read.get((topic, partition), 0) + ok + failed + held_back
         return read
     finally:
         spark.removeTag(tag)
+
+
+def _execute_lakehouse(ctx: RunContext, spark: SparkSession) -> dict[tuple[str, int], int]:
+    """Write the run's output to its Delta or Iceberg table, once (spark_jobs.lakehouse).
+
+    The table commit happens here, before the Postgres commit; a resumed run whose table commit
+    already happened writes nothing and counts its ranges again for the Postgres commit.
+    """
+    drain, settings = ctx.drain, ctx.settings
+    lakehouse.prepare(spark, settings, drain)
+    _check_lease(ctx)  # the table is searched for the run, and written, under the drain's lease
+    done = lakehouse.committed(spark, settings, drain, ctx.run.id)
+    tag = f"drainer-{drain.name}-run-{ctx.run.id}-attempt-{ctx.attempt}"
+    spark.addTag(tag)
+    try:
+        df = read_ranges(spark, drain, settings.bootstrap_servers, ctx.run.ranges, ctx.read_from)
+        if done is not None:
+            log.warning(
+                "run %d of drain %s: %s already holds its commit (version %d); "
+                "committing Postgres only",
+                ctx.run.id,
+                drain.name,
+                done.location,
+                done.version,
+            )
+            return count_read(df, ctx.run.ranges)
+        with ctx.engine.begin() as conn:  # failures an earlier attempt staged
+            check_fence(conn, ctx.lease, shared=True)
+            dead_letters.clear_failures(conn, ctx.run.id)
+        if faults.armed("during_spark"):
+            _crash_once_files_appear(lakehouse.data_folder(settings, drain))
+        df, records_read = counted(df, ctx.run.ranges)
+        if drain.mode == "dataframe":
+            out = load_callable(drain.processor, "processor")(df)
+        else:
+            out = record_mode_rows(ctx, df, _output_schema(drain))
+        _check_lease(ctx)
+        commit = lakehouse.write(spark, settings, drain, ctx.run.id, out)
+        log.info(
+            "run %d of drain %s: %s commit %d, %d files (%d bytes) added",
+            ctx.run.id,
+            drain.name,
+            commit.format,
+            commit.version,
+            commit.files_added,
+            commit.bytes_added,
+        )
+        faults.crash_point("after_table_commit")
+        return records_read()
+    finally:
+        spark.removeTag(tag)
+
+
+def _check_lease(ctx: RunContext) -> None:
+    with ctx.engine.connect() as conn:
+        check_fence(conn, ctx.lease, shared=True)
+
+
+def _output_schema(drain: DrainConfig) -> StructType:
+    schema = DataType.fromDDL(drain.output_schema or "")
+    if not isinstance(schema, StructType):
+        raise ConfigError(f"output_schema {drain.output_schema!r} must list columns")
+    return schema
 
 
 def which_spark(settings: Settings | None = None) -> str:
@@ -152,6 +219,21 @@ def _crash_once_staging_starts(ctx: RunContext) -> None:
             with ctx.engine.connect() as conn:
                 if sinks.staged_rows(conn, ctx.drain.sink.table, ctx.run.id):
                     faults.crash_point("during_spark")
+            time.sleep(0.02)
+
+    threading.Thread(target=watch, daemon=True, name="drainer-fault").start()
+
+
+def _crash_once_files_appear(folder: Path | None) -> None:
+    """Fault injection: end the process once the Spark job writes a table's data files."""
+    if folder is None:
+        raise ConfigError("the during_spark fault needs a lakehouse table on a local path")
+    before = set(folder.rglob("*.parquet"))
+
+    def watch() -> None:
+        while True:
+            if set(folder.rglob("*.parquet")) - before:
+                faults.crash_point("during_spark")
             time.sleep(0.02)
 
     threading.Thread(target=watch, daemon=True, name="drainer-fault").start()

@@ -117,9 +117,15 @@ def counted(
             # Spark dropped the observation with the whole read: a processor whose output is
             # empty by construction (`where(lit(False))`) makes the optimizer prune the plan.
             # The ranges are bounded, so a second read counts exactly what the first one read.
-            read = df.groupBy("topic", "partition").count().collect()
-            counted_again = {(row["topic"], row["partition"]): row["count"] for row in read}
-            return {key: int(counted_again.get(key, 0)) for key in keys}
+            return count_read(df, ranges)
         return {key: int(found.get(f"r{i}") or 0) for i, key in enumerate(keys)}
 
     return observed, counts
+
+
+def count_read(df: DataFrame, ranges: list[StoredRange]) -> dict[tuple[str, int], int]:
+    """Records per (topic, partition) of a bounded read, counted by a job of its own."""
+    keys = {(r.topic, r.partition) for r in ranges}
+    read = df.groupBy("topic", "partition").count().collect()
+    found = {(row["topic"], row["partition"]): row["count"] for row in read}
+    return {key: int(found.get(key, 0)) for key in sorted(keys)}

@@ -26,6 +26,8 @@ from drainer.errors import DrainerError
 from drainer.services import spark_kafka_jars
 from drainer.services.connect import endpoint_port
 from drainer.services.connect_session import code_fingerprint, shared_session_id, with_session_id
+from drainer.services.jars import lakehouse_jars
+from drainer.services.lakehouse import configured_formats, server_conf
 from drainer.services.net import port_open
 from drainer.settings import Settings, export_spark_python_env, load_settings
 
@@ -133,7 +135,12 @@ def _in_process(settings: Settings) -> SparkSession:
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     # workers must run this interpreter, where drainer and the user's handlers are installed
     export_spark_python_env(local_master=_loopback(settings.spark_master))
-    jars = ",".join(str(path) for path in spark_kafka_jars(settings.home))
+    # a table format's jars and SQL extension only when a configured drain writes that format
+    formats = configured_formats(settings)
+    jars = ",".join(
+        str(path)
+        for path in [*spark_kafka_jars(settings.home), *lakehouse_jars(settings.home, formats)]
+    )
     builder = (
         SparkSession.builder.appName("drainer")
         .master(settings.spark_master)
@@ -149,6 +156,8 @@ def _in_process(settings: Settings) -> SparkSession:
         .config("spark.redaction.regex", SPARK_REDACTION_REGEX)
         .config("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     )
+    for key, value in server_conf(formats).items():
+        builder = builder.config(key, value)
     if _loopback(settings.spark_master) and not settings.spark_master.startswith("local"):
         # a cluster on this machine: its executors call this driver back on loopback
         builder = builder.config("spark.driver.host", "127.0.0.1")

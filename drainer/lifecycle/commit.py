@@ -54,7 +54,10 @@ def commit_run(
         status = runs.lock_status(conn, run.id)
         if status != "running":
             raise CommitConflict(f"run {run.id} is {status}, not running: not committing it twice")
-        published = sinks.publish_staged(conn, drain.sink.table, run.id)
+        # a lakehouse table was committed by the Spark job, before this transaction
+        published = (
+            0 if drain.sink.lakehouse else sinks.publish_staged(conn, drain.sink.table, run.id)
+        )
         failures = dead_letters.run_failures(conn, run.id)
         levels = {level: LevelOutcome() for level in run.levels}
         lost_in_plan = _skip_retention_losses(conn, drain.name, run, levels)
