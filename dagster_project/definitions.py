@@ -17,6 +17,8 @@ from dagster_project.metadata import level_metadata, run_metadata, run_tags
 from drainer.config import DrainConfig, load_drains
 from drainer.lifecycle.run import RunResult
 from drainer.observe import checks
+from drainer.services.lakehouse import table_label
+from drainer.settings import load_settings
 from spark_jobs import drain_job
 
 # single-run backfills are what make a backfill of levels share one budget; accept their beta tag
@@ -78,15 +80,16 @@ def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
         # drainer run sharing the budget
         backfill_policy=dg.BackfillPolicy.single_run(),
         pool=f"drain_{drain.name}",
-        kinds={"kafka", "spark", "postgres"},
+        kinds={"kafka", "spark", drain.sink.type},
         # the checks run in the drain's own step (no process of their own): well under a second
         check_specs=[
             dg.AssetCheckSpec(check.__name__, asset=drain.name, description=check.__doc__)
             for check in CHECKS
         ],
         description=(
-            f"Drains Kafka topics {drain.topic}-0..{drain.levels - 1} by priority into Postgres "
-            f"table {drain.sink.table}; each partition is a priority level ({drain.levels - 1} most urgent)."
+            f"Drains Kafka topics {drain.topic}-0..{drain.levels - 1} by priority into "
+            f"{sink_label(drain)}; each partition is a priority level ({drain.levels - 1} most "
+            "urgent)."
         ),
     )
     def _drain(context: dg.AssetExecutionContext, drainer: DrainerResource) -> dg.MaterializeResult:
@@ -115,6 +118,15 @@ def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
         return dg.MaterializeResult(metadata=metadata, check_results=check_results)
 
     return _drain
+
+
+def sink_label(drain: DrainConfig) -> str:
+    """The drain's sink in words, for the asset's description."""
+    sink = drain.sink
+    if sink.type == "postgres":
+        return f"Postgres table {sink.table}"
+    kind = "Delta table" if sink.type == "delta" else "Iceberg table"
+    return f"{kind} {table_label(load_settings(), sink)}"
 
 
 def run_checks(drain: DrainConfig) -> list[dg.AssetCheckResult]:

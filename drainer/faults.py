@@ -11,8 +11,10 @@ import sys
 
 from drainer.settings import load_settings
 
-# after_table_commit: a lakehouse sink's table holds the run, Postgres does not yet
-POINTS = ("after_plan", "during_spark", "after_staging", "after_table_commit", "after_commit")
+POINTS = ("after_plan", "during_spark", "after_staging", "after_commit")
+# a lakehouse sink's run has no Postgres stage; after_table_commit: its table holds the run,
+# Postgres does not yet
+TABLE_POINTS = ("after_plan", "during_spark", "after_table_commit", "after_commit")
 EXIT_CODE = 86
 
 

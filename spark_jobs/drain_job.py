@@ -6,6 +6,7 @@ import logging
 import re
 import threading
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -142,6 +143,7 @@ def _execute_lakehouse(ctx: RunContext, spark: SparkSession) -> dict[tuple[str, 
                 done.location,
                 done.version,
             )
+            ctx.table_commit.update(asdict(done))
             return count_read(df, ctx.run.ranges)
         with ctx.engine.begin() as conn:  # failures an earlier attempt staged
             check_fence(conn, ctx.lease, shared=True)
@@ -164,6 +166,7 @@ def _execute_lakehouse(ctx: RunContext, spark: SparkSession) -> dict[tuple[str, 
             commit.files_added,
             commit.bytes_added,
         )
+        ctx.table_commit.update(asdict(commit))
         faults.crash_point("after_table_commit")
         return records_read()
     finally:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import time
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from drainer.processing.records import Record
@@ -60,6 +60,10 @@ def poison_echo(record: Record) -> dict:
 
 def one_row_per_record(df: DataFrame) -> DataFrame:
     """One output row per record (the sink's worst case: as many rows as records)."""
+    return _per_record(df)
+
+
+def _per_record(df: DataFrame, *extra: Column) -> DataFrame:
     return df.select(
         "topic",
         "partition",
@@ -67,6 +71,7 @@ def one_row_per_record(df: DataFrame) -> DataFrame:
         "level",
         F.col("key").cast("string").alias("key"),
         F.length("value").alias("value_size"),
+        *extra,
     )
 
 
@@ -87,3 +92,13 @@ def nothing_kept(df: DataFrame) -> DataFrame:
 def always_fails(df: DataFrame) -> DataFrame:
     """A processor with a bug that fails every attempt: a plan that can never succeed."""
     raise RuntimeError("always_fails: this processor has a bug")
+
+
+def one_row_with_value(df: DataFrame) -> DataFrame:
+    """`one_row_per_record` plus the value as text: a new output column (schema evolution)."""
+    return _per_record(df, F.col("value").cast("string").alias("value_text"))
+
+
+def value_size_as_text(df: DataFrame) -> DataFrame:
+    """`one_row_per_record` with `value_size` as a string: an incompatible type change."""
+    return one_row_per_record(df).withColumn("value_size", F.col("value_size").cast("string"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 
@@ -43,6 +44,7 @@ def commit_run(
     run: StoredRun,
     duration_s: float,
     present: Mapping[tuple[str, int], int] | None = None,
+    table_commit: Mapping[str, Any] | None = None,
 ) -> CommitResult:
     """Commit the run; `present` is how many records each range held when read (None: all).
 
@@ -95,6 +97,8 @@ def commit_run(
                 out.lost_to_retention,
             )
         dead_letters.clear_failures(conn, run.id)
+        if table_commit:  # a lakehouse sink's table commit, made before this transaction
+            runs.store_table_commit(conn, run.id, dict(table_commit))
         runs.mark_committed(conn, run.id, duration_s)
     return CommitResult(levels, published)
 

@@ -59,6 +59,9 @@ class RunContext:
     # where each range's read starts: past what retention deleted (drainer.lifecycle.retention);
     # ranges missing here start at their planned start
     read_from: dict[tuple[str, int], int] = field(default_factory=dict)
+    # a lakehouse sink's table commit, set by the executor: format, location, version,
+    # files_added, bytes_added, rows_added (spark_jobs.lakehouse.TableCommit)
+    table_commit: dict[str, Any] = field(default_factory=dict)
 
     def readable_ranges(self) -> list[StoredRange]:
         """The run's ranges that still have offsets to read."""
@@ -112,6 +115,9 @@ class RunResult:
     # what failed after the commit (mirror, dead-letter publish, backlog lookup): the run's
     # results are committed all the same, and the next run retries these steps
     warnings: list[str] = field(default_factory=list)
+    # a lakehouse sink's table commit of this run (format, location, version, files and bytes
+    # added); empty for a Postgres sink
+    table_commit: dict[str, Any] = field(default_factory=dict)
 
     @property
     def drained(self) -> int:
@@ -285,7 +291,13 @@ def _execute(
         faults.crash_point("after_staging")
         t0 = time.monotonic()
         result = commit_run(
-            engine, lease, drain, stored, time.monotonic() - started, present=present
+            engine,
+            lease,
+            drain,
+            stored,
+            time.monotonic() - started,
+            present=present,
+            table_commit=ctx.table_commit,
         )
         phases["commit"] = time.monotonic() - t0
     except BaseException as err:
@@ -353,6 +365,7 @@ def _execute(
         mirror=mirror,
         phases={k: round(v, 3) for k, v in phases.items()},
         warnings=warnings,
+        table_commit=ctx.table_commit,
     )
 
 

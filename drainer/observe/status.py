@@ -5,6 +5,8 @@ from __future__ import annotations
 from drainer.allocation import burst_allocation, burst_eligible, reserved_shares
 from drainer.config import DrainConfig
 from drainer.lifecycle.planning import partition_states
+from drainer.services.lakehouse import table_label
+from drainer.settings import load_settings
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
 
@@ -67,6 +69,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
     return {
         "drain": drain.name,
         "budget": drain.budget,
+        "sink": {"type": drain.sink.type, "location": sink_location(drain)},
         "levels": report_levels,
         "runs": [
             {
@@ -81,6 +84,8 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
                 "lost_to_retention": int(r.lost_to_retention),
                 "error": r.error,
                 "fill_ratios": {int(k): v for k, v in (r.fills or {}).items()},
+                # a lakehouse sink: format, location, version or snapshot id, files/bytes added
+                "table_commit": r.table_commit,
             }
             for r in recent_runs
         ],
@@ -102,3 +107,10 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict:
         ],
         "abandoned_plans": abandoned,
     }
+
+
+def sink_location(drain: DrainConfig) -> str:
+    """Where the drain's output lands: a Postgres table, a Delta path or an Iceberg table."""
+    if drain.sink.type == "postgres":
+        return drain.sink.table or ""
+    return table_label(load_settings(), drain.sink)
