@@ -30,7 +30,7 @@ from drainer.store.leases import check_fence
 from spark_jobs import lakehouse
 from spark_jobs.kafka_source import count_read, counted, read_ranges
 from spark_jobs.modes import record_mode_rows, run_dataframe_mode, run_record_mode
-from spark_jobs.session import describe, get_spark
+from spark_jobs.session import describe, get_spark, is_connect
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
         _crash_once_staging_starts(ctx)
     # the tag names this run's Spark jobs (in the UI, and for spark.interruptTag); a session
     # API, so it works on Connect as well as in-process
-    tag = f"drainer-{ctx.drain.name}-run-{ctx.run.id}-attempt-{ctx.attempt}"
+    tag = _attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
     try:
         df = read_ranges(
@@ -129,8 +129,9 @@ def _execute_lakehouse(ctx: RunContext, spark: SparkSession) -> dict[tuple[str, 
     drain, settings = ctx.drain, ctx.settings
     lakehouse.prepare(spark, settings, drain)
     _check_lease(ctx)  # the table is searched for the run, and written, under the drain's lease
+    _stop_earlier_attempts(ctx, spark)
     done = lakehouse.committed(spark, settings, drain, ctx.run.id)
-    tag = f"drainer-{drain.name}-run-{ctx.run.id}-attempt-{ctx.attempt}"
+    tag = _attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
     try:
         df = read_ranges(spark, drain, settings.bootstrap_servers, ctx.run.ranges, ctx.read_from)
@@ -171,6 +172,35 @@ def _execute_lakehouse(ctx: RunContext, spark: SparkSession) -> dict[tuple[str, 
         return records_read()
     finally:
         spark.removeTag(tag)
+
+
+def _attempt_tag(ctx: RunContext, attempt: int) -> str:
+    """Names an attempt's Spark jobs (in the UI, and for spark.interruptTag)."""
+    return f"drainer-{ctx.drain.name}-run-{ctx.run.id}-attempt-{attempt}"
+
+
+def _stop_earlier_attempts(ctx: RunContext, spark: SparkSession, wait_s: float = 120.0) -> None:
+    """Interrupt what a crashed attempt left running on the Connect server, and wait for it.
+
+    A Connect server keeps executing a client's write after the client died; a table commit
+    landing after this attempt looked at the table would be written twice (Iceberg has no
+    transaction id to refuse it). Runs share one session per code version, so the earlier
+    attempts' tagged operations are found in it.
+    """
+    if ctx.attempt <= 1 or not is_connect(spark):
+        return
+    deadline = time.monotonic() + wait_s
+    for attempt in range(1, ctx.attempt):
+        while spark.interruptTag(_attempt_tag(ctx, attempt)):
+            log.warning(
+                "run %d: interrupted Spark operations left by attempt %d", ctx.run.id, attempt
+            )
+            if time.monotonic() > deadline:
+                raise ServiceUnavailable(
+                    f"run {ctx.run.id}: attempt {attempt}'s Spark operations on the Connect "
+                    f"server did not stop within {wait_s:.0f} s; nothing was committed: rerun"
+                )
+            time.sleep(1.0)
 
 
 def _check_lease(ctx: RunContext) -> None:

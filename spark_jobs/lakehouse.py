@@ -37,6 +37,7 @@ from drainer.errors import ConfigError, ServiceError
 from drainer.services.lakehouse import (
     EXTENSIONS,
     catalog_name,
+    check_writable,
     delta_location,
     iceberg_catalog_conf,
     warehouse_uri,
@@ -105,6 +106,8 @@ def prepare(spark: SparkSession, settings: Settings, drain: DrainConfig) -> None
             "local Connect server with the jars the drains file needs), or start your server "
             "with the jars and settings in docs/lakehouse.md"
         )
+    if settings.spark_remote is None:  # this machine's file system is the server's
+        check_writable(settings, drain.sink)
     if fmt == "iceberg":
         for key, value in iceberg_catalog_conf(settings, drain.sink).items():
             if spark.conf.get(key, None) != value:

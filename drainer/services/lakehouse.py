@@ -9,6 +9,7 @@ file uses (`drainer services up`); nothing is loaded for a drains file without l
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -73,6 +74,27 @@ def delta_location(settings: Settings, sink: SinkConfig) -> str:
     if base.startswith("file://"):
         return str(Path(urlparse(base).path) / path)
     return f"{base}/{path.strip('/')}"
+
+
+def check_writable(settings: Settings, sink: SinkConfig) -> None:
+    """A Delta table on a local path that this machine cannot write: a ConfigError naming it.
+
+    Checked before a run reads anything (only for local paths: an object store answers for
+    itself, and a remote Spark's file system is not this machine's).
+    """
+    if sink.type != "delta":
+        return
+    where = delta_location(settings, sink)
+    if _is_uri(where) and not where.startswith("file://"):
+        return
+    path = Path(urlparse(where).path if where.startswith("file://") else where)
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"sink.path {sink.path!r}: {existing or path} is not a folder this user can write, "
+            f"so the Delta table {where} cannot be created there; choose another path (or "
+            "DRAINER_WAREHOUSE) or fix the folder's permissions. Nothing was read or committed"
+        )
 
 
 def catalog_name(sink: SinkConfig) -> str:

@@ -9,6 +9,7 @@ import yaml
 
 from drainer.config import ConfigError, load_drains
 from drainer.services.lakehouse import (
+    check_writable,
     delta_location,
     formats_in,
     iceberg_catalog_conf,
@@ -72,12 +73,15 @@ def test_embedded_iceberg_catalog_lives_in_the_drainer_postgres(tmp_path, monkey
     monkeypatch.setenv("DRAINER_WAREHOUSE", str(tmp_path))
     drain = load(tmp_path, {"type": "iceberg", "table": "drains.events"})
     conf = iceberg_catalog_conf(load_settings(), drain.sink)
-    assert conf["spark.sql.catalog.drainer"] == "org.apache.iceberg.spark.SparkCatalog"
-    assert conf["spark.sql.catalog.drainer.type"] == "jdbc"
-    assert conf["spark.sql.catalog.drainer.uri"] == "jdbc:postgresql://db.example:6543/state"
-    assert conf["spark.sql.catalog.drainer.jdbc.user"] == "me"
-    assert conf["spark.sql.catalog.drainer.jdbc.password"] == "pw"
-    assert conf["spark.sql.catalog.drainer.warehouse"] == tmp_path.as_uri()
+    assert conf == {
+        "spark.sql.catalog.drainer": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.drainer.type": "jdbc",
+        "spark.sql.catalog.drainer.uri": "jdbc:postgresql://db.example:6543/state",
+        "spark.sql.catalog.drainer.jdbc.user": "me",
+        "spark.sql.catalog.drainer.jdbc.password": "pw",
+        "spark.sql.catalog.drainer.warehouse": tmp_path.as_uri(),
+        "spark.sql.catalog.drainer.jdbc.schema-version": "V1",
+    }
 
 
 def test_catalog_block_passes_properties_and_expands_secrets(tmp_path, monkeypatch):
@@ -96,11 +100,14 @@ def test_catalog_block_passes_properties_and_expands_secrets(tmp_path, monkeypat
     drain = load(tmp_path, sink)
     assert "s3cr3t" not in repr(drain) and "CATALOG_TOKEN" not in repr(drain)
     conf = iceberg_catalog_conf(load_settings(), drain.sink)
-    assert conf["spark.sql.catalog.lake.type"] == "rest"
-    assert conf["spark.sql.catalog.lake.uri"] == "https://catalog.example"
-    assert conf["spark.sql.catalog.lake.warehouse"] == "s3://bucket/wh"
-    assert conf["spark.sql.catalog.lake.token"] == "s3cr3t-token"
-    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf == {
+        "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.lake.type": "rest",
+        "spark.sql.catalog.lake.uri": "https://catalog.example",
+        "spark.sql.catalog.lake.warehouse": "s3://bucket/wh",
+        "spark.sql.catalog.lake.token": "s3cr3t-token",
+        "spark.sql.catalog.lake.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+    }
     monkeypatch.delenv("CATALOG_TOKEN")
     with pytest.raises(ConfigError, match="sink.catalog.token references .* CATALOG_TOKEN"):
         iceberg_catalog_conf(load_settings(), drain.sink)
@@ -119,3 +126,14 @@ def test_server_loads_only_the_formats_the_drains_use(tmp_path):
     )
     assert "spark_catalog" in "".join(conf)
     assert "spark.sql.catalog.spark_catalog" not in server_conf(("iceberg",))
+
+
+def test_an_unwritable_delta_path_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("DRAINER_WAREHOUSE", str(tmp_path))
+    settings = load_settings()
+    check_writable(settings, load(tmp_path, {"type": "delta", "path": "a/b/c"}).sink)
+    (tmp_path / "file").write_text("not a folder")
+    sink = load(tmp_path, {"type": "delta", "path": "file/table"}).sink
+    with pytest.raises(ConfigError, match="sink.path 'file/table': .* is not a folder this user"):
+        check_writable(settings, sink)
+    check_writable(settings, load(tmp_path, {"type": "delta", "path": "s3a://b/t"}).sink)
