@@ -11,6 +11,7 @@ import warnings
 
 import dagster as dg
 
+from dagster_project.lakehouse_maintenance import maintenance_job, maintenance_schedule
 from dagster_project.launches import launch_levels
 from dagster_project.logs import drainer_logs_to
 from dagster_project.metadata import level_metadata, run_metadata, run_tags
@@ -198,6 +199,10 @@ def build_definitions() -> dg.Definitions:
         sensors.append(drain_lag_sensor(drain, job))
         if drain.schedule:
             schedules.append(drain_schedule(drain, job))
+        if drain.sink.lakehouse:
+            maintenance = maintenance_job(drain)
+            jobs.append(maintenance)
+            schedules.append(maintenance_schedule(drain, maintenance))
     return dg.Definitions(
         assets=assets,
         jobs=jobs,

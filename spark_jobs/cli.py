@@ -21,8 +21,15 @@ def spark_executor() -> Callable:
     return execute
 
 
+def table_maintainer() -> Callable:
+    """The lakehouse table maintenance job (`drainer table maintain`)."""
+    from spark_jobs.lakehouse_maintenance import maintain
+
+    return maintain
+
+
 def main(argv: list[str] | None = None) -> int:
-    return cli_main(argv, executor=spark_executor)
+    return cli_main(argv, executor=spark_executor, maintainer=table_maintainer)
 
 
 if __name__ == "__main__":

@@ -13,12 +13,12 @@ import logging
 import sys
 from collections.abc import Callable
 
-from drainer.cli import dlq, produce, runs, services, status
+from drainer.cli import dlq, lakehouse, produce, runs, services, status
 from drainer.cli.output import err_console
 from drainer.config.kafka_clients import redact
 from drainer.errors import DrainerError
 
-GROUPS = (services, produce, runs, status, dlq)
+GROUPS = (services, produce, runs, status, dlq, lakehouse)
 
 ExecutorFactory = Callable[[], Callable]
 """Returns the executor of `drainer run` (`drainer.lifecycle.run.Executor`); called only by `run`."""
@@ -35,10 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, executor: ExecutorFactory | None = None) -> int:
-    """Run one command; `executor` supplies the Spark job for `drainer run`."""
+def main(
+    argv: list[str] | None = None,
+    executor: ExecutorFactory | None = None,
+    maintainer: ExecutorFactory | None = None,
+) -> int:
+    """Run one command; `executor` supplies the Spark job for `drainer run`, `maintainer` the
+    one for `drainer table maintain`."""
     args = build_parser().parse_args(argv)
     args.executor = executor
+    args.maintainer = maintainer
     _configure_logging(args.verbose)
     from sqlalchemy.exc import OperationalError
 
