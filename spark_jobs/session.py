@@ -13,6 +13,7 @@ resolver, which ignores Maven's settings and mirrors.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sys
@@ -110,14 +111,26 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
 
 
 def session_code(settings: Settings) -> str:
-    """What a shared session's workers depend on: the code they import, the session's settings."""
+    """What a shared session's workers depend on: the code they import, the session's settings.
+
+    Iceberg catalogs too: a session keeps the catalog it initialized first, so a different
+    warehouse, database or `sink.catalog` block must get a session of its own.
+    """
     modules = ["drainer", "spark_jobs"]
+    catalogs: list[str] = []
     try:
         for drain in load_drains(settings.config_path).values():
             modules += [drain.processor, drain.handler or ""]
+            if drain.sink.catalog is not None:
+                catalogs.append(repr(sorted(drain.sink.catalog.properties().items())))
     except DrainerError:
         pass  # the run itself reports a broken drains file
-    return code_fingerprint(modules, extra=f"shuffle={settings.shuffle_partitions}")
+    catalog = hashlib.sha256(
+        "\n".join([settings.warehouse, settings.database_url, *catalogs]).encode()
+    ).hexdigest()[:16]
+    return code_fingerprint(
+        modules, extra=f"shuffle={settings.shuffle_partitions} catalogs={catalog}"
+    )
 
 
 def _in_process(settings: Settings) -> SparkSession:
