@@ -229,13 +229,20 @@ def _write_delta(
 
 
 def _iceberg_commit(spark: SparkSession, table: str, drain: str, run_id: int) -> TableCommit | None:
-    if not spark.catalog.tableExists(table):
-        return None
-    snapshots = spark.table(f"{table}.snapshots")
-    rows = snapshots.where(
-        (F.col("summary")[RUN_PROPERTY] == str(run_id))
-        & (F.col("summary")[DRAIN_PROPERTY] == drain)
-    ).collect()
+    try:  # loaded from the catalog itself (not a listing): a table another client made too
+        spark.catalog.refreshTable(table)
+        rows = (
+            spark.table(f"{table}.snapshots")
+            .where(
+                (F.col("summary")[RUN_PROPERTY] == str(run_id))
+                & (F.col("summary")[DRAIN_PROPERTY] == drain)
+            )
+            .collect()
+        )
+    except Exception as err:
+        if _missing_table(err):
+            return None
+        raise
     if not rows:
         return None
     summary = rows[0]["summary"] or {}
@@ -250,7 +257,12 @@ def _iceberg_commit(spark: SparkSession, table: str, drain: str, run_id: int) ->
 
 
 def _iceberg_schema(spark: SparkSession, table: str) -> StructType | None:
-    return spark.table(table).schema if spark.catalog.tableExists(table) else None
+    try:
+        return spark.table(table).schema
+    except Exception as err:
+        if _missing_table(err):
+            return None
+        raise
 
 
 def _write_iceberg(
@@ -261,7 +273,11 @@ def _write_iceberg(
         namespace = table.rsplit(".", 1)[0]
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
         # created empty from the output's columns, so that the run's append is one snapshot
-        spark.createDataFrame([], out.schema).writeTo(table).using("iceberg").create()
+        try:
+            spark.createDataFrame([], out.schema).writeTo(table).using("iceberg").create()
+        except Exception as err:
+            if "ALREADY_EXISTS" not in str(err):
+                raise
         existing = spark.table(table).schema
     out = _fit_schema(out, existing, table)
     added = [f for f in out.schema.fields if f.name not in existing.fieldNames()]

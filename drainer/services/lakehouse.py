@@ -133,6 +133,9 @@ def iceberg_catalog_conf(settings: Settings, sink: SinkConfig) -> dict[str, str]
                     f"{', '.join(missing)}, which are not set in this process: export them"
                 )
             props[key] = expanded
+    # a cached table is not refreshed when another client (a crashed attempt's write that the
+    # server finished) commits: the search for the run's snapshot must see the catalog's state
+    props.setdefault("cache-enabled", "false")
     return {prefix: "org.apache.iceberg.spark.SparkCatalog"} | {
         f"{prefix}.{k}": v for k, v in props.items()
     }

@@ -81,6 +81,7 @@ def test_embedded_iceberg_catalog_lives_in_the_drainer_postgres(tmp_path, monkey
         "spark.sql.catalog.drainer.jdbc.password": "pw",
         "spark.sql.catalog.drainer.warehouse": tmp_path.as_uri(),
         "spark.sql.catalog.drainer.jdbc.schema-version": "V1",
+        "spark.sql.catalog.drainer.cache-enabled": "false",
     }
 
 
@@ -107,6 +108,7 @@ def test_catalog_block_passes_properties_and_expands_secrets(tmp_path, monkeypat
         "spark.sql.catalog.lake.warehouse": "s3://bucket/wh",
         "spark.sql.catalog.lake.token": "s3cr3t-token",
         "spark.sql.catalog.lake.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+        "spark.sql.catalog.lake.cache-enabled": "false",
     }
     monkeypatch.delenv("CATALOG_TOKEN")
     with pytest.raises(ConfigError, match="sink.catalog.token references .* CATALOG_TOKEN"):
