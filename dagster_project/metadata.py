@@ -59,6 +59,13 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
     if result.finished is not None:
         metadata["finished_run_id"] = dg.MetadataValue.int(result.finished.run_id)
         metadata["finished_run_drained"] = dg.MetadataValue.int(result.finished.drained)
+    commit = result.table_commit
+    if commit:  # a lakehouse sink: the table commit this run made (or found, when resumed)
+        metadata["table_format"] = dg.MetadataValue.text(commit["format"])
+        metadata["table_location"] = dg.MetadataValue.path(commit["location"])
+        metadata["table_version"] = dg.MetadataValue.int(commit["version"])
+        metadata["table_files_added"] = dg.MetadataValue.int(commit["files_added"])
+        metadata["table_bytes_added"] = dg.MetadataValue.int(commit["bytes_added"])
     # steps after the commit that failed (mirror, dead-letter publish, backlog lookup): the run
     # succeeded, and the next run retries them
     metadata["run_warnings"] = dg.MetadataValue.int(len(result.warnings))

@@ -14,6 +14,9 @@ from drainer.settings import load_settings
 POINTS = ("after_plan", "during_spark", "after_staging", "after_commit")
 # inside a fold of sink partitions (drainer.store.sink_folds), before its transaction commits
 FOLD_POINTS = ("fold_copied", "fold_swapped")
+# a lakehouse sink's run has no Postgres stage; after_table_commit: its table holds the run,
+# Postgres does not yet
+TABLE_POINTS = ("after_plan", "during_spark", "after_table_commit", "after_commit")
 EXIT_CODE = 86
 
 

@@ -74,6 +74,9 @@ class Settings:
     `<drainer's database>_dagster`."""
     fault: str | None = None
     """DRAINER_FAULT: a crash point for the fault-injection tests (drainer.faults)."""
+    warehouse: str = ""
+    """DRAINER_WAREHOUSE: where lakehouse tables live (relative Delta paths, the embedded Iceberg
+    catalog's tables); a folder or an object-store URI. Default: `<home>/warehouse`."""
 
     @property
     def local_kafka(self) -> bool:
@@ -112,6 +115,7 @@ def load_settings() -> Settings:
         connect_port=int(os.environ.get("DRAINER_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
         dagster_database_url=os.environ.get("DRAINER_DAGSTER_DATABASE_URL") or None,
         fault=os.environ.get("DRAINER_FAULT") or None,
+        warehouse=os.environ.get("DRAINER_WAREHOUSE") or str(home / "warehouse"),
     )
 
 

@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any
 from drainer.cli import main as cli_main
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from drainer.config import DrainConfig
     from drainer.lifecycle.run import Executor
 
 
@@ -37,8 +40,15 @@ def spark_executor() -> Executor:
     return execute
 
 
+def table_maintainer() -> Callable[[DrainConfig, float, bool], dict[str, Any]]:
+    """The lakehouse table maintenance job that `drainer maintain` runs on Delta and Iceberg."""
+    from spark_jobs.lakehouse_maintenance import maintain
+
+    return maintain
+
+
 def main(argv: list[str] | None = None) -> int:
-    return cli_main(argv, executor=spark_executor)
+    return cli_main(argv, executor=spark_executor, maintainer=table_maintainer)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@ import re
 import threading
 import time
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 
 import pyspark
+from pyspark.sql import SparkSession
 from pyspark.sql.types import DataType, StructType
 
 from drainer import faults
@@ -25,12 +27,14 @@ from drainer.errors import (
     ServiceUnavailable,
 )
 from drainer.lifecycle.run import RunContext, RunResult, drain_once
+from drainer.processing.callables import load_callable
 from drainer.settings import Settings
-from drainer.store import sinks
-from spark_jobs import modes
-from spark_jobs.kafka_source import counted, read_ranges
-from spark_jobs.modes import run_dataframe_mode, run_record_mode
-from spark_jobs.session import describe, get_spark
+from drainer.store import dead_letters, sinks
+from drainer.store.leases import check_fence
+from spark_jobs import lakehouse, modes
+from spark_jobs.kafka_source import count_read, counted, read_ranges
+from spark_jobs.modes import record_mode_rows, run_dataframe_mode, run_record_mode
+from spark_jobs.session import describe, get_spark, is_connect
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +110,13 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     spark = get_spark(ctx.settings)  # a cold session starts a JVM: timed as its own phase
     ctx.phases["spark_start"] = time.monotonic() - t0
     log.info("drain %s run %s on %s", ctx.drain.name, ctx.run.id, describe(spark))
+    if ctx.drain.sink.lakehouse:
+        return _execute_lakehouse(ctx, spark)
     if faults.armed("during_spark"):
         _crash_once_staging_starts(ctx)
     # the tag names this run's Spark jobs (in the UI, and for spark.interruptTag); a session
     # API, so it works on Connect as well as in-process
-    tag = f"drainer-{ctx.drain.name}-run-{ctx.run.id}-attempt-{ctx.attempt}"
+    tag = _attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
     try:
         df = read_ranges(
@@ -129,9 +135,7 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
             return {key: m.records for key, m in measured.items()}
         if ctx.drain.output_schema is None:  # the drains file's validation already refuses this
             raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `output_schema`")
-        schema = DataType.fromDDL(ctx.drain.output_schema)
-        if not isinstance(schema, StructType):
-            raise ConfigError(f"output_schema {ctx.drain.output_schema!r} must list columns")
+        schema = _output_schema(ctx.drain)
         # bytes only from the observation: a record-mode job never prunes the read, so it is
         # there; were it missing, the bytes stay unmeasured rather than read twice
         df, measure = counted(df, ctx.run.ranges, recount=False)
@@ -200,6 +204,105 @@ def _user_frame_lines(lines: list[str]) -> list[str]:
     return kept
 
 
+def _execute_lakehouse(ctx: RunContext, spark: SparkSession) -> dict[tuple[str, int], int]:
+    """Write the run's output to its Delta or Iceberg table, once (spark_jobs.lakehouse).
+
+    The table commit happens here, before the Postgres commit; a resumed run whose table commit
+    already happened writes nothing and counts its ranges again for the Postgres commit.
+    """
+    drain, settings = ctx.drain, ctx.settings
+    lakehouse.prepare(spark, settings, drain)
+    _check_lease(ctx)  # the table is searched for the run, and written, under the drain's lease
+    _stop_earlier_attempts(ctx, spark)
+    done = lakehouse.committed(spark, settings, drain, ctx.run.id)
+    tag = _attempt_tag(ctx, ctx.attempt)
+    spark.addTag(tag)
+    try:
+        df = read_ranges(spark, drain, settings.bootstrap_servers, ctx.run.ranges, ctx.read_from)
+        if done is not None:
+            log.warning(
+                "run %d of drain %s: %s already holds its commit (version %d); "
+                "committing Postgres only",
+                ctx.run.id,
+                drain.name,
+                done.location,
+                done.version,
+            )
+            ctx.table_commit.update(asdict(done))
+            counts = count_read(df, ctx.run.ranges)
+            ctx.read_bytes.update({key: m.bytes for key, m in counts.items()})
+            return {key: m.records for key, m in counts.items()}
+        with ctx.engine.begin() as conn:  # failures an earlier attempt staged
+            check_fence(conn, ctx.lease, shared=True)
+            dead_letters.clear_failures(conn, ctx.run.id)
+        if faults.armed("during_spark"):
+            _crash_once_files_appear(lakehouse.data_folder(settings, drain))
+        df, measure = counted(df, ctx.run.ranges)
+        if drain.mode == "dataframe":
+            out = load_callable(drain.processor, "processor")(df)
+        else:
+            out = record_mode_rows(ctx, df, _output_schema(drain))
+        _check_lease(ctx)
+        commit = lakehouse.write(spark, settings, drain, ctx.run.id, out)
+        log.info(
+            "run %d of drain %s: %s commit %d, %d files (%d bytes) added",
+            ctx.run.id,
+            drain.name,
+            commit.format,
+            commit.version,
+            commit.files_added,
+            commit.bytes_added,
+        )
+        ctx.table_commit.update(asdict(commit))
+        faults.crash_point("after_table_commit")
+        measured = measure()
+        ctx.read_bytes.update({key: m.bytes for key, m in measured.items()})
+        return {key: m.records for key, m in measured.items()}
+    finally:
+        spark.removeTag(tag)
+
+
+def _attempt_tag(ctx: RunContext, attempt: int) -> str:
+    """Names an attempt's Spark jobs (in the UI, and for spark.interruptTag)."""
+    return f"drainer-{ctx.drain.name}-run-{ctx.run.id}-attempt-{attempt}"
+
+
+def _stop_earlier_attempts(ctx: RunContext, spark: SparkSession, wait_s: float = 120.0) -> None:
+    """Interrupt what a crashed attempt left running on the Connect server, and wait for it.
+
+    A Connect server keeps executing a client's write after the client died; a table commit
+    landing after this attempt looked at the table would be written twice (Iceberg has no
+    transaction id to refuse it). Runs share one session per code version, so the earlier
+    attempts' tagged operations are found in it.
+    """
+    if ctx.attempt <= 1 or not is_connect(spark):
+        return
+    deadline = time.monotonic() + wait_s
+    for attempt in range(1, ctx.attempt):
+        while spark.interruptTag(_attempt_tag(ctx, attempt)):
+            log.warning(
+                "run %d: interrupted Spark operations left by attempt %d", ctx.run.id, attempt
+            )
+            if time.monotonic() > deadline:
+                raise ServiceUnavailable(
+                    f"run {ctx.run.id}: attempt {attempt}'s Spark operations on the Connect "
+                    f"server did not stop within {wait_s:.0f} s; nothing was committed: rerun"
+                )
+            time.sleep(1.0)
+
+
+def _check_lease(ctx: RunContext) -> None:
+    with ctx.engine.connect() as conn:
+        check_fence(conn, ctx.lease, shared=True)
+
+
+def _output_schema(drain: DrainConfig) -> StructType:
+    schema = DataType.fromDDL(drain.output_schema or "")
+    if not isinstance(schema, StructType):
+        raise ConfigError(f"output_schema {drain.output_schema!r} must list columns")
+    return schema
+
+
 def which_spark(settings: Settings | None = None) -> str:
     """The Spark that runs use in this process, in words (`Spark Connect sc://…`)."""
     return describe(get_spark(settings))
@@ -223,8 +326,23 @@ def _crash_once_staging_starts(ctx: RunContext) -> None:
     def watch() -> None:
         while True:
             with ctx.engine.connect() as conn:
-                if sinks.staged_rows(conn, ctx.drain.sink.table, ctx.run.id):
+                if sinks.staged_rows(conn, ctx.drain.sink.postgres_table, ctx.run.id):
                     faults.crash_point("during_spark")
+            time.sleep(0.02)
+
+    threading.Thread(target=watch, daemon=True, name="drainer-fault").start()
+
+
+def _crash_once_files_appear(folder: Path | None) -> None:
+    """Fault injection: end the process once the Spark job writes a table's data files."""
+    if folder is None:
+        raise ConfigError("the during_spark fault needs a lakehouse table on a local path")
+    before = set(folder.rglob("*.parquet"))
+
+    def watch() -> None:
+        while True:
+            if set(folder.rglob("*.parquet")) - before:
+                faults.crash_point("during_spark")
             time.sleep(0.02)
 
     threading.Thread(target=watch, daemon=True, name="drainer-fault").start()

@@ -10,7 +10,7 @@ import random
 import time
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from drainer.processing.records import Record
@@ -61,6 +61,10 @@ def poison_echo(record: Record) -> dict[str, Any]:
 
 def one_row_per_record(df: DataFrame) -> DataFrame:
     """One output row per record (the sink's worst case: as many rows as records)."""
+    return _per_record(df)
+
+
+def _per_record(df: DataFrame, *extra: Column) -> DataFrame:
     return df.select(
         "topic",
         "partition",
@@ -68,6 +72,7 @@ def one_row_per_record(df: DataFrame) -> DataFrame:
         "level",
         F.col("key").cast("string").alias("key"),
         F.length("value").alias("value_size"),
+        *extra,
     )
 
 
@@ -98,3 +103,13 @@ def failing_udf(df: DataFrame) -> DataFrame:
     """A processor whose UDF raises in the Spark tasks: the error comes back through Spark."""
     parse = F.udf(_parse_amount, "string")
     return df.select(parse(F.col("value")).alias("amount"))
+
+
+def one_row_with_value(df: DataFrame) -> DataFrame:
+    """`one_row_per_record` plus the value as text: a new output column (schema evolution)."""
+    return _per_record(df, F.col("value").cast("string").alias("value_text"))
+
+
+def value_size_as_text(df: DataFrame) -> DataFrame:
+    """`one_row_per_record` with `value_size` as a string: an incompatible type change."""
+    return one_row_per_record(df).withColumn("value_size", F.col("value_size").cast("string"))

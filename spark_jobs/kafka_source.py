@@ -128,16 +128,26 @@ def counted(
             # Spark dropped the observation with the whole read: a processor whose output is
             # empty by construction (`where(lit(False))`) makes the optimizer prune the plan.
             # The ranges are bounded, so a second read counts exactly what the first one read.
-            read = (
-                df.groupBy("topic", "partition")
-                .agg(F.count(F.lit(1)).alias("n"), F.sum(size).cast("long").alias("b"))
-                .collect()
-            )
-            again = {(row["topic"], row["partition"]): Read(row["n"], row["b"]) for row in read}
-            return {key: again.get(key, Read(0, 0)) for key in keys}
+            return count_read(df, ranges)
         return {
             key: Read(int(found.get(f"r{i}") or 0), int(found.get(f"b{i}") or 0))
             for i, key in enumerate(keys)
         }
 
     return observed, counts
+
+
+def count_read(df: DataFrame, ranges: list[StoredRange]) -> dict[tuple[str, int], Read]:
+    """Records and key+value bytes per (topic, partition) of a bounded read, counted by a job
+    of its own."""
+    keys = sorted({(r.topic, r.partition) for r in ranges})
+    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    read = (
+        df.groupBy("topic", "partition")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum(size).cast("long").alias("b"))
+        .collect()
+    )
+    found = {
+        (row["topic"], row["partition"]): Read(int(row["n"]), int(row["b"] or 0)) for row in read
+    }
+    return {key: found.get(key, Read(0, 0)) for key in keys}

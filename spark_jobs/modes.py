@@ -20,6 +20,7 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from drainer.errors import ConfigError
@@ -29,7 +30,7 @@ from drainer.processing.headers import encode_headers
 from drainer.processing.record_processing import CHUNK_RECORDS, Outcome, process_in_chunks
 from drainer.processing.records import Record
 from drainer.settings import psycopg_url
-from drainer.store.dead_letters import stage_failures
+from drainer.store.dead_letters import clear_partition_failures, stage_failures
 from drainer.store.leases import check_fence
 from drainer.store.sinks import clear_task_partition, ensure_sink_tables, write_staged
 from spark_jobs.sinks import pg_columns
@@ -69,7 +70,11 @@ def run_dataframe_mode(ctx: RunContext, df: DataFrame) -> int:
     columns = pg_columns(out.schema)
     _ensure_sink_tables(ctx, columns)
     names = [name for name, _ in columns]
-    url, table, run_id = psycopg_url(ctx.settings.database_url), ctx.drain.sink.table, ctx.run.id
+    url, table, run_id = (
+        psycopg_url(ctx.settings.database_url),
+        ctx.drain.sink.postgres_table,
+        ctx.run.id,
+    )
     lease = ctx.lease
 
     def write_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -86,7 +91,11 @@ def _ensure_sink_tables(ctx: RunContext, columns: list[tuple[str, str]]) -> None
     """The target and this run's stage table, before any task writes (drainer.store.sinks)."""
     sink = ctx.drain.sink
     ensure_sink_tables(
-        ctx.engine, sink.table, columns, ctx.run.id, partitioned=sink.publish == "attach"
+        ctx.engine,
+        sink.postgres_table,
+        columns,
+        ctx.run.id,
+        partitioned=sink.publish_mode == "attach",
     )
 
 
@@ -109,7 +118,11 @@ def run_record_mode(
     columns = pg_columns(output_schema)
     _ensure_sink_tables(ctx, columns)
     names = [name for name, _ in columns]
-    url, table, run_id = psycopg_url(ctx.settings.database_url), ctx.drain.sink.table, ctx.run.id
+    url, table, run_id = (
+        psycopg_url(ctx.settings.database_url),
+        ctx.drain.sink.postgres_table,
+        ctx.run.id,
+    )
     handler_path, ordering = ctx.drain.handler, ctx.drain.ordering
     if handler_path is None:  # the drains file's validation already refuses this
         raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `handler`")
@@ -164,6 +177,52 @@ def _task_context() -> TaskContext:
     if context is None:
         raise RuntimeError("TaskContext.get() outside a Spark task: call this in mapInArrow only")
     return context
+
+
+def record_mode_rows(ctx: RunContext, df: DataFrame, output_schema: StructType) -> DataFrame:
+    """Record mode for a lakehouse sink: the handler's rows as a DataFrame for the table write.
+
+    Failures are staged in Postgres a chunk at a time, as with the Postgres sink (fenced, and
+    cleared per Kafka partition when a task is retried); output rows leave the task as Arrow
+    batches of `output_schema`, so the table write consumes them without a Postgres stage.
+    """
+    names = output_schema.fieldNames()
+    arrow_schema = to_arrow_schema(output_schema)
+    url, run_id, lease = psycopg_url(ctx.settings.database_url), ctx.run.id, ctx.lease
+    handler_path, ordering = ctx.drain.handler, ctx.drain.ordering
+    concurrency = ctx.drain.max_concurrency
+    chunk_records = CHUNK_RECORDS
+
+    if handler_path is None:  # the drains file's validation already refuses this
+        raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `handler`")
+
+    def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        handler = load_callable(handler_path, "handler")
+        for (topic, partition), records in _by_kafka_partition(_arrow_records(batches)):
+            with psycopg.connect(url) as conn:
+                check_fence(conn, lease, shared=True)
+                clear_partition_failures(conn, run_id, topic, partition)
+                conn.commit()
+                for outcomes in process_in_chunks(
+                    records, handler, ordering, concurrency, chunk_records
+                ):
+                    rows = [_as_tuple(row, names) for o in outcomes if o.ok for row in o.rows]
+                    check_fence(conn, lease, shared=True)
+                    _stage_failures(
+                        conn, run_id, topic, partition, [o for o in outcomes if not o.ok]
+                    )
+                    conn.commit()
+                    if rows:
+                        columns = [list(column) for column in zip(*rows, strict=True)]
+                        yield pa.RecordBatch.from_arrays(
+                            [
+                                pa.array(c, type=f.type)
+                                for c, f in zip(columns, arrow_schema, strict=True)
+                            ],
+                            schema=arrow_schema,
+                        )
+
+    return _record_columns(df).mapInArrow(process_partition, output_schema)
 
 
 def _peak_rss_kb() -> int:

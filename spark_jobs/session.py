@@ -13,6 +13,7 @@ resolver, which ignores Maven's settings and mirrors.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sys
@@ -33,6 +34,8 @@ from drainer.services.connect_session import (
     shared_session_id,
     with_session_id,
 )
+from drainer.services.jars import lakehouse_jars
+from drainer.services.lakehouse import configured_formats, server_conf
 from drainer.services.net import port_open
 from drainer.settings import Settings, export_spark_python_env, load_settings
 
@@ -155,10 +158,27 @@ def session_modules(settings: Settings) -> list[str]:
     return modules
 
 
+def _catalogs(settings: Settings) -> str:
+    """Iceberg catalogs: a session keeps the catalog it initialized first, so a different
+    warehouse, database or `sink.catalog` block must get a session of its own."""
+    catalogs: list[str] = []
+    try:
+        for drain in load_drains(settings.config_path).values():
+            if drain.sink.catalog is not None:
+                catalogs.append(repr(sorted(drain.sink.catalog.properties().items())))
+    except DrainerError:
+        pass
+    return hashlib.sha256(
+        "\n".join([settings.warehouse, settings.database_url, *catalogs]).encode()
+    ).hexdigest()[:16]
+
+
 def session_code(settings: Settings, server_code: str = "") -> str:
     """What a shared session's workers depend on: the code they import (this machine's files,
-    and `server_code`, measured on a remote server), the session's settings."""
-    extra = f"shuffle={settings.shuffle_partitions};server={server_code}"
+    and `server_code`, measured on a remote server), the session's settings and catalogs."""
+    extra = (
+        f"shuffle={settings.shuffle_partitions};server={server_code};catalogs={_catalogs(settings)}"
+    )
     return code_fingerprint(session_modules(settings), extra=extra)
 
 
@@ -177,7 +197,12 @@ def _in_process(settings: Settings) -> SparkSession:
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
     # workers must run this interpreter, where drainer and the user's handlers are installed
     export_spark_python_env(local_master=_loopback(settings.spark_master))
-    jars = ",".join(str(path) for path in spark_kafka_jars(settings.home))
+    # a table format's jars and SQL extension only when a configured drain writes that format
+    formats = configured_formats(settings)
+    jars = ",".join(
+        str(path)
+        for path in [*spark_kafka_jars(settings.home), *lakehouse_jars(settings.home, formats)]
+    )
     builder = (
         SparkSession.builder.appName("drainer")
         .master(settings.spark_master)
@@ -193,6 +218,8 @@ def _in_process(settings: Settings) -> SparkSession:
         .config("spark.redaction.regex", SPARK_REDACTION_REGEX)
         .config("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     )
+    for key, value in server_conf(formats).items():
+        builder = builder.config(key, value)
     if _loopback(settings.spark_master) and not settings.spark_master.startswith("local"):
         # a cluster on this machine: its executors call this driver back on loopback
         builder = builder.config("spark.driver.host", "127.0.0.1")

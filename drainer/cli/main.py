@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from drainer.cli import dlq, maintain, produce, runs, services, simulate, status
 from drainer.cli.output import err_console
@@ -20,12 +20,16 @@ from drainer.config.kafka_clients import redact
 from drainer.errors import DrainerError
 
 if TYPE_CHECKING:  # the run's machinery is imported only by `drainer run` itself
+    from drainer.config import DrainConfig
     from drainer.lifecycle.run import Executor
 
 GROUPS = (services, produce, runs, status, dlq, simulate, maintain)
 
 ExecutorFactory: TypeAlias = "Callable[[], Executor]"
 """Returns the executor of `drainer run` (`drainer.lifecycle.run.Executor`); called only by `run`."""
+
+MaintainerFactory: TypeAlias = "Callable[[], Callable[[DrainConfig, float, bool], dict[str, Any]]]"
+"""Returns the Spark job that compacts and expires a lakehouse table; called only by `maintain`."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,10 +43,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None, executor: ExecutorFactory | None = None) -> int:
-    """Run one command; `executor` supplies the Spark job for `drainer run`."""
+def main(
+    argv: list[str] | None = None,
+    executor: ExecutorFactory | None = None,
+    maintainer: MaintainerFactory | None = None,
+) -> int:
+    """Run one command; `executor` supplies the Spark job for `drainer run`, `maintainer` the
+    one that `drainer maintain` runs on a lakehouse table."""
     args = build_parser().parse_args(argv)
     args.executor = executor
+    args.maintainer = maintainer
     _configure_logging(args.verbose)
     from sqlalchemy.exc import OperationalError
 

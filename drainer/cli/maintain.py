@@ -1,7 +1,10 @@
 """`drainer maintain <drain>`: the upkeep every run does after its commit, done to the end now.
 
-Folds the sink's partitions until the target is as small as it gets and prunes run detail older
-than `history_days` to daily totals; one command that grows as more kinds of upkeep arrive.
+Folds a Postgres sink's partitions until the target is as small as it gets, prunes run detail
+older than `history_days` to daily totals, and for a Delta or Iceberg sink compacts small files
+(Delta OPTIMIZE, Iceberg rewrite_data_files) and removes files and snapshots older than the
+retention (Delta VACUUM, Iceberg expire_snapshots). The table work runs on Spark, injected like
+`drainer run`'s executor: this package imports no pyspark.
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ from dataclasses import asdict
 from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import console, print_table
 from drainer.config import get_drain
+from drainer.errors import ConfigError
+
+DEFAULT_RETENTION_HOURS = 7 * 24
 
 
 def register(sub: Subcommands) -> None:
@@ -20,9 +26,17 @@ def register(sub: Subcommands) -> None:
         sub,
         "maintain",
         cmd_maintain,
-        "fold the sink's partitions (and whatever else runs keep bounded) to the end, now",
+        "keep the drain bounded now: fold a Postgres sink's partitions, prune old run detail, "
+        "compact and expire a Delta or Iceberg table",
     )
     p.add_argument("drain")
+    p.add_argument(
+        "--retention-hours",
+        type=float,
+        default=DEFAULT_RETENTION_HOURS,
+        help="lakehouse tables: keep what readers of this many past hours need (default 168)",
+    )
+    p.add_argument("--force", action="store_true", help="allow a retention below 7 days")
     p.add_argument(
         "--wait", type=float, default=0.0, metavar="SECONDS", help="wait for a running run"
     )
@@ -32,9 +46,15 @@ def register(sub: Subcommands) -> None:
 def cmd_maintain(args: argparse.Namespace) -> int:
     from drainer.lifecycle.maintain import maintain_drain
 
-    report = maintain_drain(get_drain(args.drain), wait_s=args.wait)
+    drain = get_drain(args.drain)
+    if drain.sink.lakehouse and args.maintainer is None:
+        raise ConfigError("table maintenance needs Spark: run it through the `drainer` command")
+    report = maintain_drain(drain, wait_s=args.wait)
+    table = (
+        args.maintainer()(drain, args.retention_hours, args.force) if drain.sink.lakehouse else None
+    )
     if args.json:
-        print(json.dumps(asdict(report), indent=2, default=str))
+        print(json.dumps({**asdict(report), "table": table}, indent=2, default=str))
         return 0
     sink, history = report.sink, report.history
     print_table(
@@ -51,5 +71,12 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         ],
         justify="left",
     )
+    if table is not None:
+        console.print(
+            f"{drain.name}: {table['format']} table {table['location']}: "
+            f"{table['files_removed']} files compacted into {table['files_added']}; "
+            f"nothing a reader of the last {table['retention_hours']:g} h needs was removed",
+            highlight=False,
+        )
     console.print(f"drain {report.drain} is maintained")
     return 0

@@ -135,6 +135,25 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f"cause is fixed, or end it with `drainer plan abandon {drain.name} --reason TEXT`",
                 highlight=False,
             )
+    sink = report["sink"]
+    console.print(f"sink: {sink['type']} {sink['location']}", highlight=False)
+    commits = [r for r in report["runs"] if r["table_commit"]]
+    if commits:
+        print_table(
+            f"{sink['type']} table commits",
+            ["run", "version" if sink["type"] == "delta" else "snapshot", "files", "bytes", "rows"],
+            [
+                [
+                    str(r["id"]),
+                    str(r["table_commit"]["version"]),
+                    r["table_commit"]["files_added"],
+                    r["table_commit"]["bytes_added"],
+                    r["table_commit"]["rows_added"],
+                ]
+                for r in commits
+            ],
+            justify="left",
+        )
     console.print(f"dead letters: {report['dead_letters']:,}")
     if report["run_budget"]["summary"] is not None:
         console.print(f"next run's budget: {report['run_budget']['summary']}", highlight=False)

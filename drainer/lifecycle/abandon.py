@@ -34,5 +34,6 @@ def abandon_plan(drain: DrainConfig, reason: str) -> StoredRun:
                 f"(`drainer status {drain.name}` shows its runs)"
             )
         runs.abandon(conn, lease, run, getpass.getuser(), reason.strip())
-        sinks.drop_staged(conn, drain.sink.table, run.id)
+        if not drain.sink.lakehouse:
+            sinks.drop_staged(conn, drain.sink.postgres_table, run.id)
     return run

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 
@@ -44,6 +45,7 @@ def commit_run(
     duration_s: float,
     present: Mapping[tuple[str, int], int] | None = None,
     read_bytes: Mapping[tuple[str, int], int] | None = None,
+    table_commit: Mapping[str, Any] | None = None,
 ) -> CommitResult:
     """Commit the run; `present` is how many records each range held when read (None: all).
 
@@ -58,7 +60,12 @@ def commit_run(
         status = runs.lock_status(conn, run.id)
         if status != "running":
             raise CommitConflict(f"run {run.id} is {status}, not running: not committing it twice")
-        published = sinks.publish_staged(conn, drain.sink.table, run.id)
+        # a lakehouse table was committed by the Spark job, before this transaction
+        published = (
+            0
+            if drain.sink.lakehouse
+            else sinks.publish_staged(conn, drain.sink.postgres_table, run.id)
+        )
         failures = dead_letters.run_failures(conn, run.id)
         topic_ids = topics.topic_ids(conn, drain.name)  # recorded when the plan was made
         levels = {level: LevelOutcome() for level in run.levels}
@@ -102,6 +109,8 @@ def commit_run(
             )
         throughput.store_read(conn, run.id, measured)
         dead_letters.clear_failures(conn, run.id)
+        if table_commit:  # a lakehouse sink's table commit, made before this transaction
+            runs.store_table_commit(conn, run.id, dict(table_commit))
         runs.mark_committed(conn, run.id, duration_s)
     return CommitResult(levels, published)
 

@@ -92,6 +92,7 @@ def execute_plan(
         mirror=mirror,
         phases={k: round(v, 3) for k, v in phases.items()},
         warnings=warnings,
+        table_commit=ctx.table_commit,
     )
 
 
@@ -144,6 +145,7 @@ def _commit(
         time.monotonic() - started,
         present=present,
         read_bytes=ctx.read_bytes or None,
+        table_commit=ctx.table_commit,
     )
     phases["commit"] = time.monotonic() - t0
     log.info(
@@ -219,9 +221,13 @@ def clear_run_outputs(ctx: RunContext) -> None:
     publishes a crashed attempt's stage. Fenced like the tasks' writes, so a zombie attempt
     cannot wipe the staging of the run that took its plan over.
     """
+    if ctx.drain.sink.lakehouse:
+        # no Postgres stage; the failures an earlier attempt staged belong to its table commit
+        # if that happened, so the lakehouse executor clears them only when it writes again
+        return
     with ctx.engine.begin() as conn:
         check_fence(conn, ctx.lease, shared=True)
-        sinks.clear_staged(conn, ctx.drain.sink.table, ctx.run.id)
+        sinks.clear_staged(conn, ctx.drain.sink.postgres_table, ctx.run.id)
         dead_letters.clear_failures(conn, ctx.run.id)
 
 

@@ -146,7 +146,8 @@ def prune_history(engine: Engine, drain: DrainConfig, hourly: bool = False) -> P
 
 def after_commit_upkeep(engine: Engine, drain: DrainConfig) -> None:
     """What every committed run does to keep the drain bounded (a failure is a warning)."""
-    fold_sink(engine, drain.sink.table, max_steps=AFTER_COMMIT_STEPS)
+    if drain.sink.type == "postgres":  # a lakehouse table has no partitions of ours
+        fold_sink(engine, drain.sink.postgres_table, max_steps=AFTER_COMMIT_STEPS)
     prune_history(engine, drain, hourly=True)
 
 
@@ -163,6 +164,9 @@ def maintain_drain(drain: DrainConfig, wait_s: float = 0.0) -> MaintainReport:
     """Everything upkeep does, to the end, under the drain's lease (DrainBusy while it runs)."""
     engine = get_engine()
     with drain_lease(engine, drain.row(), wait_s):
-        return MaintainReport(
-            drain.name, fold_sink(engine, drain.sink.table), prune_history(engine, drain)
+        folded = (
+            fold_sink(engine, drain.sink.postgres_table)
+            if drain.sink.type == "postgres"
+            else FoldReport(drain.sink.table or "")
         )
+        return MaintainReport(drain.name, folded, prune_history(engine, drain))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -36,6 +37,9 @@ class RunContext:
     read_from: dict[tuple[str, int], int] = field(default_factory=dict)
     # key+value bytes read per (topic, partition), set by an executor that measures them
     read_bytes: dict[tuple[str, int], int] = field(default_factory=dict)
+    # a lakehouse sink's table commit, set by the executor: format, location, version,
+    # files_added, bytes_added, rows_added (spark_jobs.lakehouse.TableCommit)
+    table_commit: dict[str, Any] = field(default_factory=dict)
 
     def readable_ranges(self) -> list[StoredRange]:
         """The run's ranges that still have offsets to read."""
@@ -89,6 +93,9 @@ class RunResult:
     # what failed after the commit (mirror, dead-letter publish, backlog lookup): the run's
     # results are committed all the same, and the next run retries these steps
     warnings: list[str] = field(default_factory=list)
+    # a lakehouse sink's table commit of this run (format, location, version, files and bytes
+    # added); empty for a Postgres sink
+    table_commit: dict[str, Any] = field(default_factory=dict)
 
     @property
     def drained(self) -> int:

@@ -10,6 +10,8 @@ from drainer.lifecycle.budgets import run_budget
 from drainer.lifecycle.planning import allocation_policy, partition_states
 from drainer.observe.drain_health import drain_health
 from drainer.observe.health import LevelHealth
+from drainer.services.lakehouse import table_label
+from drainer.settings import load_settings
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
 
@@ -75,6 +77,7 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
         "drain": drain.name,
         "budget": drain.budget,
         "run_budget": budget.as_dict(),
+        "sink": {"type": drain.sink.type, "location": sink_location(drain)},
         "levels": report_levels,
         "runs": [
             {
@@ -89,6 +92,8 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
                 "lost_to_retention": int(r.lost_to_retention),
                 "error": r.error,
                 "fill_ratios": {int(k): v for k, v in (r.fills or {}).items()},
+                # a lakehouse sink: format, location, version or snapshot id, files/bytes added
+                "table_commit": r.table_commit,
             }
             for r in recent_runs
         ],
@@ -131,3 +136,10 @@ def health_report(health: LevelHealth) -> dict[str, Any]:
         "eta_s": rounded(health.eta_s, 1),
         "eta": health.eta_text(),
     }
+
+
+def sink_location(drain: DrainConfig) -> str:
+    """Where the drain's output lands: a Postgres table, a Delta path or an Iceberg table."""
+    if drain.sink.type == "postgres":
+        return drain.sink.table or ""
+    return table_label(load_settings(), drain.sink)

@@ -24,7 +24,8 @@ from urllib.parse import urlparse
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import ServiceError
 from drainer.services import process
-from drainer.services.jars import pyspark_version, spark_kafka_jars
+from drainer.services.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
+from drainer.services.lakehouse import configured_formats, server_conf
 from drainer.services.net import port_open
 from drainer.services.status import ServiceStatus
 from drainer.services.tools import require
@@ -123,12 +124,15 @@ def endpoint_port(endpoint: str) -> tuple[str, int]:
     return parsed.hostname, parsed.port or DEFAULT_CONNECT_PORT
 
 
-def up(settings: Settings, echo: Echo = print) -> ServiceStatus:
+def up(
+    settings: Settings, echo: Echo = print, formats: tuple[str, ...] | None = None
+) -> ServiceStatus:
     """Make the Connect server answer at sc://127.0.0.1:15002 (DRAINER_CONNECT_PORT), starting
     ours if the port is free.
 
     With SPARK_REMOTE set, only checks that it answers; with SPARK_MASTER set (and no
-    SPARK_REMOTE), runs use an in-process session, so nothing is started.
+    SPARK_REMOTE), runs use an in-process session, so nothing is started. `formats`: the table
+    formats (delta, iceberg) whose jars the server loads; default: those the drains file uses.
     """
     if settings.spark_remote:
         return _check_remote(settings.spark_remote)
@@ -136,7 +140,15 @@ def up(settings: Settings, echo: Echo = print) -> ServiceStatus:
         return ServiceStatus(
             NAME, False, "-", None, f"not used: SPARK_MASTER={settings.spark_master} (in-process)"
         )
-    return start(settings, ConnectPaths.local(settings), settings.connect_port, "local[*]", echo)
+    return start(
+        settings,
+        ConnectPaths.local(settings),
+        settings.connect_port,
+        "local[*]",
+        echo,
+        None,
+        formats,
+    )
 
 
 def start(
@@ -146,15 +158,22 @@ def start(
     master: str,
     echo: Echo = print,
     conf: Mapping[str, str] | None = None,
+    formats: tuple[str, ...] | None = None,
 ) -> ServiceStatus:
     """Start (or reuse) a Connect server on 127.0.0.1:`port` running on `master`.
 
-    Also used to attach a server to a standalone cluster (`master="spark://…"`).
+    Also used to attach a server to a standalone cluster (`master="spark://…"`). `formats`: the
+    table formats whose jars and SQL extensions it loads (default: the drains file's); a running
+    server that lacks one is restarted, since a client cannot add jars to it.
     """
     address = f"sc://{HOST}:{port}"
+    formats = configured_formats(settings) if formats is None else formats
     pid = process.our_pid(paths.pid_file, MARKER)
-    if pid is not None and not _runs_this_code(paths, settings):
-        # its Python workers would import another interpreter's or checkout's drainer
+    if pid is not None and not (
+        _runs_this_code(paths, settings) and set(formats) <= set(_loaded_formats(paths))
+    ):
+        # its Python workers would import another interpreter's or checkout's drainer, or it
+        # lacks a table format's jars
         echo(f"{NAME:<9} restarting pid {pid}: it runs {_started_with(paths)}")
         process.terminate(pid)
         _wait_port_free(port)
@@ -167,8 +186,11 @@ def start(
         echo(f"{NAME:<9} a server not started by drainer listens at {address}; using it")
         return ServiceStatus(NAME, True, address, None, "not started by drainer")
     require("java")
-    jars = ",".join(str(j) for j in spark_kafka_jars(settings.home))
+    jars = ",".join(
+        str(j) for j in [*spark_kafka_jars(settings.home), *lakehouse_jars(settings.home, formats)]
+    )
     settings_conf = {
+        **server_conf(formats),
         **SESSION_DEFAULTS,
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
@@ -211,7 +233,7 @@ def start(
     process.write_pid(paths.pid_file, proc.pid)
     paths.started_with.write_text(
         f"master={master} pyspark={pyspark_version()} python={sys.executable} "
-        f"{_code_of(settings)}\n"
+        f"lakehouse={','.join(formats) or '-'} {_code_of(settings)}\n"
     )
     _wait_ready(port, paths, proc.pid, proc)
     return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
@@ -248,6 +270,14 @@ def _started_with(paths: ConnectPaths) -> str:
         return paths.started_with.read_text().strip()
     except FileNotFoundError:
         return ""
+
+
+def _loaded_formats(paths: ConnectPaths) -> list[str]:
+    """The table formats a running server was started with (`lakehouse=` in started_with)."""
+    for word in _started_with(paths).split():
+        if word.startswith("lakehouse="):
+            return [f for f in word.removeprefix("lakehouse=").split(",") if f != "-"]
+    return []
 
 
 def _runs_this_code(paths: ConnectPaths, settings: Settings) -> bool:

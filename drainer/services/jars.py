@@ -35,6 +35,22 @@ KAFKA_BROKER = (
 )
 KAFKA_TOOLS = (f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}", *KAFKA_BROKER)
 
+# table formats (drainer.services.lakehouse): Delta 4.1 and 4.2 fail on Spark >= 4.1.2
+DELTA_VERSION = "4.3.1"
+ICEBERG_VERSION = "1.11.0"
+POSTGRES_JDBC_VERSION = "42.7.8"
+JARS = {
+    "delta": (
+        f"io.delta:delta-spark_4.1_2.13:{DELTA_VERSION}",
+        f"io.delta:delta-storage:{DELTA_VERSION}",
+    ),
+    "iceberg": (
+        f"org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:{ICEBERG_VERSION}",
+        # Iceberg's JDBC catalog (the embedded default) reaches Postgres through it
+        f"org.postgresql:postgresql:{POSTGRES_JDBC_VERSION}",
+    ),
+}
+
 
 def pyspark_version() -> str:
     """The installed pyspark's version, read from its metadata (pyspark is never imported)."""
@@ -166,3 +182,22 @@ def _shipped_artifacts() -> list[str]:
             if ch == "-" and stem[i + 1].isdigit() and i > 0:
                 names.add(f"*:{stem[:i]}")
     return sorted(names)
+
+
+def lakehouse_jars(home: Path, formats: tuple[str, ...]) -> list[Path]:
+    """Local jars for `formats`, resolved through Maven once into `home/jars/<format>-<version>`.
+
+    Like the Kafka connector: only what the pyspark wheel does not already ship.
+    """
+    shipped = _shipped_artifacts()
+    found: list[Path] = []
+    for fmt in formats:
+        version = DELTA_VERSION if fmt == "delta" else ICEBERG_VERSION
+        dest = home / "jars" / f"{fmt}-{version}"
+        coords = list(JARS[fmt])
+        hit = cached(coords, dest, shipped)
+        if hit is None:
+            with _dest_lock(dest):
+                hit = resolve_jars(coords, dest, shipped)
+        found += hit
+    return found

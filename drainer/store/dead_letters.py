@@ -31,6 +31,14 @@ def stage_failures(
             copy.write_row((run_id, topic, partition, *row))
 
 
+def clear_partition_failures(conn: Any, run_id: int, topic: str, partition: int) -> None:
+    """In a Spark task (psycopg): drop the failures an earlier attempt staged for a partition."""
+    conn.execute(
+        "DELETE FROM record_failures WHERE run_id = %s AND topic = %s AND partition = %s",
+        (run_id, topic, partition),
+    )
+
+
 def clear_failures(conn: Connection, run_id: int) -> None:
     conn.execute(text("DELETE FROM record_failures WHERE run_id = :r"), {"r": run_id})
 

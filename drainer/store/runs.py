@@ -329,13 +329,16 @@ def level_rows(conn: Connection, run_id: int) -> list[dict[str, Any]]:
 
 
 def recent_runs(conn: Connection, drain: str, limit: int) -> list[Any]:
-    """The drain's latest runs with their drained totals and fill ratios, newest first."""
+    """The drain's latest runs with their drained totals and fill ratios, newest first; with
+    their lakehouse table commit (`table_commit`, a dict or None)."""
     return conn.execute(
         text(
             "SELECT r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, r.duration_s, "
             "coalesce(sum(rl.drained), 0) AS drained, "
             "coalesce(sum(rl.lost_to_retention), 0) AS lost_to_retention, r.error, "
-            "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills "
+            "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills, "
+            "(SELECT to_jsonb(tc) - 'run_id' FROM run_table_commits tc WHERE tc.run_id = r.id) "
+            "AS table_commit "
             "FROM (SELECT * FROM runs WHERE drain = :d ORDER BY id DESC LIMIT :n) r "
             "LEFT JOIN run_levels rl ON rl.run_id = r.id "
             "GROUP BY r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, "
@@ -358,3 +361,15 @@ def latest_committed_dead_lettered(conn: Connection, drain: str) -> int:
         {"d": drain},
     ).first()
     return int(row.dead) if row else 0
+
+
+def store_table_commit(conn: Connection, run_id: int, commit: dict[str, Any]) -> None:
+    """Record the lakehouse table commit of a run, inside the run's Postgres commit."""
+    conn.execute(
+        text(
+            "INSERT INTO run_table_commits (run_id, format, location, version, files_added, "
+            "bytes_added, rows_added) VALUES (:run_id, :format, :location, :version, "
+            ":files_added, :bytes_added, :rows_added) ON CONFLICT (run_id) DO NOTHING"
+        ),
+        {"run_id": run_id, **commit},
+    )

@@ -41,6 +41,7 @@ from psycopg import sql
 from sqlalchemy import Connection, Engine, text
 
 from drainer.errors import ConfigError
+from drainer.store.dead_letters import clear_partition_failures
 
 RUN_COLUMN = "_drainer_run_id"
 TASK_COLUMN = "_drainer_task"
@@ -318,10 +319,7 @@ def clear_task_partition(conn: Any, table: str, run_id: int, topic: str, partiti
         f"DELETE FROM {_q(stage_name(table, run_id))} WHERE starts_with({_q(TASK_COLUMN)}, %s)",
         (f"{topic}:{partition}:",),
     )
-    conn.execute(
-        "DELETE FROM record_failures WHERE run_id = %s AND topic = %s AND partition = %s",
-        (run_id, topic, partition),
-    )
+    clear_partition_failures(conn, run_id, topic, partition)
 
 
 def staged_rows(conn: Connection, table: str, run_id: int) -> int:

@@ -209,7 +209,7 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with drain_lease(get_engine(), drain):
+        with drain_lease(get_engine(), drain.row()):
             held.set()
             release.wait(600)
 

@@ -177,17 +177,21 @@ def assert_fully_drained(drain: DrainConfig, total: int) -> None:
     assert sum(high.values()) == total
     assert stored_offsets(drain) == {k: (end, "") for k, end in high.items()}
     assert {k: v[0] for k, v in kafka_offsets(drain).items()} == high
+    assert committed_drained(drain) == total
+    assert standalone_stages(drain) == []  # every stage was attached (or dropped: no rows)
+    assert all(r.status == "committed" for r in runs_of(drain))
+
+
+def committed_drained(drain: DrainConfig) -> int:
+    """Records the drain's committed runs count as drained."""
     with get_engine().connect() as conn:
-        drained = conn.scalar(
+        return conn.scalar(
             text(
                 "SELECT sum(rl.drained) FROM run_levels rl JOIN runs r ON r.id = rl.run_id "
                 "WHERE r.drain = :d AND r.status = 'committed'"
             ),
             {"d": drain.name},
         )
-    assert drained == total
-    assert standalone_stages(drain) == []  # every stage was attached (or dropped: no rows)
-    assert all(r.status == "committed" for r in runs_of(drain))
 
 
 # ---------------------------------------------------------------- 1. crash at every point

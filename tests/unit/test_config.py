@@ -73,11 +73,13 @@ def test_every_setting_is_described_and_documented():
     from pathlib import Path
 
     from drainer.config import DrainConfig, SinkConfig
+    from drainer.config.drains import CatalogConfig
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     fields = {
         **DrainConfig.model_fields,
         **{f"sink.{k}": v for k, v in SinkConfig.model_fields.items()},
+        **{f"sink.catalog.{k}": v for k, v in CatalogConfig.model_fields.items()},
     }
     for name, info in fields.items():
         assert info.description, f"{name} has no description"

@@ -1,0 +1,329 @@
+"""Lakehouse sinks, Spark side: a run's output appended to a Delta or Iceberg table, exactly once.
+
+The table commit carries the run's identity and happens before the Postgres commit of offsets
+(drainer.lifecycle.commit). A resumed run first asks the table whether its commit already
+happened; if so it writes nothing and commits Postgres only.
+- Delta: writer options `txnAppId` (the drain) and `txnVersion` (the run id) make Delta itself
+  skip a repeated write of the same run; `userMetadata` names the run in the table's history.
+- Iceberg has no such key: the snapshot carries the summary property `drainer.run-id`, and the
+  table's snapshots are searched for it, under the drain's lease, before appending.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StructType,
+)
+
+from drainer.config import DrainConfig
+from drainer.errors import ConfigError, ServiceError
+from drainer.services.lakehouse import (
+    EXTENSIONS,
+    catalog_name,
+    check_writable,
+    delta_location,
+    iceberg_catalog_conf,
+    warehouse_uri,
+)
+from drainer.settings import Settings
+
+log = logging.getLogger(__name__)
+
+RUN_PROPERTY = "drainer.run-id"
+DRAIN_PROPERTY = "drainer.drain"
+DELTA_RETRIES = 3
+# an output column of the first type fits a table column of the second: cast, not an error
+_WIDENINGS: set[tuple[type[DataType], type[DataType]]] = {
+    (ByteType, ShortType),
+    (ByteType, IntegerType),
+    (ShortType, IntegerType),
+    (ByteType, LongType),
+    (ShortType, LongType),
+    (IntegerType, LongType),
+    (FloatType, DoubleType),
+}
+
+
+@dataclass(frozen=True)
+class TableCommit:
+    """The table commit a run made: for `drainer status` and the Dagster asset's metadata."""
+
+    format: str
+    location: str
+    version: int  # Delta table version or Iceberg snapshot id
+    files_added: int
+    bytes_added: int
+    rows_added: int
+
+
+def location(settings: Settings, drain: DrainConfig) -> str:
+    """The sink's table: a Delta location, or `catalog.namespace.table` for Iceberg."""
+    sink = drain.sink
+    if sink.type == "delta":
+        return delta_location(settings, sink)
+    return f"{catalog_name(sink)}.{sink.table}"
+
+
+def data_folder(settings: Settings, drain: DrainConfig) -> Path | None:
+    """The local folder holding the table's files (fault injection), or None off this machine."""
+    sink = drain.sink
+    if sink.type == "delta":
+        where = delta_location(settings, sink)
+    elif sink.catalog is None:  # the JDBC catalog's default layout: <warehouse>/<ns>/<table>
+        where = f"{warehouse_uri(settings)}/{(sink.table or '').replace('.', '/')}"
+    else:
+        return None
+    if where.startswith("file://"):
+        return Path(urlparse(where).path)
+    return None if "://" in where else Path(where)
+
+
+def prepare(spark: SparkSession, settings: Settings, drain: DrainConfig) -> None:
+    """Check that the session can write the sink's format, and define its Iceberg catalog."""
+    fmt = drain.sink.type
+    loaded = spark.conf.get("spark.sql.extensions", "") or ""
+    if EXTENSIONS[fmt] not in loaded:
+        raise ServiceError(
+            f"drain '{drain.name}' writes a {fmt} table, but this Spark was started without "
+            f"the {fmt} jars and SQL extension: run `drainer services up` (it restarts the "
+            "local Connect server with the jars the drains file needs), or start your server "
+            "with the jars and settings in docs/lakehouse.md"
+        )
+    if settings.spark_remote is None:  # this machine's file system is the server's
+        check_writable(settings, drain.sink)
+    if fmt == "iceberg":
+        for key, value in iceberg_catalog_conf(settings, drain.sink).items():
+            if spark.conf.get(key, None) != value:
+                spark.conf.set(key, value)
+
+
+def committed(
+    spark: SparkSession, settings: Settings, drain: DrainConfig, run_id: int
+) -> TableCommit | None:
+    """The table commit of run `run_id` if the table already holds it, else None."""
+    if drain.sink.type == "delta":
+        return _delta_commit(spark, location(settings, drain), drain.name, run_id)
+    return _iceberg_commit(spark, location(settings, drain), drain.name, run_id)
+
+
+def write(
+    spark: SparkSession, settings: Settings, drain: DrainConfig, run_id: int, out: DataFrame
+) -> TableCommit:
+    """Append the run's output, tagged with the run; returns the commit it made.
+
+    The output's schema is checked against the table's first: a new column is added, a column
+    whose type changed is a ConfigError naming it, before anything is written.
+    """
+    where = location(settings, drain)
+    if drain.sink.type == "delta":
+        return _write_delta(spark, where, drain.name, run_id, out)
+    return _write_iceberg(spark, where, drain.name, run_id, out)
+
+
+def _delta_app_id(drain: str) -> str:
+    return f"drainer:{drain}"
+
+
+def _marker(drain: str, run_id: int) -> str:
+    return json.dumps({DRAIN_PROPERTY: drain, RUN_PROPERTY: run_id}, separators=(",", ":"))
+
+
+def _missing_table(err: Exception) -> bool:
+    text = str(err)
+    return any(
+        sign in text
+        for sign in (
+            "DELTA_MISSING_DELTA_TABLE",
+            "is not a Delta table",
+            "TABLE_OR_VIEW_NOT_FOUND",
+            "PATH_NOT_FOUND",
+            "NoSuchTableException",
+        )
+    )
+
+
+def _delta_history(spark: SparkSession, where: str) -> DataFrame | None:
+    try:
+        history = spark.sql(f"DESCRIBE HISTORY delta.`{where}`")
+        history.schema  # noqa: B018  (analysis: fails here when there is no table)
+        return history
+    except Exception as err:
+        if _missing_table(err):
+            return None
+        raise
+
+
+def _delta_commit(spark: SparkSession, where: str, drain: str, run_id: int) -> TableCommit | None:
+    history = _delta_history(spark, where)
+    if history is None:
+        return None
+    rows = history.where(F.col("userMetadata") == _marker(drain, run_id)).collect()
+    if not rows:
+        return None
+    row = rows[0]
+    metrics: dict[str, Any] = row["operationMetrics"] or {}
+    return TableCommit(
+        "delta",
+        where,
+        int(row["version"]),
+        int(metrics.get("numFiles", 0) or 0),
+        int(metrics.get("numOutputBytes", 0) or 0),
+        int(metrics.get("numOutputRows", 0) or 0),
+    )
+
+
+def _delta_schema(spark: SparkSession, where: str) -> StructType | None:
+    if _delta_history(spark, where) is None:
+        return None
+    return spark.read.format("delta").load(where).schema
+
+
+def _write_delta(
+    spark: SparkSession, where: str, drain: str, run_id: int, out: DataFrame
+) -> TableCommit:
+    out = _fit_schema(out, _delta_schema(spark, where), where)
+    for attempt in range(1, DELTA_RETRIES + 1):
+        try:
+            (
+                out.write.format("delta")
+                .mode("append")
+                .option("mergeSchema", "true")
+                .option("txnAppId", _delta_app_id(drain))
+                .option("txnVersion", str(run_id))
+                .option("userMetadata", _marker(drain, run_id))
+                .save(where)
+            )
+            break
+        except Exception as err:
+            # another writer committed meanwhile: the same write again is safe (txnVersion)
+            if attempt == DELTA_RETRIES or "Concurrent" not in str(err):
+                raise
+            log.warning("Delta conflict writing %s (attempt %d): retrying", where, attempt)
+            time.sleep(0.5 * attempt)
+    done = _delta_commit(spark, where, drain, run_id)
+    if done is None:
+        raise ConfigError(
+            f"Delta skipped the write of run {run_id} to {where}: its transaction for app id "
+            f"{_delta_app_id(drain)} is already at or past version {run_id}, so the table has "
+            "seen this drain from another drainer database (was the database reset?). Nothing "
+            "was committed: point sink.path at a new table, or drop the old one"
+        )
+    return done
+
+
+def _iceberg_commit(spark: SparkSession, table: str, drain: str, run_id: int) -> TableCommit | None:
+    try:  # loaded from the catalog itself (not a listing): a table another client made too
+        spark.catalog.refreshTable(table)
+        rows = (
+            spark.table(f"{table}.snapshots")
+            .where(
+                (F.col("summary")[RUN_PROPERTY] == str(run_id))
+                & (F.col("summary")[DRAIN_PROPERTY] == drain)
+            )
+            .collect()
+        )
+    except Exception as err:
+        if _missing_table(err):
+            return None
+        raise
+    if not rows:
+        return None
+    summary = rows[0]["summary"] or {}
+    return TableCommit(
+        "iceberg",
+        table,
+        int(rows[0]["snapshot_id"]),
+        int(summary.get("added-data-files", 0) or 0),
+        int(summary.get("added-files-size", 0) or 0),
+        int(summary.get("added-records", 0) or 0),
+    )
+
+
+def _iceberg_schema(spark: SparkSession, table: str) -> StructType | None:
+    try:
+        return spark.table(table).schema
+    except Exception as err:
+        if _missing_table(err):
+            return None
+        raise
+
+
+def _write_iceberg(
+    spark: SparkSession, table: str, drain: str, run_id: int, out: DataFrame
+) -> TableCommit:
+    existing = _iceberg_schema(spark, table)
+    if existing is None:
+        namespace = table.rsplit(".", 1)[0]
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+        # created empty from the output's columns, so that the run's append is one snapshot
+        try:
+            spark.createDataFrame([], out.schema).writeTo(table).using("iceberg").create()
+        except Exception as err:
+            if "ALREADY_EXISTS" not in str(err):
+                raise
+        existing = spark.table(table).schema
+    out = _fit_schema(out, existing, table)
+    added = [f for f in out.schema.fields if f.name not in existing.fieldNames()]
+    if added:  # schema evolution: Iceberg adds columns by metadata, no data is rewritten
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
+        spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({columns})")
+        existing = spark.table(table).schema
+        out = _fit_schema(out, existing, table)
+    (
+        out.writeTo(table)
+        .option(f"snapshot-property.{RUN_PROPERTY}", str(run_id))
+        .option(f"snapshot-property.{DRAIN_PROPERTY}", drain)
+        .append()
+    )
+    done = _iceberg_commit(spark, table, drain, run_id)
+    if done is None:  # Iceberg commits no snapshot for an empty append
+        return TableCommit("iceberg", table, 0, 0, 0, 0)
+    return done
+
+
+def _fit_schema(out: DataFrame, table: StructType | None, where: str) -> DataFrame:
+    """The output shaped for the table: widened where safe, missing columns as nulls.
+
+    A column whose type cannot be stored in the table's column is a ConfigError naming it,
+    raised before anything is written; new columns pass through (schema evolution).
+    """
+    if table is None:
+        return out
+    have = {f.name: f for f in out.schema.fields}
+    selected = []
+    for field in table.fields:
+        mine = have.get(field.name)
+        if mine is None:
+            selected.append(F.lit(None).cast(field.dataType).alias(field.name))
+            continue
+        if mine.dataType != field.dataType:
+            if (type(mine.dataType), type(field.dataType)) not in _WIDENINGS:
+                raise ConfigError(
+                    f"output column {field.name} is {mine.dataType.simpleString()}, but the "
+                    f"table {where} stores it as {field.dataType.simpleString()}: cast it in "
+                    "the processor (or handler's output_schema) to the table's type, or write "
+                    "to a new table. Nothing was committed"
+                )
+            selected.append(F.col(f"`{field.name}`").cast(field.dataType).alias(field.name))
+            continue
+        selected.append(F.col(f"`{field.name}`"))
+    known = set(table.fieldNames())
+    selected += [F.col(f"`{f.name}`") for f in out.schema.fields if f.name not in known]
+    return out.select(*selected)

@@ -1,0 +1,243 @@
+"""Issue 17 on the real stack: drains into Delta Lake and Iceberg tables, exactly once.
+
+The tables are read back without Spark: Delta with `deltalake` (delta-rs), Iceberg with
+`pyiceberg` (its SQL catalog on the drainer's own Postgres, where Iceberg's JDBC catalog lives).
+Every output row names its (topic, partition, offset), so "exactly once" is checked record by
+record. Crashes are real `drainer run` processes that exit 86 at an injected point.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from offsets import high_watermarks, kafka_offsets, stored_offsets
+from test_exactly_once import (
+    RECORD_MODE,
+    cli_run,
+    committed_drained,
+    drain_until_empty,
+    produce_backlog,
+    runs_of,
+)
+
+from dagster_project.metadata import run_metadata
+from drainer import faults
+from drainer.config import DrainConfig
+from drainer.errors import ConfigError
+from drainer.observe.status import drain_status
+from drainer.settings import load_settings
+from spark_jobs import drain_job
+
+pytestmark = pytest.mark.slow
+
+PER_PARTITION = {0: 150, 1: 100, 2: 50}  # 3 levels x 2 partitions: 600 records
+BUDGET = 400  # less than the backlog: a crashed plan is followed by a fresh one
+DATAFRAME_MODE = {"mode": "dataframe", "processor": "spark_jobs.examples:one_row_per_record"}
+MODES = {"record": RECORD_MODE, "dataframe": DATAFRAME_MODE}
+
+
+@pytest.fixture(scope="module")
+def lakehouse(stack) -> Path:
+    """The Connect server with both formats' jars, and a warehouse for the tests' tables.
+
+    Not under pytest's temporary folders: pytest deletes older ones while a concurrent session
+    may still use them, and a fixed warehouse keeps the shared Spark session's Iceberg catalog.
+    """
+    from drainer.services import connect
+
+    warehouse = load_settings().home / "test-warehouse"
+    warehouse.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DRAINER_WAREHOUSE", str(warehouse))
+        connect.up(load_settings(), echo=lambda *_: None, formats=("delta", "iceberg"))
+        yield warehouse
+
+
+def sink_of(fmt: str) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:8]
+    if fmt == "delta":
+        return {"type": "delta", "path": f"events_{suffix}"}
+    return {"type": "iceberg", "table": f"drains.events_{suffix}"}
+
+
+def table_arrow(drain: DrainConfig):
+    """The sink table as an Arrow table, read without Spark."""
+    settings = load_settings()
+    if drain.sink.type == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable(
+            str(Path(settings.warehouse) / (drain.sink.path or ""))
+        ).to_pyarrow_table()
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("drainer", uri=settings.database_url)
+    return catalog.load_table(drain.sink.table).scan().to_arrow()
+
+
+def table_offsets(drain: DrainConfig) -> Counter:
+    rows = table_arrow(drain).select(["topic", "partition", "offset"]).to_pylist()
+    return Counter((r["topic"], r["partition"], r["offset"]) for r in rows)
+
+
+def assert_each_record_once(drain: DrainConfig, total: int) -> None:
+    seen = table_offsets(drain)
+    high = high_watermarks(drain)
+    assert sum(high.values()) == total
+    expected = {(t, p, o) for (t, p), end in high.items() for o in range(end)}
+    twice = {k: n for k, n in seen.items() if n > 1}
+    assert not twice, f"{len(twice)} records in the table more than once, e.g. {list(twice)[:5]}"
+    missing = expected - set(seen)
+    assert not missing, f"{len(missing)} records missing from the table, e.g. {sorted(missing)[:5]}"
+    assert set(seen) == expected
+    # Postgres and the Kafka mirror at the end offsets; every record counted once
+    assert stored_offsets(drain) == {k: (end, "") for k, end in high.items()}
+    assert {k: v[0] for k, v in kafka_offsets(drain).items()} == high
+    assert committed_drained(drain) == total
+    assert all(r.status == "committed" for r in runs_of(drain))
+
+
+def table_run_ids(drain: DrainConfig) -> list[int]:
+    """The run ids the table's commits carry, oldest first (read without Spark)."""
+    settings = load_settings()
+    if drain.sink.type == "delta":
+        import json
+
+        from deltalake import DeltaTable
+
+        history = DeltaTable(str(Path(settings.warehouse) / (drain.sink.path or ""))).history()
+        return [
+            json.loads(h["userMetadata"])["drainer.run-id"]
+            for h in reversed(history)
+            if h.get("userMetadata")
+        ]
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    table = SqlCatalog("drainer", uri=settings.database_url).load_table(drain.sink.table)
+    props = [s.summary.additional_properties for s in table.snapshots() if s.summary]
+    return [int(p["drainer.run-id"]) for p in props if "drainer.run-id" in p]
+
+
+@pytest.mark.parametrize("mode", ["dataframe", "record"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_drained_rows_read_back_without_spark(make_drain, lakehouse, fmt, mode):
+    drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **MODES[mode])
+    total = sum(produce_backlog(drain, PER_PARTITION).values())
+    results = drain_until_empty(drain)
+    assert sum(r.drained for r in results) == total and len(results) == 2
+    assert_each_record_once(drain, total)
+    # one table commit per run, each tagged with its run
+    assert table_run_ids(drain) == [r.run_id for r in results]
+    # the run's result, `drainer status` and Dagster's metadata name the commit it made
+    report = drain_status(drain)
+    assert report["sink"]["type"] == fmt
+    by_run = {r["id"]: r["table_commit"] for r in report["runs"]}
+    for result in results:
+        commit = by_run[result.run_id]
+        assert commit == result.table_commit
+        assert commit["format"] == fmt and commit["rows_added"] == result.drained
+        assert commit["files_added"] > 0 and commit["bytes_added"] > 0
+    metadata = run_metadata(results[-1])
+    assert metadata["table_version"].value == results[-1].table_commit["version"]
+    assert metadata["table_files_added"].value == results[-1].table_commit["files_added"]
+
+
+@pytest.mark.parametrize("point", faults.TABLE_POINTS)
+@pytest.mark.parametrize("mode", ["dataframe", "record"])
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_crash_then_resume_is_exactly_once(make_drain, lakehouse, fmt, mode, point):
+    drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **MODES[mode])
+    total = sum(produce_backlog(drain, PER_PARTITION).values())
+
+    crashed = cli_run(drain, point)
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+    assert f"injected fault at {point}" in crashed.stderr
+    (run,) = runs_of(drain)
+    committed_to_table = point in ("after_table_commit", "after_commit")
+    if committed_to_table:
+        assert table_run_ids(drain) == [run.id]
+    elif point == "after_plan":
+        assert table_exists(drain) is False or table_run_ids(drain) == []
+    else:  # during_spark: the Connect server may finish the dead client's write, or not
+        assert table_exists(drain) is False or table_run_ids(drain) in ([], [run.id])
+    assert run.status == {
+        "after_plan": "planned",
+        "after_commit": "committed",
+    }.get(point, "running")
+
+    results = drain_until_empty(drain)
+    first = results[0]
+    if point == "after_commit":
+        assert not first.resumed and first.run_id != run.id
+    else:
+        assert first.resumed and first.run_id == run.id and first.drained == BUDGET
+    # the resumed run never wrote twice: one commit per run in the table
+    assert table_run_ids(drain) == sorted({run.id, *(r.run_id for r in results)})
+    assert_each_record_once(drain, total)
+
+
+def table_exists(drain: DrainConfig) -> bool:
+    settings = load_settings()
+    if drain.sink.type == "delta":
+        log_dir = Path(settings.warehouse) / (drain.sink.path or "") / "_delta_log"
+        return any(log_dir.glob("*.json"))  # a commit, not only a folder Delta prepared
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog("drainer", uri=settings.database_url).table_exists(drain.sink.table)
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_new_column_is_added_and_a_type_change_is_refused(make_drain, lakehouse, fmt):
+    drain = make_drain(sink=sink_of(fmt), budget=300, **DATAFRAME_MODE)
+    produce_backlog(drain, PER_PARTITION)
+    first = drain_job.run(drain, trigger="test")
+    assert first.drained == 300
+    wider = drain.model_copy(update={"processor": "spark_jobs.examples:one_row_with_value"})
+    second = drain_job.run(wider, trigger="test")
+    assert second.drained == 300
+    table = table_arrow(drain)
+    assert "value_text" in table.column_names
+    values = table.select(["offset", "value_text"]).to_pylist()
+    assert sum(1 for v in values if v["value_text"] is not None) == 300  # the second run's rows
+
+    produce_backlog(drain, {0: 10})
+    before = stored_offsets(drain)
+    changed = drain.model_copy(update={"processor": "spark_jobs.examples:value_size_as_text"})
+    with pytest.raises(ConfigError, match="output column value_size is string") as info:
+        drain_job.run(changed, trigger="test")
+    assert "stores it as int" in str(info.value)
+    assert stored_offsets(drain) == before  # nothing committed
+    assert table_arrow(drain).num_rows == 600
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_maintain_compacts_small_files_and_keeps_every_row(make_drain, lakehouse, fmt):
+    from spark_jobs.lakehouse_maintenance import maintain
+
+    drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
+    total = sum(produce_backlog(drain, PER_PARTITION).values())
+    drain_until_empty(drain)
+    with pytest.raises(ConfigError, match="below 7 days"):
+        maintain(drain, retention_hours=1)
+    report = maintain(drain, retention_hours=0, force=True)
+    assert report["format"] == fmt and report["files_removed"] > 1
+    assert report["files_added"] < report["files_removed"]
+    assert_each_record_once(drain, total)
+    assert live_files(drain) == report["files_added"]
+
+
+def live_files(drain: DrainConfig) -> int:
+    """Data files the table's current version reads (read without Spark)."""
+    settings = load_settings()
+    if drain.sink.type == "delta":
+        from deltalake import DeltaTable
+
+        return len(DeltaTable(str(Path(settings.warehouse) / (drain.sink.path or ""))).file_uris())
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    table = SqlCatalog("drainer", uri=settings.database_url).load_table(drain.sink.table)
+    return len(list(table.scan().plan_files()))
