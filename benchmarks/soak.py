@@ -73,14 +73,14 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
     """Run the soak on `drain` (current in DRAINER_CONFIG); raises if a record is not once."""
     from sqlalchemy import text
 
-    from drainer.kafka.clients import partitions_of, watermarks
+    from drainer.kafka.session import KafkaSession
     from drainer.lifecycle.maintain import FANOUT, maintain_drain
     from drainer.lifecycle.planning import partition_states
     from drainer.store import get_engine, sink_folds
     from spark_jobs import drain_job
 
     engine = get_engine()
-    table = drain.sink.table
+    table = drain.sink.postgres_table
 
     def partitions() -> int:
         with engine.connect() as conn:
@@ -105,10 +105,11 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
         stop.set()
         producer.join()
     levels = list(range(drain.levels))
-    while sum(p.backlog for p in partition_states(engine, drain, levels)):
-        drain_job.run(drain.name, trigger="soak")
-    maintain_drain(drain)
-    marks = watermarks(drain, partitions_of(drain, levels))
+    with KafkaSession(drain) as kafka:
+        while sum(p.backlog for p in partition_states(engine, drain, levels, kafka)):
+            drain_job.run(drain.name, trigger="soak")
+        maintain_drain(drain)
+        marks = kafka.watermarks(kafka.partitions(levels))
     expected = {(drain.level_topic(lvl), p): wm.high for (lvl, p), wm in marks.items()}
     with engine.connect() as conn:
         rows = Counter(
