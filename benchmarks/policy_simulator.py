@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from drainer.allocation.simulate import TRACES, Drain, builtin_trace, compare
-from drainer.config.drains import duration_ms
+from drainer.config.units import duration_ms
 
 OUT = Path(__file__).resolve().parent / "out"
 

@@ -24,7 +24,7 @@ from drainer.allocation.simulate import (
 from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import human_duration, print_table
 from drainer.config import DrainConfig, get_drain
-from drainer.config.drains import duration_ms
+from drainer.config.units import duration_ms
 from drainer.errors import ConfigError
 
 DEFAULT_MAX_WAIT = "30m"

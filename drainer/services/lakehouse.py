@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 from sqlalchemy.engine import make_url
 
 from drainer.config import DrainConfig, load_drains
-from drainer.config.drains import LAKEHOUSE_FORMATS, SinkConfig
+from drainer.config.sinks import LAKEHOUSE_FORMATS, SinkConfig
 from drainer.errors import ConfigError, DrainerError
 from drainer.settings import Settings, expand_env_references
 

@@ -73,7 +73,7 @@ def test_every_setting_is_described_and_documented():
     from pathlib import Path
 
     from drainer.config import DrainConfig, SinkConfig
-    from drainer.config.drains import CatalogConfig
+    from drainer.config.sinks import CatalogConfig
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     fields = {
