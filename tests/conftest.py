@@ -21,10 +21,15 @@ from drainer.testing import temporary_drain
 
 @pytest.fixture(scope="session")
 def stack() -> None:
-    """Kafka, Postgres and the Spark connector jars, started if needed (idempotent)."""
+    """Kafka, Postgres and the Spark connector jars, started if needed (idempotent).
+
+    The Connect server loads both table formats from the start: the lakehouse tests need them,
+    and a server restarted for them mid-session would end the Spark session every other test
+    shares.
+    """
     from drainer import services
 
-    services.up(echo=lambda *_: None)
+    services.up(echo=lambda *_: None, formats=("delta", "iceberg"))
 
 
 @pytest.fixture(scope="session")

@@ -32,8 +32,16 @@ __all__ = [
 Echo = Callable[[str], None]
 
 
-def up(settings: Settings | None = None, echo: Echo = print) -> list[ServiceStatus]:
-    """Bring up Postgres, Kafka and the Spark Connect server (or check the configured ones)."""
+def up(
+    settings: Settings | None = None,
+    echo: Echo = print,
+    formats: tuple[str, ...] | None = None,
+) -> list[ServiceStatus]:
+    """Bring up Postgres, Kafka and the Spark Connect server (or check the configured ones).
+
+    `formats`: the table formats whose jars the Connect server loads; default: those the drains
+    file uses (connect.up).
+    """
     settings = settings or load_settings()
     results = []
     with file_lock(settings.home / "services.lock"):
@@ -50,7 +58,7 @@ def up(settings: Settings | None = None, echo: Echo = print) -> list[ServiceStat
     echo(f"{'spark':<9} jars ready in {result.address}: {result.detail}")
     results.append(result)
     with file_lock(settings.home / "services.lock"):
-        result = connect.up(settings, echo)
+        result = connect.up(settings, echo, formats)
     echo(result.line())
     results.append(result)
     return results

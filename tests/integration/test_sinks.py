@@ -245,22 +245,6 @@ def test_converting_a_plain_target_by_the_operations_recipe():
     assert sinks.stage_name(table, 72) in _partitions(table)
 
 
-def test_folding_old_partitions_by_the_operations_recipe():
-    table = _fresh_table(run_id=81)
-    for run_id in (81, 82, 83):
-        sinks.ensure_sink_tables(get_engine(), table, COLUMNS, run_id)
-        _stage(table, run_id, [("r", run_id)])
-        _publish(table, run_id)
-    recipe = _recipe("Folding old partitions", table).replace("UPTO_RUN", "82")
-    with psycopg.connect(_url(), autocommit=True) as conn:
-        conn.execute(recipe)
-    assert _partitions(table) == sorted([f"{table}_upto_82", sinks.stage_name(table, 83)])
-    assert _rows(table) == [("r", 81), ("r", 82), ("r", 83)]
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 84)  # later runs still attach
-    _stage(table, 84, [("r", 84)])
-    assert _publish(table, 84) == 1
-
-
 def _recipe(heading: str, table: str) -> str:
     """The SQL block under a heading of docs/operations.md, for `events` read `table`."""
     from pathlib import Path
