@@ -66,7 +66,7 @@ def _drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
             "urgent)."
         ),
     )
-    def _drain(context: dg.AssetExecutionContext, drainer: DrainerResource) -> dg.MaterializeResult:
+    def _drain(context: dg.AssetExecutionContext, drainer: DrainerResource) -> dg.MaterializeResult:  # type: ignore[type-arg]  # no output value
         levels, launch_key = launch_levels(context)
         with drainer_logs_to(context.log):
             result = drainer.run(drain, levels, context.run.run_id, _trigger(context), launch_key)

@@ -37,7 +37,7 @@ ENV_VARIABLES = {
 DEFAULT_WAIT_S = 3600.0
 
 
-class DrainerResource(dg.ConfigurableResource):
+class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its own value
     """Runs drains and their checks against the services named here (empty: the environment's)."""
 
     kafka_bootstrap_servers: str | None = Field(

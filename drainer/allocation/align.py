@@ -47,6 +47,14 @@ def check_alignment(
         )
 
 
+_Pass = tuple[
+    dict[tuple[int, int], int],
+    dict[tuple[int, int], int],
+    dict[tuple[int, int], tuple[int, tuple[int, int]]],
+]
+"""One pass: reads, readable records and alignment limits per (level, partition)."""
+
+
 @dataclass
 class Aligner:
     """Event-time alignment over groups of partitions: each level, or the whole drain.
@@ -129,7 +137,7 @@ class Aligner:
         water = {level: 0 for level in by_level}
         fixed: dict[tuple[int, int], int] = {}  # shares set explicitly, for the remainder
 
-        def run() -> tuple[dict, dict, dict]:
+        def run() -> _Pass:
             shares = {key_of(p): fixed.get(key_of(p), water[p.level]) for p in group}
             return self._pass(group, shares)
 
@@ -191,7 +199,7 @@ class Aligner:
         ]
         return reads, waits
 
-    def _pass(self, group: list[PartitionBacklog], shares: Mapping[tuple[int, int], int]):
+    def _pass(self, group: list[PartitionBacklog], shares: Mapping[tuple[int, int], int]) -> _Pass:
         """One oldest-first pass: what each partition reads of its share under alignment."""
         reads: dict[tuple[int, int], int] = {}
         readable: dict[tuple[int, int], int] = {}

@@ -20,7 +20,9 @@ from drainer.allocation.fill import key_of
 from drainer.allocation.types import PartitionBacklog
 
 
-def check_byte_budget(budget_bytes: int | None, record_bytes: Mapping | None) -> None:
+def check_byte_budget(
+    budget_bytes: int | None, record_bytes: Mapping[tuple[int, int], float] | None
+) -> None:
     if budget_bytes is not None and (
         isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes <= 0
     ):

@@ -217,7 +217,7 @@ class AllocationPolicy:
 
     def _covered(self, present: Iterable[int] | None) -> list[int]:
         if self.levels is not None:
-            return list(self.levels)  # type: ignore[arg-type]
+            return list(self.levels)
         if present is None:
             raise ValueError(
                 "the policy covers the levels present in the backlog (levels=None): "

@@ -177,7 +177,7 @@ def _positive_weight(level: int, weight: object, distributor: Distributor) -> Fr
             exact = None
         if exact is not None:
             if exact > 0:
-                return exact
+                return Fraction(exact)
             problem = "is not positive"
     raise ValueError(
         f"{_describe(distributor)} gives level {level} the weight {weight!r}, which {problem}: "

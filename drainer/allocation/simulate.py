@@ -16,6 +16,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from drainer.allocation.policy import AllocationPolicy
 from drainer.allocation.shares import Distributor, reserved_shares
@@ -77,11 +78,20 @@ class _Level:
             i += 1
 
 
-Planner = Callable[[Drain, list[PartitionBacklog], dict[int, list[int]], int, dict], dict[int, int]]
+Lookups = dict[str, Callable[..., Any]]
+Planner = Callable[
+    [Drain, list[PartitionBacklog], dict[int, list[int]], int, Lookups], dict[int, int]
+]
 """`(drain, backlogs, history, now_ms, lookups) -> records per level` for one run."""
 
 
-def strict_priority(drain: Drain, backlogs, history, now_ms, lookups) -> dict[int, int]:
+def strict_priority(
+    drain: Drain,
+    backlogs: list[PartitionBacklog],
+    history: dict[int, list[int]],
+    now_ms: int,
+    lookups: Lookups,
+) -> dict[int, int]:
     """The highest level with records takes all it can, then the next: the latency baseline."""
     left, planned = drain.budget, {}
     for b in sorted(backlogs, key=lambda b: -b.level):
@@ -93,7 +103,13 @@ def strict_priority(drain: Drain, backlogs, history, now_ms, lookups) -> dict[in
 def _policy(backlog_aware: bool = True, burst: bool = True, max_wait: bool = False) -> Planner:
     """drainer's `AllocationPolicy` with these switches, over the simulated drain."""
 
-    def plan(drain: Drain, backlogs, history, now_ms, lookups) -> dict[int, int]:
+    def plan(
+        drain: Drain,
+        backlogs: list[PartitionBacklog],
+        history: dict[int, list[int]],
+        now_ms: int,
+        lookups: Lookups,
+    ) -> dict[int, int]:
         limits = drain.max_wait_ms if max_wait else None
         policy = AllocationPolicy(
             drain.budget,

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, Row
 
 from drainer.config import DrainConfig
 from drainer.errors import KafkaUnavailable
@@ -89,10 +91,10 @@ def mirror_offsets(
 
 
 def _not_backwards(
-    drain: DrainConfig, kafka: KafkaSession, rows: list, report: MirrorReport
-) -> list:
+    drain: DrainConfig, kafka: KafkaSession, rows: Sequence[Row[Any]], report: MirrorReport
+) -> list[Row[Any]]:
     """Drop commits that would move a group's offset backwards without an audited rewind."""
-    by_level: dict[int, list] = defaultdict(list)
+    by_level: dict[int, list[Row[Any]]] = defaultdict(list)
     for row in rows:
         by_level[row.level].append(row)
     try:
@@ -103,7 +105,7 @@ def _not_backwards(
             }
         )
     except KafkaUnavailable:
-        return rows  # the commit below fails the same way and is retried
+        return list(rows)  # the commit below fails the same way and is retried
     kept = []
     for level, level_rows in by_level.items():
         current = groups[drain.level_group(level)]

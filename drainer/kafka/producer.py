@@ -7,7 +7,7 @@ A Python API for applications and the engine behind `drainer produce`. Delivery 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from drainer.kafka.session import KafkaSession
 class OutRecord:
     value: bytes | None
     key: bytes | None = None
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    headers: Sequence[tuple[str, bytes | None]] = field(default_factory=list)
     timestamp_ms: int | None = None
 
 
@@ -100,7 +100,7 @@ def produce_records(
     sent = 0
     try:
         for record in records:
-            kwargs = {"partition": partition} if partition is not None else {}
+            kwargs: dict[str, Any] = {"partition": partition} if partition is not None else {}
             if record.timestamp_ms is not None:
                 kwargs["timestamp"] = record.timestamp_ms
             while True:
@@ -109,7 +109,7 @@ def produce_records(
                         topic,
                         record.value,
                         record.key,
-                        headers=record.headers or None,
+                        headers=_headers(record),
                         on_delivery=delivered,
                         **kwargs,
                     )
@@ -145,3 +145,9 @@ def _discard(producer: Any) -> None:
     """Drop what this call left queued, so that closing the session neither sends nor waits."""
     producer.purge()
     producer.poll(0)
+
+
+def _headers(record: OutRecord) -> list[tuple[str, str | bytes | None]] | None:
+    """The record's headers as the producer takes them (None: no headers at all)."""
+    headers: list[tuple[str, str | bytes | None]] = list(record.headers)
+    return headers or None

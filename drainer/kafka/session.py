@@ -311,9 +311,13 @@ class KafkaSession:
         """(level, partition) -> earliest, plannable end and log end offsets."""
         drain = self.drain
         keys = [(drain.level_topic(lvl), p) for lvl, parts in partitions.items() for p in parts]
-        latest = {k: OffsetSpec.latest() for k in keys}
+        # confluent-kafka leaves OffsetSpec's factories unannotated
+        latest = {k: OffsetSpec.latest() for k in keys}  # type: ignore[no-untyped-call]
         requests = [
-            ({k: OffsetSpec.earliest() for k in keys}, IsolationLevel.READ_UNCOMMITTED),
+            (
+                {k: OffsetSpec.earliest() for k in keys},  # type: ignore[no-untyped-call]
+                IsolationLevel.READ_UNCOMMITTED,
+            ),
             (latest, IsolationLevel.READ_UNCOMMITTED),
         ]
         if read_committed(drain):

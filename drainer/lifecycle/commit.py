@@ -148,7 +148,7 @@ def _count_attempt(
     run_id: int,
     rng: StoredRange,
     topic_id: str,
-    failure: dict,
+    failure: dict[str, Any],
 ) -> bool:
     """Count one failed attempt; at max_attempts move the record to the dead letters (done)."""
     failure = {**failure, "error": redact(failure["error"] or "")}  # stored from here on

@@ -11,6 +11,7 @@ and the commit leaves it unretried too: retried again, it is produced twice (at 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from drainer.config import DrainConfig
 from drainer.kafka.producer import OutRecord, produce_records
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def list_dead_letters(
     drain: DrainConfig, limit: int = 50, include_retried: bool = False
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     with get_engine().connect() as conn:
         rows = dead_letters.list_dead_letters(conn, drain.name, limit, include_retried)
     return [
@@ -32,13 +33,13 @@ def list_dead_letters(
     ]
 
 
-def _as_record(row, extra_headers: list[tuple[str, bytes]] | None = None) -> OutRecord:
+def _as_record(row: Any, extra_headers: list[tuple[str, bytes]] | None = None) -> OutRecord:
     """A dead letter as it was produced (key, value, headers), plus any drainer headers."""
     headers = decode_headers(row.headers)
     return OutRecord(
         value=None if row.value is None else bytes(row.value),
         key=None if row.key is None else bytes(row.key),
-        headers=headers + (extra_headers or []),
+        headers=[*headers, *(extra_headers or [])],
     )
 
 

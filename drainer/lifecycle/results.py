@@ -101,7 +101,7 @@ class RunResult:
     def drained(self) -> int:
         return sum(level.drained for level in self.levels)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["drained"] = self.drained
         return data

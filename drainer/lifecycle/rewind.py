@@ -64,7 +64,9 @@ def rewind(
         elif to_earliest:
             targets = {key: wm.low for key, wm in marks.items()}
         else:
-            targets = {key: min(max(to_offset, wm.low), wm.high) for key, wm in marks.items()}
+            assert to_offset is not None  # exactly one target was checked above
+            offset = to_offset
+            targets = {key: min(max(offset, wm.low), wm.high) for key, wm in marks.items()}
         topic = drain.level_topic(level)
         topic_id = kafka.topic_ids([topic])[topic]
         moved: list[Moved] = []

@@ -9,14 +9,14 @@ count as done. Both attempts and dead letters are keyed by the topic's Kafka id 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, text
 
 
 def stage_failures(
-    conn: Any, run_id: int, topic: str, partition: int, rows: Iterable[tuple]
+    conn: Any, run_id: int, topic: str, partition: int, rows: Iterable[tuple[Any, ...]]
 ) -> None:
     """In a Spark task's transaction (psycopg): add not-done records of one Kafka partition.
 
@@ -43,9 +43,9 @@ def clear_failures(conn: Connection, run_id: int) -> None:
     conn.execute(text("DELETE FROM record_failures WHERE run_id = :r"), {"r": run_id})
 
 
-def run_failures(conn: Connection, run_id: int) -> dict[tuple[str, int], list[dict]]:
+def run_failures(conn: Connection, run_id: int) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """(topic, partition) -> the run's not-done records in offset order."""
-    found: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    found: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     rows = conn.execute(
         text(
             'SELECT topic, partition, "offset", held_back, key, value, headers, ts, error '
@@ -68,7 +68,7 @@ def count_attempt(
     error: str | None,
 ) -> int:
     """One more failed attempt of a record; returns its attempts so far."""
-    return conn.scalar(
+    found = conn.scalar(
         text(
             "INSERT INTO record_attempts "
             '(drain, topic, topic_id, partition, "offset", attempts, last_error) '
@@ -79,6 +79,7 @@ def count_attempt(
         ),
         {"d": drain, "t": topic, "i": topic_id, "p": partition, "o": offset, "e": error},
     )
+    return int(found)
 
 
 def forget_attempts_from(
@@ -99,7 +100,7 @@ def insert_dead_letter(
     drain: str,
     run_id: int,
     level: int,
-    failure: dict,
+    failure: dict[str, Any],
     headers_json: str | None,
     attempts: int,
     topic: str,
@@ -143,7 +144,7 @@ def insert_dead_letter(
         ),
         {"d": drain, "t": topic, "i": topic_id, "p": partition, "o": failure["offset"]},
     )
-    return dead_id
+    return int(dead_id)
 
 
 def list_dead_letters(
@@ -162,13 +163,14 @@ def list_dead_letters(
 
 def pending_dead_letters(conn: Connection, drain: str) -> int:
     """Dead letters not retried yet: the one count `status` and the asset check both show."""
-    return conn.scalar(
+    found = conn.scalar(
         text("SELECT count(*) FROM dead_letters WHERE drain = :d AND retried_at IS NULL"),
         {"d": drain},
     )
+    return int(found)
 
 
-def claim_for_retry(conn: Connection, drain: str, ids: list[int] | None) -> list[Any]:
+def claim_for_retry(conn: Connection, drain: str, ids: list[int] | None) -> Sequence[Row[Any]]:
     """Mark dead letters not retried yet (only `ids`, when given) retried, and return them.
 
     The claim and the mark are one statement: rows another transaction is claiming are
@@ -188,7 +190,7 @@ def claim_for_retry(conn: Connection, drain: str, ids: list[int] | None) -> list
     return sorted(rows, key=lambda row: row.id)
 
 
-def unpublished(conn: Connection, drain: str) -> list[Any]:
+def unpublished(conn: Connection, drain: str) -> Sequence[Row[Any]]:
     """Dead letters not yet on the drain's DLQ topic, oldest first."""
     return conn.execute(
         text(

@@ -15,6 +15,7 @@ Also each run's phase timings (plan, Spark start, Spark job, commit, mirror).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -32,7 +33,8 @@ def run_for_launch(conn: Connection, drain: str, launch_key: str) -> tuple[int, 
 
 
 def launch_key_of(conn: Connection, run_id: int) -> str | None:
-    return conn.scalar(text("SELECT launch_key FROM runs WHERE id = :r"), {"r": run_id})
+    key = conn.scalar(text("SELECT launch_key FROM runs WHERE id = :r"), {"r": run_id})
+    return None if key is None else str(key)
 
 
 def claim(conn: Connection, run_id: int, launch_key: str) -> None:
@@ -55,7 +57,7 @@ def load_phases(conn: Connection, run_id: int) -> dict[str, float]:
     return dict(found or {})
 
 
-def run_summary(conn: Connection, run_id: int) -> dict:
+def run_summary(conn: Connection, run_id: int) -> dict[str, Any]:
     """What a later report of a committed run needs: trigger, duration, Dagster run id."""
     row = conn.execute(
         text(

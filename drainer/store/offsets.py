@@ -7,9 +7,10 @@ started from, or by an audited rewind under the drain's lease.
 from __future__ import annotations
 
 import getpass
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Row, text
 
 from drainer.offset_map import PartitionProgress
 
@@ -74,7 +75,7 @@ def compare_and_set(
     return updated == 1
 
 
-def unmirrored(conn: Connection, drain: str, levels: list[int]) -> list[Any]:
+def unmirrored(conn: Connection, drain: str, levels: list[int]) -> Sequence[Row[Any]]:
     """Partitions whose Kafka group offset differs from Postgres, and all partitions of `levels`.
 
     `rewound` is true where a rewind moved the committed offset below what was mirrored, so
@@ -141,7 +142,7 @@ def rewind_partition(
     )
 
 
-def unexplained_regressions(conn: Connection, drain: str) -> list[Any]:
+def unexplained_regressions(conn: Connection, drain: str) -> Sequence[Row[Any]]:
     """Committed runs whose start offset is below the previous run's, with no rewind between."""
     return conn.execute(
         text(

@@ -12,6 +12,8 @@ audit trails (`plan_abandons`, `offset_rewinds`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection, text
 
 PRUNE_INTERVAL = "1 hour"  # how often upkeep after a commit prunes
@@ -105,7 +107,7 @@ def prune_attempts(conn: Connection, drain: str, days: int) -> int:
     ).rowcount
 
 
-def totals(conn: Connection, drain: str) -> list[dict]:
+def totals(conn: Connection, drain: str) -> list[dict[str, Any]]:
     """The drain's pruned totals per level (all days), highest level first."""
     rows = conn.execute(
         text(

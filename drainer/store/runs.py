@@ -7,10 +7,11 @@ same ranges, so its output is the same and writing it again changes nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, Row, text
 
 from drainer.offset_map import PartitionProgress
 from drainer.store import dead_letters
@@ -160,7 +161,7 @@ def write_plan(
             ],
         )
     set_owner(conn, drain, run_id)
-    return run_id
+    return int(run_id)
 
 
 def mark_running(conn: Connection, lease: Lease, run_id: int, dagster_run_id: str | None) -> int:
@@ -174,7 +175,7 @@ def mark_running(conn: Connection, lease: Lease, run_id: int, dagster_run_id: st
         {"f": lease.fence, "r": run_id, "dr": dagster_run_id},
     )
     set_owner(conn, lease.drain, run_id)
-    return attempts
+    return int(attempts)
 
 
 def mark_failed(engine: Engine, lease: Lease, run_id: int, error: str) -> None:
@@ -251,7 +252,8 @@ def abandons(conn: Connection, drain: str) -> list[dict[str, Any]]:
 
 def lock_status(conn: Connection, run_id: int) -> str | None:
     """The run's status, row-locked for the rest of the commit transaction."""
-    return conn.scalar(text("SELECT status FROM runs WHERE id = :r FOR UPDATE"), {"r": run_id})
+    status = conn.scalar(text("SELECT status FROM runs WHERE id = :r FOR UPDATE"), {"r": run_id})
+    return None if status is None else str(status)
 
 
 def mark_committed(conn: Connection, run_id: int, duration_s: float) -> None:
@@ -328,7 +330,7 @@ def level_rows(conn: Connection, run_id: int) -> list[dict[str, Any]]:
     return [{k: (v if v is not None else 0) for k, v in row.items()} for row in rows]
 
 
-def recent_runs(conn: Connection, drain: str, limit: int) -> list[Any]:
+def recent_runs(conn: Connection, drain: str, limit: int) -> Sequence[Row[Any]]:
     """The drain's latest runs with their drained totals and fill ratios, newest first; with
     their lakehouse table commit (`table_commit`, a dict or None)."""
     return conn.execute(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from sqlalchemy.engine import URL
 
 
@@ -16,8 +17,8 @@ def ping(conninfo: str) -> None:
 def create_role_and_database(url: URL, superuser: str) -> None:
     """Create the URL's role (superuser: it is a development server) and database if missing."""
     user, database = url.username or superuser, url.database or superuser
-    conninfo = {"host": url.host, "port": url.port or 5432, "user": superuser}
-    with psycopg.connect(**conninfo, dbname="postgres", connect_timeout=5, autocommit=True) as conn:
+    conninfo = make_conninfo(host=url.host, port=url.port or 5432, user=superuser)
+    with psycopg.connect(conninfo, dbname="postgres", connect_timeout=5, autocommit=True) as conn:
         if (
             user != superuser
             and not conn.execute("select 1 from pg_roles where rolname = %s", (user,)).fetchone()
@@ -34,14 +35,24 @@ def create_role_and_database(url: URL, superuser: str) -> None:
             )
 
 
-def _maintenance_conninfo(url: URL) -> dict[str, object]:
-    """Connection arguments for the URL's server, as the URL's user, to the `postgres` database."""
-    found: dict[str, object] = {"host": url.host, "port": url.port or 5432, "dbname": "postgres"}
+def _maintenance_conninfo(url: URL) -> str:
+    """Connection string for the URL's server, as the URL's user, to the `postgres` database."""
+    found: dict[str, str | int | None] = {
+        "host": url.host,
+        "port": url.port or 5432,
+        "dbname": "postgres",
+    }
     if url.username:
         found["user"] = url.username
     if url.password:
         found["password"] = url.password
-    return found
+    return make_conninfo("", **found)
+
+
+def _database(url: URL) -> str:
+    if not url.database:
+        raise ValueError(f"the database URL names no database: {url.render_as_string()}")
+    return url.database
 
 
 def ensure_database(url: URL) -> bool:
@@ -49,11 +60,12 @@ def ensure_database(url: URL) -> bool:
 
     For a database drainer does not own but sets up beside its own (Dagster's storage).
     """
-    with psycopg.connect(**_maintenance_conninfo(url), connect_timeout=5, autocommit=True) as conn:
-        if conn.execute("select 1 from pg_database where datname = %s", (url.database,)).fetchone():
+    database = _database(url)
+    with psycopg.connect(_maintenance_conninfo(url), connect_timeout=5, autocommit=True) as conn:
+        if conn.execute("select 1 from pg_database where datname = %s", (database,)).fetchone():
             return False
         try:
-            conn.execute(sql.SQL("create database {}").format(sql.Identifier(url.database)))
+            conn.execute(sql.SQL("create database {}").format(sql.Identifier(database)))
         except psycopg.errors.InsufficientPrivilege as err:
             raise PermissionError(
                 f"user {url.username!r} may not create database {url.database!r} on "
@@ -65,7 +77,8 @@ def ensure_database(url: URL) -> bool:
 
 def drop_database(url: URL) -> None:
     """Drop the URL's database, closing whatever sessions it still has (tests' throwaway ones)."""
-    with psycopg.connect(**_maintenance_conninfo(url), connect_timeout=5, autocommit=True) as conn:
+    database = _database(url)
+    with psycopg.connect(_maintenance_conninfo(url), connect_timeout=5, autocommit=True) as conn:
         conn.execute(
-            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(url.database))
+            sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(database))
         )

@@ -99,13 +99,14 @@ def relkind(conn: Connection, table: str) -> str | None:
 
     Looked up by exact name, not through `to_regclass`, which would fold `MyTable` to lower case.
     """
-    return conn.scalar(
+    found = conn.scalar(
         text(
             "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE c.relname = :t AND n.nspname = current_schema()"
         ),
         {"t": table},
     )
+    return None if found is None else str(found)
 
 
 def ensure_sink_tables(
@@ -155,7 +156,7 @@ def _has_drainer_columns(conn: Connection, name: str) -> bool:
         ),
         {"t": name, "run": RUN_COLUMN, "task": TASK_COLUMN},
     )
-    return found == 2
+    return bool(found == 2)
 
 
 def owned_stage(conn: Connection, table: str, run_id: int) -> str | None:
@@ -244,12 +245,12 @@ def publish_staged(conn: Connection, table: str, run_id: int) -> int:
                 f"FOR VALUES IN ({int(run_id)})"
             )
         )
-        return rows
+        return int(rows)
     if kind != "p" and rows:
         quoted = _q(*table_columns(conn, table), RUN_COLUMN)
         conn.execute(text(f"INSERT INTO {_q(table)} ({quoted}) SELECT {quoted} FROM {_q(stage)}"))
     conn.execute(text(f"DROP TABLE {_q(stage)}"))  # published, or no partition for no rows
-    return rows
+    return int(rows)
 
 
 def _legacy_staging(conn: Connection, table: str) -> str | None:
@@ -327,11 +328,16 @@ def staged_rows(conn: Connection, table: str, run_id: int) -> int:
     stage = stage_name(table, run_id)
     if relkind(conn, stage) is None:
         return 0
-    return conn.scalar(text(f"SELECT count(*) FROM {_q(stage)}"))
+    return int(conn.scalar(text(f"SELECT count(*) FROM {_q(stage)}")) or 0)
 
 
 def write_staged(
-    conn: Any, table: str, columns: list[str], run_id: int, task: str, rows: Iterable[tuple]
+    conn: Any,
+    table: str,
+    columns: list[str],
+    run_id: int,
+    task: str,
+    rows: Iterable[tuple[Any, ...]],
 ) -> int:
     """In a Spark task (psycopg): replace this task's staged rows; the caller commits.
 
