@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -34,6 +34,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    Message,
     Producer,
     TopicCollection,
     TopicPartition,
@@ -351,46 +352,20 @@ class KafkaSession:
     ) -> dict[tuple[int, int], int | None]:
         """Timestamp (ms) of the record at each (level, partition) offset: the next pending one.
 
-        Reads one record per partition; used only when a drain aligns by event time (`max_gap`).
+        Reads one record per partition (alignment, `max_wait`, level health). At the end, or
+        without a usable timestamp (old message format), it is unknown (None).
         """
-        if not positions:
-            return {}
-        drain = self.drain
-        consumer = self.consumer
-        assigned = [
-            TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()
-        ]
-        consumer.assign(assigned)
-        try:
-            wanted = {(drain.level_topic(lvl), p): (lvl, p) for (lvl, p) in positions}
-            found: dict[tuple[int, int], int | None] = {}
-            deadline = time.monotonic() + TIMEOUT_S
-            while wanted and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is None:
-                    continue
-                key = (str(message.topic()), int(message.partition() or 0))
-                error = message.error()
-                if key not in wanted:
-                    continue
-                if error is None and (message.offset() or 0) < positions[wanted[key]]:
-                    continue  # fetched before this lookup's assignment: not the asked record
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise kafka_error(f"reading {key[0]}[{key[1]}]: {error.str()}", error)
-                kind, stamp = (TIMESTAMP_NOT_AVAILABLE, -1) if error else message.timestamp()
-                # at the end, or no usable timestamp (old message format): unknown, so it
-                # cannot define t_min
+        found: dict[tuple[int, int], int | None] = dict.fromkeys(positions)
+
+        def take(level_partition: tuple[int, int], message: Message | None) -> bool:
+            if message is not None:
+                kind, stamp = message.timestamp()
                 known = kind != TIMESTAMP_NOT_AVAILABLE and stamp >= 0
-                found[wanted.pop(key)] = stamp if known else None
-                consumer.pause([TopicPartition(*key)])
-            for level_partition in wanted.values():
-                found[level_partition] = None
-            return found
-        finally:
-            # librdkafka keeps a partition's pause across assignments: the next lookup must
-            # find it fetching
-            consumer.resume(assigned)
-            consumer.unassign()
+                found[level_partition] = stamp if known else None
+            return True
+
+        self._read_at(positions, take)
+        return found
 
     def sample_record_sizes(
         self, positions: Mapping[tuple[int, int], int], count: int = 20
@@ -400,17 +375,34 @@ class KafkaSession:
         A byte budget's estimate for partitions no measured run has read yet (`budget_bytes`);
         a partition whose sample found no record is absent.
         """
+        sizes: dict[tuple[int, int], list[int]] = {key: [] for key in positions}
+
+        def take(level_partition: tuple[int, int], message: Message | None) -> bool:
+            if message is None:
+                return True
+            found = sizes[level_partition]
+            found.append(len(message.key() or b"") + len(message.value() or b""))
+            return len(found) >= count
+
+        self._read_at(positions, take)
+        return {key: sum(found) / len(found) for key, found in sizes.items() if found}
+
+    def _read_at(
+        self,
+        positions: Mapping[tuple[int, int], int],
+        take: Callable[[tuple[int, int], Message | None], bool],
+    ) -> None:
+        """Hand the records from each (level, partition) offset to `take` (None: the partition's
+        end) until it returns True for that partition, or the time is up."""
         if not positions:
-            return {}
-        drain = self.drain
-        consumer = self.consumer
+            return
+        drain, consumer = self.drain, self.consumer
         assigned = [
             TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()
         ]
         consumer.assign(assigned)
         try:
             wanted = {(drain.level_topic(lvl), p): (lvl, p) for (lvl, p) in positions}
-            sizes: dict[tuple[int, int], list[int]] = {key: [] for key in positions}
             deadline = time.monotonic() + TIMEOUT_S
             while wanted and time.monotonic() < deadline:
                 message = consumer.poll(0.5)
@@ -421,17 +413,15 @@ class KafkaSession:
                     continue
                 error = message.error()
                 if error is None and (message.offset() or 0) < positions[wanted[key]]:
-                    continue  # fetched before this lookup's assignment
+                    continue  # fetched before this lookup's assignment: not an asked record
                 if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise kafka_error(f"reading {key[0]}[{key[1]}]: {error.str()}", error)
-                if error is None:
-                    found = sizes[wanted[key]]
-                    found.append(len(message.key() or b"") + len(message.value() or b""))
-                if error is not None or len(sizes[wanted[key]]) >= count:
+                if take(wanted[key], None if error is not None else message):
                     wanted.pop(key)
                     consumer.pause([TopicPartition(*key)])
-            return {key: sum(found) / len(found) for key, found in sizes.items() if found}
         finally:
+            # librdkafka keeps a partition's pause across assignments: the next lookup must
+            # find it fetching
             consumer.resume(assigned)
             consumer.unassign()
 
