@@ -27,4 +27,6 @@ def test_a_short_soak_with_crashes_is_exactly_once_and_bounded(make_drain, spark
     # runs - crashes partitions attached (plus the ones the final drain added), folded by tier
     assert 0 < report["partitions_final"] < FANOUT
     assert report["partitions_most"] < FANOUT
-    assert report["state_rows"]["runs"] >= runs
+    # a run per loop iteration, but the one that crashed before its commit is resumed by the next
+    # under its own id; the final drain may add one: no run row is lost or pruned
+    assert report["state_rows"]["runs"] >= runs - 1
