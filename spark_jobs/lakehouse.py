@@ -5,8 +5,11 @@ The table commit carries the run's identity and happens before the Postgres comm
 happened; if so it writes nothing and commits Postgres only.
 - Delta: writer options `txnAppId` (the drain) and `txnVersion` (the run id) make Delta itself
   skip a repeated write of the same run; `userMetadata` names the run in the table's history.
-- Iceberg has no such key: the snapshot carries the summary property `drainer.run-id`, and the
-  table's snapshots are searched for it, under the drain's lease, before appending.
+- Iceberg has no transaction id, but it refuses to publish one write-audit-publish id twice: the
+  run appends to a branch of its own, tagged `wap.id=drainer:<drain>:<run>`, and cherry-picks
+  that snapshot onto `main`. A second publish of the run (an earlier attempt's write that the
+  Connect server finished after its client died, then published) fails in Iceberg's own commit
+  validation, so the table holds the run once even when two attempts race.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +52,14 @@ log = logging.getLogger(__name__)
 
 RUN_PROPERTY = "drainer.run-id"
 DRAIN_PROPERTY = "drainer.drain"
+WAP_ID = "wap.id"  # Iceberg's summary key of a staged write; kept by a fast-forward publish
+PUBLISHED_WAP_ID = "published-wap-id"  # set instead when the publish replays the snapshot
+RUN_BRANCH_PREFIX = "drainer_run_"
 DELTA_RETRIES = 3
+# a concurrent writer's commit came first: the same write again is safe (txnAppId/txnVersion);
+# the second is the message of Delta's protocol and metadata conflicts, as when two writers
+# create the table in an empty folder (a resumed run and its crashed attempt's write)
+_DELTA_CONFLICTS = ("Concurrent", "concurrent update")
 # an output column of the first type fits a table column of the second: cast, not an error
 _WIDENINGS: set[tuple[type[DataType], type[DataType]]] = {
     (ByteType, ShortType),
@@ -212,8 +223,7 @@ def _write_delta(
             )
             break
         except Exception as err:
-            # another writer committed meanwhile: the same write again is safe (txnVersion)
-            if attempt == DELTA_RETRIES or "Concurrent" not in str(err):
+            if attempt == DELTA_RETRIES or not any(c in str(err) for c in _DELTA_CONFLICTS):
                 raise
             log.warning("Delta conflict writing %s (attempt %d): retrying", where, attempt)
             time.sleep(0.5 * attempt)
@@ -228,15 +238,28 @@ def _write_delta(
     return done
 
 
+def wap_id(drain: str, run_id: int) -> str:
+    """The run's write-audit-publish id: Iceberg publishes a given id at most once."""
+    return f"drainer:{drain}:{run_id}"
+
+
 def _iceberg_commit(spark: SparkSession, table: str, drain: str, run_id: int) -> TableCommit | None:
+    """The run's published snapshot: on `main`'s line, by its WAP id (or, for snapshots written
+    before WAP publishing, by its run property); a staged or branch snapshot does not count."""
+    wap = wap_id(drain, run_id)
+    summary = F.col("summary")
     try:  # loaded from the catalog itself (not a listing): a table another client made too
         spark.catalog.refreshTable(table)
         rows = (
-            spark.table(f"{table}.snapshots")
+            spark.table(f"{table}.history")
+            .where(F.col("is_current_ancestor"))
+            .join(spark.table(f"{table}.snapshots"), "snapshot_id")
             .where(
-                (F.col("summary")[RUN_PROPERTY] == str(run_id))
-                & (F.col("summary")[DRAIN_PROPERTY] == drain)
+                (summary[WAP_ID] == wap)
+                | (summary[PUBLISHED_WAP_ID] == wap)
+                | ((summary[RUN_PROPERTY] == str(run_id)) & (summary[DRAIN_PROPERTY] == drain))
             )
+            .select("snapshot_id", "summary")
             .collect()
         )
     except Exception as err:
@@ -245,14 +268,14 @@ def _iceberg_commit(spark: SparkSession, table: str, drain: str, run_id: int) ->
         raise
     if not rows:
         return None
-    summary = rows[0]["summary"] or {}
+    found = rows[0]["summary"] or {}
     return TableCommit(
         "iceberg",
         table,
         int(rows[0]["snapshot_id"]),
-        int(summary.get("added-data-files", 0) or 0),
-        int(summary.get("added-files-size", 0) or 0),
-        int(summary.get("added-records", 0) or 0),
+        int(found.get("added-data-files", 0) or 0),
+        int(found.get("added-files-size", 0) or 0),
+        int(found.get("added-records", 0) or 0),
     )
 
 
@@ -276,7 +299,8 @@ def _write_iceberg(
         try:
             spark.createDataFrame([], out.schema).writeTo(table).using("iceberg").create()
         except Exception as err:
-            if "ALREADY_EXISTS" not in str(err):
+            # another attempt of the run created it first (Spark's or Iceberg's own error)
+            if "ALREADY_EXISTS" not in str(err) and "AlreadyExistsException" not in str(err):
                 raise
         existing = spark.table(table).schema
     out = _fit_schema(out, existing, table)
@@ -286,16 +310,70 @@ def _write_iceberg(
         spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({columns})")
         existing = spark.table(table).schema
         out = _fit_schema(out, existing, table)
+    _publish_once(spark, table, drain, run_id, out)
+    done = _iceberg_commit(spark, table, drain, run_id)
+    if done is None:
+        raise ServiceError(
+            f"run {run_id}'s snapshot of {table} was published, but is not on the table's main "
+            "branch (did another writer roll the table back?). Nothing was committed to "
+            "Postgres: look at the table's history, then run again"
+        )
+    return done
+
+
+def _publish_once(spark: SparkSession, table: str, drain: str, run_id: int, out: DataFrame) -> None:
+    """Append on a branch of this attempt's own, then cherry-pick it onto main, once.
+
+    The attempt's branch keeps a write the Connect server finishes for a dead client off main;
+    the cherry-pick is where Iceberg checks that the run's WAP id is not published yet, in the
+    commit itself, so two attempts of a run cannot both land.
+    """
+    wap = wap_id(drain, run_id)
+    branch = f"{RUN_BRANCH_PREFIX}{run_id}_{uuid.uuid4().hex[:8]}"
+    catalog, short = table.split(".", 1)
+    _alter_iceberg(spark, table, f"CREATE BRANCH {branch}")
     (
-        out.writeTo(table)
+        out.writeTo(f"{table}.branch_{branch}")
+        .option(f"snapshot-property.{WAP_ID}", wap)
         .option(f"snapshot-property.{RUN_PROPERTY}", str(run_id))
         .option(f"snapshot-property.{DRAIN_PROPERTY}", drain)
         .append()
     )
-    done = _iceberg_commit(spark, table, drain, run_id)
-    if done is None:  # Iceberg commits no snapshot for an empty append
-        return TableCommit("iceberg", table, 0, 0, 0, 0)
-    return done
+    refs = spark.table(f"{table}.refs")
+    head = refs.where(F.col("name") == branch).select("snapshot_id").collect()[0][0]
+    try:
+        spark.sql(
+            f"CALL {catalog}.system.cherrypick_snapshot(table => '{short}', snapshot_id => {head})"
+        ).collect()
+    except Exception as err:
+        if "DuplicateWAPCommitException" not in str(err) and "published already" not in str(err):
+            raise
+        log.warning(
+            "run %d: an earlier attempt already published its write to %s; this attempt's "
+            "branch is dropped unpublished",
+            run_id,
+            table,
+        )
+    # this run's branches (this attempt's, and any a crashed attempt left) hold nothing unpublished
+    spark.catalog.refreshTable(table)
+    mine = refs.where(F.col("name").startswith(f"{RUN_BRANCH_PREFIX}{run_id}_")).collect()
+    for row in mine:
+        _alter_iceberg(spark, table, f"DROP BRANCH IF EXISTS {row['name']}")
+
+
+def _alter_iceberg(spark: SparkSession, table: str, change: str, tries: int = 5) -> None:
+    """`ALTER TABLE table change`, again on a lost commit race: unlike a write, Iceberg's
+    ALTER TABLE gives up when another commit (an append, a branch) came first."""
+    for attempt in range(1, tries + 1):
+        try:
+            spark.sql(f"ALTER TABLE {table} {change}")
+            return
+        except Exception as err:
+            if attempt == tries or "CommitFailedException" not in str(err):
+                raise
+            log.info("%s: %s lost a commit race (attempt %d): again", table, change, attempt)
+            spark.catalog.refreshTable(table)
+            time.sleep(0.2 * attempt)
 
 
 def _fit_schema(out: DataFrame, table: StructType | None, where: str) -> DataFrame:

@@ -75,6 +75,7 @@ def _maintain_iceberg(spark: Any, drain: DrainConfig, where: str, hours: float) 
     catalog, table = catalog_name(drain.sink), drain.sink.table
     rewritten = spark.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{table}')").collect()
     older_than = (datetime.now(UTC) - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")
+    dropped = _drop_stale_run_branches(spark, where, older_than)
     expired = spark.sql(
         f"CALL {catalog}.system.expire_snapshots(table => '{table}', "
         f"older_than => TIMESTAMP '{older_than}', retain_last => 1)"
@@ -86,5 +87,28 @@ def _maintain_iceberg(spark: Any, drain: DrainConfig, where: str, hours: float) 
         "files_removed": int(row["rewritten_data_files_count"]) if row else 0,
         "files_added": int(row["added_data_files_count"]) if row else 0,
         "snapshots_expired_files": int(expired[0]["deleted_data_files_count"]) if expired else 0,
+        "run_branches_dropped": dropped,
         "retention_hours": hours,
     }
+
+
+def _drop_stale_run_branches(spark: Any, where: str, older_than: str) -> int:
+    """Drop the branches crashed attempts left (`drainer_run_<id>_*`, never published).
+
+    A run drops its own branches when it publishes; one whose client died mid-write leaves the
+    Connect server to finish the write onto a branch nobody publishes. Only branches older than
+    the retention go, so the branch of a run writing right now is never touched.
+    """
+    from pyspark.sql import functions as F
+
+    stale = (
+        spark.table(f"{where}.refs")
+        .where(F.col("name").startswith(lakehouse.RUN_BRANCH_PREFIX))
+        .join(spark.table(f"{where}.snapshots"), "snapshot_id")
+        .where(F.col("committed_at") < F.lit(older_than).cast("timestamp"))
+        .select("name")
+        .collect()
+    )
+    for row in stale:
+        spark.sql(f"ALTER TABLE {where} DROP BRANCH IF EXISTS {row['name']}")
+    return len(stale)

@@ -8,6 +8,7 @@ record. Crashes are real `drainer run` processes that exit 86 at an injected poi
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -31,6 +32,7 @@ from drainer.errors import ConfigError
 from drainer.observe.status import drain_status
 from drainer.settings import load_settings
 from spark_jobs import drain_job
+from spark_jobs import lakehouse as lakehouse_sink
 
 pytestmark = pytest.mark.slow
 
@@ -117,9 +119,15 @@ def table_run_ids(drain: DrainConfig) -> list[int]:
         ]
     from pyiceberg.catalog.sql import SqlCatalog
 
+    # what a reader sees is main's line of snapshots: a run's branch and staged writes are not
     table = SqlCatalog("drainer", uri=settings.database_url).load_table(drain.sink.table)
-    props = [s.summary.additional_properties for s in table.snapshots() if s.summary]
-    return [int(p["drainer.run-id"]) for p in props if "drainer.run-id" in p]
+    line, snapshot = [], table.current_snapshot()
+    while snapshot is not None:
+        line.append(snapshot.summary.additional_properties if snapshot.summary else {})
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+    waps = [p.get("wap.id") or p.get("published-wap-id") for p in reversed(line)]
+    return [int(wap.rsplit(":", 1)[1]) for wap in waps if wap and wap.startswith("drainer:")]
 
 
 @pytest.mark.parametrize("mode", ["dataframe", "record"])
@@ -178,6 +186,36 @@ def test_crash_then_resume_is_exactly_once(make_drain, lakehouse, fmt, mode, poi
     # the resumed run never wrote twice: one commit per run in the table
     assert table_run_ids(drain) == sorted({run.id, *(r.run_id for r in results)})
     assert_each_record_once(drain, total)
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, spark, fmt):
+    """A resumed run racing its crashed attempt's write, which the Connect server finished for
+    the dead client (CI saw both: Delta's two writers creating the table, Iceberg's two
+    appends of one run). The table must hold the run once, whoever commits first."""
+    drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
+    settings = load_settings()
+    lakehouse_sink.prepare(spark, settings, drain)
+    run_id = 10_000_000 + uuid.uuid4().int % 1_000_000
+    rows = spark.range(2_000).selectExpr("'t' AS topic", "0 AS partition", "id AS offset")
+    start = threading.Barrier(3)
+    commits: list[Any] = []
+
+    def attempt() -> None:
+        start.wait()
+        commits.append(lakehouse_sink.write(spark, settings, drain, run_id, rows))
+
+    threads = [threading.Thread(target=attempt) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert len(commits) == 3, "an attempt failed instead of finding the run's commit"
+    assert {c.version for c in commits} == {commits[0].version}  # all name the one commit
+    assert table_run_ids(drain) == [run_id]
+    assert table_arrow(drain).num_rows == 2_000
+    # and a later attempt of the run finds the commit instead of writing
+    assert lakehouse_sink.committed(spark, settings, drain, run_id) == commits[0]
 
 
 def table_exists(drain: DrainConfig) -> bool:
