@@ -107,7 +107,7 @@ def service_lost(err: BaseException) -> ServiceUnavailable | None:
 
 def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     t0 = time.monotonic()
-    spark = get_spark(ctx.settings)  # a cold session starts a JVM: timed as its own phase
+    spark = get_spark(ctx.settings, check=True)  # a cold session starts a JVM: its own phase
     ctx.phases["spark_start"] = time.monotonic() - t0
     log.info("drain %s run %s on %s", ctx.drain.name, ctx.run.id, describe(spark))
     if ctx.drain.sink.lakehouse:

@@ -13,6 +13,7 @@ resolver, which ignores Maven's settings and mirrors.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -52,8 +53,13 @@ _sessions: dict[str, SparkSession] = {}
 _lock = threading.Lock()
 
 
-def get_spark(settings: Settings | None = None) -> SparkSession:
-    """The session for `settings`, created once per process and endpoint (or master)."""
+def get_spark(settings: Settings | None = None, check: bool = False) -> SparkSession:
+    """The session for `settings`, created once per process and endpoint (or master).
+
+    `check` (once per run): a Connect session whose server was restarted since is replaced
+    rather than handed out dead; a long-lived process (a Dagster code server, a test session)
+    then outlives a Connect server restart with no failed run.
+    """
     settings = settings or load_settings()
     endpoint = settings.spark_endpoint
     if endpoint is not None and settings.spark_remote is None:
@@ -68,10 +74,42 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     key = endpoint or settings.spark_master
     with _lock:
         session = _sessions.get(key)
+        if session is not None and check and not _still_served(session):
+            log.warning(
+                "the Spark Connect session at %s ended (server restarted?): opening another", key
+            )
+            _sessions.pop(key, None)
+            session = None
         if session is None:
             session = _connect(endpoint, settings) if endpoint else _in_process(settings)
             _sessions[key] = session
     return session
+
+
+def _still_served(spark: SparkSession) -> bool:
+    """False when a Connect session's server no longer knows it (one cheap round trip).
+
+    A restarted server answers the old session with INVALID_HANDLE.SESSION_CHANGED and pyspark
+    closes the client; any other error (the server is down) is the run's to report.
+    """
+    if not is_connect(spark):
+        return True
+    connect = cast("ConnectSession", spark)
+    if not connect.is_stopped:
+        try:
+            connect.conf.get("spark.sql.session.timeZone")
+            return True
+        except Exception as err:
+            if (
+                not connect.is_stopped
+                and "SESSION_CHANGED" not in str(err)
+                and SESSION_CLOSED not in str(err)
+            ):
+                return True
+    connect.release_session_on_close = False  # the server has nothing left to release
+    with contextlib.suppress(Exception):
+        connect.stop()
+    return False
 
 
 def describe(spark: SparkSession) -> str:

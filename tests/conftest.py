@@ -32,11 +32,12 @@ def stack() -> None:
     services.up(echo=lambda *_: None, formats=("delta", "iceberg"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def spark(stack):
+    """The process's session, checked: the chaos test restarts the Connect server."""
     from spark_jobs.session import get_spark
 
-    return get_spark()
+    return get_spark(check=True)
 
 
 @pytest.fixture

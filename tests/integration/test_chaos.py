@@ -1,10 +1,12 @@
-"""Issue 8 acceptance: kill -9 at random moments never loses or duplicates a record.
+"""Issues 8, 17 and 20: kill -9 at random moments never loses or duplicates a record, per sink.
 
-200,000 records; `drainer run` processes (each its own process group: Python, the Spark JVM and
-its Python workers) are killed with SIGKILL after a random delay, at least ten times; then runs
-go on until the backlog is 0. Every (topic, partition, offset) must be in the record_echo sink
-exactly once, and the Kafka group offsets must equal the end offsets. The seed is printed (and
-can be set with CHAOS_SEED) so a failure can be replayed.
+200,000 records drain into Postgres, a Delta table and an Iceberg table. `drainer run` processes
+(each its own process group: Python, its Spark client and workers) are killed with SIGKILL after a
+random delay, at least ten times; at least twice the Spark Connect server itself (its JVM and its
+Python workers) is killed instead, while the run writes, and started again. Then runs go on until
+the backlog is 0. Every (topic, partition, offset) must be in the sink exactly once (distinct
+offsets, not sums), and the Kafka group offsets must equal the end offsets. The seed is printed
+(and can be set with CHAOS_SEED) so a failure can be replayed.
 """
 
 from __future__ import annotations
@@ -15,51 +17,106 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections import Counter
+from pathlib import Path
+from typing import IO, Any
 
 import pytest
 from lifecycle_helpers import CLI, sink_records
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
+from test_lakehouse import sink_of, table_offsets
 
+from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
-from spark_jobs import drain_job
+from drainer.services import connect, process
+from drainer.services.net import port_open
+from drainer.settings import load_settings
+from spark_jobs import drain_job, lakehouse
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
 RECORDS = 200_000
-KILLS = 10
+KILLS = 10  # of the run's process group
+SERVER_KILLS = 2  # of the Spark Connect server, mid-write
 LEVELS, PARTITIONS = 2, 2
 BUDGET = 15_000  # many runs' worth of backlog: kills land in fresh plans and resumed ones alike
+SINKS: dict[str, dict[str, Any]] = {
+    "postgres": {
+        "mode": "record",
+        "handler": "spark_jobs.examples:record_echo",
+        "output_schema": RECORD_ECHO_SCHEMA,
+        "ordering": "partition",
+    },
+    "delta": {"mode": "dataframe", "processor": "spark_jobs.examples:one_row_per_record"},
+    "iceberg": {"mode": "dataframe", "processor": "spark_jobs.examples:one_row_per_record"},
+}
 
 
-def _backlog(drain) -> int:
+def _backlog(drain: DrainConfig) -> int:
     return sum(p.backlog for p in states(drain, list(range(LEVELS))))
 
 
-def _start_run(drain, log) -> subprocess.Popen:
+def _start_run(drain: DrainConfig, log: IO[str]) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "DRAINER_FAULT"}
     return subprocess.Popen(
         [*CLI, "run", drain.name],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=log,
-        start_new_session=True,  # its own process group: the kill takes the JVM and workers too
+        start_new_session=True,  # its own process group: the kill takes its workers too
     )
+
+
+def _parquet_files(drain: DrainConfig) -> set[Path]:
+    folder = lakehouse.data_folder(load_settings(), drain)
+    return set(folder.rglob("*.parquet")) if folder is not None and folder.exists() else set()
+
+
+def _kill_server_mid_write(drain: DrainConfig, proc: subprocess.Popen[bytes], delay: float) -> str:
+    """Kill the Connect server (JVM and Python workers) once the run writes, then start it again.
+
+    A lakehouse run writes when new data files appear in its table; a Postgres run is killed
+    after the random delay. The run's client then fails or is killed; its plan stays open.
+    """
+    table = drain.sink.type != "postgres"
+    before = _parquet_files(drain) if table else set()
+    deadline = time.monotonic() + (120.0 if table else delay)
+    while time.monotonic() < deadline and proc.poll() is None:
+        if table and _parquet_files(drain) - before:
+            break
+        time.sleep(0.02)
+    settings = load_settings()
+    pid = process.our_pid(connect.ConnectPaths.local(settings).pid_file, connect.MARKER)
+    assert pid is not None, "the Connect server the tests share is not running"
+    os.killpg(pid, signal.SIGKILL)  # started in a session of its own: its workers go too
+    when = "while the run wrote" if proc.poll() is None else "after the run ended"
+    gone = time.monotonic() + 30
+    while process.our_pid(
+        connect.ConnectPaths.local(settings).pid_file, connect.MARKER
+    ) or port_open(connect.HOST, settings.connect_port):
+        assert time.monotonic() < gone, f"the killed Connect server {pid} is still there"
+        time.sleep(0.1)  # or `up` would find it still answering and start nothing
+    connect.up(settings, echo=lambda *_: None, formats=("delta", "iceberg"))
+    try:
+        proc.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    return when
+
+
+def _sink_offsets(drain: DrainConfig) -> Counter:
+    return sink_records(drain) if drain.sink.type == "postgres" else table_offsets(drain)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # many crash-and-resume rounds
-def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(make_drain, spark):
+@pytest.mark.timeout(2400)  # many crash-and-resume rounds, two server restarts
+@pytest.mark.parametrize("sink", list(SINKS))
+def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(make_drain, spark, sink):
     seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
     print(f"chaos seed: {seed} (replay with CHAOS_SEED={seed})")
     rng = random.Random(seed)
-    drain = make_drain(
-        levels=LEVELS,
-        partitions=PARTITIONS,
-        budget=BUDGET,
-        mode="record",
-        handler="spark_jobs.examples:record_echo",
-        output_schema=RECORD_ECHO_SCHEMA,
-        ordering="partition",
-    )
+    table = {} if sink == "postgres" else {"sink": sink_of(sink)}
+    drain = make_drain(levels=LEVELS, partitions=PARTITIONS, budget=BUDGET, **table, **SINKS[sink])
     per_partition = RECORDS // (LEVELS * PARTITIONS)
     for level in range(LEVELS):
         for partition in range(PARTITIONS):
@@ -67,31 +124,53 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(make_drain,
             produce_records(drain, records, level=level, partition=partition)
     assert _backlog(drain) == RECORDS
 
+    rounds = KILLS + SERVER_KILLS
+    server_rounds = set(rng.sample(range(1, rounds), SERVER_KILLS))  # never the first round
     with tempfile.TemporaryFile("w+") as log:
-        # one undisturbed run tells how long a run takes here; kills then fall anywhere in it
-        started = time.monotonic()
-        proc = _start_run(drain, log)
-        assert proc.wait(timeout=600) == 0, _tail(log)
-        duration = time.monotonic() - started
-        kills, completed = 0, 1
-        while kills < KILLS:
-            delay = rng.uniform(0.2, duration * 0.9)  # mostly killed, now and then done
+        # undisturbed runs tell how long a warm run takes here; kills then fall anywhere in it
+        for _ in range(2):
+            started = time.monotonic()
             proc = _start_run(drain, log)
-            try:
-                code = proc.wait(timeout=delay)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=60)
-                kills += 1
-                print(f"killed run process after {delay:.1f} s")
-                continue
-            assert code == 0, _tail(log)
-            completed += 1
-            print(f"run process finished within {delay:.1f} s")
-    print(f"{kills} kills, {completed} completed runs; one run takes {duration:.1f} s")
+            assert proc.wait(timeout=600) == 0, _tail(log)
+            duration = time.monotonic() - started
+        kills, server_kills, completed, round_ = 0, 0, 2, 0
+        try:
+            while kills < KILLS or server_kills < SERVER_KILLS:
+                assert _backlog(drain) > 0, "the backlog ran out before the kills: lower BUDGET"
+                # mostly killed, now and then done; `duration` follows the last completed run
+                delay = rng.uniform(0.2, duration * 1.1)
+                started = time.monotonic()
+                proc = _start_run(drain, log)
+                if round_ in server_rounds and server_kills < SERVER_KILLS:
+                    print(f"killed the Connect server {_kill_server_mid_write(drain, proc, delay)}")
+                    server_kills += 1
+                    round_ += 1
+                    continue
+                round_ += 1
+                try:
+                    code = proc.wait(timeout=delay)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=60)
+                    kills += 1
+                    print(f"killed run process after {delay:.1f} s")
+                    continue
+                assert code == 0, _tail(log)
+                completed += 1
+                duration = time.monotonic() - started
+                print(f"run process finished within {delay:.1f} s (took {duration:.1f} s)")
+                if round_ >= rounds and server_kills < SERVER_KILLS:
+                    server_rounds.add(round_)  # the random rounds ran out: kill it next
+        finally:  # the rest of the suite shares this server
+            connect.up(load_settings(), echo=lambda *_: None, formats=("delta", "iceberg"))
+    print(
+        f"{kills} run kills, {server_kills} Connect server kills, {completed} completed runs; "
+        f"one run takes {duration:.1f} s"
+    )
+    assert kills >= KILLS and server_kills >= SERVER_KILLS
 
-    # the rest in this process, on the shared Spark session: first whatever plan the last kill
-    # left open (resumed as planned), then one run with a budget for all that is left
+    # the rest in this process (its session replaced: the server it knew was killed): first
+    # whatever plan the last kill left open (resumed as planned), then one run for all the rest
     whole = drain.model_copy(update={"budget": RECORDS})
     runs = 0
     while _backlog(drain) > 0:
@@ -99,23 +178,23 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(make_drain,
         assert runs <= 3, f"backlog {_backlog(drain)} is not shrinking"
         drain_job.run(whole, trigger="test")
 
-    sink = sink_records(drain)
+    seen = _sink_offsets(drain)
     expected = {
         (drain.level_topic(level), partition, offset)
         for level in range(LEVELS)
         for partition in range(PARTITIONS)
         for offset in range(per_partition)
     }
-    duplicated = {key: n for key, n in sink.items() if n > 1}
-    assert not duplicated, f"{len(duplicated)} records published twice, e.g. {list(duplicated)[:5]}"
-    missing = expected - set(sink)
-    assert not missing, f"{len(missing)} records never published, e.g. {sorted(missing)[:5]}"
-    assert set(sink) == expected
+    duplicated = {key: n for key, n in seen.items() if n > 1}
+    assert not duplicated, f"{len(duplicated)} records written twice, e.g. {list(duplicated)[:5]}"
+    missing = expected - set(seen)
+    assert not missing, f"{len(missing)} records never written, e.g. {sorted(missing)[:5]}"
+    assert set(seen) == expected
     ends = high_watermarks(drain)
     assert stored_offsets(drain) == {key: (end, "") for key, end in ends.items()}
     assert kafka_offsets(drain) == {key: (end, "") for key, end in ends.items()}
 
 
-def _tail(log) -> str:
+def _tail(log: IO[str]) -> str:
     log.seek(0)
     return log.read()[-4000:]
