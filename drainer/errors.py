@@ -76,6 +76,10 @@ class DatabaseUnavailable(ServiceUnavailable):
     """Postgres cannot be reached; nothing was changed."""
 
 
+class CatalogUnavailable(ServiceUnavailable):
+    """A lakehouse sink's Iceberg catalog did not answer; nothing was committed."""
+
+
 class ServiceError(ServiceUnavailable):
     """A local development service could not be prepared, started, reached or stopped."""
 

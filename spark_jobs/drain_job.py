@@ -54,7 +54,7 @@ def execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     except DrainerError:
         raise
     except Exception as err:
-        known = known_failure(err)
+        known = known_failure(err, ctx.drain)
         if known is None:
             raise
         log.debug("run %d: %s; the Spark error was:", ctx.run.id, known, exc_info=True)
@@ -72,12 +72,17 @@ _KAFKA_CAUSE = re.compile(
 _FENCED = re.compile(r"drainer\.errors\.FencedOut: ([^\n]*)")
 
 
-def known_failure(err: BaseException) -> DrainerError | None:
-    """A Spark job error that is one of drainer's own, as that error: a lost service, or a
-    takeover the tasks' fence check refused (FencedOut raised in a task); else None."""
+def known_failure(err: BaseException, drain: DrainConfig | None = None) -> DrainerError | None:
+    """A Spark job error that is one of drainer's own, as that error: a lost service, the
+    `drain`'s Iceberg catalog not answering, or a takeover the tasks' fence check refused
+    (FencedOut raised in a task); else None."""
     fenced = _FENCED.search(str(err))
     if fenced:
         return FencedOut(fenced.group(1).strip())
+    if drain is not None:
+        unreachable = lakehouse.catalog_unreachable(err, drain)
+        if unreachable is not None:
+            return unreachable
     return service_lost(err)
 
 

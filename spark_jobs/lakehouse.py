@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -37,7 +38,8 @@ from pyspark.sql.types import (
 )
 
 from drainer.config import DrainConfig
-from drainer.errors import ConfigError, ServiceError
+from drainer.config.kafka_clients import redact
+from drainer.errors import CatalogUnavailable, ConfigError, ServiceError
 from drainer.services.lakehouse import (
     EXTENSIONS,
     catalog_name,
@@ -60,6 +62,10 @@ DELTA_RETRIES = 3
 # the second is the message of Delta's protocol and metadata conflicts, as when two writers
 # create the table in an empty folder (a resumed run and its crashed attempt's write)
 _DELTA_CONFLICTS = ("Concurrent", "concurrent update")
+# Iceberg's REST client lost the catalog at the HTTP level (refused, unknown host, timed out):
+# the same words whether Spark Connect or Py4J carries the error; the cause follows in the trace
+_REST_UNREACHABLE = re.compile(r"RESTException\W+Error occurred while processing \w+ request")
+_REST_CAUSE = re.compile(r"Caused by: [\w.$]*?(\w+Exception: [^\n]*)")
 # an output column of the first type fits a table column of the second: cast, not an error
 _WIDENINGS: set[tuple[type[DataType], type[DataType]]] = {
     (ByteType, ShortType),
@@ -123,6 +129,25 @@ def prepare(spark: SparkSession, settings: Settings, drain: DrainConfig) -> None
         for key, value in iceberg_catalog_conf(settings, drain.sink).items():
             if spark.conf.get(key, None) != value:
                 spark.conf.set(key, value)
+
+
+def catalog_unreachable(err: BaseException, drain: DrainConfig) -> CatalogUnavailable | None:
+    """The drain's own Iceberg catalog did not answer, as one line naming it and its uri; else
+    None. Spark's error names neither the catalog nor the setting, only a GET that failed."""
+    catalog = drain.sink.catalog
+    text = str(err)
+    if catalog is None or not _REST_UNREACHABLE.search(text):
+        return None
+    cause = _REST_CAUSE.search(text)
+    why = cause.group(1).strip() if cause else "no answer"
+    return CatalogUnavailable(
+        redact(
+            f"the Iceberg catalog '{catalog.name}' of drain '{drain.name}' did not answer at "
+            f"sink.catalog.uri {catalog.uri} ({why}). Nothing was committed: start the catalog "
+            f"there, or correct sink.catalog.uri in the drains file, then `drainer run "
+            f"{drain.name}` again: the run resumes with the same ranges."
+        )
+    )
 
 
 def committed(

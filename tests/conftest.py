@@ -40,6 +40,24 @@ def spark(stack):
     return get_spark(check=True)
 
 
+@pytest.fixture(scope="module")
+def lakehouse(stack) -> Iterator[Path]:
+    """The Connect server with both formats' jars, and a warehouse for the tests' tables.
+
+    Not under pytest's temporary folders: pytest deletes older ones while a concurrent session
+    may still use them, and a fixed warehouse keeps the shared Spark session's Iceberg catalog.
+    """
+    from drainer.services import connect
+    from drainer.settings import load_settings
+
+    warehouse = load_settings().home / "test-warehouse"
+    warehouse.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("DRAINER_WAREHOUSE", str(warehouse))
+        connect.up(load_settings(), echo=lambda *_: None, formats=("delta", "iceberg"))
+        yield warehouse
+
+
 @pytest.fixture
 def make_drain(stack, tmp_path: Path) -> Iterator[Callable[..., DrainConfig]]:
     """Create a uniquely named drain with its topics; also writes it to DRAINER_CONFIG."""

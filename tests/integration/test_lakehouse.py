@@ -42,23 +42,6 @@ DATAFRAME_MODE = {"mode": "dataframe", "processor": "spark_jobs.examples:one_row
 MODES = {"record": RECORD_MODE, "dataframe": DATAFRAME_MODE}
 
 
-@pytest.fixture(scope="module")
-def lakehouse(stack) -> Path:
-    """The Connect server with both formats' jars, and a warehouse for the tests' tables.
-
-    Not under pytest's temporary folders: pytest deletes older ones while a concurrent session
-    may still use them, and a fixed warehouse keeps the shared Spark session's Iceberg catalog.
-    """
-    from drainer.services import connect
-
-    warehouse = load_settings().home / "test-warehouse"
-    warehouse.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("DRAINER_WAREHOUSE", str(warehouse))
-        connect.up(load_settings(), echo=lambda *_: None, formats=("delta", "iceberg"))
-        yield warehouse
-
-
 def sink_of(fmt: str) -> dict[str, Any]:
     suffix = uuid.uuid4().hex[:8]
     if fmt == "delta":

@@ -1,9 +1,13 @@
-"""A Spark job error whose root cause is a lost service becomes one line naming it."""
+"""A Spark job error whose root cause is a lost service (Postgres, Kafka, a sink's Iceberg
+catalog) becomes one line naming it."""
 
 from __future__ import annotations
 
-from drainer.errors import DatabaseUnavailable, KafkaUnavailable
-from spark_jobs.drain_job import service_lost
+import yaml
+
+from drainer.config import load_drains
+from drainer.errors import CatalogUnavailable, DatabaseUnavailable, KafkaUnavailable
+from spark_jobs.drain_job import known_failure, service_lost
 
 WORKER_TRACE = """An error occurred while calling o123.collectToPython.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed
@@ -35,3 +39,37 @@ def test_kafka_timeout_in_the_read_is_one_line():
 
 def test_other_errors_keep_their_traceback():
     assert service_lost(ValueError("a bug in a processor")) is None
+
+
+REST_TRACE_PY4J = """An error occurred while calling o87.sql.
+: org.apache.iceberg.exceptions.RESTException: Error occurred while processing GET request
+	at org.apache.iceberg.rest.HTTPClient.execute(HTTPClient.java:362)
+	at org.apache.iceberg.rest.RESTSessionCatalog.fetchConfig(RESTSessionCatalog.java:1337)
+Caused by: org.apache.iceberg.shaded.org.apache.hc.client5.http.HttpHostConnectException: Connect to https://catalog.example.com:8181 failed: Connection refused
+	at java.base/sun.nio.ch.Net.pollConnect(Native Method)
+"""
+
+
+def iceberg_drain(tmp_path, catalog):
+    path = tmp_path / "drains.yaml"
+    body = {"topic": "orders", "group": "billing", "levels": 3, "budget": 70}
+    sink = {"type": "iceberg", "table": "analytics.orders", **catalog}
+    path.write_text(yaml.safe_dump({"drains": {"orders": {**body, "sink": sink}}}))
+    return load_drains(path)["orders"]
+
+
+def test_an_unreachable_rest_catalog_is_one_line_naming_it_and_its_uri(tmp_path):
+    uri = "https://catalog.example.com:8181"
+    drain = iceberg_drain(tmp_path, {"catalog": {"name": "lake", "uri": uri}})
+    err = known_failure(RuntimeError(REST_TRACE_PY4J), drain)
+    assert isinstance(err, CatalogUnavailable) and err.exit_code == 2
+    message = str(err)
+    assert "\n" not in message
+    named = f"Iceberg catalog 'lake' of drain 'orders' did not answer at sink.catalog.uri {uri}"
+    assert named in message
+    assert "HttpHostConnectException: Connect to" in message
+    assert "`drainer run orders` again" in message
+    # without the drain (or with the embedded catalog) the error is not the catalog's
+    assert known_failure(RuntimeError(REST_TRACE_PY4J)) is None
+    embedded = iceberg_drain(tmp_path, {})
+    assert known_failure(RuntimeError(REST_TRACE_PY4J), embedded) is None
