@@ -111,7 +111,9 @@ def _sink_offsets(drain: DrainConfig) -> Counter:
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # many crash-and-resume rounds, two server restarts
 @pytest.mark.parametrize("sink", list(SINKS))
-def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(make_drain, spark, sink):
+def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
+    make_drain, spark, lakehouse, sink
+):
     seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
     print(f"chaos seed: {seed} (replay with CHAOS_SEED={seed})")
     rng = random.Random(seed)
