@@ -1,24 +1,28 @@
 """drainer's sinks against the Structured Streaming job a Spark user writes instead (issue 17).
 
-  .venv/bin/python benchmarks/lakehouse_sinks.py      # --records 100000 1000000 --sinks delta
+  .venv/bin/python benchmarks/lakehouse_sinks.py      # --records 100000 1000000 --repeat 3
 
 Per size, N records (100-byte values over 1,000 keys, 3 levels x 4 partitions) are produced
-once. Each sink is drained from those topics by a drain of its own (its own name, consumer group
-and table; budget = the backlog, so one run drains it all), dataframe mode with
-`spark_jobs.examples:one_row_per_record`; timed: `spark_jobs.drain_job.run` whole (plan, Spark
-read + write, table commit, Postgres commit, Kafka mirror). The baseline, `streaming`, is the
-hand-written job: `readStream` of the 3 level topics (`subscribe`, `startingOffsets=earliest`),
-the same projection, `writeStream` into a fresh Delta table with a checkpoint and
-`trigger(availableNow=True)`, timed from building the query to `awaitTermination()` returning,
-on the same session of the same Connect server. Every path (each sink, the baseline) is warmed
-by a small run of its own before anything is timed.
+once. Each sink (`--sinks postgres delta iceberg`) is drained from those topics by a drain of its
+own (its own name, consumer group and table; budget = the backlog, so one run drains it all),
+dataframe mode with `spark_jobs.examples:one_row_per_record`; timed: `spark_jobs.drain_job.run`
+whole (plan, Spark read + write, table commit, Postgres commit, Kafka mirror).
+
+The baseline, `streaming`, is the hand-written job: `readStream` of the 3 level topics
+(`subscribe`, `startingOffsets=earliest`), the same projection, `writeStream` into a fresh Delta
+table with a checkpoint and `trigger(availableNow=True)`, timed from building the query to
+`awaitTermination()` returning, on the same session of the same Connect server.
+`streaming_fetch10` is the same job with the one Kafka option drainer sets on its bounded reads
+(`kafka.fetch.max.wait.ms=10`). Every path is warmed by a small run of its own (`--warmup`
+records) before anything is timed; `--repeat` rounds (each starting one path later) give medians.
 
 Each size runs in a child process, so the Python client's peak RSS is that size's. The Spark
 JVM (the Connect server's; local mode: driver and executors in one JVM) is shared by all sizes,
-so it is measured around each timed run: before it a full GC and a reset of the peak RSS
-(`/proc/<pid>/clear_refs`), after it the peak RSS and the heap after a full GC (`jcmd`). Every
-table is read back without Spark (a Postgres count, `deltalake`, `pyiceberg`) and must hold
-N rows.
+so it is measured around each timed run: before it a full GC (the heap it already held) and a
+reset of the peak RSS (`/proc/<pid>/clear_refs`); after it the peak RSS and the heap after a
+full GC (`jcmd`). Every table is read back without Spark (a Postgres count, `deltalake`,
+`pyiceberg`) and must hold N rows; the drainer's and the baseline's Delta tables must have the
+same columns. Topics, tables and drains files are removed afterwards unless `--keep`.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class Jvm:
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
         self.jcmd = shutil.which("jcmd")
+        self.heap_before_gc_mb: int | None = None
 
     def heap_after_gc_mb(self) -> int | None:
         """A full GC (what `System.gc()` does), then the heap in use (G1's `GC.heap_info`)."""
@@ -78,17 +83,20 @@ class Jvm:
         return None
 
     def before(self) -> None:
-        if self.pid is None:
-            return
-        self.heap_after_gc_mb()
-        # VmHWM := the current RSS (Linux >= 4.0), so the peak read after the run is the run's
-        Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        self.heap_before_gc_mb = self.heap_after_gc_mb()
+        if self.pid is not None:
+            # VmHWM := the current RSS (Linux >= 4.0): the peak read after the run is the run's
+            Path(f"/proc/{self.pid}/clear_refs").write_text("5")
 
     def after(self) -> dict[str, int | None]:
-        if self.pid is None:
-            return {"jvm_peak_rss_mb": None, "jvm_heap_after_gc_mb": None}
-        peak = round(vm_hwm_kb(self.pid) / 1024)
-        return {"jvm_peak_rss_mb": peak, "jvm_heap_after_gc_mb": self.heap_after_gc_mb()}
+        """Peak RSS during the run; heap after a GC before it (what the server held already)
+        and after it (what the run left behind)."""
+        peak = None if self.pid is None else round(vm_hwm_kb(self.pid) / 1024)
+        return {
+            "jvm_peak_rss_mb": peak,
+            "jvm_heap_before_mb": self.heap_before_gc_mb,
+            "jvm_heap_after_gc_mb": self.heap_after_gc_mb(),
+        }
 
 
 def jvm_pid(spark: Any) -> int | None:
@@ -331,7 +339,8 @@ def summarize(size: dict) -> list[dict[str, Any]]:
     for what in order:
         mine = [r for r in size["runs"] if r["what"] == what]
         jvm_peak = [r["jvm_peak_rss_mb"] for r in mine if r["jvm_peak_rss_mb"] is not None]
-        jvm_heap = [r["jvm_heap_after_gc_mb"] for r in mine if r["jvm_heap_after_gc_mb"]]
+        # the round that left the most heap behind, with what the server held before it
+        heap = max(mine, key=lambda r: r["jvm_heap_after_gc_mb"] or 0)
         rows.append(
             {
                 "records": records,
@@ -346,7 +355,8 @@ def summarize(size: dict) -> list[dict[str, Any]]:
                 else None,
                 "python_client_peak_rss_mb": size["python_client_peak_rss_mb"],
                 "jvm_peak_rss_mb": max(jvm_peak, default=None),
-                "jvm_heap_after_gc_mb": max(jvm_heap, default=None),
+                "jvm_heap_before_mb": heap["jvm_heap_before_mb"],
+                "jvm_heap_after_gc_mb": heap["jvm_heap_after_gc_mb"],
             }
         )
     return rows
@@ -363,11 +373,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         ("wall_s", "wall (s)", "{:.2f}"),
         ("records_per_s", "records/s", "{:,}"),
         ("vs_streaming", "x streaming", "{:.2f}"),
-        ("vs_streaming_fetch10", "x streaming_fetch10", "{:.2f}"),
+        ("vs_streaming_fetch10", "x fetch10", "{:.2f}"),
         ("rows", "rows read back", "{:,}"),
         ("spark_job_s", "Spark job (s)", "{:.2f}"),
         ("python_client_peak_rss_mb", "Python client peak RSS (MB)", "{}"),
         ("jvm_peak_rss_mb", "JVM peak RSS (MB)", "{}"),
+        ("jvm_heap_before_mb", "JVM heap before (MB)", "{}"),
         ("jvm_heap_after_gc_mb", "JVM heap after GC (MB)", "{}"),
     ]
     for _, title, _ in columns:
@@ -377,7 +388,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             *("–" if row[key] is None else fmt.format(row[key]) for key, _, fmt in columns)
         )
     console = Console()
-    Console(width=max(console.width, 180)).print(table)  # piped: rich's 80 columns are too few
+    Console(width=max(console.width, 200)).print(table)  # piped: rich's 80 columns are too few
 
 
 def machine() -> dict[str, Any]:
