@@ -39,3 +39,11 @@ def produce(drain, records: int, keys: int = 1000, value_size: int = 100) -> Non
         cmd = [sys.executable, "-m", "spark_jobs.cli", "produce", drain.name, "--level", str(level)]
         cmd += ["--count", str(count), "--keys", str(keys), "--value-size", str(value_size)]
         subprocess.run([*cmd, "--seed", str(level)], check=True, capture_output=True)
+
+
+def vm_hwm_kb(pid: int) -> int:
+    """Peak resident memory (VmHWM) of process `pid` in kB; 0 when /proc does not say."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from common import vm_hwm_kb
+
 OUT = Path(__file__).resolve().parent / "out"
 
 
@@ -79,7 +81,7 @@ def one_size(records: int) -> dict:
     runtime = jvm.java.lang.Runtime.getRuntime()
     heap_after_gc = runtime.totalMemory() - runtime.freeMemory()
     jvm_pid = jvm.java.lang.ProcessHandle.current().pid()
-    jvm_peak_kb = _vm_hwm_kb(jvm_pid)
+    jvm_peak_kb = vm_hwm_kb(jvm_pid)
     config.unlink()
     return {
         "records": records,
@@ -92,13 +94,6 @@ def one_size(records: int) -> dict:
         "jvm_peak_rss_mb": round(jvm_peak_kb / 1024),
         "jvm_heap_after_gc_mb": round(heap_after_gc / 2**20),
     }
-
-
-def _vm_hwm_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    return 0
 
 
 def main() -> int:
