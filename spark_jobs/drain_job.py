@@ -273,12 +273,13 @@ def _attempt_tag(ctx: RunContext, attempt: int) -> str:
 
 
 def _stop_earlier_attempts(ctx: RunContext, spark: SparkSession, wait_s: float = 120.0) -> None:
-    """Interrupt what a crashed attempt left running on the Connect server, and wait for it.
+    """Interrupt what a crashed attempt left running on the Connect server.
 
-    A Connect server keeps executing a client's write after the client died; a table commit
-    landing after this attempt looked at the table would be written twice (Iceberg has no
-    transaction id to refuse it). Runs share one session per code version, so the earlier
-    attempts' tagged operations are found in it.
+    A Connect server keeps executing a client's write after the client died. That frees the
+    server's cores for this attempt; it does not decide what lands: a write that finishes anyway
+    is skipped by Delta (same txnVersion) or stays on its unpublished Iceberg branch
+    (spark_jobs.lakehouse). Runs share one session per code version, so the earlier attempts'
+    tagged operations are found in it.
     """
     if ctx.attempt <= 1 or not is_connect(spark):
         return

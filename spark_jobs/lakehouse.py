@@ -356,7 +356,7 @@ def _publish_once(spark: SparkSession, table: str, drain: str, run_id: int, out:
     wap = wap_id(drain, run_id)
     branch = f"{RUN_BRANCH_PREFIX}{run_id}_{uuid.uuid4().hex[:8]}"
     catalog, short = table.split(".", 1)
-    _alter_iceberg(spark, table, f"CREATE BRANCH {branch}")
+    alter_iceberg(spark, table, f"CREATE BRANCH {branch}")
     (
         out.writeTo(f"{table}.branch_{branch}")
         .option(f"snapshot-property.{WAP_ID}", wap)
@@ -383,10 +383,10 @@ def _publish_once(spark: SparkSession, table: str, drain: str, run_id: int, out:
     spark.catalog.refreshTable(table)
     mine = refs.where(F.col("name").startswith(f"{RUN_BRANCH_PREFIX}{run_id}_")).collect()
     for row in mine:
-        _alter_iceberg(spark, table, f"DROP BRANCH IF EXISTS {row['name']}")
+        alter_iceberg(spark, table, f"DROP BRANCH IF EXISTS {row['name']}")
 
 
-def _alter_iceberg(spark: SparkSession, table: str, change: str, tries: int = 5) -> None:
+def alter_iceberg(spark: SparkSession, table: str, change: str, tries: int = 5) -> None:
     """`ALTER TABLE table change`, again on a lost commit race: unlike a write, Iceberg's
     ALTER TABLE gives up when another commit (an append, a branch) came first."""
     for attempt in range(1, tries + 1):

@@ -110,5 +110,5 @@ def _drop_stale_run_branches(spark: Any, where: str, older_than: str) -> int:
         .collect()
     )
     for row in stale:
-        spark.sql(f"ALTER TABLE {where} DROP BRANCH IF EXISTS {row['name']}")
+        lakehouse.alter_iceberg(spark, where, f"DROP BRANCH IF EXISTS {row['name']}")
     return len(stale)

@@ -94,22 +94,24 @@ def _still_served(spark: SparkSession) -> bool:
     """
     if not is_connect(spark):
         return True
-    connect = cast("ConnectSession", spark)
-    if not connect.is_stopped:
-        try:
-            connect.conf.get("spark.sql.session.timeZone")
+    try:
+        if not cast("ConnectSession", spark).is_stopped:
+            spark.conf.get("spark.sql.session.timeZone")
             return True
-        except Exception as err:
-            if (
-                not connect.is_stopped
-                and "SESSION_CHANGED" not in str(err)
-                and SESSION_CLOSED not in str(err)
-            ):
-                return True
-    connect.release_session_on_close = False  # the server has nothing left to release
-    with contextlib.suppress(Exception):
-        connect.stop()
+    except Exception as err:
+        gone = "SESSION_CHANGED" in str(err) or SESSION_CLOSED in str(err)
+        if not gone and not cast("ConnectSession", spark).is_stopped:
+            return True
+    _drop_client(spark)
     return False
+
+
+def _drop_client(spark: SparkSession) -> None:
+    """Stop a Connect client without releasing its session on the server (gone, or another
+    process's); else pyspark's functions keep asking it, still the process's active session."""
+    cast("ConnectSession", spark).release_session_on_close = False
+    with contextlib.suppress(Exception):
+        spark.stop()
 
 
 def describe(spark: SparkSession) -> str:
@@ -153,10 +155,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             log.info(
                 "Spark Connect session %s was closed by the server: opening another", session_id
             )
-            # drop the dead client, or pyspark's functions keep asking it (still the process's
-            # active session) and fail; the server has nothing left to release
-            cast("ConnectSession", spark).release_session_on_close = False
-            spark.stop()
+            _drop_client(spark)
             closed = session_id
             continue
         spark.conf.set("spark.sql.session.timeZone", "UTC")
@@ -168,8 +167,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
                 log.info("the code on %s changed: opening a session for it", endpoint)
                 remember_server_code(directory, endpoint, measured)
                 # leave that session to the server's idle timeout: another process may use it
-                spark.release_session_on_close = False  # type: ignore[attr-defined]  # Connect's
-                spark.stop()
+                _drop_client(spark)
                 server_code, closed = measured, None
                 continue
         return spark
