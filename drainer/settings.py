@@ -13,11 +13,15 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
+
+from drainer.local_secrets import CONNECT_TOKEN, POSTGRES_PASSWORD, read_secret
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_KAFKA_PORT = 9092
 DEFAULT_DATABASE_URL = "postgresql+psycopg://drainer@127.0.0.1:55432/drainer"
+LOCAL_ROLE = "drainer"
 DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_CONNECT_PORT = 15002
 
@@ -64,10 +68,13 @@ class Settings:
         """
         if self.spark_remote:
             return self.spark_remote
-        return None if self.spark_master_from_env else f"sc://127.0.0.1:{self.connect_port}"
+        return None if self.spark_master_from_env else f"sc://localhost:{self.connect_port}"
 
     connect_port: int = DEFAULT_CONNECT_PORT
     """DRAINER_CONNECT_PORT: where the local Connect server listens (one per checkout or venv)."""
+    connect_token: str | None = None
+    """The token the Connect servers drainer starts require (`<home>/secrets/spark-connect.token`,
+    made by `drainer services up`); sent only to the local one, never to SPARK_REMOTE."""
     dagster_database_url: str | None = None
     """DRAINER_DAGSTER_DATABASE_URL: the database that holds Dagster's run, event and schedule
     storage (`make dagster`, scripts/dagster_home.py); None: drainer's server, database
@@ -98,7 +105,7 @@ def load_settings() -> Settings:
         # the local broker listens on DRAINER_KAFKA_PORT (PLAINTEXT) and the three ports after it
         bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
         or f"127.0.0.1:{int(os.environ.get('DRAINER_KAFKA_PORT') or DEFAULT_KAFKA_PORT)}",
-        database_url=_sqlalchemy_url(url or DEFAULT_DATABASE_URL),
+        database_url=_sqlalchemy_url(url) if url else local_database_url(home),
         database_url_from_env=bool(url),
         spark_master=master or DEFAULT_SPARK_MASTER,
         home=home,
@@ -113,10 +120,20 @@ def load_settings() -> Settings:
         not in ("0", "false", "no"),
         python_path=os.environ.get("PYTHONPATH", ""),
         connect_port=int(os.environ.get("DRAINER_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
+        connect_token=read_secret(home, CONNECT_TOKEN),
         dagster_database_url=os.environ.get("DRAINER_DAGSTER_DATABASE_URL") or None,
         fault=os.environ.get("DRAINER_FAULT") or None,
         warehouse=os.environ.get("DRAINER_WAREHOUSE") or str(home / "warehouse"),
     )
+
+
+def local_database_url(home: Path) -> str:
+    """The local server's URL, with the password `drainer services up` generated (SCRAM)."""
+    password = read_secret(home, POSTGRES_PASSWORD)
+    if password is None:
+        return DEFAULT_DATABASE_URL
+    user = f"{LOCAL_ROLE}:{quote(password, safe='')}"
+    return DEFAULT_DATABASE_URL.replace(f"//{LOCAL_ROLE}@", f"//{user}@", 1)
 
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

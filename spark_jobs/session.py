@@ -4,8 +4,9 @@ Which Spark (Settings.spark_endpoint; docs/operations.md):
 - SPARK_REMOTE=sc://host:port: a Connect client of that server; this process starts no JVM;
 - SPARK_MASTER=local[*] | spark://host:port (and no SPARK_REMOTE): an in-process session (a JVM
   in this process) on that master;
-- neither: the local Connect server that `drainer services up` runs at sc://127.0.0.1:15002;
-  when it is not running, an in-process `local[*]` session (said so on stderr).
+- neither: the local Connect server that `drainer services up` runs at sc://localhost:15002,
+  sent the token it requires (`<home>/secrets/spark-connect.token`); when it is not running, an
+  in-process `local[*]` session (said so on stderr).
 
 The connector jars are resolved with Maven (`drainer services up`) rather than Spark's own Ivy
 resolver, which ignores Maven's settings and mirrors.
@@ -27,7 +28,7 @@ from drainer.config import load_drains
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import DrainerError
 from drainer.services import spark_kafka_jars
-from drainer.services.connect import endpoint_port
+from drainer.services.connect import client_url, endpoint_port, redacted
 from drainer.services.connect_session import (
     code_fingerprint,
     known_server_code,
@@ -119,7 +120,7 @@ def describe(spark: SparkSession) -> str:
     master = spark.conf.get("spark.master", "?")
     if is_connect(spark):
         endpoint = next((k for k, v in _sessions.items() if v is spark), "?")
-        return f"Spark Connect {endpoint} (Spark {spark.version}, server master {master})"
+        return f"Spark Connect {redacted(endpoint)} (Spark {spark.version}, server master {master})"
     return f"in-process Spark {spark.version} on {master}"
 
 
@@ -139,12 +140,14 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
     server_code = known_server_code(directory, endpoint) if remote else ""
     closed: str | None = None
     replaced, measured_once = 0, False
+    # the local server's token; a SPARK_REMOTE carries its own (`;token=`), if it needs one
+    authenticated = endpoint if remote else client_url(endpoint, settings.connect_token)
     while True:
-        url, session_id = endpoint, None
+        url, session_id = authenticated, None
         if settings.spark_shared_session and ";session_id=" not in endpoint:
             code = session_code(settings, server_code)
             session_id = shared_session_id(directory, endpoint, code, closed)
-            url = with_session_id(endpoint, session_id)
+            url = with_session_id(authenticated, session_id)
         spark: SparkSession = SparkSession.builder.remote(url).create()
         try:
             spark.conf.set("spark.sql.shuffle.partitions", settings.shuffle_partitions)
@@ -164,7 +167,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             measured_once = True
             measured = _server_code(spark, session_modules(settings))
             if measured != server_code:
-                log.info("the code on %s changed: opening a session for it", endpoint)
+                log.info("the code on %s changed: opening a session for it", redacted(endpoint))
                 remember_server_code(directory, endpoint, measured)
                 # leave that session to the server's idle timeout: another process may use it
                 _drop_client(spark)

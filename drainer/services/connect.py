@@ -1,7 +1,10 @@
 """The local Spark Connect server: one long-lived JVM that every run connects to.
 
 Started from the installed pyspark (`spark-submit --class …SparkConnectServer`), with the Kafka
-connector jars, bound to 127.0.0.1. `up` is idempotent like the broker's: a server we started
+connector jars, bound to 127.0.0.1, and asking every client for the token in
+`<home>/secrets/spark-connect.token` (`spark.connect.authenticate.token`, given to the server in
+its environment, not on its command line). Clients reach it as `sc://localhost:<port>`: pyspark
+sends a token without TLS only to a host named `localhost`. `up` is idempotent like the broker's: a server we started
 (pid file + live process) is reused, a server somebody else runs on the port is used as is, and
 only a free port gets a new server. Its Python workers run the interpreter of this virtualenv with
 our PYTHONPATH, so drainer and the drains' handlers import there as they do in the driver.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,7 +27,9 @@ from urllib.parse import urlparse
 
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import ServiceError
+from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
 from drainer.services import process
+from drainer.services.connect_session import with_param
 from drainer.services.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
 from drainer.services.lakehouse import configured_formats, server_conf
 from drainer.services.net import port_open
@@ -35,7 +41,10 @@ NAME = "connect"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 MARKER = SERVER_CLASS  # on the server's command line; tells our pid from a reused one
 START_TIMEOUT_SECONDS = 120.0
-HOST = "127.0.0.1"
+HOST = "127.0.0.1"  # where the server binds
+CLIENT_HOST = "localhost"  # how clients name it: pyspark's local credentials carry the token
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server's spark.connect.authenticate.token
+TOKEN_PARAM = re.compile(r"(;token=)[^;]*")
 # the server's session defaults; a client may change them per session (runtime SQL settings)
 SESSION_DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
@@ -124,6 +133,17 @@ def endpoint_port(endpoint: str) -> tuple[str, int]:
     return parsed.hostname, parsed.port or DEFAULT_CONNECT_PORT
 
 
+def client_url(address: str, token: str | None) -> str:
+    """How a client reaches a server drainer started (`address`, as `start` returns it): with
+    the token, for SPARK_REMOTE or `SparkSession.builder.remote`."""
+    return with_param(address, "token", token) if token else address
+
+
+def redacted(endpoint: str) -> str:
+    """An endpoint fit for logs and messages: its `token=` parameter starred out."""
+    return TOKEN_PARAM.sub(r"\1***", endpoint)
+
+
 def up(
     settings: Settings, echo: Echo = print, formats: tuple[str, ...] | None = None
 ) -> ServiceStatus:
@@ -166,14 +186,17 @@ def start(
     table formats whose jars and SQL extensions it loads (default: the drains file's); a running
     server that lacks one is restarted, since a client cannot add jars to it.
     """
-    address = f"sc://{HOST}:{port}"
+    address = f"sc://{CLIENT_HOST}:{port}"
     formats = configured_formats(settings) if formats is None else formats
+    token = ensure_secret(settings.home, CONNECT_TOKEN)
     pid = process.our_pid(paths.pid_file, MARKER)
     if pid is not None and not (
-        _runs_this_code(paths, settings) and set(formats) <= set(_loaded_formats(paths))
+        _runs_this_code(paths, settings)
+        and set(formats) <= set(_loaded_formats(paths))
+        and _asks_for_token(paths)
     ):
-        # its Python workers would import another interpreter's or checkout's drainer, or it
-        # lacks a table format's jars
+        # its Python workers would import another interpreter's or checkout's drainer, it
+        # lacks a table format's jars, or an older drainer started it without a token
         echo(f"{NAME:<9} restarting pid {pid}: it runs {_started_with(paths)}")
         process.terminate(pid)
         _wait_port_free(port)
@@ -223,7 +246,7 @@ def start(
         proc = subprocess.Popen(
             cmd,
             cwd=paths.root,
-            env=spark_env(settings),
+            env=spark_env(settings, {TOKEN_ENV: token}),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -233,7 +256,7 @@ def start(
     process.write_pid(paths.pid_file, proc.pid)
     paths.started_with.write_text(
         f"master={master} pyspark={pyspark_version()} python={sys.executable} "
-        f"lakehouse={','.join(formats) or '-'} {_code_of(settings)}\n"
+        f"lakehouse={','.join(formats) or '-'} auth=token {_code_of(settings)}\n"
     )
     _wait_ready(port, paths, proc.pid, proc)
     return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
@@ -244,11 +267,10 @@ def stop(
 ) -> ServiceStatus:
     """Stop the server we started (SIGTERM, then SIGKILL after 30 s)."""
     paths = paths or ConnectPaths.local(settings)
-    address = f"sc://{HOST}:{settings.connect_port}"
+    address = f"sc://{CLIENT_HOST}:{settings.connect_port}"
     if settings.spark_remote:
-        return ServiceStatus(
-            NAME, _answers(settings.spark_remote), settings.spark_remote, None, "not ours to stop"
-        )
+        shown = redacted(settings.spark_remote)
+        return ServiceStatus(NAME, _answers(settings.spark_remote), shown, None, "not ours to stop")
     pid = process.our_pid(paths.pid_file, MARKER)
     if pid is None:
         paths.pid_file.unlink(missing_ok=True)
@@ -280,6 +302,10 @@ def _loaded_formats(paths: ConnectPaths) -> list[str]:
     return []
 
 
+def _asks_for_token(paths: ConnectPaths) -> bool:
+    return " auth=token " in f" {_started_with(paths)} "
+
+
 def _runs_this_code(paths: ConnectPaths, settings: Settings) -> bool:
     return _started_with(paths).endswith(_code_of(settings))
 
@@ -296,13 +322,13 @@ def status(settings: Settings) -> ServiceStatus:
     if settings.spark_remote:
         ok = _answers(settings.spark_remote)
         return ServiceStatus(
-            NAME, ok, settings.spark_remote, None, "external" if ok else "not reachable"
+            NAME, ok, redacted(settings.spark_remote), None, "external" if ok else "not reachable"
         )
     if not settings.local_spark_connect:
         return ServiceStatus(
             NAME, False, "-", None, f"not used: SPARK_MASTER={settings.spark_master} (in-process)"
         )
-    address = f"sc://{HOST}:{settings.connect_port}"
+    address = f"sc://{CLIENT_HOST}:{settings.connect_port}"
     paths = ConnectPaths.local(settings)
     pid = process.our_pid(paths.pid_file, MARKER)
     ok = port_open(HOST, settings.connect_port)
@@ -335,10 +361,11 @@ def _check_remote(endpoint: str) -> ServiceStatus:
     """SPARK_REMOTE was given: never start anything, only check that it listens."""
     if not _answers(endpoint):
         raise ServiceError(
-            f"the Spark Connect server at {endpoint} (SPARK_REMOTE) did not answer within 5 s; "
+            f"the Spark Connect server at {redacted(endpoint)} (SPARK_REMOTE) did not answer "
+            "within 5 s; "
             "check the address, or unset SPARK_REMOTE to run a local one"
         )
-    return ServiceStatus(NAME, True, endpoint, None, "external")
+    return ServiceStatus(NAME, True, redacted(endpoint), None, "external")
 
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # keeps Popen objects from warning on GC

@@ -108,9 +108,14 @@ def _prune(directory: Path) -> None:
 
 def with_session_id(endpoint: str, session_id: str) -> str:
     """`sc://host:port[/;params]` with `session_id` added."""
+    return with_param(endpoint, "session_id", session_id)
+
+
+def with_param(endpoint: str, key: str, value: str) -> str:
+    """`sc://host:port[/;params]` with `;key=value` added."""
     if "/;" in endpoint:
-        return f"{endpoint};session_id={session_id}"
-    return f"{endpoint.rstrip('/')}/;session_id={session_id}"
+        return f"{endpoint};{key}={value}"
+    return f"{endpoint.rstrip('/')}/;{key}={value}"
 
 
 def code_fingerprint(modules: Iterable[str], extra: str = "") -> str:

@@ -14,25 +14,49 @@ def ping(conninfo: str) -> None:
         conn.execute("select 1")
 
 
-def create_role_and_database(url: URL, superuser: str) -> None:
-    """Create the URL's role (superuser: it is a development server) and database if missing."""
+def create_role_and_database(
+    url: URL, superuser: str, superuser_password: str | None = None
+) -> None:
+    """Create the URL's role (superuser: it is a development server) and database if missing.
+
+    With a password in the URL the role gets it (again, if it exists), as a SCRAM verifier
+    computed here, so the password itself never reaches the server or its log.
+    """
     user, database = url.username or superuser, url.database or superuser
-    conninfo = make_conninfo(host=url.host, port=url.port or 5432, user=superuser)
+    conninfo = make_conninfo(
+        host=url.host, port=url.port or 5432, user=superuser, password=superuser_password
+    )
     with psycopg.connect(conninfo, dbname="postgres", connect_timeout=5, autocommit=True) as conn:
         if (
             user != superuser
             and not conn.execute("select 1 from pg_roles where rolname = %s", (user,)).fetchone()
         ):
-            stmt = sql.SQL("create role {} login superuser").format(sql.Identifier(user))
-            if url.password:
-                stmt += sql.SQL(" password {}").format(sql.Literal(url.password))
-            conn.execute(stmt)
+            conn.execute(sql.SQL("create role {} login superuser").format(sql.Identifier(user)))
+        if url.password:
+            _set_password(conn, user, url.password)
         if not conn.execute("select 1 from pg_database where datname = %s", (database,)).fetchone():
             conn.execute(
                 sql.SQL("create database {} owner {}").format(
                     sql.Identifier(database), sql.Identifier(user)
                 )
             )
+
+
+def require_password(conninfo: str, superuser: str, password: str) -> None:
+    """Give `superuser` its password and make the server re-read pg_hba.conf, through a
+    connection its old rules (trust) still let in: how a trust cluster moves to SCRAM."""
+    with psycopg.connect(conninfo, dbname="postgres", connect_timeout=5, autocommit=True) as conn:
+        _set_password(conn, superuser, password)
+        conn.execute("select pg_reload_conf()")
+
+
+def _set_password(conn: psycopg.Connection[tuple[object, ...]], role: str, password: str) -> None:
+    verifier = conn.pgconn.encrypt_password(password.encode(), role.encode(), b"scram-sha-256")
+    conn.execute(
+        sql.SQL("alter role {} password {}").format(
+            sql.Identifier(role), sql.Literal(verifier.decode())
+        )
+    )
 
 
 def _maintenance_conninfo(url: URL) -> str:

@@ -213,7 +213,8 @@ def test_spark_connect_server_attached_to_the_cluster(
     drain = make_drain(budget=5000, **(record if mode == "record" else {}))
     _produce(drain)
     assert any("Spark Connect server" in name for name in cluster.app_names())
-    result = _drain_in_process(drain, SPARK_REMOTE=connect_on_cluster)
+    remote = connect.client_url(connect_on_cluster, load_settings().connect_token)
+    result = _drain_in_process(drain, SPARK_REMOTE=remote)
     assert result["drained"] == sum(PRODUCED.values())
     assert f"Spark Connect {connect_on_cluster}" in result["spark"]
     assert f"server master {cluster.master_url}" in result["spark"]

@@ -107,7 +107,8 @@ def test_a_session_the_server_closed_is_replaced(make_drain, spark):
     endpoint = settings.spark_endpoint
     directory, code = settings.home / "spark-sessions", session_code(settings)
     closed = shared_session_id(directory, endpoint, code)  # the one the run used
-    SparkSession.builder.remote(with_session_id(endpoint, closed)).create().stop()  # released
+    url = with_session_id(connect.client_url(endpoint, settings.connect_token), closed)
+    SparkSession.builder.remote(url).create().stop()  # released
 
     _drain_once(drain, shared=True, **other)
     assert shared_session_id(directory, endpoint, code) != closed
@@ -121,6 +122,7 @@ def test_a_remote_servers_code_change_gets_a_new_session(tmp_path):
     import shutil
 
     _require_connect()
+    settings = load_settings()
     repo = Path(__file__).resolve().parents[2]
     client = tmp_path / "client"
     for package in ("drainer", "spark_jobs"):
@@ -130,7 +132,7 @@ def test_a_remote_servers_code_change_gets_a_new_session(tmp_path):
     env = {
         **os.environ,
         "PYTHONPATH": str(client),
-        "SPARK_REMOTE": load_settings().spark_endpoint,
+        "SPARK_REMOTE": connect.client_url(settings.spark_endpoint, settings.connect_token),
         "DRAINER_HOME": str(tmp_path / "home"),
         "DRAINER_CONFIG": str(tmp_path / "none.yaml"),
     }

@@ -48,7 +48,7 @@ def test_connect_server_runs_drainer_code(settings: Settings, first_up) -> None:
     spark = get_spark(settings)
     assert is_connect(
         spark
-    ) and f"Spark Connect sc://127.0.0.1:{load_settings().connect_port}" in describe(spark)
+    ) and f"Spark Connect sc://localhost:{load_settings().connect_port}" in describe(spark)
 
     def where(batches):
         import pyarrow as pa

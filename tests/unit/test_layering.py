@@ -32,7 +32,7 @@ IO_CLIENTS = ("sqlalchemy", "psycopg", "confluent_kafka", "dagster", "pyspark")
 # lowest first; a module may import its own layer and the ones below. The longest matching
 # prefix names a module's layer ("drainer" alone is the package root: its version, no code).
 LAYERS: list[tuple[str, ...]] = [
-    ("drainer", "drainer.settings", "drainer.errors", "drainer.faults"),
+    ("drainer", "drainer.settings", "drainer.local_secrets", "drainer.errors", "drainer.faults"),
     ("drainer.offset_map", "drainer.processing", "drainer.allocation"),
     ("drainer.store",),
     ("drainer.config",),
@@ -42,7 +42,13 @@ LAYERS: list[tuple[str, ...]] = [
     ("spark_jobs",),
     ("dagster_project",),
 ]
-STORE_MAY_IMPORT = ("drainer.settings", "drainer.errors", "drainer.offset_map", "drainer.store")
+STORE_MAY_IMPORT = (
+    "drainer.settings",
+    "drainer.local_secrets",
+    "drainer.errors",
+    "drainer.offset_map",
+    "drainer.store",
+)
 SQL = re.compile(
     r"^\s*(SELECT\s+(\d|\w+\(|.*\bFROM\b)|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM"
     r"|COPY\s+\S+\s*\(|CREATE\s+(TABLE|INDEX|ROLE|DATABASE)|WITH\s+\w+\s+AS\s*\()",

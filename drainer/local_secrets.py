@@ -1,0 +1,53 @@
+"""The generated secrets of the local stack: the Postgres password and the Spark Connect token.
+
+`drainer services up` makes each once, as a file of its own under `<home>/secrets/` (directory
+0700, file 0600), and every process of that home reads it from there: so the secret is never on
+a command line, in the drains file or in an environment variable another user could list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+import tempfile
+from pathlib import Path
+
+POSTGRES_PASSWORD = "postgres.password"
+CONNECT_TOKEN = "spark-connect.token"
+
+
+def secret_path(home: Path, name: str) -> Path:
+    return home / "secrets" / name
+
+
+def read_secret(home: Path, name: str) -> str | None:
+    """The secret, or None before `drainer services up` has made it."""
+    try:
+        return secret_path(home, name).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def ensure_secret(home: Path, name: str) -> str:
+    """The secret, made now if missing: created under a temporary name and linked into place,
+    so two processes starting at once end up with the same one."""
+    path = secret_path(home, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    if not path.exists():
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(32) + "\n")
+            with contextlib.suppress(FileExistsError):
+                os.link(temporary, path)  # fails if another process linked its own first
+        finally:
+            os.unlink(temporary)
+    if stat.S_IMODE(path.stat().st_mode) & 0o077:
+        path.chmod(0o600)  # a copy restored by hand with the umask's mode
+    found = read_secret(home, name)
+    if found is None:
+        raise ValueError(f"{path} is empty: delete it and run `drainer services up` again")
+    return found

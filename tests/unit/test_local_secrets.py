@@ -1,0 +1,59 @@
+"""The local stack's generated secrets: made once, kept private, shown nowhere."""
+
+from __future__ import annotations
+
+import stat
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from drainer.local_secrets import CONNECT_TOKEN, POSTGRES_PASSWORD, ensure_secret, secret_path
+from drainer.services.connect import client_url, redacted
+from drainer.services.postgres import AUTH, TRUST_RULE
+from drainer.settings import DEFAULT_DATABASE_URL, local_database_url
+
+
+def test_a_secret_is_made_once_and_only_its_owner_reads_it(tmp_path: Path) -> None:
+    with ThreadPoolExecutor(8) as pool:  # processes starting at once agree on one secret
+        made = set(pool.map(lambda _: ensure_secret(tmp_path, CONNECT_TOKEN), range(16)))
+    assert len(made) == 1 and len(made.pop()) >= 32
+    path = secret_path(tmp_path, CONNECT_TOKEN)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert [p.name for p in path.parent.iterdir()] == [CONNECT_TOKEN]  # no temporary left
+
+
+def test_a_secret_restored_with_a_loose_mode_is_tightened(tmp_path: Path) -> None:
+    first = ensure_secret(tmp_path, POSTGRES_PASSWORD)
+    secret_path(tmp_path, POSTGRES_PASSWORD).chmod(0o644)
+    assert ensure_secret(tmp_path, POSTGRES_PASSWORD) == first
+    assert stat.S_IMODE(secret_path(tmp_path, POSTGRES_PASSWORD).stat().st_mode) == 0o600
+
+
+def test_the_local_database_url_carries_the_password_once_there_is_one(tmp_path: Path) -> None:
+    assert local_database_url(tmp_path) == DEFAULT_DATABASE_URL  # before `services up`
+    password = ensure_secret(tmp_path, POSTGRES_PASSWORD)
+    assert local_database_url(tmp_path) == DEFAULT_DATABASE_URL.replace(
+        "//drainer@", f"//drainer:{password}@"
+    )
+
+
+def test_every_trust_rule_initdb_writes_becomes_scram_and_comments_stay() -> None:
+    hba = (
+        "# If you do not trust all your local users, use another method.\n"
+        "local   all             all                                     trust\n"
+        "host    all             all             127.0.0.1/32            trust\n"
+        "host    replication     all             ::1/128                 trust # dev box\n"
+        "hostssl all             all             0.0.0.0/0               md5\n"
+    )
+    moved = TRUST_RULE.sub(rf"\g<1>{AUTH}\g<2>", hba)
+    assert TRUST_RULE.search(moved) is None
+    assert moved.count("scram-sha-256") == 3 and "do not trust all" in moved
+    assert moved.splitlines()[3].endswith("scram-sha-256 # dev box")
+    assert "md5" in moved
+
+
+def test_the_token_is_in_the_client_url_and_starred_out_of_what_is_shown() -> None:
+    url = client_url("sc://localhost:15002", "s3cr3t")
+    assert url == "sc://localhost:15002/;token=s3cr3t"
+    assert redacted(f"{url};session_id=S") == "sc://localhost:15002/;token=***;session_id=S"
+    assert client_url("sc://localhost:15002", None) == "sc://localhost:15002"
