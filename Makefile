@@ -60,8 +60,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 dagster: services
-	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/python scripts/dagster_home.py
-	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/dagster dev -w workspace.yaml
+	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/python scripts/dagster_home.py $(BIN)/dagster dev -w workspace.yaml
 
 services-down: $(STAMP)
 	$(BIN)/drainer services down

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -31,7 +32,7 @@ DAGSTER_YAML = f"""\
 {MARKER}
 storage:
   postgres:
-    postgres_url: {{storage_url}}
+{{storage}}
 concurrency:
   runs:
     max_concurrent_runs: 4
@@ -60,15 +61,46 @@ def storage_url(settings: Settings | None = None) -> str:
     return url.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
 
 
-def write_dagster_yaml(home: Path, storage: str) -> Path:
-    """Write dagster.yaml into `home`, unless someone replaced ours with their own.
+PASSWORD_ENV = "DAGSTER_PG_PASSWORD"
 
-    Mode 0600: the storage URL may carry the database password.
+
+def storage_config(storage: str) -> dict[str, object]:
+    """dagster.yaml's `storage: postgres:` block for the URL; its password, if any, by name.
+
+    A password written into dagster.yaml would travel in Dagster's instance reference, which
+    the webserver passes to every code server it starts on its command line (`--instance-ref`),
+    where any user of the machine reads it (`ps`). `{env: DAGSTER_PG_PASSWORD}` travels instead,
+    the way Dagster's own deployment guides write it; `storage_env` gives the value.
     """
+    url = make_url(storage)
+    if not url.password:
+        return {"postgres_url": storage}
+    db: dict[str, object] = {
+        "username": url.username or "",
+        "password": {"env": PASSWORD_ENV},
+        "hostname": url.host or "localhost",
+        "port": url.port or 5432,
+        "db_name": url.database or "",
+        "scheme": url.drivername,
+    }
+    if url.query:
+        db["params"] = dict(url.query)
+    return {"postgres_db": db}
+
+
+def storage_env(storage: str) -> dict[str, str]:
+    """The environment Dagster's processes need for `storage_config(storage)`."""
+    password = make_url(storage).password
+    return {PASSWORD_ENV: str(password)} if password else {}
+
+
+def write_dagster_yaml(home: Path, storage: str) -> Path:
+    """Write dagster.yaml into `home`, unless someone replaced ours with their own."""
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists() or config.read_text().startswith(MARKER):
-        config.write_text(DAGSTER_YAML.format(storage_url=json.dumps(storage)))
+        block = json.dumps(storage_config(storage))  # JSON is YAML: one flow mapping
+        config.write_text(DAGSTER_YAML.format(storage=f"    {block[1:-1]}"))
         config.chmod(0o600)
     return config
 
@@ -87,4 +119,10 @@ def ensure_dagster_home() -> Path:
 
 
 if __name__ == "__main__":
-    print(f"DAGSTER_HOME={ensure_dagster_home()}")
+    # `dagster_home.py dagster dev ...`: prepare the home, then run the command in it with the
+    # storage's password in its environment (never on a command line)
+    home = ensure_dagster_home()
+    print(f"DAGSTER_HOME={home}")
+    if len(sys.argv) > 1:
+        sys.stdout.flush()
+        os.execvpe(sys.argv[1], sys.argv[1:], {**os.environ, **storage_env(storage_url())})

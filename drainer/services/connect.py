@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import ServiceError
-from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
+from drainer.local_secrets import CONNECT_TOKEN, POSTGRES_PASSWORD, ensure_secret, read_secret
 from drainer.services import process
 from drainer.services.connect_session import with_param
 from drainer.services.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
@@ -80,6 +80,10 @@ class ConnectPaths:
     @property
     def console_log(self) -> Path:
         return self.root / "server.log"
+
+    @property
+    def log4j(self) -> Path:
+        return self.root / "log4j2.properties"
 
     @property
     def started_with(self) -> Path:
@@ -194,9 +198,11 @@ def start(
         _runs_this_code(paths, settings)
         and set(formats) <= set(_loaded_formats(paths))
         and _asks_for_token(paths)
+        and _logs_no_plans(paths)
     ):
         # its Python workers would import another interpreter's or checkout's drainer, it
-        # lacks a table format's jars, or an older drainer started it without a token
+        # lacks a table format's jars, or an older drainer started it without a token or with
+        # Spark's default logging (which writes whole requests, secrets and all, to its log)
         echo(f"{NAME:<9} restarting pid {pid}: it runs {_started_with(paths)}")
         process.terminate(pid)
         _wait_port_free(port)
@@ -236,11 +242,15 @@ def start(
         settings.spark_driver_memory,
         "--jars",
         jars,
+        "--driver-java-options",
+        f"-Dlog4j2.configurationFile=file:{paths.log4j}",
     ]
     for key, value in settings_conf.items():
         cmd += ["--conf", f"{key}={value}"]
     cmd.append("spark-internal")
     paths.root.mkdir(parents=True, exist_ok=True)
+    paths.log4j.write_text(LOG4J2)
+    _redact_log(paths.console_log, [token, read_secret(settings.home, POSTGRES_PASSWORD)])
     echo(f"{NAME:<9} starting a Spark Connect server at {address} ({master})")
     with paths.console_log.open("ab") as out:
         proc = subprocess.Popen(
@@ -256,7 +266,7 @@ def start(
     process.write_pid(paths.pid_file, proc.pid)
     paths.started_with.write_text(
         f"master={master} pyspark={pyspark_version()} python={sys.executable} "
-        f"lakehouse={','.join(formats) or '-'} auth=token {_code_of(settings)}\n"
+        f"lakehouse={','.join(formats) or '-'} auth=token logs=no-plans {_code_of(settings)}\n"
     )
     _wait_ready(port, paths, proc.pid, proc)
     return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
@@ -304,6 +314,23 @@ def _loaded_formats(paths: ConnectPaths) -> list[str]:
 
 def _asks_for_token(paths: ConnectPaths) -> bool:
     return " auth=token " in f" {_started_with(paths)} "
+
+
+def _redact_log(log: Path, secrets: list[str | None]) -> None:
+    """Blank the secrets out of the log a server of an older drainer wrote (with Spark's
+    default logging it held whole requests); the new server appends to it."""
+    if not log.exists():
+        return
+    text = original = log.read_bytes()
+    for secret in filter(None, secrets):
+        text = text.replace(secret.encode(), b"***")
+    if text != original:
+        log.write_bytes(text)
+    log.chmod(0o600)
+
+
+def _logs_no_plans(paths: ConnectPaths) -> bool:
+    return " logs=no-plans " in f" {_started_with(paths)} "
 
 
 def _runs_this_code(paths: ConnectPaths, settings: Settings) -> bool:
@@ -367,6 +394,23 @@ def _check_remote(endpoint: str) -> ServiceStatus:
         )
     return ServiceStatus(NAME, True, redacted(endpoint), None, "external")
 
+
+# Spark's default logging, less the Spark Connect service's INFO lines: they print whole requests
+# (`Found execution ExecuteInfo(...)`, every 30 s for an abandoned one), and a request's plan
+# holds the pickled executor, whose closure holds the sink's database URL and its password.
+LOG4J2 = """\
+rootLogger.level = info
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.connect.name = org.apache.spark.sql.connect
+logger.connect.level = warn
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+"""
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # keeps Popen objects from warning on GC
 

@@ -53,8 +53,8 @@ class DagsterStack:
 
     def start(self, timeout_s: float = 180) -> DagsterStack:
         sys.path.insert(0, str(REPO / "scripts"))
+        from dagster_home import storage_env, write_dagster_yaml
         from dagster_home import storage_url as dagster_storage_url
-        from dagster_home import write_dagster_yaml
         from sqlalchemy.engine import make_url
 
         from drainer.store.server import ensure_database
@@ -68,6 +68,8 @@ class DagsterStack:
             ensure_database(url)
             write_dagster_yaml(self.home, self.storage_url)
         env = {**self.env, "DAGSTER_HOME": str(self.home)}
+        if self.storage_url:  # as `make dagster` runs it: the password in the environment
+            env.update(storage_env(self.storage_url))
         logs = self.home / "stack_logs"
         logs.mkdir(exist_ok=True)
         # create the storage's tables once, before the webserver and the daemon both try

@@ -43,7 +43,9 @@ def _command_lines() -> str:
     return "\n".join(lines)
 
 
-def test_secrets_are_files_of_the_home_only_its_owner_reads(stack) -> None:
+def test_secrets_are_files_of_the_home_only_its_owner_reads(stack, dagster_stack) -> None:
+    """Nor on any command line: Dagster's webserver, daemon and the code servers they start
+    (which get the instance's settings on theirs) are up while it looks."""
     _local_only()
     home = load_settings().home
     for name in (POSTGRES_PASSWORD, CONNECT_TOKEN):
