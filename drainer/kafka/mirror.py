@@ -26,7 +26,8 @@ from sqlalchemy import Engine, Row
 
 from drainer.config import DrainConfig
 from drainer.errors import KafkaUnavailable
-from drainer.kafka.session import GroupCommit, KafkaSession
+from drainer.kafka.consumer_groups import GroupCommit
+from drainer.kafka.session import KafkaSession
 from drainer.offset_map import MAX_KAFKA_METADATA
 from drainer.store import offsets
 

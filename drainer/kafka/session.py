@@ -22,19 +22,16 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from confluent_kafka import (
-    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
-    ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
     KafkaException,
-    Message,
     Producer,
     TopicCollection,
     TopicPartition,
@@ -43,6 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from drainer.config import DrainConfig
 from drainer.errors import KafkaUnavailable, TopicMissing
+from drainer.kafka import consumer_groups, record_reads
 from drainer.kafka.clients import (
     PRODUCER_DEFAULTS,
     TIMEOUT_S,
@@ -56,6 +54,9 @@ from drainer.kafka.clients import (
     request_failed,
     unreachable,
 )
+from drainer.kafka.consumer_groups import GroupCommit
+
+__all__ = ["GroupCommit", "KafkaSession", "Watermarks"]
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +77,6 @@ class Watermarks:
     def __post_init__(self) -> None:
         if self.log_end < 0:
             object.__setattr__(self, "log_end", self.high)
-
-
-@dataclass(frozen=True)
-class GroupCommit:
-    topic: str
-    partition: int
-    offset: int
-    metadata: str = ""
 
 
 class KafkaSession:
@@ -350,80 +343,16 @@ class KafkaSession:
     def record_timestamps(
         self, positions: Mapping[tuple[int, int], int]
     ) -> dict[tuple[int, int], int | None]:
-        """Timestamp (ms) of the record at each (level, partition) offset: the next pending one.
-
-        Reads one record per partition (alignment, `max_wait`, level health). At the end, or
-        without a usable timestamp (old message format), it is unknown (None).
-        """
-        found: dict[tuple[int, int], int | None] = dict.fromkeys(positions)
-
-        def take(level_partition: tuple[int, int], message: Message | None) -> bool:
-            if message is not None:
-                kind, stamp = message.timestamp()
-                known = kind != TIMESTAMP_NOT_AVAILABLE and stamp >= 0
-                found[level_partition] = stamp if known else None
-            return True
-
-        self._read_at(positions, take)
-        return found
+        """Timestamp (ms) of the record at each (level, partition) offset (`record_reads`)."""
+        return record_reads.record_timestamps(self.consumer, self.drain.level_topic, positions)
 
     def sample_record_sizes(
         self, positions: Mapping[tuple[int, int], int], count: int = 20
     ) -> dict[tuple[int, int], float]:
-        """Average key+value bytes of up to `count` records from each (level, partition) offset.
-
-        A byte budget's estimate for partitions no measured run has read yet (`budget_bytes`);
-        a partition whose sample found no record is absent.
-        """
-        sizes: dict[tuple[int, int], list[int]] = {key: [] for key in positions}
-
-        def take(level_partition: tuple[int, int], message: Message | None) -> bool:
-            if message is None:
-                return True
-            found = sizes[level_partition]
-            found.append(len(message.key() or b"") + len(message.value() or b""))
-            return len(found) >= count
-
-        self._read_at(positions, take)
-        return {key: sum(found) / len(found) for key, found in sizes.items() if found}
-
-    def _read_at(
-        self,
-        positions: Mapping[tuple[int, int], int],
-        take: Callable[[tuple[int, int], Message | None], bool],
-    ) -> None:
-        """Hand the records from each (level, partition) offset to `take` (None: the partition's
-        end) until it returns True for that partition, or the time is up."""
-        if not positions:
-            return
-        drain, consumer = self.drain, self.consumer
-        assigned = [
-            TopicPartition(drain.level_topic(lvl), p, off) for (lvl, p), off in positions.items()
-        ]
-        consumer.assign(assigned)
-        try:
-            wanted = {(drain.level_topic(lvl), p): (lvl, p) for (lvl, p) in positions}
-            deadline = time.monotonic() + TIMEOUT_S
-            while wanted and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is None:
-                    continue
-                key = (str(message.topic()), int(message.partition() or 0))
-                if key not in wanted:
-                    continue
-                error = message.error()
-                if error is None and (message.offset() or 0) < positions[wanted[key]]:
-                    continue  # fetched before this lookup's assignment: not an asked record
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise kafka_error(f"reading {key[0]}[{key[1]}]: {error.str()}", error)
-                if take(wanted[key], None if error is not None else message):
-                    wanted.pop(key)
-                    consumer.pause([TopicPartition(*key)])
-        finally:
-            # librdkafka keeps a partition's pause across assignments: the next lookup must
-            # find it fetching
-            consumer.resume(assigned)
-            consumer.unassign()
+        """Average key+value bytes of up to `count` records per (level, partition) offset."""
+        return record_reads.sample_record_sizes(
+            self.consumer, self.drain.level_topic, positions, count
+        )
 
     # consumer groups (the mirror of committed offsets)
 
@@ -431,63 +360,10 @@ class KafkaSession:
         self, groups: Mapping[str, Iterable[tuple[str, int]]]
     ) -> dict[str, dict[tuple[str, int], tuple[int, str]]]:
         """group -> (topic, partition) -> (offset, metadata); offset < 0: nothing committed."""
-        requests = {
-            group: [TopicPartition(t, p) for t, p in keys] for group, keys in groups.items()
-        }
-        admin = self._connected()
-        pending = {
-            group: admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, tps)], request_timeout=TIMEOUT_S
-            )[group]
-            for group, tps in requests.items()
-            if tps
-        }
-        found: dict[str, dict[tuple[str, int], tuple[int, str]]] = {g: {} for g in groups}
-        for group, future in pending.items():
-            try:
-                answer = future.result(timeout=TIMEOUT_S + 5)
-            except (KafkaException, TimeoutError) as err:
-                raise request_failed(f"reading offsets of group {group}", err) from None
-            for tp in answer.topic_partitions:
-                if tp.error is not None:
-                    raise request_failed(f"reading offsets of group {group}", tp.error)
-                found[group][(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
-        return found
+        return consumer_groups.read_offsets(self._connected(), groups)
 
     def commit_group_offsets(
         self, commits: Mapping[str, list[GroupCommit]]
     ) -> dict[str, KafkaUnavailable]:
-        """Commit offsets to consumer groups, all groups at once; returns the groups that failed.
-
-        An admin commit (AlterConsumerGroupOffsets) is what a group-less consumer's commit is:
-        the same record in `__consumer_offsets`, seen by lag tools alike, refused while the group
-        has active members.
-        """
-        admin = self._connected()
-        pending = {
-            group: admin.alter_consumer_group_offsets(
-                [
-                    ConsumerGroupTopicPartitions(
-                        group,
-                        [
-                            TopicPartition(c.topic, c.partition, c.offset, c.metadata)
-                            for c in group_commits
-                        ],
-                    )
-                ],
-                request_timeout=TIMEOUT_S,
-            )[group]
-            for group, group_commits in commits.items()
-            if group_commits
-        }
-        failed: dict[str, KafkaUnavailable] = {}
-        for group, future in pending.items():
-            try:
-                answer = future.result(timeout=TIMEOUT_S + 5)
-            except (KafkaException, TimeoutError) as err:
-                failed[group] = request_failed(f"committing offsets of group {group}", err)
-                continue
-            errors = [tp.error for tp in answer.topic_partitions if tp.error is not None]
-            if errors:
-                failed[group] = request_failed(f"committing offsets of group {group}", errors[0])
-        return failed
+        """Commit offsets to consumer groups, all at once; returns the groups that failed."""
+        return consumer_groups.commit_offsets(self._connected(), commits)
