@@ -9,6 +9,8 @@ from contextlib import contextmanager
 
 import dagster as dg
 
+from drainer.config.kafka_clients import redact
+
 # pyspark's Spark Connect client logs every gRPC error it raises with the JVM's trace, expected
 # ones too (the Delta table lookup before a drain's first write); pyspark keeps that logger
 # disabled unless SPARK_CONNECT_LOG_LEVEL is set, but a run on an instance with a dagster.yaml
@@ -23,7 +25,7 @@ class _ToDagster(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._log.log(record.levelno, f"{record.name}: {record.getMessage()}")
+            self._log.log(record.levelno, redact(f"{record.name}: {record.getMessage()}"))
         except Exception:  # a log line must never fail the run
             self.handleError(record)
 

@@ -22,9 +22,10 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from drainer.errors import ConfigError
-from drainer.settings import expand_env_references
+from drainer.settings import expand_env_references, load_settings
 
 COMMON_KEYS = (
     "security.protocol",
@@ -253,10 +254,23 @@ def remember_secret(value: str) -> None:
         _secrets.add(value)
 
 
+def _settings_secrets() -> set[str]:
+    """The database password (as written in the URL and decoded) and the Connect token."""
+    settings = load_settings()
+    found = {settings.connect_token or ""}
+    try:
+        password = urlsplit(settings.database_url).password or ""
+    except ValueError:  # not a URL: the connection fails and says so
+        password = ""
+    found |= {password, unquote(password)}
+    return {secret for secret in found if len(secret) >= 4}  # never blank out "a" everywhere
+
+
 def redact(text: str) -> str:
-    """`text` with every secret drainer has expanded in this process replaced by `***`."""
+    """`text` with every secret drainer knows in this process replaced by `***`: those the
+    Kafka settings expanded, the database password and the local Connect server's token."""
     with _secrets_lock:
-        secrets = sorted(_secrets, key=len, reverse=True)  # a secret inside a longer one
+        secrets = sorted(_secrets | _settings_secrets(), key=len, reverse=True)  # longest first
     for secret in secrets:
         text = text.replace(secret, "***")
     return text

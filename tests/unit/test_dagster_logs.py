@@ -33,3 +33,21 @@ def test_the_connect_client_logger_stays_off_as_pyspark_leaves_it(monkeypatch):
     monkeypatch.setenv("SPARK_CONNECT_LOG_LEVEL", "debug")  # asked for: left on
     with drainer_logs_to(Recorded()):
         assert not connect.disabled
+
+
+def test_a_secret_in_a_line_is_redacted_before_dagster_stores_it(monkeypatch, tmp_path):
+    """Dagster keeps step logs in its event log (Postgres): the database password and the
+    local Connect token never reach it, written as they are or percent-encoded."""
+    home = tmp_path / "home"
+    (home / "secrets").mkdir(parents=True)
+    (home / "secrets" / "spark-connect.token").write_text("tok-0123456789abcdef\n")
+    monkeypatch.setenv("DRAINER_HOME", str(home))
+    monkeypatch.setenv("DRAINER_DATABASE_URL", "postgresql://ops:p%40ss-word-9@db:5432/drains")
+    step = Recorded()
+    with drainer_logs_to(step):
+        logging.getLogger("drainer.store").warning(
+            "cannot reach postgresql://ops:p%%40ss-word-9@db (p@ss-word-9), token %s",
+            "tok-0123456789abcdef",
+        )
+    ((_, line),) = step.lines
+    assert line == "drainer.store: cannot reach postgresql://ops:***@db (***), token ***"
