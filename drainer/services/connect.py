@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
+from drainer.config.kafka_clients import SPARK_REDACTION_REGEX, redact
 from drainer.errors import ServiceError
-from drainer.local_secrets import CONNECT_TOKEN, POSTGRES_PASSWORD, ensure_secret, read_secret
+from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
 from drainer.services import process
 from drainer.services.connect_session import with_param
 from drainer.services.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
@@ -250,7 +250,7 @@ def start(
     cmd.append("spark-internal")
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.log4j.write_text(LOG4J2)
-    _redact_log(paths.console_log, [token, read_secret(settings.home, POSTGRES_PASSWORD)])
+    _redact_log(paths.console_log)
     echo(f"{NAME:<9} starting a Spark Connect server at {address} ({master})")
     with paths.console_log.open("ab") as out:
         proc = subprocess.Popen(
@@ -313,24 +313,27 @@ def _loaded_formats(paths: ConnectPaths) -> list[str]:
 
 
 def _asks_for_token(paths: ConnectPaths) -> bool:
-    return " auth=token " in f" {_started_with(paths)} "
+    return _started_with_flag(paths, "auth=token")
 
 
-def _redact_log(log: Path, secrets: list[str | None]) -> None:
+def _redact_log(log: Path) -> None:
     """Blank the secrets out of the log a server of an older drainer wrote (with Spark's
     default logging it held whole requests); the new server appends to it."""
     if not log.exists():
         return
-    text = original = log.read_bytes()
-    for secret in filter(None, secrets):
-        text = text.replace(secret.encode(), b"***")
+    original = log.read_text(errors="surrogateescape")
+    text = redact(original)
     if text != original:
-        log.write_bytes(text)
+        log.write_text(text, errors="surrogateescape")
     log.chmod(0o600)
 
 
 def _logs_no_plans(paths: ConnectPaths) -> bool:
-    return " logs=no-plans " in f" {_started_with(paths)} "
+    return _started_with_flag(paths, "logs=no-plans")
+
+
+def _started_with_flag(paths: ConnectPaths, flag: str) -> bool:
+    return f" {flag} " in f" {_started_with(paths)} "
 
 
 def _runs_this_code(paths: ConnectPaths, settings: Settings) -> bool:
