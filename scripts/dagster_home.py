@@ -115,6 +115,7 @@ def ensure_dagster_home() -> Path:
     if ensure_database(make_url(storage)):
         print(f"created Dagster's storage database {make_url(storage).database}")
     write_dagster_yaml(home, storage)
+    os.environ.update(storage_env(storage))  # for Dagster in this process and what it starts
     return home
 
 
@@ -125,4 +126,4 @@ if __name__ == "__main__":
     print(f"DAGSTER_HOME={home}")
     if len(sys.argv) > 1:
         sys.stdout.flush()
-        os.execvpe(sys.argv[1], sys.argv[1:], {**os.environ, **storage_env(storage_url())})
+        os.execvp(sys.argv[1], sys.argv[1:])
