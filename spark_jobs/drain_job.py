@@ -220,6 +220,12 @@ def _execute_lakehouse(ctx: RunContext, spark: SparkSession) -> dict[tuple[str, 
     _check_lease(ctx)  # the table is searched for the run, and written, under the drain's lease
     _stop_earlier_attempts(ctx, spark)
     done = lakehouse.committed(spark, settings, drain, ctx.run.id)
+    if not ctx.readable_ranges():
+        # retention deleted every planned record since the plan: nothing to read or write; a
+        # table commit an earlier attempt made is still the run's, and goes on record with it
+        if done is not None:
+            ctx.table_commit.update(asdict(done))
+        return {}
     tag = _attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
     try:

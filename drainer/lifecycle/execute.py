@@ -121,7 +121,9 @@ def _process(
     """Read and process the plan's ranges (the executor stages the results)."""
     t0 = time.monotonic()
     clear_run_outputs(ctx)  # also when retention left nothing to read: no stale stage
-    present = execute(ctx) if ctx.readable_ranges() else {}
+    # a lakehouse run executes even then: an earlier attempt's table commit may hold the run,
+    # and only the executor can find it (and put it on record) in the table
+    present = execute(ctx) if ctx.readable_ranges() or ctx.drain.sink.lakehouse else {}
     job_s = time.monotonic() - t0
     phases["spark_start"] = ctx.phases.get("spark_start", 0.0)
     phases["spark_job"] = max(0.0, job_s - phases["spark_start"])
@@ -223,7 +225,14 @@ def clear_run_outputs(ctx: RunContext) -> None:
     """
     if ctx.drain.sink.lakehouse:
         # no Postgres stage; the failures an earlier attempt staged belong to its table commit
-        # if that happened, so the lakehouse executor clears them only when it writes again
+        # if that happened, so the lakehouse executor clears them only when it writes again.
+        # Those of records retention deleted since are lost, not failed: counted as failed they
+        # made `drained` (read - not done) negative, 0 - 1 when every record was deleted
+        with ctx.engine.begin() as conn:
+            check_fence(conn, ctx.lease, shared=True)
+            for rng in ctx.run.ranges:
+                start = ctx.read_from.get((rng.topic, rng.partition), rng.start)
+                dead_letters.clear_failures_below(conn, ctx.run.id, rng.topic, rng.partition, start)
         return
     with ctx.engine.begin() as conn:
         check_fence(conn, ctx.lease, shared=True)

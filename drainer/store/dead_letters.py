@@ -43,6 +43,20 @@ def clear_failures(conn: Connection, run_id: int) -> None:
     conn.execute(text("DELETE FROM record_failures WHERE run_id = :r"), {"r": run_id})
 
 
+def clear_failures_below(
+    conn: Connection, run_id: int, topic: str, partition: int, offset: int
+) -> None:
+    """Drop a run's staged failures of one partition below `offset` (records retention deleted
+    since: lost, not failed)."""
+    conn.execute(
+        text(
+            "DELETE FROM record_failures WHERE run_id = :r AND topic = :t AND partition = :p "
+            'AND "offset" < :o'
+        ),
+        {"r": run_id, "t": topic, "p": partition, "o": offset},
+    )
+
+
 def run_failures(conn: Connection, run_id: int) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """(topic, partition) -> the run's not-done records in offset order."""
     found: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)

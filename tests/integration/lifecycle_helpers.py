@@ -80,17 +80,25 @@ def sink_records(drain: DrainConfig) -> Counter:
 
 
 def assert_each_record_once(
-    drain: DrainConfig, ends: dict[tuple[str, int], int] | None = None
+    drain: DrainConfig,
+    ends: dict[tuple[str, int], int] | None = None,
+    records: set[tuple[str, int, int]] | None = None,
 ) -> None:
     """Exactly once, record by record: every (topic, partition, offset) below `ends` (default:
     the committed offsets) is in the sink once, and nothing else is (one-row-per-record sinks).
+
+    `records` replaces "every offset below the ends" where offsets are not all records
+    (transaction markers, aborted transactions): exactly those are expected.
     """
     from offsets import stored_offsets
 
     seen = sink_records(drain)
-    if ends is None:
-        ends = {key: committed for key, (committed, _) in stored_offsets(drain).items()}
-    expected = {(t, p, o) for (t, p), end in ends.items() for o in range(end)}
+    if records is not None:
+        expected = set(records)
+    else:
+        if ends is None:
+            ends = {key: committed for key, (committed, _) in stored_offsets(drain).items()}
+        expected = {(t, p, o) for (t, p), end in ends.items() for o in range(end)}
     twice = {k: n for k, n in seen.items() if n > 1}
     assert not twice, f"{len(twice)} records in the sink more than once, e.g. {list(twice)[:5]}"
     missing = expected - set(seen)

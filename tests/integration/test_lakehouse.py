@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from offsets import high_watermarks, kafka_offsets, stored_offsets
+from sqlalchemy import text
 from test_exactly_once import (
     RECORD_MODE,
     cli_run,
@@ -29,8 +30,10 @@ from dagster_project.metadata import run_metadata
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
+from drainer.kafka.producer import produce_records
 from drainer.observe.status import drain_status
 from drainer.settings import load_settings
+from drainer.store import get_engine
 from spark_jobs import drain_job
 from spark_jobs import lakehouse as lakehouse_sink
 
@@ -262,3 +265,52 @@ def live_files(drain: DrainConfig) -> int:
 
     table = SqlCatalog("drainer", uri=settings.database_url).load_table(drain.sink.table)
     return len(list(table.scan().plan_files()))
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_resumed_plan_whose_ranges_retention_deleted_keeps_its_table_commit_once(
+    make_drain, lakehouse, fmt
+):
+    """The lakehouse side of test_retention's resumed-plan test. A run wrote its table commit
+    (99 rows; its poison record at offset 10 failed, staged in Postgres) and crashed before the
+    Postgres commit; then retention deleted every planned record. The resumed run has nothing
+    to read and writes nothing: the table holds the run once, the run's Postgres commit names
+    that table commit, and the staged failure of a record retention deleted is lost, not failed.
+
+    Before: the failure was counted against 0 records read, the run committed drained = -1,
+    and `drainer status` of the drain raised "history of level 0 has a negative drained
+    count: [-1]"; the run's table commit was not on record."""
+    from lifecycle_helpers import cli, delete_records_before
+    from test_retention import POISON_ECHO, _records
+
+    drain = make_drain(sink=sink_of(fmt), levels=1, partitions=1, budget=1000, **POISON_ECHO)
+    topic = drain.level_topic(0)
+    produce_records(drain, _records(100, poison_at={10}), level=0, partition=0)
+    crashed = cli("run", drain.name, fault="after_table_commit")
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+    (run,) = runs_of(drain)
+    assert table_run_ids(drain) == [run.id]
+    delete_records_before(drain, 0, 0, 100)  # retention takes every planned record
+
+    proc = cli("run", drain.name, "--json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert [(r.id, r.status) for r in runs_of(drain)] == [(run.id, "committed")]
+    assert table_run_ids(drain) == [run.id]  # not written a second time
+    written = {(topic, 0, o) for o in range(100) if o != 10}
+    assert table_offsets(drain) == Counter({key: 1 for key in written})
+    status = drain_status(drain)
+    [stored] = [r for r in status["runs"] if r["id"] == run.id]
+    assert stored["table_commit"] is not None, "the run's table commit is not on record"
+    assert stored["table_commit"]["rows_added"] == 99
+    # as with Postgres: the numbers count what this attempt read; the table commit tells what
+    # the crashed one wrote
+    assert (stored["drained"], stored["lost_to_retention"]) == (0, 100)
+    assert stored_offsets(drain) == {(topic, 0): (100, "")}
+    with get_engine().connect() as conn:
+        attempts = conn.scalar(
+            text("SELECT count(*) FROM record_attempts WHERE drain = :d"), {"d": drain.name}
+        )
+        dead = conn.scalar(
+            text("SELECT count(*) FROM dead_letters WHERE drain = :d"), {"d": drain.name}
+        )
+    assert (attempts, dead) == (0, 0)  # offset 10 is among the 100 lost to retention
