@@ -76,6 +76,11 @@ class DatabaseUnavailable(ServiceUnavailable):
     """Postgres cannot be reached; nothing was changed."""
 
 
+class SparkUnavailable(ServiceUnavailable):
+    """The Spark Connect server stopped answering (or restarted) under a run; nothing was
+    committed in Postgres."""
+
+
 class CatalogUnavailable(ServiceUnavailable):
     """A lakehouse sink's Iceberg catalog did not answer; nothing was committed."""
 

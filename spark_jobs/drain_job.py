@@ -25,6 +25,7 @@ from drainer.errors import (
     KafkaUnavailable,
     ProcessorFailed,
     ServiceUnavailable,
+    SparkUnavailable,
 )
 from drainer.lifecycle.run import RunContext, RunResult, drain_once
 from drainer.processing.callables import load_callable
@@ -98,6 +99,15 @@ def service_lost(err: BaseException) -> ServiceUnavailable | None:
                 "rerun; the run resumes with the same ranges."
             )
         )
+    if _connect_lost(err):
+        first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+        return SparkUnavailable(
+            redact(
+                f"the Spark Connect server stopped answering during the run ({first[:200]}). "
+                "Nothing was committed: start the server again (`drainer services up` for the "
+                "local one) and rerun; the run resumes with the same ranges."
+            )
+        )
     found = _KAFKA_CAUSE.search(text)
     if found:
         return KafkaUnavailable(
@@ -108,6 +118,22 @@ def service_lost(err: BaseException) -> ServiceUnavailable | None:
             )
         )
     return None
+
+
+# the server went away (UNAVAILABLE), or came back as a new process that no longer knows the
+# session or the operation the client reattaches to
+_CONNECT_GONE = ("INVALID_HANDLE.SESSION_CHANGED", "INVALID_HANDLE.OPERATION_NOT_FOUND")
+
+
+def _connect_lost(err: BaseException) -> bool:
+    """True for a Spark Connect client error that says the server is gone, not the job."""
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    if not isinstance(err, SparkConnectGrpcException):
+        return False
+    if getattr(err.getGrpcStatusCode(), "name", None) == "UNAVAILABLE":  # a grpc.StatusCode
+        return True
+    return (err.getCondition() or "") in _CONNECT_GONE or any(c in str(err) for c in _CONNECT_GONE)
 
 
 def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import yaml
 
 from drainer.config import load_drains
-from drainer.errors import CatalogUnavailable, DatabaseUnavailable, KafkaUnavailable
+from drainer.errors import (
+    CatalogUnavailable,
+    DatabaseUnavailable,
+    KafkaUnavailable,
+    SparkUnavailable,
+)
 from spark_jobs.drain_job import known_failure, service_lost
 
 WORKER_TRACE = """An error occurred while calling o123.collectToPython.
@@ -73,3 +78,32 @@ def test_an_unreachable_rest_catalog_is_one_line_naming_it_and_its_uri(tmp_path)
     assert known_failure(RuntimeError(REST_TRACE_PY4J)) is None
     embedded = iceberg_drain(tmp_path, {})
     assert known_failure(RuntimeError(REST_TRACE_PY4J), embedded) is None
+
+
+def test_a_connect_server_gone_mid_run_is_one_line_saying_the_run_resumes():
+    """pyspark raises these when the server dies under a job (UNAVAILABLE after its retries) or
+    comes back as a new process (the session the client reattaches to is unknown)."""
+    import grpc
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    down = SparkConnectGrpcException(
+        message="<_MultiThreadedRendezvous of RPC that terminated with:\n"
+        '\tstatus = StatusCode.UNAVAILABLE\n\tdetails = "failed to connect to all addresses">',
+        grpc_status_code=grpc.StatusCode.UNAVAILABLE,
+    )
+    restarted = SparkConnectGrpcException(
+        message="[INVALID_HANDLE.SESSION_CHANGED] The handle 1234 is invalid.",
+        errorClass="INVALID_HANDLE.SESSION_CHANGED",
+        messageParameters={"handle": "1234"},
+    )
+    for err in (down, restarted):
+        lost = known_failure(err)
+        assert isinstance(lost, SparkUnavailable) and lost.exit_code == 2, err
+        message = str(lost)
+        assert "\n" not in message and "Spark Connect server stopped answering" in message
+        assert "resumes with the same ranges" in message
+    # a job that fails on a live server is not a lost server
+    failed = SparkConnectGrpcException(
+        message="division by zero", errorClass="DIVIDE_BY_ZERO", messageParameters={}
+    )
+    assert known_failure(failed) is None
