@@ -117,6 +117,46 @@ def test_max_wait_of_the_lowest_level_bounds_its_wait_through_a_top_level_burst(
     assert plain.utilization == bounded.utilization == 1.0
 
 
+def test_time_boxed_runs_fit_their_slot_from_the_simulated_throughput() -> None:
+    """At 2 records/s a full run of 70 takes 55.7 s; with `run_seconds: 40` the budget comes
+    from the measured throughput (timebox.py), (40 - 20 s fixed) / 0.51 s a record = 39 at
+    most, and no run overshoots. Fails if the simulator did not feed timebox.py its runs."""
+    trace = [[5, 5, 5] for _ in range(120)]  # 75 records a run: more than a slot holds
+    slow = Throughput(records_per_s=2.0)
+    (fixed,) = compare(DRAIN, trace, policies=["drainer"], throughput=slow)
+    (boxed,) = compare(
+        replace(DRAIN, run_seconds=40.0), trace, policies=["drainer"], throughput=slow
+    )
+    assert fixed.budget_p50 == 70 and fixed.run_max_s == 55.7
+    assert 35 <= boxed.budget_p50 <= 39 and boxed.run_max_s <= 40
+    assert boxed.over_run_seconds == 0 and boxed.utilization == 1.0
+    assert boxed.runs_to_empty is not None and fixed.runs_to_empty is not None
+    assert boxed.runs_to_empty > fixed.runs_to_empty  # the slot costs capacity
+
+
+def test_a_byte_budget_holds_back_the_level_of_large_records_only() -> None:
+    """Level 0's records are 3,000 bytes, level 2's 100: a byte budget of 30,000 a run holds
+    level 0 (25 records a run of it alone are 75,000 bytes), not level 2."""
+    trace = [[5, 5, 5] for _ in range(120)]
+    records, in_bytes = (
+        compare(drain, trace, policies=["drainer"], throughput=SIZES)[0]
+        for drain in (DRAIN, BUDGETS["budget_bytes"])
+    )
+    # level 2 waits as long, but for its runs' time (they read fewer bytes)
+    assert in_bytes.levels[0].p99_wait_min <= records.levels[0].p99_wait_min
+    assert in_bytes.levels[-1].p99_wait_min > 3 * records.levels[-1].p99_wait_min  # level 0
+    assert in_bytes.utilization == 1.0
+    # at most budget_bytes plus one record per level (a level with records reads at least one)
+    assert in_bytes.run_max_s <= round(SIZES.seconds(70, 30_000 + 3_000 + 500 + 100), 1)
+
+
+def test_the_drainer_policy_keeps_the_drains_backlog_aware_setting() -> None:
+    trace = [[5, 5, 5] for _ in range(120)]
+    results = compare(replace(DRAIN, backlog_aware=False), trace, policies=["seed", "drainer"])
+    assert replace(results[1], policy="seed") == results[0]
+    assert compare(DRAIN, trace, policies=["drainer"])[0] != results[1]  # it matters here
+
+
 def test_builtin_traces_and_csv() -> None:
     for name in TRACES:
         trace = builtin_trace(name, DRAIN)
