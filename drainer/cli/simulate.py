@@ -1,7 +1,9 @@
 """`drainer simulate <drain>`: replay arrival traces through the drain's allocation policies.
 
 Pure computation (`drainer.allocation.simulate`): no Kafka, no database; the drain's settings
-(levels, budget, distributor, history window, max_wait) come from the drains file.
+(levels, budget, distributor, history window, backlog_aware, max_wait, run_seconds,
+budget_bytes) come from the drains file; the simulated run time from `--fixed-s`,
+`--records-per-s`, `--bytes-per-s` and `--record-bytes`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from drainer.allocation.simulate import (
     POLICIES,
     TRACES,
     Drain,
+    Throughput,
     builtin_trace,
     compare,
     parse_trace,
@@ -55,6 +58,32 @@ def register(sub: Subcommands) -> None:
         help=f"max_wait for the `drainer + max_wait` policy when the drain sets none "
         f"(default {DEFAULT_MAX_WAIT})",
     )
+    default = Throughput()
+    p.add_argument(
+        "--fixed-s",
+        type=float,
+        default=default.fixed_s,
+        help="simulated seconds a run costs whatever it reads (default %(default)g)",
+    )
+    p.add_argument(
+        "--records-per-s",
+        type=float,
+        default=default.records_per_s,
+        help="simulated records read per second (default %(default)g)",
+    )
+    p.add_argument(
+        "--bytes-per-s",
+        type=float,
+        default=default.bytes_per_s,
+        help="simulated key+value bytes read per second (default %(default)g)",
+    )
+    p.add_argument(
+        "--record-bytes",
+        default=",".join(f"{size:g}" for size in default.record_bytes),
+        metavar="BYTES[,BYTES...]",
+        help="record size per level, lowest level first; the last one stands for the levels "
+        "above it (default %(default)s)",
+    )
     p.add_argument("--json", action="store_true")
 
 
@@ -71,11 +100,24 @@ def simulated_drain(drain: DrainConfig, max_wait: str | None = None) -> Drain:
         window=drain.history_window,
         maxout_threshold=drain.maxout_threshold,
         max_wait_ms=drain.max_wait_ms or dict.fromkeys(range(drain.levels), fallback),
+        backlog_aware=drain.backlog_aware,
+        run_seconds=drain.run_seconds,
+        budget_bytes=drain.budget_bytes,
     )
+
+
+def throughput(args: argparse.Namespace) -> Throughput:
+    """The simulated run time from the command line's throughput flags."""
+    try:
+        sizes = tuple(float(size) for size in args.record_bytes.split(","))
+        return Throughput(args.fixed_s, args.records_per_s, args.bytes_per_s, sizes)
+    except ValueError as err:
+        raise ConfigError(f"throughput: {err}") from None
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     drain = simulated_drain(get_drain(args.drain), args.max_wait)
+    speed = throughput(args)
     if args.interval < 1:
         raise ConfigError(f"--interval {args.interval}: runs are at least 1 minute apart")
     report = {}
@@ -91,16 +133,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             ) from None
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        results = compare(drain, trace, args.interval)
+        results = compare(drain, trace, args.interval, throughput=speed)
         report[name] = results
         if not args.json:
             limits = ", ".join(
                 f"level {level} {human_duration(ms)}"
                 for level, ms in sorted((drain.max_wait_ms or {}).items())
             )
+            budgets = f"budget {drain.budget:,}"
+            if drain.run_seconds is not None:
+                budgets += f", run_seconds {drain.run_seconds:g}"
+            if drain.budget_bytes is not None:
+                budgets += f", budget_bytes {drain.budget_bytes:,}"
             print_table(
-                f"{args.drain}: trace {name}, a run every {args.interval} min, budget "
-                f"{drain.budget:,}, max_wait {limits}",
+                f"{args.drain}: trace {name}, a run every {args.interval} min, {budgets}, "
+                f"max_wait {limits}; runs take {speed.fixed_s:g} s + records / "
+                f"{speed.records_per_s:g} + bytes / {speed.bytes_per_s:g}",
                 COLUMNS,
                 table(results),
             )
