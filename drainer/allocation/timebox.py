@@ -2,8 +2,20 @@
 
 People schedule drains in time ("a run must finish inside its five-minute slot"), the planner
 counts records. The bridge is the drain's measured throughput: records (and bytes) per second of
-its recent runs, whole-run wall time, so the fixed cost of a run is in the estimate and the
-budget errs on the short side. `budget` stays the cap, and a drain without history uses it.
+its recent runs over their whole slot (`runs.slot_s`: from just after the lease through plan,
+Spark, commit, mirror, dead letters, upkeep and the backlog report; stored by a small update
+after those steps, so the commit's transaction is unchanged). Outside it: process start
+(interpreter, imports, configuration), waiting for the lease and opening the Kafka session, and
+an earlier open plan the run finishes first; a scheduler's slot must leave room for those.
+`budget` stays the cap, and a drain without history uses it.
+
+Why one rate over the whole slot rather than a fixed per-run cost plus a per-record rate: time-
+boxed runs converge to one size, so the two terms cannot be told apart from their history (a fit
+of `seconds = a + b * records` over near-equal runs is ill-conditioned), and a run's fixed part
+is not a phase one can time apart (the commit copies rows, upkeep folds depend on the run
+count). The plain rate is enough: with a run taking `o + B / r` seconds for `B` records, the
+next budget `T * B / (o + B / r)` moves toward the budget that fills the slot exactly,
+`r * (T - o)`, shrinking the distance by a factor of at least `o / T` each run.
 
 A run that overshot its slot lowers the next estimate by the factor it overshot, on top of its
 own lower rate entering the average: slow runs are corrected at once, not over a window.

@@ -110,9 +110,10 @@ class DrainConfig(BaseModel):
         gt=0,
         description="time-boxed runs: aim for runs that finish in this many seconds; each "
         "run's record budget is what the drain's recent committed runs drained per second "
-        "(whole-run wall time) times this, at most `budget` (the cap) and at least the "
-        "distributor's minimum; a run that overshot lowers the next estimate; the first runs "
-        "use `budget`; null turns it off",
+        "of their whole slot (`runs.slot_s`: from the lease through plan, Spark, commit, "
+        "mirror and upkeep; process start and the wait for the lease are outside it) times "
+        "this, at most `budget` (the cap) and at least the distributor's minimum; a run that "
+        "overshot lowers the next estimate; the first runs use `budget`; null turns it off",
     )
     budget_bytes: int | None = Field(
         default=None,

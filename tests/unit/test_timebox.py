@@ -52,3 +52,31 @@ def test_a_slot_too_short_still_gets_the_minimum():
 def test_budget_always_between_minimum_and_cap(recent, run_seconds, cap):
     box = timeboxed_budget(run_seconds, cap=cap, recent=recent, minimum=7)
     assert 7 <= box.budget <= cap
+
+
+def _simulate(run_seconds: float, overhead: float, rate: float, cap: int, runs: int) -> list:
+    """Budgets and slot times of `runs` time-boxed runs of a drain whose run of B records
+    takes `overhead + B / rate` seconds (the whole slot, as `runs.slot_s` measures it)."""
+    history: list[RunThroughput] = []
+    for _ in range(runs):
+        budget = timeboxed_budget(run_seconds, cap=cap, recent=history).budget
+        history.append(RunThroughput(budget, overhead + budget / rate))
+    return history
+
+
+@given(st.floats(0.5, 8.0), st.floats(200, 50_000))
+def test_with_a_fixed_cost_per_run_the_budget_converges_to_the_one_that_fills_the_slot(
+    overhead, rate
+):
+    """A fixed per-run cost (Spark start, commit, mirror) is in the slot's time, so one rate
+    over the whole slot converges to the budget `rate * (T - overhead)` that fills it. Fails if
+    the rate were measured before the commit (the overhead missing from the seconds: every
+    run would overshoot by the missing part) or if an overshoot were not corrected."""
+    slot = 10.0
+    history = _simulate(slot, overhead, rate, cap=10**8, runs=30)
+    assert history[0].records == 10**8  # the first run has no history: the cap
+    assert history[1].seconds <= slot  # the first run's overshoot is corrected at once
+    exact = rate * (slot - overhead)
+    for run in history[-5:]:
+        assert abs(run.records - exact) <= 0.02 * exact + 1
+        assert run.seconds <= slot * 1.02
