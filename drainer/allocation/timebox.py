@@ -1,8 +1,8 @@
 """Time-boxed runs: the record budget that lets a run finish inside its slot (`run_seconds`).
 
 People schedule drains in time ("a run must finish inside its five-minute slot"), the planner
-counts records. The bridge is the drain's measured throughput: records (and bytes) per second of
-its recent runs over their whole slot (`runs.slot_s`: from just after the lease through plan,
+counts records. The bridge is the drain's measured throughput: the median of the records (and
+bytes) per second of its recent runs, each over its whole slot (`runs.slot_s`: from just after the lease through plan,
 Spark, commit, mirror, dead letters, upkeep and the backlog report; stored by a small update
 after those steps, so the commit's transaction is unchanged). Outside it: process start
 (interpreter, imports, configuration), waiting for the lease and opening the Kafka session, and
@@ -24,6 +24,7 @@ own lower rate entering the average: slow runs are corrected at once, not over a
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,15 +67,15 @@ def timeboxed_budget(
     measured = [r for r in recent if r.records > 0 and r.seconds > 0][-window:]
     if not measured:
         return TimeBox(cap, None, None, None, "no measured run yet: the configured budget")
-    rate = sum(r.records for r in measured) / sum(r.seconds for r in measured)
+    # the median run's rate, not the pooled one: a run much larger than the slot's (the first,
+    # capped run) shows a rate its fixed cost is spread thin over, and would dominate a pool
+    rate = statistics.median(r.records / r.seconds for r in measured)
     with_bytes = [r for r in measured if r.bytes]
     byte_rate = (
-        sum(r.bytes or 0 for r in with_bytes) / sum(r.seconds for r in with_bytes)
-        if with_bytes
-        else None
+        statistics.median((r.bytes or 0) / r.seconds for r in with_bytes) if with_bytes else None
     )
     last = measured[-1]
-    reason = f"{rate:,.0f} records/s over the last {len(measured)} runs"
+    reason = f"{rate:,.0f} records/s (median of the last {len(measured)} runs)"
     if last.seconds > run_seconds:
         factor = run_seconds / last.seconds
         rate = min(rate, last.records / last.seconds * factor)

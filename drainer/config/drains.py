@@ -109,7 +109,7 @@ class DrainConfig(BaseModel):
         default=None,
         gt=0,
         description="time-boxed runs: aim for runs that finish in this many seconds; each "
-        "run's record budget is what the drain's recent committed runs drained per second "
+        "run's record budget is the median of what the drain's recent committed runs drained per second "
         "of their whole slot (`runs.slot_s`: from the lease through plan, Spark, commit, "
         "mirror and upkeep; process start and the wait for the lease are outside it) times "
         "this, at most `budget` (the cap) and at least the distributor's minimum; a run that "

@@ -16,9 +16,24 @@ def test_first_runs_use_the_configured_budget():
 def test_budget_fits_the_slot_at_the_measured_rate():
     recent = [RunThroughput(10_000, 10.0, 1_000_000), RunThroughput(30_000, 20.0, 3_000_000)]
     box = timeboxed_budget(60, cap=1_000_000, recent=recent)
-    assert box.records_per_s == 40_000 / 30
-    assert box.budget == int(40_000 / 30 * 60)
-    assert box.byte_budget == int(4_000_000 / 30 * 60)
+    assert box.records_per_s == (1_000 + 1_500) / 2  # the median of the runs' rates
+    assert box.budget == int(1_250 * 60)
+    assert box.byte_budget == int((100_000 + 150_000) / 2 * 60)
+
+
+def test_one_run_much_larger_than_the_slot_does_not_set_the_rate():
+    """The first run of a drain uses the cap: 400,000 records whose fixed cost is spread thin
+    (21,000/s). Runs the size of the slot drain 8,000/s; the median follows them, where the
+    pooled rate (648,000 / 50.8 s = 12,800/s) would plan 128,000 records, 1.6 slots."""
+    recent = [
+        RunThroughput(400_000, 19.1),
+        RunThroughput(95_000, 11.7),
+        RunThroughput(79_000, 10.3),
+        RunThroughput(74_000, 9.7),
+    ]
+    box = timeboxed_budget(10, cap=400_000, recent=recent)
+    assert 7_600 <= box.records_per_s <= 8_200
+    assert box.budget <= 82_000
 
 
 def test_budget_stays_capped():
