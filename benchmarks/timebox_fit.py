@@ -1,11 +1,12 @@
 """Do time-boxed runs fit their slot? (issue 19.2, `run_seconds`)
 
     .venv/bin/python benchmarks/timebox_fit.py [--run-seconds 10] [--runs 15]
-                                               [--records 600000] [--budget 200000]
+                                               [--records 3000000] [--budget 1500000]
 
 One fresh drain (3 levels x 4 partitions, dataframe mode, by default one sink row per record,
 so a run's time grows with its records as a real drain's does) with
-`run_seconds` set and `budget` as the cap, a backlog larger than the runs can drain, then
+`run_seconds` set and `budget` as the cap, a backlog topped up to at least the cap before every
+run (so every run has more records waiting than its budget), then
 `--runs` consecutive `drainer run <drain> --json` processes (the real CLI and lifecycle, the
 real Kafka, Postgres and Spark Connect). Per run it reports the budget the run used
 (`runs.budget`) and why (the throughput estimate the plan saw, `run_budget`), the records it
@@ -15,7 +16,7 @@ plus process start, outside the slot by design). Summary: the share of runs with
 `run_seconds` after the first (which has no history and uses the cap), and the relative
 distance of each run's slot from `run_seconds`, to show how the estimate converges.
 
-Writes benchmarks/out/timebox_fit.json. The machine's load average is recorded per run: on a
+Writes benchmarks/out/timebox_fit.json; the topics and the sink table are dropped at the end. The machine's load average is recorded per run: on a
 shared machine the rate moves with the load, and so does the fit.
 """
 
@@ -48,8 +49,12 @@ def _run_row(engine: Any, run_id: int) -> dict[str, Any]:
     return dict(row._mapping)
 
 
-def fit(drain: Any, runs: int) -> dict[str, Any]:
-    """`runs` CLI runs of `drain` (current in DRAINER_CONFIG); their budgets and times."""
+def fit(drain: Any, runs: int, backlog: int, top_up: int) -> dict[str, Any]:
+    """`runs` CLI runs of `drain` (current in DRAINER_CONFIG, `backlog` records waiting); their
+    budgets and times. Before a run, a backlog below `top_up` gets `top_up` more records, so
+    no run is short of records (the producing is outside the runs' slots)."""
+    from common import produce
+
     from drainer.lifecycle.budgets import time_box
     from drainer.store import get_engine
 
@@ -57,6 +62,9 @@ def fit(drain: Any, runs: int) -> dict[str, Any]:
     levels = list(range(drain.levels))
     rows: list[dict[str, Any]] = []
     for i in range(runs):
+        if backlog < top_up:
+            produce(drain, top_up)
+            backlog += top_up
         box = time_box(engine, drain, levels)  # what the run's plan will see (same history)
         assert box is not None
         started = time.perf_counter()
@@ -86,11 +94,14 @@ def fit(drain: Any, runs: int) -> dict[str, Any]:
             "load_1m": round(os.getloadavg()[0], 2),
         }
         assert row["budget"] == box.budget, (row, box)
+        assert row["drained"] == row["budget"], "the backlog ran short: raise --records"
+        backlog -= row["drained"]
         rows.append(row)
         print(
             f"run {row['run']:2d}: budget {row['budget']:>7,} drained {row['drained']:>7,} "
             f"slot {row['slot_s']:6.2f} s (pre-commit {row['duration_s']:6.2f} s, process "
-            f"{row['process_s']:6.2f} s) load {row['load_1m']:5.2f}  {row['reason']}",
+            f"{row['process_s']:6.2f} s, upkeep {row['phases'].get('upkeep', 0):5.2f} s) "
+            f"load {row['load_1m']:5.2f}  {row['reason']}",
             flush=True,
         )
     return {"rows": rows}
@@ -121,13 +132,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--records", type=int, default=600_000)
-    parser.add_argument("--budget", type=int, default=200_000, help="the cap (first run)")
+    parser.add_argument("--records", type=int, default=3_000_000, help="the first backlog")
+    parser.add_argument("--budget", type=int, default=1_500_000, help="the cap (first run)")
     parser.add_argument("--processor", default="spark_jobs.examples:one_row_per_record")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from common import OUT, fresh_drain, produce
+    from sqlalchemy import text
 
+    from drainer.store import get_engine
     from drainer.testing import delete_topics
 
     drain = fresh_drain(
@@ -142,9 +155,11 @@ def main() -> int:
         t0 = time.monotonic()
         produce(drain, args.records)
         print(f"drain {drain.name}: {args.records:,} records in {time.monotonic() - t0:.0f} s")
-        rows = fit(drain, args.runs)["rows"]
+        rows = fit(drain, args.runs, args.records, args.budget)["rows"]
     finally:
         delete_topics(drain)
+        with get_engine().begin() as conn:  # its rows are only this benchmark's load
+            conn.execute(text(f'DROP TABLE IF EXISTS "{drain.sink.postgres_table}"'))
     summary = summarize(rows, args.run_seconds)
     report = {"args": vars(args), "drain": drain.name, "summary": summary, "rows": rows}
     (OUT / "timebox_fit.json").write_text(json.dumps(report, indent=2, default=str))
