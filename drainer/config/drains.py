@@ -117,7 +117,7 @@ class DrainConfig(BaseModel):
     )
     budget_bytes: int | None = Field(
         default=None,
-        description="a per-run byte budget besides `budget` (records): key+value bytes, "
+        description="a per-run byte budget besides `budget` (records): key+value+header bytes, "
         "estimated per partition from the record sizes of recent runs (or a sample read from "
         "Kafka when none is known), shared over the levels in proportion to their reserved "
         "shares, so a level of large records cannot fill a run meant for small ones; sizes "

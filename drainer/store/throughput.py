@@ -1,6 +1,6 @@
 """What runs read, in records and bytes: the input of time-boxed runs and byte budgets.
 
-The commit stores each range's records and key+value bytes read (`run_ranges.read_records`,
+The commit stores each range's records and key+value+header bytes read (`run_ranges.read_records`,
 `read_bytes`) and each level's bytes (`run_levels.read_bytes`); after the run's after-commit steps
 a small update stores its whole slot's wall time (`store_slot`, `runs.slot_s`). Planning reads
 back the drain's recent throughput (records over `slot_s`) and each partition's average record
@@ -85,7 +85,7 @@ def recent_throughput(
 def record_sizes(
     conn: Connection, drain: str, topics: list[str], window: int
 ) -> dict[tuple[str, int], float]:
-    """Average key+value bytes per record of each partition of `topics`, over the last
+    """Average key+value+header bytes per record of each partition of `topics`, over the last
     `window` committed runs that read it; partitions no measured run read are absent."""
     if not topics:
         return {}

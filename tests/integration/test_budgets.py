@@ -136,6 +136,34 @@ def test_a_byte_budget_keeps_large_records_from_filling_a_run_of_small_ones(make
     assert {lv["level"]: lv["planned"] for lv in again["levels"]}[0] == 200  # 2 MB of level 0
 
 
+def test_the_kafka_sample_and_the_spark_job_count_headers_as_record_bytes(make_drain, spark):
+    """Records of key 1 + value 99 + headers ("h", 5 bytes) and ("ü", none) are 108 bytes
+    (the header key "ü" is 2 bytes of UTF-8): the planner's Kafka sample and the Spark job's
+    count say the same. Fails if either counts key+value only (100)."""
+    drain = make_drain(budget=7000, budget_bytes="1MB")
+
+    def produce(count: int) -> None:
+        record = OutRecord(value=b"v" * 99, key=b"k", headers=[("h", b"12345"), ("\u00fc", None)])
+        produce_records(drain, [record] * count, level=0, partition=0)
+
+    produce(50)
+
+    plan = _cli("plan", drain)
+    assert plan["run_budget"]["sampled"] == [[0, 0]]
+    sizes = [
+        (s["level"], s["partition"], s["avg_bytes"]) for s in plan["run_budget"]["record_bytes"]
+    ]
+    assert sizes == [(0, 0, 108.0)]
+
+    drain_job.run(drain, trigger="test")
+    (stored,) = _runs(drain)
+    assert stored["drained"] == 50 and stored["read_bytes"] == 50 * 108
+    produce(10)  # now the size comes from what the run measured, not from a sample
+    again = _cli("plan", drain)
+    assert again["run_budget"]["sampled"] == []
+    assert [s["avg_bytes"] for s in again["run_budget"]["record_bytes"]] == [108.0]
+
+
 def test_record_mode_and_a_pruned_read_measure_their_bytes_too(make_drain, spark):
     """The bytes come from the read's observation in both modes; a dataframe processor whose
     output is empty by construction (Spark prunes the read) counts them by reading again."""
