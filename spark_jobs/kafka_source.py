@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from drainer.config import DrainConfig
@@ -98,7 +98,7 @@ def counted(
 
     Offsets are not records (transaction markers, aborted records), and a dataframe-mode
     transform may aggregate, so the commit's `drained` needs the input counted on its own; the
-    key+value bytes feed record sizes and byte rates (`budget_bytes`, `run_seconds`). An
+    key+value+header bytes (`record_bytes`) feed record sizes and byte rates (`budget_bytes`, `run_seconds`). An
     observation counts both inside the processing job itself: no second read of Kafka (unless
     Spark pruned the read away, see below; `recount=False` then reports nothing instead).
     Call the returned function after that job's action.
@@ -108,7 +108,7 @@ def counted(
         return df, dict
     # unique per read: concurrent runs may share one Connect session (spark_jobs.session)
     observation = Observation(f"drainer_records_read_{uuid.uuid4().hex}")
-    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    size = record_bytes()
     metrics = []
     for i, (topic, part) in enumerate(keys):
         mine = (F.col("topic") == topic) & (F.col("partition") == part)
@@ -137,11 +137,30 @@ def counted(
     return observed, counts
 
 
+def record_bytes() -> Column:
+    """A record's key, value and header bytes (header keys as UTF-8), what a byte budget
+    counts; the planner's Kafka sample counts the same (`drainer.kafka.record_reads`)."""
+    header = F.aggregate(
+        "headers",
+        F.lit(0),
+        lambda total, h: (
+            total
+            + F.coalesce(F.octet_length(h["key"]), F.lit(0))
+            + F.coalesce(F.length(h["value"]), F.lit(0))
+        ),
+    )
+    return (
+        F.coalesce(F.length("key"), F.lit(0))
+        + F.coalesce(F.length("value"), F.lit(0))
+        + F.coalesce(header, F.lit(0))  # no headers: null
+    )
+
+
 def count_read(df: DataFrame, ranges: list[StoredRange]) -> dict[tuple[str, int], Read]:
-    """Records and key+value bytes per (topic, partition) of a bounded read, counted by a job
+    """Records and key+value+header bytes per (topic, partition) of a bounded read, counted by a job
     of its own."""
     keys = sorted({(r.topic, r.partition) for r in ranges})
-    size = F.coalesce(F.length("key"), F.lit(0)) + F.coalesce(F.length("value"), F.lit(0))
+    size = record_bytes()
     read = (
         df.groupBy("topic", "partition")
         .agg(F.count(F.lit(1)).alias("n"), F.sum(size).cast("long").alias("b"))

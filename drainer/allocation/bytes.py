@@ -1,4 +1,4 @@
-"""Byte budgets (`budget_bytes`): a run also stops at a number of key+value bytes.
+"""Byte budgets (`budget_bytes`): a run also stops at a number of key+value+header bytes.
 
 Records are not all alike: a level of 1 MB records must not fill a run meant for 100-byte ones.
 The byte budget is shared over the levels in proportion to their reserved shares of the record
@@ -85,7 +85,7 @@ def byte_caps(
 def planned_bytes(
     reads: Mapping[tuple[int, int], int], record_bytes: Mapping[tuple[int, int], float]
 ) -> dict[int, int]:
-    """Per level, the estimated key+value bytes of `reads` (records per (level, partition))."""
+    """Per level, the estimated key+value+header bytes of `reads` (records per (level, partition))."""
     fallback = max(record_bytes.values(), default=0.0)
     total: dict[int, float] = {}
     for (level, partition), count in reads.items():

@@ -20,7 +20,9 @@ def split(
     """Each level's planned count over its partitions, max-min fairly.
 
     `floors` (the late records of `max_wait`) are served first: a level's count goes to them,
-    max-min fairly, before the rest is split over what its partitions have left.
+    max-min fairly, before the rest is split over what its partitions have left. (The policy
+    passes floors that a count short of them fills exactly, oldest first by time:
+    `wait.oldest_first`.)
     """
     reads: dict[tuple[int, int], int] = {}
     for level, amount in planned.items():

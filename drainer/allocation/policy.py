@@ -33,7 +33,13 @@ from drainer.allocation.types import (
     Plan,
     TimestampAt,
 )
-from drainer.allocation.wait import check_max_wait, late_grants, late_records, shares_after_grants
+from drainer.allocation.wait import (
+    check_max_wait,
+    late_grants,
+    late_records,
+    oldest_first_floors,
+    shares_after_grants,
+)
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ class AllocationPolicy:
         if aligner is None:
             numbers = numbers_for(backlog)
             planned = {level: n.planned for level, n in numbers.items()}
-            reads = split(members, planned, floors=late)
+            reads = split(members, planned, floors=self._oldest_first(members, late, planned))
             available: Mapping[int, int] = backlog
         else:
             # What each level can read if given everything (exact per level; an upper bound when
@@ -207,6 +213,20 @@ class AllocationPolicy:
         if not self.max_wait_ms or self.now_ms is None or self.offset_for_time is None:
             return {}
         return late_records(members, self.max_wait_ms, self.now_ms, self.offset_for_time)
+
+    def _oldest_first(
+        self,
+        members: list[PartitionBacklog],
+        late: dict[tuple[int, int], int],
+        planned: Mapping[int, int],
+    ) -> dict[tuple[int, int], int]:
+        """The late records each partition reads first; a level planned short of its late
+        records reads them oldest first by time across its partitions (`wait.oldest_first`)."""
+        if not late or not self.max_wait_ms or self.now_ms is None or not self.offset_for_time:
+            return late
+        return oldest_first_floors(
+            members, late, planned, self.max_wait_ms, self.now_ms, self.offset_for_time
+        )
 
     def _oldest_age_s(self, members: list[PartitionBacklog]) -> float | None:
         """Seconds since the oldest known next pending record of `members` (None: unknown)."""

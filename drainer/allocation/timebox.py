@@ -1,9 +1,21 @@
 """Time-boxed runs: the record budget that lets a run finish inside its slot (`run_seconds`).
 
 People schedule drains in time ("a run must finish inside its five-minute slot"), the planner
-counts records. The bridge is the drain's measured throughput: records (and bytes) per second of
-its recent runs, whole-run wall time, so the fixed cost of a run is in the estimate and the
-budget errs on the short side. `budget` stays the cap, and a drain without history uses it.
+counts records. The bridge is the drain's measured throughput: the median of the records (and
+bytes) per second of its recent runs, each over its whole slot (`runs.slot_s`: from just after the lease through plan,
+Spark, commit, mirror, dead letters, upkeep and the backlog report; stored by a small update
+after those steps, so the commit's transaction is unchanged). Outside it: process start
+(interpreter, imports, configuration), waiting for the lease and opening the Kafka session, and
+an earlier open plan the run finishes first; a scheduler's slot must leave room for those.
+`budget` stays the cap, and a drain without history uses it.
+
+Why one rate over the whole slot rather than a fixed per-run cost plus a per-record rate: time-
+boxed runs converge to one size, so the two terms cannot be told apart from their history (a fit
+of `seconds = a + b * records` over near-equal runs is ill-conditioned), and a run's fixed part
+is not a phase one can time apart (the commit copies rows, upkeep folds depend on the run
+count). The plain rate is enough: with a run taking `o + B / r` seconds for `B` records, the
+next budget `T * B / (o + B / r)` moves toward the budget that fills the slot exactly,
+`r * (T - o)`, shrinking the distance by a factor of at least `o / T` each run.
 
 A run that overshot its slot lowers the next estimate by the factor it overshot, on top of its
 own lower rate entering the average: slow runs are corrected at once, not over a window.
@@ -12,6 +24,7 @@ own lower rate entering the average: slow runs are corrected at once, not over a
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -54,15 +67,15 @@ def timeboxed_budget(
     measured = [r for r in recent if r.records > 0 and r.seconds > 0][-window:]
     if not measured:
         return TimeBox(cap, None, None, None, "no measured run yet: the configured budget")
-    rate = sum(r.records for r in measured) / sum(r.seconds for r in measured)
+    # the median run's rate, not the pooled one: a run much larger than the slot's (the first,
+    # capped run) shows a rate its fixed cost is spread thin over, and would dominate a pool
+    rate = statistics.median(r.records / r.seconds for r in measured)
     with_bytes = [r for r in measured if r.bytes]
     byte_rate = (
-        sum(r.bytes or 0 for r in with_bytes) / sum(r.seconds for r in with_bytes)
-        if with_bytes
-        else None
+        statistics.median((r.bytes or 0) / r.seconds for r in with_bytes) if with_bytes else None
     )
     last = measured[-1]
-    reason = f"{rate:,.0f} records/s over the last {len(measured)} runs"
+    reason = f"{rate:,.0f} records/s (median of the last {len(measured)} runs)"
     if last.seconds > run_seconds:
         factor = run_seconds / last.seconds
         rate = min(rate, last.records / last.seconds * factor)

@@ -78,7 +78,7 @@ class LevelPlan:
     for_max_wait: int = 0  # of `planned`, what the level got first for its late records
     oldest_age_s: float | None = None  # age of its oldest pending record, when known
     byte_cap: int | None = None  # records its share of `budget_bytes` holds (None: no budget)
-    planned_bytes: int | None = None  # estimated key+value bytes of `planned` (with byte_cap)
+    planned_bytes: int | None = None  # estimated record bytes of `planned` (with byte_cap)
 
 
 @dataclass(frozen=True)

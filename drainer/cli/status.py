@@ -104,7 +104,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     for lvl, fr in sorted(r["fill_ratios"].items(), reverse=True)
                     if fr is not None
                 ),
-                f"{r['duration_s']:.1f} s" if r["duration_s"] is not None else "",
+                _seconds(r),
                 str(r["planned_at"])[:19],
             ]
             for r in report["runs"]
@@ -221,3 +221,10 @@ def cmd_rewind(args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _seconds(run: dict[str, Any]) -> str:
+    """The run's whole slot (through commit, mirror and upkeep) when stored, else the time
+    up to its commit."""
+    seconds = run["slot_s"] if run.get("slot_s") is not None else run["duration_s"]
+    return "" if seconds is None else f"{seconds:.1f} s"

@@ -109,14 +109,15 @@ class DrainConfig(BaseModel):
         default=None,
         gt=0,
         description="time-boxed runs: aim for runs that finish in this many seconds; each "
-        "run's record budget is what the drain's recent committed runs drained per second "
-        "(whole-run wall time) times this, at most `budget` (the cap) and at least the "
-        "distributor's minimum; a run that overshot lowers the next estimate; the first runs "
-        "use `budget`; null turns it off",
+        "run's record budget is the median of what the drain's recent committed runs drained per second "
+        "of their whole slot (`runs.slot_s`: from the lease through plan, Spark, commit, "
+        "mirror and upkeep; process start and the wait for the lease are outside it) times "
+        "this, at most `budget` (the cap) and at least the distributor's minimum; a run that "
+        "overshot lowers the next estimate; the first runs use `budget`; null turns it off",
     )
     budget_bytes: int | None = Field(
         default=None,
-        description="a per-run byte budget besides `budget` (records): key+value bytes, "
+        description="a per-run byte budget besides `budget` (records): key+value+header bytes, "
         "estimated per partition from the record sizes of recent runs (or a sample read from "
         "Kafka when none is known), shared over the levels in proportion to their reserved "
         "shares, so a level of large records cannot fill a run meant for small ones; sizes "

@@ -44,10 +44,15 @@ def sample_record_sizes(
     positions: Mapping[tuple[int, int], int],
     count: int = 20,
 ) -> dict[tuple[int, int], float]:
-    """Average key+value bytes of up to `count` records from each (level, partition) offset.
+    """Average key+value+header bytes of up to `count` records from each (level, partition)
+    offset, as the Spark job measures a run's reads (`spark_jobs.kafka_source.record_bytes`).
 
     A byte budget's estimate for partitions no measured run has read yet (`budget_bytes`); a
-    partition whose sample found no record is absent.
+    partition whose sample found no record is absent. Records, not batch headers: neither
+    confluent-kafka's `Message` nor librdkafka's statistics (per partition only running
+    `rxmsgs`/`rxbytes` counters, emitted on a timer) expose a record batch's size and record
+    count, and the consumer fetches whole batches anyway, so reading `count` records costs
+    about one fetch per partition either way.
     """
     sizes: dict[tuple[int, int], list[int]] = {key: [] for key in positions}
 
@@ -55,11 +60,20 @@ def sample_record_sizes(
         if message is None:
             return True
         found = sizes[level_partition]
-        found.append(len(message.key() or b"") + len(message.value() or b""))
+        found.append(message_bytes(message))
         return len(found) >= count
 
     read_at(consumer, topic_of, positions, take)
     return {key: sum(found) / len(found) for key, found in sizes.items() if found}
+
+
+def message_bytes(message: Message) -> int:
+    """A record's key, value and header bytes (header keys as UTF-8)."""
+    size = len(message.key() or b"") + len(message.value() or b"")
+    found = message.headers() or []
+    for key, value in found.items() if isinstance(found, dict) else found:
+        size += len(key.encode()) + len(value.encode() if isinstance(value, str) else value or b"")
+    return size
 
 
 def read_at(

@@ -349,7 +349,7 @@ class KafkaSession:
     def sample_record_sizes(
         self, positions: Mapping[tuple[int, int], int], count: int = 20
     ) -> dict[tuple[int, int], float]:
-        """Average key+value bytes of up to `count` records per (level, partition) offset."""
+        """Average key+value+header bytes of up to `count` records per (level, partition) offset."""
         return record_reads.sample_record_sizes(
             self.consumer, self.drain.level_topic, positions, count
         )

@@ -49,7 +49,7 @@ def commit_run(
 ) -> CommitResult:
     """Commit the run; `present` is how many records each range held when read (None: all).
 
-    `read_bytes` is the key+value bytes read per range (None: not measured), kept for the
+    `read_bytes` is the key+value+header bytes read per range (None: not measured), kept for the
     record sizes and byte rates of later plans (`drainer.store.throughput`).
 
     Offsets are not records (transaction markers, aborted records, retention), so `drained`

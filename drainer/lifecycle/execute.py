@@ -3,6 +3,11 @@
 Everything up to the commit fails the run (marked failed; the plan stays and the next run
 resumes it with the same ranges). Everything after the commit is a warning on the committed
 run, retried by the next run: mirroring offsets to Kafka, publishing dead letters, the backlog.
+
+Two durations are stored: `runs.duration_s` inside the commit (plan through the Spark job, all
+the commit can know) and, in a small update once the after-commit steps are done, the whole
+slot `runs.slot_s` (`started`, just after the lease, through mirror, upkeep and the backlog
+report), which time-boxed runs (`run_seconds`) measure throughput by.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from drainer.lifecycle.results import (
 )
 from drainer.lifecycle.retention import measure_ranges
 from drainer.settings import Settings
-from drainer.store import dead_letters, launches, retention, runs, sinks
+from drainer.store import dead_letters, launches, retention, runs, sinks, throughput
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRun
 
@@ -79,15 +84,18 @@ def execute_plan(
     )
     if report is None:
         report = load_level_reports(stored.id, engine)
+    # the whole slot, for time-boxed runs: after the commit, in its own short update
+    slot_s = time.monotonic() - started
     with engine.begin() as conn:
         launches.store_phases(conn, stored.id, phases)
+        throughput.store_slot(conn, stored.id, slot_s)
     return RunResult(
         run_id=stored.id,
         drain=drain.name,
         levels=report,
         resumed=False,
         attempt=ctx.attempt,
-        duration_s=time.monotonic() - started,
+        duration_s=slot_s,
         published_rows=result.published_rows,
         mirror=mirror,
         phases={k: round(v, 3) for k, v in phases.items()},

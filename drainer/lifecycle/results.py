@@ -35,7 +35,7 @@ class RunContext:
     # where each range's read starts: past what retention deleted (drainer.lifecycle.retention);
     # ranges missing here start at their planned start
     read_from: dict[tuple[str, int], int] = field(default_factory=dict)
-    # key+value bytes read per (topic, partition), set by an executor that measures them
+    # key+value+header bytes read per (topic, partition), set by an executor that measures them
     read_bytes: dict[tuple[str, int], int] = field(default_factory=dict)
     # a lakehouse sink's table commit, set by the executor: format, location, version,
     # files_added, bytes_added, rows_added (spark_jobs.lakehouse.TableCommit)

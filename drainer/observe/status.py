@@ -88,6 +88,8 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
                 "attempts": r.attempts,
                 "planned_at": r.planned_at,
                 "duration_s": r.duration_s,
+                # the whole slot (through commit, mirror, upkeep): what run_seconds measures
+                "slot_s": r.slot_s,
                 "drained": int(r.drained),
                 "lost_to_retention": int(r.lost_to_retention),
                 "error": r.error,

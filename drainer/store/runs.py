@@ -336,7 +336,7 @@ def recent_runs(conn: Connection, drain: str, limit: int) -> Sequence[Row[Any]]:
     return conn.execute(
         text(
             "SELECT r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, r.duration_s, "
-            "coalesce(sum(rl.drained), 0) AS drained, "
+            "r.slot_s, coalesce(sum(rl.drained), 0) AS drained, "
             "coalesce(sum(rl.lost_to_retention), 0) AS lost_to_retention, r.error, "
             "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills, "
             "(SELECT to_jsonb(tc) - 'run_id' FROM run_table_commits tc WHERE tc.run_id = r.id) "
@@ -344,7 +344,7 @@ def recent_runs(conn: Connection, drain: str, limit: int) -> Sequence[Row[Any]]:
             "FROM (SELECT * FROM runs WHERE drain = :d ORDER BY id DESC LIMIT :n) r "
             "LEFT JOIN run_levels rl ON rl.run_id = r.id "
             "GROUP BY r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, "
-            "r.duration_s, r.error ORDER BY r.id DESC"
+            "r.duration_s, r.slot_s, r.error ORDER BY r.id DESC"
         ),
         {"d": drain, "n": limit},
     ).all()

@@ -1,8 +1,10 @@
 """What runs read, in records and bytes: the input of time-boxed runs and byte budgets.
 
-The commit stores each range's records and key+value bytes read (`run_ranges.read_records`,
-`read_bytes`) and each level's bytes (`run_levels.read_bytes`); planning reads back the drain's
-recent throughput (`runs.duration_s`) and each partition's average record size.
+The commit stores each range's records and key+value+header bytes read (`run_ranges.read_records`,
+`read_bytes`) and each level's bytes (`run_levels.read_bytes`); after the run's after-commit steps
+a small update stores its whole slot's wall time (`store_slot`, `runs.slot_s`). Planning reads
+back the drain's recent throughput (records over `slot_s`) and each partition's average record
+size.
 """
 
 from __future__ import annotations
@@ -42,31 +44,48 @@ def store_read(
         )
 
 
+def store_slot(conn: Connection, run_id: int, seconds: float) -> None:
+    """The run's wall time through its after-commit steps (`runs.slot_s`).
+
+    Its own statement after the commit, not part of it: the commit's transaction stays as short
+    as it was, and a run whose process ends before this keeps its pre-commit `duration_s`.
+    """
+    conn.execute(
+        text("UPDATE runs SET slot_s = :s WHERE id = :r"), {"s": round(seconds, 3), "r": run_id}
+    )
+
+
 def recent_throughput(
     conn: Connection, drain: str, window: int
 ) -> list[tuple[int, float, int | None]]:
     """`(records, seconds, bytes)` (bytes None when unmeasured) of the last `window` committed
-    runs that drained something, oldest first."""
+    runs that drained something, oldest first.
+
+    `seconds` is the run's whole slot (`slot_s`: plan through commit, mirror and upkeep), or
+    its pre-commit `duration_s` when the process ended before storing the slot.
+    """
     rows = conn.execute(
         text(
             "SELECT * FROM ("
-            "  SELECT r.id, r.duration_s, coalesce(sum(rl.drained), 0) AS records,"
+            "  SELECT r.id, coalesce(r.slot_s, r.duration_s) AS seconds,"
+            "         coalesce(sum(rl.drained), 0) AS records,"
             "         sum(rl.read_bytes) AS bytes"
             "  FROM runs r JOIN run_levels rl ON rl.run_id = r.id"
-            "  WHERE r.drain = :d AND r.status = 'committed' AND r.duration_s > 0"
+            "  WHERE r.drain = :d AND r.status = 'committed'"
+            "    AND coalesce(r.slot_s, r.duration_s) > 0"
             "  GROUP BY r.id HAVING coalesce(sum(rl.drained), 0) > 0"
             "  ORDER BY r.id DESC LIMIT :w"
             ") recent ORDER BY id"
         ),
         {"d": drain, "w": window},
     )
-    return [(int(row.records), float(row.duration_s), _int(row.bytes)) for row in rows]
+    return [(int(row.records), float(row.seconds), _int(row.bytes)) for row in rows]
 
 
 def record_sizes(
     conn: Connection, drain: str, topics: list[str], window: int
 ) -> dict[tuple[str, int], float]:
-    """Average key+value bytes per record of each partition of `topics`, over the last
+    """Average key+value+header bytes per record of each partition of `topics`, over the last
     `window` committed runs that read it; partitions no measured run read are absent."""
     if not topics:
         return {}

@@ -37,7 +37,7 @@ def _runs(drain) -> list[dict]:
     with get_engine().connect() as conn:
         rows = conn.execute(
             text(
-                "SELECT r.id, r.budget, r.duration_s, sum(rl.drained) AS drained, "
+                "SELECT r.id, r.budget, r.duration_s, r.slot_s, sum(rl.drained) AS drained, "
                 "sum(rl.read_bytes) AS read_bytes, sum(rl.planned) AS planned "
                 "FROM runs r JOIN run_levels rl ON rl.run_id = r.id WHERE r.drain = :d "
                 "AND r.status = 'committed' GROUP BY r.id ORDER BY r.id"
@@ -52,7 +52,8 @@ def _runs(drain) -> list[dict]:
 
 def test_a_time_boxed_drain_uses_its_budget_first_and_its_throughput_after(make_drain, spark):
     """run_seconds 1 with budget 70,000: the first run (no history) gets 70,000; the next one
-    the records/s of the first (whole-run wall time) times one second, lowered by the factor the
+    the records/s of the first over its whole slot (`slot_s`, through commit, mirror and upkeep,
+    longer than the pre-commit `duration_s`) times one second, lowered by the factor the
     first run overshot its one-second slot if it did (a warm local Spark drains 3,000 records in
     half a second; one on a busy machine takes longer). No Spark run drains 3,000 records in the
     43 ms that would make the estimate reach the cap."""
@@ -67,8 +68,11 @@ def test_a_time_boxed_drain_uses_its_budget_first_and_its_throughput_after(make_
     assert stored["id"] == first.run_id and stored["budget"] == 70_000
     assert stored["drained"] == 3000 and stored["read_bytes"] > 3000  # key + value bytes
 
+    # the slot reaches past the commit: what the run's caller saw, more than duration_s
+    assert stored["slot_s"] == pytest.approx(first.duration_s, abs=0.001)
+    assert stored["slot_s"] > stored["duration_s"]
     produce_records(drain, synthetic_records(3000, keys=5, seed=2), level=0, partition=0)
-    recent = [RunThroughput(3000, stored["duration_s"], stored["read_bytes"])]
+    recent = [RunThroughput(3000, stored["slot_s"], stored["read_bytes"])]
     expected = timeboxed_budget(1, 70_000, recent, minimum=7)
     assert expected.budget < 70_000
     plan = _cli("plan", drain)
@@ -76,7 +80,7 @@ def test_a_time_boxed_drain_uses_its_budget_first_and_its_throughput_after(make_
     assert plan["budget"] == expected.budget and plan["budget_cap"] == 70_000
     assert used["records_per_s"] == expected.records_per_s
     # the bytes/s of the run, lowered by the same factor (slot / the run's seconds) if it overshot
-    seconds = stored["duration_s"]
+    seconds = stored["slot_s"]
     byte_rate = stored["read_bytes"] / seconds / max(1.0, seconds)
     assert used["bytes_per_s"] == expected.bytes_per_s == pytest.approx(byte_rate)
     assert ("lowered" in used["reason"]) == (seconds > 1)
@@ -130,6 +134,34 @@ def test_a_byte_budget_keeps_large_records_from_filling_a_run_of_small_ones(make
     }
     assert sizes == {(0, 0): 10_000.0, (1, 0): 100.0}
     assert {lv["level"]: lv["planned"] for lv in again["levels"]}[0] == 200  # 2 MB of level 0
+
+
+def test_the_kafka_sample_and_the_spark_job_count_headers_as_record_bytes(make_drain, spark):
+    """Records of key 1 + value 99 + headers ("h", 5 bytes) and ("ü", none) are 108 bytes
+    (the header key "ü" is 2 bytes of UTF-8): the planner's Kafka sample and the Spark job's
+    count say the same. Fails if either counts key+value only (100)."""
+    drain = make_drain(budget=7000, budget_bytes="1MB")
+
+    def produce(count: int) -> None:
+        record = OutRecord(value=b"v" * 99, key=b"k", headers=[("h", b"12345"), ("\u00fc", None)])
+        produce_records(drain, [record] * count, level=0, partition=0)
+
+    produce(50)
+
+    plan = _cli("plan", drain)
+    assert plan["run_budget"]["sampled"] == [[0, 0]]
+    sizes = [
+        (s["level"], s["partition"], s["avg_bytes"]) for s in plan["run_budget"]["record_bytes"]
+    ]
+    assert sizes == [(0, 0, 108.0)]
+
+    drain_job.run(drain, trigger="test")
+    (stored,) = _runs(drain)
+    assert stored["drained"] == 50 and stored["read_bytes"] == 50 * 108
+    produce(10)  # now the size comes from what the run measured, not from a sample
+    again = _cli("plan", drain)
+    assert again["run_budget"]["sampled"] == []
+    assert [s["avg_bytes"] for s in again["run_budget"]["record_bytes"]] == [108.0]
 
 
 def test_record_mode_and_a_pruned_read_measure_their_bytes_too(make_drain, spark):

@@ -295,6 +295,23 @@ def test_max_wait_drains_records_past_their_wait_first_from_real_timestamps(make
     assert "max_wait" in table.stdout and "for max wait" in table.stdout
 
 
+def test_a_budget_short_of_the_late_records_reads_the_oldest_first_across_partitions(make_drain):
+    """One level, two partitions, every record past `max_wait: 1h`: partition 0 holds a record
+    every 20 s from 3 h ago, partition 1 one a second from 2.5 h ago. Budget 150 reads the 150
+    oldest by their Kafka timestamps (found by the planner's search over time with real
+    ListOffsets lookups): the 90 of partition 0's first half hour, then from 2.5 h ago both,
+    up to 57 s past it: 93 and 57. The max-min fair split read 75 and 75."""
+    drain = make_drain(levels=1, partitions=2, budget=150, max_wait="1h")
+    now = int(time.time() * 1000)
+    old, newer = now - 3 * 3_600_000, now - 150 * 60_000
+    _produce_times(drain, 0, 0, [old + 20_000 * i for i in range(200)])
+    _produce_times(drain, 0, 1, [newer + 1_000 * i for i in range(200)])
+    shown = _plan_cli(drain)
+    level = _levels_of(shown)[0]
+    assert (level["late"], level["for_max_wait"], level["planned"]) == (400, 150, 150)
+    assert _cli_ranges(shown) == [(0, 0, 0, 93, 93), (0, 1, 0, 57, 57)]
+
+
 # --- 2. level subsets (backfills) and the history window ----------------------------------------
 
 

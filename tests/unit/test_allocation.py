@@ -1084,6 +1084,95 @@ def test_several_levels_late_beyond_the_budget_the_higher_goes_first() -> None:
     assert {lvl: lp.for_max_wait for lvl, lp in result.levels.items()} == {0: 0, 1: 20, 2: 50}
 
 
+def _late_stamps(
+    p: PartitionBacklog, reads: int, late: int, stamp: Callable
+) -> tuple[list[int], list[int]]:
+    """Timestamps of a partition's late records the run reads, and of those it leaves."""
+    pending = [o for o in range(p.start, p.end) if o not in p.done][:late]
+    stamps = [stamp(p.level, p.partition, o) for o in pending]
+    return stamps[:reads], stamps[reads:]
+
+
+@HEAVY
+@given(waiting_backlogs(), st.data())
+def test_a_grant_short_of_the_late_records_reads_them_oldest_first_across_partitions(
+    inputs: tuple[int, list[PartitionBacklog], dict, int, int], data: st.DataObject
+) -> None:
+    """When a level's planned count is short of its late records, no partition reads a late
+    record younger than a late record another partition of the level leaves. Exact here: the
+    timestamps span less than NOW_MS ms, which the search's 32 halvings resolve to 1 ms. It
+    fails with the max-min fair split of the grant (an old partition and a young one get equal
+    halves)."""
+    n_levels, partitions, bases, step, _ = inputs
+    budget = data.draw(st.integers(2**n_levels - 1, 2**n_levels + 30))  # short of the late
+    limits = data.draw(
+        st.dictionaries(st.integers(0, n_levels - 1), st.integers(1, NOW_MS), min_size=1)
+    )
+    lookups = timed(bases, step)
+    result = AllocationPolicy(
+        budget,
+        levels=range(n_levels),
+        max_wait_ms=limits,
+        now_ms=NOW_MS,
+        offset_for_time=lookups["offset_for_time"],
+    ).plan(partitions)
+    assert_ranges_valid(result, partitions)
+    reads = planned_by_partition(result)
+    cutoffs = {level: NOW_MS - limit for level, limit in limits.items()}
+    for level, lp in result.levels.items():
+        if level not in limits or not 0 < lp.planned < lp.late:
+            continue
+        read, left = [], []
+        for p in (p for p in partitions if p.level == level):
+            stamp = lookups["timestamp_at"]
+            late = sum(
+                1
+                for o in range(p.start, p.end)
+                if o not in p.done and stamp(level, p.partition, o) < cutoffs[level]
+            )
+            got, rest = _late_stamps(p, reads.get((level, p.partition), 0), late, stamp)
+            assert len(got) == reads.get((level, p.partition), 0)  # it reads late records only
+            read += got
+            left += rest
+        assert read and left
+        assert max(read) <= min(left)
+
+
+def test_the_oldest_late_records_of_a_level_go_first_whatever_their_partition() -> None:
+    """Level 0: partition 0 holds 100 records from two hours ago, partition 1 100 from 40 min
+    ago, both late for max_wait 30 min; budget 7 leaves level 0 its share and whatever is
+    lent, short of the 200 late records. The max-min fair split gave each partition half."""
+    bases = {(0, 0): NOW_MS - 2 * HOUR_MS, (0, 1): NOW_MS - 40 * 60_000}
+    partitions = [
+        PartitionBacklog(0, 0, 0, 100, next_timestamp=bases[(0, 0)]),
+        PartitionBacklog(0, 1, 0, 100, next_timestamp=bases[(0, 1)]),
+    ]
+    lookups = timed(bases, 1000)
+    result = AllocationPolicy(
+        60,
+        levels=[0],
+        max_wait_ms={0: 30 * 60_000},
+        now_ms=NOW_MS,
+        offset_for_time=lookups["offset_for_time"],
+    ).plan(partitions)
+    assert result.levels[0].late == 200 and result.levels[0].planned == 60
+    assert [(r.partition, r.records) for r in result.ranges] == [(0, 60)]
+    # one lookup budget too small for a step: the fair split, as before
+    from drainer.allocation.wait import oldest_first
+
+    late = {(0, 0): 100, (0, 1): 100}
+    cutoff = NOW_MS - 30 * 60_000
+    fair = oldest_first(partitions, late, 60, cutoff, lookups["offset_for_time"], lookups=1)
+    assert fair == {(0, 0): 30, (0, 1): 30}
+    # the records at the cutoff's millisecond are shared fairly: 3 partitions, the same times
+    same = {(0, p): NOW_MS - HOUR_MS for p in range(3)}
+    tied = [PartitionBacklog(0, p, 0, 10, next_timestamp=same[(0, p)]) for p in range(3)]
+    split = oldest_first(
+        tied, dict.fromkeys(same, 10), 16, cutoff, timed(same, 1000)["offset_for_time"]
+    )
+    assert split == {(0, 0): 6, (0, 1): 5, (0, 2): 5}
+
+
 def test_max_wait_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="now_ms"):
         AllocationPolicy(70, max_wait_ms={0: 1000})

@@ -54,8 +54,8 @@ def test_the_run_budget_sets_the_record_and_byte_budgets(tmp_path):
     policy = allocation_policy(config, [0, 1, 2], {}, None, budget)
     assert (policy.budget, policy.budget_bytes, policy.record_bytes) == (20, 1_000, {(0, 0): 50.0})
     assert budget.summary() == (
-        "run_seconds: budget 20 of 70 (2 records/s, 200 bytes/s, 2 records/s over the last "
-        "1 runs); budget_bytes: 1,000 bytes; record sizes of 1 partitions known, 1 sampled "
+        "run_seconds: budget 20 of 70 (2 records/s, 200 bytes/s, 2 records/s (median of the "
+        "last 1 runs)); budget_bytes: 1,000 bytes; record sizes of 1 partitions known, 1 sampled "
         "from Kafka"
     )
     assert budget.as_dict()["record_bytes"] == [{"level": 0, "partition": 0, "avg_bytes": 50.0}]

@@ -16,9 +16,24 @@ def test_first_runs_use_the_configured_budget():
 def test_budget_fits_the_slot_at_the_measured_rate():
     recent = [RunThroughput(10_000, 10.0, 1_000_000), RunThroughput(30_000, 20.0, 3_000_000)]
     box = timeboxed_budget(60, cap=1_000_000, recent=recent)
-    assert box.records_per_s == 40_000 / 30
-    assert box.budget == int(40_000 / 30 * 60)
-    assert box.byte_budget == int(4_000_000 / 30 * 60)
+    assert box.records_per_s == (1_000 + 1_500) / 2  # the median of the runs' rates
+    assert box.budget == int(1_250 * 60)
+    assert box.byte_budget == int((100_000 + 150_000) / 2 * 60)
+
+
+def test_one_run_much_larger_than_the_slot_does_not_set_the_rate():
+    """The first run of a drain uses the cap: 400,000 records whose fixed cost is spread thin
+    (21,000/s). Runs the size of the slot drain 8,000/s; the median follows them, where the
+    pooled rate (648,000 / 50.8 s = 12,800/s) would plan 128,000 records, 1.6 slots."""
+    recent = [
+        RunThroughput(400_000, 19.1),
+        RunThroughput(95_000, 11.7),
+        RunThroughput(79_000, 10.3),
+        RunThroughput(74_000, 9.7),
+    ]
+    box = timeboxed_budget(10, cap=400_000, recent=recent)
+    assert 7_600 <= box.records_per_s <= 8_200
+    assert box.budget <= 82_000
 
 
 def test_budget_stays_capped():
@@ -52,3 +67,31 @@ def test_a_slot_too_short_still_gets_the_minimum():
 def test_budget_always_between_minimum_and_cap(recent, run_seconds, cap):
     box = timeboxed_budget(run_seconds, cap=cap, recent=recent, minimum=7)
     assert 7 <= box.budget <= cap
+
+
+def _simulate(run_seconds: float, overhead: float, rate: float, cap: int, runs: int) -> list:
+    """Budgets and slot times of `runs` time-boxed runs of a drain whose run of B records
+    takes `overhead + B / rate` seconds (the whole slot, as `runs.slot_s` measures it)."""
+    history: list[RunThroughput] = []
+    for _ in range(runs):
+        budget = timeboxed_budget(run_seconds, cap=cap, recent=history).budget
+        history.append(RunThroughput(budget, overhead + budget / rate))
+    return history
+
+
+@given(st.floats(0.5, 8.0), st.floats(200, 50_000))
+def test_with_a_fixed_cost_per_run_the_budget_converges_to_the_one_that_fills_the_slot(
+    overhead, rate
+):
+    """A fixed per-run cost (Spark start, commit, mirror) is in the slot's time, so one rate
+    over the whole slot converges to the budget `rate * (T - overhead)` that fills it. Fails if
+    the rate were measured before the commit (the overhead missing from the seconds: every
+    run would overshoot by the missing part) or if an overshoot were not corrected."""
+    slot = 10.0
+    history = _simulate(slot, overhead, rate, cap=10**8, runs=30)
+    assert history[0].records == 10**8  # the first run has no history: the cap
+    assert history[1].seconds <= slot  # the first run's overshoot is corrected at once
+    exact = rate * (slot - overhead)
+    for run in history[-5:]:
+        assert abs(run.records - exact) <= 0.02 * exact + 1
+        assert run.seconds <= slot * 1.02
