@@ -3,7 +3,7 @@
 Run after every commit (failures are warnings, the next run retries) and by `drainer maintain`.
 
 **Sink partitions.** A commit attaches one partition per run (cheap, inside the commit; readers
-are not blocked). Folding then keeps the count bounded, size-tiered like an LSM tree: a
+are not blocked). Folding then keeps the count low, size-tiered like an LSM tree: a
 partition holding fewer than FANOUT runs is tier 0, fewer than FANOUT² tier 1, and so on;
 whenever a tier has FANOUT partitions, its oldest FANOUT are folded into one of the next tier
 (drainer.store.sink_folds: one transaction, readers wait only for the catalog swap). So a
@@ -15,7 +15,7 @@ each row is copied once per tier it climbs, at most 3 times over its whole life.
 fits in a page ("row is too big"), so a tier-4 fold (4,096 ids) cannot be attached. Folds stop
 at tier 3 (512 runs), and tier-3 partitions accumulate: one per 512 runs after the first 4,096
 (about 200 a year at one run every five minutes). Bounding that needs a different partition
-bound for old runs (docs/operations.md, "Limits").
+bound for old runs (docs/operations.md, "Limit: tier 3 is the top").
 
 **Big folds stay out of the runs.** A fold in upkeep adds to that run's time, under the lease:
 a tier-3 fold copies 512 runs of rows (1.8 s at 1,000 rows a run, 42 s at 10,000:

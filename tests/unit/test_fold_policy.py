@@ -96,7 +96,7 @@ def test_any_number_of_runs_leaves_at_most_fanout_minus_one_per_tier_below_the_t
 
 def test_past_4096_runs_only_the_top_tier_grows():
     """At FANOUT 8 the top tier holds 512-run partitions; 8 of them would list 4,096 run ids,
-    more than a pg_class row holds, so they are never folded (docs/operations.md, Limits)."""
+    more than a pg_class row holds, so they are never folded (docs/operations.md)."""
     assert MAX_FOLD_RUNS == 512 and FANOUT == 8
     assert _most_partitions(4095, 8) == 7 + 7 + 7 + 7
     assert _most_partitions(4096, 8) == 8
