@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from lifecycle_helpers import assert_each_record_once
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.lifecycle import maintain
-from drainer.lifecycle.maintain import FANOUT, fold_sink, maintain_drain
+from drainer.lifecycle.maintain import FANOUT, MAX_FOLD_RUNS, fold_sink, maintain_drain
 from drainer.store import get_engine, sink_folds
 from drainer.store.sinks import stage_name
 from spark_jobs import drain_job
@@ -169,6 +170,39 @@ def test_runs_fold_their_partitions_after_the_commit_and_readers_see_each_record
     assert sorted(o for _, o, _ in rows) == list(range(5 * runs))
     assert all(n == 1 for n in rows.values())
     assert maintain_drain(drain).sink.folds == 0  # upkeep already did everything
+
+
+def test_a_partition_bound_holds_max_fold_runs_run_ids_but_not_a_tier_more(stack):
+    """Why folds stop at MAX_FOLD_RUNS: a LIST bound lives in the partition's pg_class row,
+    which is not TOASTed. MAX_FOLD_RUNS 13-digit run ids attach; FANOUT times as many do not
+    (raising MAX_FOLD_RUNS past what fits fails here, not in a drain's upkeep a year on)."""
+    table = f"bound_{uuid.uuid4().hex[:8]}"
+    first = 10**12
+    try:
+        with get_engine().begin() as conn:
+            conn.execute(
+                text(
+                    f'CREATE TABLE "{table}" (v int, _drainer_run_id bigint NOT NULL) '
+                    "PARTITION BY LIST (_drainer_run_id)"
+                )
+            )
+            for name in (f"{table}_ok", f"{table}_big"):
+                conn.execute(text(f'CREATE TABLE "{name}" (LIKE "{table}")'))
+            ids = ", ".join(str(first + i) for i in range(MAX_FOLD_RUNS))
+            conn.execute(
+                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{table}_ok" FOR VALUES IN ({ids})')
+            )
+        more = ", ".join(str(first + MAX_FOLD_RUNS + i) for i in range(FANOUT * MAX_FOLD_RUNS))
+        with (
+            pytest.raises(OperationalError, match="row is too big"),
+            get_engine().begin() as conn,
+        ):
+            conn.execute(
+                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{table}_big" FOR VALUES IN ({more})')
+            )
+    finally:
+        _drop(table)
+        _drop(f"{table}_big")
 
 
 def _blocked_by(pid: int) -> list[int]:
