@@ -2,7 +2,8 @@
 
 `fill_history` gives a drain `runs` committed runs, one every `every_s` seconds and ending
 `age_days` ago, as a drain that ran for that long would have left them: per run and level a
-`run_levels` row, per level `ranges` `run_ranges` rows over `partitions` partitions, and every
+`run_levels` row, per level `ranges` `run_ranges` rows over `partitions` partitions (with the
+records and bytes read, 100 bytes a record, as a commit stores them), and every
 hundredth run a retention loss; every tenth run a dead letter (half of them published to the
 DLQ topic) and an attempt count. `partition_offsets` gets a row per partition and level (past
 every synthetic offset, so the attempt counts are of done records). One
@@ -67,9 +68,10 @@ def fill_history(
         text(
             "INSERT INTO run_levels (run_id, level, reserved, burst, allocated, backlog_before, "
             "planned, drained, failed, dead_lettered, fill_ratio, backlog_after, "
-            "lost_to_retention) "
+            "lost_to_retention, read_bytes) "
             "SELECT r, l, 10, 0, 10, 100, 10, 10, 0, 0, 1.0, 90, "
-            "CASE WHEN l = 0 AND r % 100 = 0 THEN 1 ELSE 0 END "  # the retention losses below
+            "CASE WHEN l = 0 AND r % 100 = 0 THEN 1 ELSE 0 END, "  # the retention losses below
+            "1000 "
             "FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) r, generate_series(0, CAST(:l AS int) - 1) l"
         ),
         params,
@@ -77,8 +79,8 @@ def fill_history(
     conn.execute(
         text(
             "INSERT INTO run_ranges (run_id, topic, level, partition, start_offset, end_offset, "
-            "records) "
-            "SELECT r, :t || '-' || l, l, (r * :k + k) % :p, r * 10, r * 10 + 10, 10 "
+            "records, read_records, read_bytes) "
+            "SELECT r, :t || '-' || l, l, (r * :k + k) % :p, r * 10, r * 10 + 10, 10, 10, 1000 "
             "FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) r, generate_series(0, CAST(:l AS int) - 1) l, "
             "generate_series(0, least(CAST(:k AS int), CAST(:p AS int)) - 1) k"
         ),

@@ -1,6 +1,6 @@
 """Per-run overhead against history length: an empty database vs 100,000 runs of history.
 
-  .venv/bin/python benchmarks/history_scale.py            # --history 100000 --runs 15
+  .venv/bin/python benchmarks/history_scale.py            # --history 100000 --runs 25
 
 Two fresh databases on the local Postgres: `empty` (only the schema) and `full`, filled by
 `benchmarks/history_fill.py` with `--history` committed runs of the measured drain (levels,
@@ -8,9 +8,14 @@ ranges, retention losses, dead letters, attempt counts) and as many of a neighbo
 3 levels have 1,000 partitions each (its offsets, ranges…). Two identical drains (3 levels x 2
 partitions, dataframe mode, one row per record), one per database, then run alternately,
 `--runs` times each after one warm-up run each, with 30 new records per level before every
-run. `history_days` is set far out, so no run prunes what the benchmark filled. Reported per
-database: the medians of the phases a run spends in the drainer's own state (plan, commit,
-mirror; Spark is the same work either way and is left out) and the ratio full / empty.
+run (which database goes first alternates, so the machine's load falls on both alike). The
+drains set `run_seconds` and `budget_bytes` (both far above what a run reads, so every run
+drains its 90 records): their plans read the recent throughput and every partition's record
+size from history (drainer.store.throughput). `history_days` is set far out, so no run prunes
+what the benchmark filled. Reported per database: the medians of the phases a run spends in the
+drainer's own state (plan, commit, mirror; Spark is the same work either way and is left out),
+the ratio full / empty, the drainer's SQL per run (mean and median), the statements history made slowest, and the
+load average before and after.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ def _time_statements(engine, totals: Counter) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--history", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--runs", type=int, default=25)
     args = parser.parse_args()
 
     from sqlalchemy import create_engine, text
@@ -74,6 +79,8 @@ def main() -> int:
             levels=3,
             partitions=2,
             history_days=3650,
+            run_seconds=600,
+            budget_bytes="100MiB",
             processor="spark_jobs.examples:one_row_per_record",
         )
     started = time.perf_counter()
@@ -92,20 +99,30 @@ def main() -> int:
     for which in ("empty", "full"):
         _time_statements(get_engine(urls[which]), sql_s[which])
     seconds: dict[str, list[dict[str, float]]] = {"empty": [], "full": []}
+    sql_runs: dict[str, list[float]] = {"empty": [], "full": []}  # each measured run's SQL
+    load_before = os.getloadavg()
     for i in range(args.runs + 1):
-        for which in ("empty", "full"):
+        for which in ("empty", "full") if i % 2 else ("full", "empty"):
             drain = drains[which]
             os.environ["DRAINER_DATABASE_URL"] = urls[which]
             for level in range(drain.levels):
                 records = list(synthetic_records(30, keys=10, seed=i * 10 + level))
                 produce_records(drain, records, level=level, partition=i % drain.partitions)
+            sql_before = sum(sql_s[which].values())
             result = drain_once(drain, drain_job.execute, None, "benchmark")
             assert result.drained == 90 and not result.warnings, (result.drained, result.warnings)
             if i:  # the first run of each warms its session and caches
                 seconds[which].append(result.phases)
+                sql_runs[which].append(sum(sql_s[which].values()) - sql_before)
             else:
                 sql_s[which].clear()
-    report: dict = {"history_runs": args.history, "runs": args.runs, "rows": sizes}
+    report: dict = {
+        "history_runs": args.history,
+        "runs": args.runs,
+        "rows": sizes,
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+    }
     for which, phases in seconds.items():
         report[which] = {
             p: round(statistics.median(ph[p] for ph in phases), 4) for p in (*PHASES, "upkeep")
@@ -117,11 +134,16 @@ def main() -> int:
     # the drainer's own SQL per run, all statements: what history could make slower
     for which in ("empty", "full"):
         report[which]["sql_s_per_run"] = round(sum(sql_s[which].values()) / args.runs, 4)
+        report[which]["sql_s_median"] = round(statistics.median(sql_runs[which]), 4)
     report["sql_ratio"] = round(
         report["full"]["sql_s_per_run"] / report["empty"]["sql_s_per_run"], 3
     )
     report["slowest_sql_full_ms_per_run"] = {
         stmt: round(1000 * total / args.runs, 2) for stmt, total in sql_s["full"].most_common(5)
+    }
+    grown = Counter({k: sql_s["full"][k] - sql_s["empty"][k] for k in sql_s["full"]})
+    report["sql_grown_ms_per_run"] = {  # full minus empty: what history made slower
+        stmt: round(1000 * d / args.runs, 2) for stmt, d in grown.most_common(5)
     }
     OUT.mkdir(exist_ok=True)
     (OUT / "history_scale.json").write_text(json.dumps(report, indent=2))

@@ -36,6 +36,7 @@ class SinkPartition:
 
     name: str
     run_ids: tuple[int, ...]
+    bytes: int = 0  # on disk, indexes included: what folding it copies and indexes again
 
     def tier(self, fanout: int) -> int:
         """0 for a run's own partition, k for one that holds about fanout**k runs."""
@@ -46,13 +47,15 @@ class SinkPartition:
 
 
 def partitions(conn: Connection, table: str) -> list[SinkPartition]:
-    """The target's plain LIST partitions by their first run id (none for a plain table).
+    """The target's plain LIST partitions by their first run id, with their sizes (none for a
+    plain table).
 
     A DEFAULT partition or one partitioned further is not drainer's and is left alone.
     """
     rows = conn.execute(
         text(
-            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound "
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) AS bound, "
+            "coalesce(pg_total_relation_size(c.oid), 0) AS bytes "
             "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
             "JOIN pg_class p ON p.oid = i.inhparent "
             "JOIN pg_namespace n ON n.oid = p.relnamespace "
@@ -66,7 +69,7 @@ def partitions(conn: Connection, table: str) -> list[SinkPartition]:
             continue
         ids = tuple(sorted(int(n) for n in _NUMBER.findall(row.bound)))
         if ids:
-            found.append(SinkPartition(row.relname, ids))
+            found.append(SinkPartition(row.relname, ids, int(row.bytes)))
     return sorted(found, key=lambda p: p.run_ids[0])
 
 

@@ -64,20 +64,23 @@ def recent_throughput(
     `seconds` is the run's whole slot (`slot_s`: plan through commit, mirror and upkeep), or
     its pre-commit `duration_s` when the process ended before storing the slot.
     """
+    # walk the drain's committed runs newest first (an index) and sum each one's levels by key,
+    # stopping at the window: flat in history length under any plan (a join of runs and
+    # run_levels grouped by run merge-joined every run's levels, 0.3 s at 100,000 runs). The
+    # window is a literal: a generic plan that knows it is small costs too little for JIT
     rows = conn.execute(
         text(
             "SELECT * FROM ("
-            "  SELECT r.id, coalesce(r.slot_s, r.duration_s) AS seconds,"
-            "         coalesce(sum(rl.drained), 0) AS records,"
-            "         sum(rl.read_bytes) AS bytes"
-            "  FROM runs r JOIN run_levels rl ON rl.run_id = r.id"
+            "  SELECT r.id, coalesce(r.slot_s, r.duration_s) AS seconds, l.records, l.bytes"
+            "  FROM runs r CROSS JOIN LATERAL ("
+            "    SELECT coalesce(sum(rl.drained), 0) AS records, sum(rl.read_bytes) AS bytes"
+            "    FROM run_levels rl WHERE rl.run_id = r.id) l"
             "  WHERE r.drain = :d AND r.status = 'committed'"
-            "    AND coalesce(r.slot_s, r.duration_s) > 0"
-            "  GROUP BY r.id HAVING coalesce(sum(rl.drained), 0) > 0"
-            "  ORDER BY r.id DESC LIMIT :w"
+            "    AND coalesce(r.slot_s, r.duration_s) > 0 AND l.records > 0"
+            f"  ORDER BY r.id DESC LIMIT {int(window)}"
             ") recent ORDER BY id"
         ),
-        {"d": drain, "w": window},
+        {"d": drain},
     )
     return [(int(row.records), float(row.seconds), _int(row.bytes)) for row in rows]
 
@@ -86,22 +89,29 @@ def record_sizes(
     conn: Connection, drain: str, topics: list[str], window: int
 ) -> dict[tuple[str, int], float]:
     """Average key+value+header bytes per record of each partition of `topics`, over the last
-    `window` committed runs that read it; partitions no measured run read are absent."""
+    `window` committed runs that read it; partitions no measured run read are absent (as are
+    partitions the drain has committed no offset of: a run that read one committed it)."""
     if not topics:
         return {}
+    # per partition the drain has committed (partition_offsets), walk its ranges newest first
+    # (index run_ranges_by_partition) and stop at the window: flat in history length. Numbering
+    # every range of the topics instead sorted all of them, 1.2 s at 100,000 runs (3 s as a
+    # generic plan). The window is a literal, as above.
     rows = conn.execute(
         text(
-            "SELECT topic, partition, sum(read_bytes) AS bytes, sum(read_records) AS records "
-            "FROM ("
-            "  SELECT rr.topic, rr.partition, rr.read_bytes, rr.read_records,"
-            "         row_number() OVER (PARTITION BY rr.topic, rr.partition"
-            "                            ORDER BY rr.run_id DESC) AS n"
-            "  FROM run_ranges rr JOIN runs r ON r.id = rr.run_id"
-            "  WHERE r.drain = :d AND r.status = 'committed' AND rr.read_records > 0"
-            "    AND rr.read_bytes IS NOT NULL AND rr.topic = ANY(:topics)"
-            ") h WHERE n <= :w GROUP BY topic, partition"
+            "SELECT po.topic, po.partition, sum(h.read_bytes) AS bytes,"
+            "       sum(h.read_records) AS records"
+            " FROM partition_offsets po CROSS JOIN LATERAL ("
+            "  SELECT rr.read_bytes, rr.read_records FROM run_ranges rr"
+            "  WHERE rr.topic = po.topic AND rr.partition = po.partition"
+            "    AND rr.read_records > 0 AND rr.read_bytes IS NOT NULL"
+            "    AND EXISTS (SELECT 1 FROM runs r WHERE r.id = rr.run_id"
+            "                AND r.drain = :d AND r.status = 'committed')"
+            f"  ORDER BY rr.run_id DESC LIMIT {int(window)}"
+            ") h WHERE po.drain = :d AND po.topic = ANY(:topics)"
+            " GROUP BY po.topic, po.partition"
         ),
-        {"d": drain, "topics": topics, "w": window},
+        {"d": drain, "topics": topics},
     )
     return {(row.topic, row.partition): float(row.bytes) / float(row.records) for row in rows}
 

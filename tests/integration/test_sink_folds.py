@@ -1,23 +1,29 @@
 """Folding a sink target's run partitions on the real stack: the count stays bounded after any
-number of runs, readers see the same rows, and a crash inside a fold changes nothing (the next
-fold does it once)."""
+number of runs, readers see the same rows (and go on reading while a fold copies), a crash
+inside a fold changes nothing (the next fold does it once), and a fold that cannot get the
+target from a long reader gives up and is done by the next run."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from lifecycle_helpers import assert_each_record_once
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
-from drainer.lifecycle.maintain import FANOUT, fold_sink, maintain_drain
+from drainer.lifecycle import maintain
+from drainer.lifecycle.maintain import FANOUT, MAX_FOLD_RUNS, fold_sink, maintain_drain
 from drainer.store import get_engine, sink_folds
 from drainer.store.sinks import stage_name
 from spark_jobs import drain_job
@@ -50,9 +56,13 @@ def _target_with_run_partitions(table: str, runs: int, rows_per_run: int = 3) ->
         )
 
 
-def _rows(table: str) -> Counter:
-    """(partition, offset, run id) -> rows, read through the target as a reader would."""
-    with get_engine().connect() as conn:
+def _rows(table: str, lock_timeout: str = "0") -> Counter:
+    """(partition, offset, run id) -> rows, read through the target as a reader would.
+
+    `lock_timeout`: a reader that would wait longer for a lock raises LockNotAvailable instead.
+    """
+    with get_engine().begin() as conn:  # SET LOCAL: the pooled connection keeps no setting
+        conn.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
         rows = conn.execute(text(f'SELECT partition, "offset", _drainer_run_id FROM "{table}"'))
         return Counter((r.partition, r.offset, r._drainer_run_id) for r in rows)
 
@@ -160,3 +170,161 @@ def test_runs_fold_their_partitions_after_the_commit_and_readers_see_each_record
     assert sorted(o for _, o, _ in rows) == list(range(5 * runs))
     assert all(n == 1 for n in rows.values())
     assert maintain_drain(drain).sink.folds == 0  # upkeep already did everything
+
+
+def test_a_partition_bound_holds_max_fold_runs_run_ids_but_not_a_tier_more(stack):
+    """Why folds stop at MAX_FOLD_RUNS: a LIST bound lives in the partition's pg_class row,
+    which is not TOASTed. MAX_FOLD_RUNS 13-digit run ids attach; FANOUT times as many do not
+    (raising MAX_FOLD_RUNS past what fits fails here, not in a drain's upkeep a year on)."""
+    table = f"bound_{uuid.uuid4().hex[:8]}"
+    first = 10**12
+    try:
+        with get_engine().begin() as conn:
+            conn.execute(
+                text(
+                    f'CREATE TABLE "{table}" (v int, _drainer_run_id bigint NOT NULL) '
+                    "PARTITION BY LIST (_drainer_run_id)"
+                )
+            )
+            for name in (f"{table}_ok", f"{table}_big"):
+                conn.execute(text(f'CREATE TABLE "{name}" (LIKE "{table}")'))
+            ids = ", ".join(str(first + i) for i in range(MAX_FOLD_RUNS))
+            conn.execute(
+                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{table}_ok" FOR VALUES IN ({ids})')
+            )
+        more = ", ".join(str(first + MAX_FOLD_RUNS + i) for i in range(FANOUT * MAX_FOLD_RUNS))
+        with (
+            pytest.raises(OperationalError, match="row is too big"),
+            get_engine().begin() as conn,
+        ):
+            conn.execute(
+                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{table}_big" FOR VALUES IN ({more})')
+            )
+    finally:
+        _drop(table)
+        _drop(f"{table}_big")
+
+
+def _blocked_by(pid: int) -> list[int]:
+    """The backends `pid` is waiting for a lock of ([] when it is not waiting)."""
+    with get_engine().connect() as conn:
+        return list(conn.scalar(text("SELECT pg_blocking_pids(:p)"), {"p": pid}))
+
+
+def test_readers_go_on_while_a_fold_copies_and_see_each_row_once_throughout(stack):
+    """A reader of the whole target during the copy is not blocked (its lock_timeout would fail
+    it, and a blocked reader inside the fold's own checkpoint would never return); one that
+    starts during the swap waits for the fold's commit, then sees the folded partition. Every
+    read sees every row once: before, during the copy, during the swap, after."""
+    table = f"fold_{uuid.uuid4().hex[:8]}"
+    _target_with_run_partitions(table, FANOUT)
+    seen: dict[str, Counter] = {}
+    reader_pid: list[int] = []
+    waited: list[bool] = []
+    swap_reads: list[threading.Thread] = []
+    try:
+        before = _rows(table)
+        assert len(before) == 3 * FANOUT and set(before.values()) == {1}
+
+        def dashboard() -> None:  # on its own connection, as a reader's session would be
+            with get_engine().connect() as conn:
+                reader_pid.append(conn.scalar(text("SELECT pg_backend_pid()")))
+                rows = conn.execute(
+                    text(f'SELECT partition, "offset", _drainer_run_id FROM "{table}"')
+                )
+                seen["during_swap"] = Counter(
+                    (r.partition, r.offset, r._drainer_run_id) for r in rows
+                )
+
+        def checkpoint(point: str) -> None:
+            if point == "fold_copied":  # sources SHARE-locked, rows copied, nothing swapped
+                seen["during_copy"] = _rows(table, lock_timeout="20s")
+                with get_engine().begin() as conn:  # what a dashboard counts, per run
+                    conn.execute(text("SET LOCAL lock_timeout = '20s'"))
+                    per_run = conn.execute(
+                        text(f'SELECT _drainer_run_id, count(*) FROM "{table}" GROUP BY 1')
+                    ).all()
+                assert sorted(tuple(r) for r in per_run) == [(r, 3) for r in range(1, FANOUT + 1)]
+            if point == "fold_swapped":  # ACCESS EXCLUSIVE held until the fold commits
+                thread = threading.Thread(target=dashboard)
+                thread.start()
+                swap_reads.append(thread)
+                for _ in range(3000):  # until the reader waits on the fold (or has read)
+                    if reader_pid and _blocked_by(reader_pid[0]):
+                        waited.append(True)
+                        break
+                    if "during_swap" in seen:
+                        break
+                    time.sleep(0.01)
+
+        report = fold_sink(get_engine(), table, checkpoint=checkpoint)
+        swap_reads[0].join(timeout=60)
+        assert report.folds == 1 and report.after == 1
+        assert waited, "a reader during the catalog swap waits for the fold's commit"
+        assert seen["during_copy"] == before
+        assert seen["during_swap"] == before  # read after the commit, from the folded partition
+        assert _rows(table) == before
+        assert _partitions(table) == [f"{table}_f1_{FANOUT}"]
+    finally:
+        _drop(table)
+
+
+def test_a_fold_gives_up_behind_a_long_reader_and_the_next_run_does_it(
+    make_drain, spark, monkeypatch
+):
+    """A reader's open transaction holds the target: the run's commit still attaches (readers do
+    not block it), its upkeep's fold waits `lock_timeout`, gives up with nothing changed and
+    leaves a warning; once the reader is gone, the next run's upkeep folds."""
+    monkeypatch.setattr(maintain, "LOCK_TIMEOUT_S", 1.0)  # the mechanism, not the 5 s wait
+    drain = make_drain(
+        levels=1,
+        partitions=1,
+        budget=5,
+        sink={"table": f"sink_{uuid.uuid4().hex[:8]}"},
+        **ONE_ROW,
+    )
+    table = drain.sink.table
+    _produce(drain, 15)
+    first = drain_job.run(drain.name, trigger="test")
+    assert first.drained == 5 and not first.warnings, first.warnings
+    # FANOUT - 1 older (empty) run partitions, so the next run's attach makes a tier full
+    with get_engine().begin() as conn:
+        for run_id in range(1, FANOUT):
+            name = f"{table}_old{run_id}"
+            conn.execute(text(f'CREATE TABLE "{name}" (LIKE "{table}" INCLUDING ALL)'))
+            conn.execute(
+                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" FOR VALUES IN ({run_id})')
+            )
+    engine = get_engine()
+    reader = engine.connect()
+    try:
+        reader.begin()
+        held = reader.scalar(text(f'SELECT count(*) FROM "{table}"'))  # locks until it ends
+        assert held == 5
+        second = drain_job.run(drain.name, trigger="test")
+        assert second.drained == 5  # committed: attaching does not wait for readers
+        assert len(second.warnings) == 1, second.warnings
+        assert "keeping the drain bounded failed" in second.warnings[0]
+        assert "lock timeout" in second.warnings[0]
+        # nothing folded, nothing left of the attempt: all FANOUT + 1 run partitions
+        parts = _partitions(table)
+        assert len(parts) == FANOUT + 1 and not [p for p in parts if p.startswith(f"{table}_f")]
+        assert (
+            reader.scalar(
+                text("SELECT count(*) FROM pg_class WHERE relname LIKE :f"), {"f": f"{table}_f%"}
+            )
+            == 0
+        )
+    finally:
+        reader.rollback()
+        reader.close()
+    third = drain_job.run(drain.name, trigger="test")
+    assert third.drained == 5 and not third.warnings, third.warnings
+    assert _partitions(table) == sorted(
+        [
+            f"{table}_f1_{first.run_id}",
+            stage_name(table, second.run_id),
+            stage_name(table, third.run_id),
+        ]
+    )
+    assert_each_record_once(drain)

@@ -1,0 +1,136 @@
+"""How long one fold of a sink's partitions takes, by tier and rows per run.
+
+  .venv/bin/python benchmarks/fold_tiers.py               # --tiers 3 4 --rows 1000
+
+A tier-k fold copies 8**k runs of rows (drainer.lifecycle.maintain): it happens in the upkeep
+after a run's commit, under the drain's lease, once every 8**k runs. For each tier and rows per
+run, a fresh target shaped like `one_row_per_record`'s (topic, partition, offset, level, key,
+value_size, the run id; one index on the offset, carried over by the fold as a user's would be)
+is given the eight tier-(k-1) partitions that fold, each listing its 8**(k-1) run ids, and
+`fold_sink` folds them into one: exactly the fold upkeep does at that run. Reported per case: the
+rows copied, the sources' size (indexes included), the fold's seconds (median of `--repeat`),
+rows and MB a second, and the error if the fold failed (a LIST bound of 4,096 run ids does not
+fit in a pg_class row: tier 4 fails). Tables are dropped after each case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+
+from common import OUT
+
+
+def build(table: str, tier: int, rows_per_run: int) -> int:
+    """The target with its eight tier-(tier-1) partitions; returns the rows it holds."""
+    from sqlalchemy import text
+
+    from drainer.lifecycle.maintain import FANOUT
+    from drainer.store import get_engine
+
+    per_part = FANOUT ** (tier - 1)
+    with get_engine().begin() as conn:
+        conn.execute(
+            text(
+                f'CREATE TABLE "{table}" (topic text, partition integer, "offset" bigint, '
+                "level integer, key text, value_size integer, _drainer_run_id bigint NOT NULL) "
+                "PARTITION BY LIST (_drainer_run_id)"
+            )
+        )
+        conn.execute(text(f'CREATE INDEX ON "{table}" ("offset")'))
+        for k in range(FANOUT):
+            first = k * per_part + 1
+            ids = ", ".join(str(i) for i in range(first, first + per_part))
+            name = f"{table}_p{k}"
+            conn.execute(text(f'CREATE TABLE "{name}" (LIKE "{table}" INCLUDING ALL)'))
+            conn.execute(
+                text(
+                    f'INSERT INTO "{name}" SELECT :topic, g % 4, g, 0, '
+                    "'key-' || (g % 1000), 100, r "
+                    f"FROM generate_series({first}, {first + per_part - 1}) r, "
+                    "LATERAL generate_series((r - 1) * CAST(:n AS bigint), "
+                    "r * CAST(:n AS bigint) - 1) g"
+                ),
+                {"topic": f"{table}-0", "n": rows_per_run},
+            )
+            conn.execute(
+                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" FOR VALUES IN ({ids})')
+            )
+        conn.execute(text(f'ANALYZE "{table}"'))
+        return int(conn.scalar(text(f'SELECT count(*) FROM "{table}"')))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiers", type=int, nargs="+", default=[3, 4])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1000])
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    from drainer.lifecycle.maintain import fold_sink
+    from drainer.store import get_engine, sink_folds
+
+    cases = []
+    for rows_per_run in args.rows:
+        for tier in args.tiers:
+            seconds: list[float] = []
+            error = None
+            for _ in range(args.repeat):
+                table = f"foldbench_{uuid.uuid4().hex[:8]}"
+                try:
+                    t0 = time.perf_counter()
+                    rows = build(table, tier, rows_per_run)
+                    built = time.perf_counter() - t0
+                    load = os.getloadavg()[0]
+                    with get_engine().connect() as conn:
+                        size = sum(p.bytes for p in sink_folds.partitions(conn, table))
+                    t0 = time.perf_counter()
+                    try:
+                        report = fold_sink(get_engine(), table)
+                    except OperationalError as err:  # e.g. a bound too big for pg_class
+                        error = str(err.orig).splitlines()[0]
+                        seconds.append(time.perf_counter() - t0)
+                        print(f"tier {tier}: the fold failed: {error}", file=sys.stderr)
+                    else:
+                        seconds.append(time.perf_counter() - t0)
+                        assert report.folds == 1 and report.after == 1, report
+                finally:
+                    with get_engine().begin() as conn:
+                        conn.execute(text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
+                print(
+                    f"tier {tier}, {rows_per_run} rows/run: {rows} rows built in {built:.0f} s, "
+                    f"folded in {seconds[-1]:.1f} s (load {load:.1f})",
+                    file=sys.stderr,
+                )
+            fold_s = statistics.median(seconds)
+            cases.append(
+                {
+                    "tier": tier,
+                    "runs": 8**tier,
+                    "rows_per_run": rows_per_run,
+                    "rows": rows,
+                    "source_mb": round(size / 2**20, 1),
+                    "error": error,
+                    "fold_s": round(fold_s, 2),
+                    "all_s": [round(s, 2) for s in seconds],
+                    "rows_per_s": round(rows / fold_s),
+                    "mb_per_s": round(size / 2**20 / fold_s, 1),
+                }
+            )
+    report = {"cases": cases, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+    OUT.mkdir(exist_ok=True)
+    (OUT / "fold_tiers.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
