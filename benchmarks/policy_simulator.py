@@ -10,7 +10,9 @@ the fixed budget: strict priority, the seed paper's policy (reserved shares + bu
 history, no backlog awareness), plain proportional shares, drainer's policy, and drainer's with
 `max_wait` on every level; then strict, drainer and drainer+max_wait again with time-boxed
 budgets (`--run-seconds`, timebox.py fed with the simulated runs) and with a byte budget
-(`--budget-bytes`). Prints a Markdown table (the one in docs/allocation.md) and writes the raw
+(`--budget-bytes`); last drainer+max_wait with `max_wait` on the top level only
+(`--top-max-wait`), the configuration that keeps the top level near strict priority in
+overload. Prints a Markdown table (the one in docs/allocation.md) and writes the raw
 results to benchmarks/out/policy_simulator.json.
 """
 
@@ -40,7 +42,10 @@ def main() -> None:
     parser.add_argument("--fixed-s", type=float, default=20.0)
     parser.add_argument("--records-per-s", type=float, default=50.0)
     parser.add_argument("--bytes-per-s", type=float, default=100_000.0)
-    parser.add_argument("--record-bytes", default="2000,1000,500", help="levels 0,1,2")
+    parser.add_argument(
+        "--record-bytes", default="2000,1000,500", help="levels 0,1,2 (or level:bytes pairs)"
+    )
+    parser.add_argument("--top-max-wait", default="10m", help="max_wait of level 2 alone")
     args = parser.parse_args()
     limit = duration_ms(args.max_wait)
     drain = Drain(levels=3, budget=args.budget, max_wait_ms=dict.fromkeys(range(3), limit))
@@ -48,7 +53,7 @@ def main() -> None:
         args.fixed_s,
         args.records_per_s,
         args.bytes_per_s,
-        tuple(float(size) for size in args.record_bytes.split(",")),
+        Throughput.sizes(args.record_bytes, 3),
     )
     variants = [
         ("budget", drain, ALL),
@@ -57,6 +62,11 @@ def main() -> None:
             f"budget_bytes {args.budget_bytes}",
             replace(drain, budget_bytes=size_bytes(args.budget_bytes)),
             SOME,
+        ),
+        (
+            f"max_wait {{2: {args.top_max_wait}}}",
+            replace(drain, max_wait_ms={2: duration_ms(args.top_max_wait)}),
+            ["drainer+max_wait"],
         ),
     ]
     started = time.perf_counter()

@@ -73,6 +73,32 @@ class Throughput:
         if not self.record_bytes or not all(size > 0 for size in self.record_bytes):
             raise ValueError(f"record sizes {self.record_bytes}: give one size > 0 per level")
 
+    @staticmethod
+    def sizes(text: str, levels: int) -> tuple[float, ...]:
+        """Record sizes from `--record-bytes`: `2000,1000,500` (lowest level first, the last size
+        standing for the levels above it) or `2:100,0:10000` (level:bytes; a level not named
+        has the size of the nearest named level below it, or of the lowest named one)."""
+        parts = [part.strip() for part in text.split(",") if part.strip()]
+        try:
+            if not any(":" in part for part in parts):
+                return tuple(float(part) for part in parts)
+            named: dict[int, float] = {}
+            for part in parts:
+                name, _, size = part.partition(":")
+                named[int(name)] = float(size)
+        except ValueError:
+            raise ValueError(
+                f"record sizes {text!r}: use bytes per level, lowest first (2000,1000,500) or "
+                "level:bytes pairs (2:100,0:10000)"
+            ) from None
+        if not all(0 <= level < levels for level in named):
+            raise ValueError(f"record sizes {text!r}: name levels 0..{levels - 1}")
+        lowest = named[min(named)]
+        sizes: list[float] = []
+        for level in range(levels):
+            sizes.append(named.get(level, sizes[-1] if sizes else lowest))
+        return tuple(sizes)
+
     def size(self, level: int) -> float:
         return self.record_bytes[min(level, len(self.record_bytes) - 1)]
 

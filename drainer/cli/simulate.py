@@ -80,9 +80,12 @@ def register(sub: Subcommands) -> None:
     p.add_argument(
         "--record-bytes",
         default=",".join(f"{size:g}" for size in default.record_bytes),
-        metavar="BYTES[,BYTES...]",
-        help="record size per level, lowest level first; the last one stands for the levels "
-        "above it (default %(default)s)",
+        metavar="SIZES",
+        help="key+value bytes per record of each level: lowest level first (2000,1000,500; "
+        "the last one stands for the levels above it) or level:bytes pairs (2:100,0:10000; "
+        "a level not named has the size of the nearest named one below it, else of the lowest "
+        "named one) "
+        "(default %(default)s)",
     )
     p.add_argument("--json", action="store_true")
 
@@ -106,10 +109,10 @@ def simulated_drain(drain: DrainConfig, max_wait: str | None = None) -> Drain:
     )
 
 
-def throughput(args: argparse.Namespace) -> Throughput:
+def throughput(args: argparse.Namespace, levels: int) -> Throughput:
     """The simulated run time from the command line's throughput flags."""
     try:
-        sizes = tuple(float(size) for size in args.record_bytes.split(","))
+        sizes = Throughput.sizes(args.record_bytes, levels)
         return Throughput(args.fixed_s, args.records_per_s, args.bytes_per_s, sizes)
     except ValueError as err:
         raise ConfigError(f"throughput: {err}") from None
@@ -117,7 +120,7 @@ def throughput(args: argparse.Namespace) -> Throughput:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     drain = simulated_drain(get_drain(args.drain), args.max_wait)
-    speed = throughput(args)
+    speed = throughput(args, drain.levels)
     if args.interval < 1:
         raise ConfigError(f"--interval {args.interval}: runs are at least 1 minute apart")
     report = {}
