@@ -18,6 +18,7 @@ import dagster as dg
 from pydantic import Field
 
 from drainer.config import DrainConfig
+from drainer.config.kafka_clients import redacted_error
 from drainer.lifecycle.run import RunResult
 from drainer.observe import checks
 from drainer.observe.checks import CheckResult
@@ -85,6 +86,15 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
         with use_environment({name: getattr(self, field) for field, name in ENV_VARIABLES.items()}):
             yield
 
+    @contextmanager
+    def redacted_errors(self) -> Iterator[None]:
+        """An error leaves for Dagster redacted: Dagster stores a step's error, its causes and
+        their messages in its event log (and prints them to the compute logs) as they are."""
+        try:
+            yield
+        except Exception as err:
+            raise redacted_error(err).with_traceback(err.__traceback__) from None
+
     def run(
         self,
         drain: DrainConfig,
@@ -93,7 +103,7 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
         trigger: str,
         launch_key: str | None = None,
     ) -> RunResult:
-        with self.connections():
+        with self.redacted_errors(), self.connections():
             return drain_job.run(
                 drain,
                 levels=levels,
@@ -108,6 +118,6 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
             return check(drain)
 
     def backlog(self, drain: DrainConfig) -> int:
-        """Records waiting over all the drain's levels."""
-        with self.connections():
+        """Records waiting over all the drain's levels (the lag sensor's tick stores errors)."""
+        with self.redacted_errors(), self.connections():
             return sum(checks.total_backlog(drain).values())

@@ -121,3 +121,12 @@ class PlanKeepsFailing(DrainerError):
 
 class ProcessorFailed(DrainerError):
     """The drain's processor raised: its error and frames, the plan kept for the next run."""
+
+
+class RedactedError(DrainerError):
+    """An error on its way to storage drainer does not control (Dagster's event log): the
+    original's type and message, and those of its causes, with every known secret redacted.
+
+    Raised in place of the original (whose chained messages would travel unredacted); the
+    traceback's frames are the original's (code lines, no values).
+    """

@@ -95,6 +95,14 @@ def always_fails(df: DataFrame) -> DataFrame:
     raise RuntimeError("always_fails: this processor has a bug")
 
 
+def leaks_the_database_url(df: DataFrame) -> DataFrame:
+    """A processor whose error echoes drainer's database URL, password and all (as a driver's
+    connection error may): the redaction tests' known secret, raised wherever the run runs."""
+    from drainer.settings import load_settings
+
+    raise RuntimeError(f"could not connect to {load_settings().database_url}")
+
+
 def _parse_amount(value):  # type: ignore[no-untyped-def]  # hints would make it a pandas UDF
     raise ValueError(f"no amount in {bytes(value[:8])!r}")
 

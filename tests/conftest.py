@@ -118,6 +118,8 @@ class DagsterDrains(NamedTuple):
     launches: DrainConfig
     cron: DrainConfig
     browser: DrainConfig
+    service: DrainConfig
+    leaky: DrainConfig
 
 
 @pytest.fixture(scope="session")
@@ -125,7 +127,8 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     """The drains the session's Dagster deployment serves, each with fresh topics.
 
     `launches`: UI launches, backfills and the lag sensor; `cron`: its schedule fires every
-    minute; `browser`: the browser test's.
+    minute; `browser`: the browser test's; `service`: max_wait, run_seconds and budget_bytes;
+    `leaky`: a processor that fails with a secret in its error.
     """
     import yaml
 
@@ -136,8 +139,23 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     suffix = uuid.uuid4().hex[:6]
     bodies = {
         "launches": {"budget": 700, "lag_threshold": 500},
-        "cron": {"budget": 7000, "schedule": "* * * * *"},
+        # a row per record, so the schedule's test checks the sink record by record
+        "cron": {
+            "budget": 7000,
+            "schedule": "* * * * *",
+            "processor": "spark_jobs.examples:one_row_per_record",
+        },
         "browser": {"budget": 7000},
+        # issue 19's keys, launched through Dagster; a row per record
+        "service": {
+            "budget": 700,
+            "max_wait": "1h",
+            "run_seconds": 3600,
+            "budget_bytes": "200KB",
+            "processor": "spark_jobs.examples:one_row_per_record",
+        },
+        # a processor whose error carries the database password: redaction under Dagster
+        "leaky": {"budget": 700, "processor": "spark_jobs.examples:leaks_the_database_url"},
     }
     names = {role: f"{role}_{suffix}" for role in bodies}
     drains_yaml = {

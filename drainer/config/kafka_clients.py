@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from drainer.errors import ConfigError
+from drainer.errors import ConfigError, RedactedError
 from drainer.settings import expand_env_references, load_settings
 
 COMMON_KEYS = (
@@ -274,3 +274,18 @@ def redact(text: str) -> str:
     for secret in secrets:
         text = text.replace(secret, "***")
     return text
+
+
+def redacted_error(err: BaseException) -> RedactedError:
+    """`err` as a RedactedError: `Type: message` of it and of each exception it chains
+    (`raise ... from`, or raised while handling), each redacted, outermost first."""
+    lines: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        lines.append(f"{'' if not lines else 'caused by '}{type(current).__name__}: {current}")
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    return RedactedError(redact("\n".join(lines)))

@@ -38,11 +38,11 @@ def free_port() -> int:
 @dataclass
 class DagsterStack:
     home: Path
-    env: dict[str, str]
+    env: dict[str, str] = field(repr=False)  # holds the database URL, password and all
     port: int = field(default_factory=free_port)
     procs: list[subprocess.Popen] = field(default_factory=list)
     location: str = "dagster_project.definitions"
-    storage_url: str = ""
+    storage_url: str = field(default="", repr=False)  # with its password: not in reports
     stock: bool = False
     """No dagster.yaml at all: Dagster's defaults (SQLite, no pool limits), as a new user has."""
     repository: str = "__repository__"

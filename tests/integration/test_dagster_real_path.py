@@ -8,12 +8,20 @@ show exactly one drainer run per request, with the budget shared as asked.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psycopg
+import pytest
+from lifecycle_helpers import assert_each_record_once, sink_records
+from offsets import high_watermarks
 from sqlalchemy import text
 
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
 from drainer.store import get_engine
 
 
@@ -59,6 +67,7 @@ def test_cron_schedule_ticked_by_the_daemon_drains_all_levels_once(dagster_stack
     drain = dagster_drains.cron
     produce(drain, 200, seed=20)
     # the schedule fires every minute from the session's start: wait for ticks to drain it all
+    # (the runs' stats are only the wait condition; the sink proves "once", record by record)
     name = f"{drain.name}_schedule"
     deadline = time.monotonic() + 300
     try:
@@ -71,7 +80,12 @@ def test_cron_schedule_ticked_by_the_daemon_drains_all_levels_once(dagster_stack
     drained = drainer_runs(drain)
     assert len(drained) == len(runs)  # one drainer run per tick
     assert all(list(r.levels) == [0, 1, 2] and r.trigger == "schedule" for r in drained)
-    assert _drained_by_schedule(drain) == 600  # everything, once
+    # everything, once: each produced (topic, partition, offset) is one row of the sink
+    # (one_row_per_record); a record drained by two ticks would be there twice
+    ends = high_watermarks(drain)
+    assert sum(ends.values()) == 600
+    assert_each_record_once(drain, ends)
+    assert sum(sink_records(drain).values()) == 600
     # the runs, their event logs and the schedule's ticks are in Postgres, as `make dagster`
     # keeps them (scripts/dagster_home.py), and no SQLite file stands in for any of them
     assert not sorted(ui.home.rglob("*.db")), "Dagster wrote SQLite storage"
@@ -240,3 +254,174 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
     (shared,) = drainer_runs(drain)
     assert (shared.status, list(shared.levels)) == ("committed", [0, 2])
     assert sum(n for n, _ in level_numbers(shared.id).values()) == 700
+
+
+def _produce_sized(drain, level: int, partition: int, count: int, size: int, t0_ms: int) -> None:
+    """`count` records of exactly `size` key+value bytes, 10 ms apart from `t0_ms`."""
+    records = (
+        OutRecord(value=f"{i:0{size - 1}d}".encode(), key=b"k", timestamp_ms=t0_ms + 10 * i)
+        for i in range(count)
+    )
+    produce_records(drain, records, level=level, partition=partition)
+
+
+def _plan(drains_file: Path, drain, *args: str) -> dict:
+    """`drainer plan <drain> --json` as an operator runs it, on the session's drains file."""
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_jobs.cli", "plan", drain.name, *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DRAINER_CONFIG": str(drains_file)},
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_backfill_of_levels_0_and_2_keeps_max_wait_and_the_byte_budget(
+    dagster_stack, dagster_drains
+):
+    """Issue 19's keys on the UI's launch path: a backfill of levels {0, 2} of a drain with
+    `max_wait: 1h`, `budget_bytes: 200KB`, `run_seconds: 3600` and budget 700 (levels 0 and 2
+    reserve 140 / 560).
+
+    Level 0: 300 records of 9 bytes two hours old in partition 0, 1,000 fresh in partition 1.
+    Level 2: 1,000 fresh records of 1,000 bytes. Level 1: 1,000 fresh (not in the backfill).
+    Bytes: level 2's share is 200,000 x 560/700 = 160,000 bytes, 160 records; what level 0's
+    1,300 small records leave (200,000 - 11,700 - 160,000 = 28,300) buys it 28 more: 188.
+    Records: max_wait grants level 0's 300 late records first; level 2 reads its 188; level 0
+    gets the rest, 700 - 300 - 188 = 212, from its fresh partition. Without max_wait level 0's
+    512 would split 256 / 256 and leave 44 two-hour-old records waiting. The run is the first of
+    the drain, so run_seconds has no throughput yet and the budget is `budget`; after it, the
+    time box uses this run's records/s.
+    """
+    ui = dagster_stack
+    drain = dagster_drains.service
+    now = int(time.time()) * 1000
+    two_hours_ago, ten_minutes_ago = now - 2 * 3_600_000, now - 600_000
+    _produce_sized(drain, 0, 0, 300, 9, two_hours_ago)
+    _produce_sized(drain, 0, 1, 1000, 9, ten_minutes_ago)
+    _produce_sized(drain, 1, 0, 1000, 9, ten_minutes_ago)
+    _produce_sized(drain, 2, 0, 1000, 1000, ten_minutes_ago)
+
+    # what the backfill will plan, as `drainer plan --levels 0,2` shows it
+    shown = _plan(dagster_drains.path, drain, "--levels", "0,2")
+    levels = {lv["level"]: lv for lv in shown["levels"]}
+    assert {
+        lv: (p["late"], p["for_max_wait"], p["byte_cap"], p["planned"]) for lv, p in levels.items()
+    } == {2: (0, 0, 188, 188), 0: (300, 300, 1300, 512)}
+    assert levels[0]["oldest_age_s"] >= 7200  # from the records' own timestamps
+    assert (shown["budget"], shown["run_budget"]["budget_bytes"]) == (700, 200_000)
+    assert shown["run_budget"]["run_seconds_throughput"]["records_per_s"] is None  # no run yet
+    expected = [(2, 0, 0, 188, 188), (0, 0, 0, 300, 300), (0, 1, 0, 212, 212)]
+    assert [
+        (r["level"], r["partition"], r["start"], r["end"], r["records"]) for r in shown["ranges"]
+    ] == expected
+
+    level_1_before = committed_offsets(drain, 1)
+    backfill = ui.launch_backfill(drain.name, ["0", "2"])
+    split = ui.wait_backfill(backfill)
+    assert sorted(r["status"] for r in split) == ["SUCCESS", "SUCCESS"]
+    (run,) = drainer_runs(drain)  # the backfill's two Dagster runs, one drainer run
+    assert (run.status, list(run.levels), run.trigger) == ("committed", [0, 2], "backfill")
+    assert run.launch_key == f"dagster-backfill:{backfill}"
+    with get_engine().connect() as conn:
+        stored = conn.execute(
+            text(
+                "SELECT level, partition, start_offset, end_offset, records FROM run_ranges "
+                "WHERE run_id = :r ORDER BY level DESC, partition"
+            ),
+            {"r": run.id},
+        ).all()
+        budget, duration_s = conn.execute(
+            text("SELECT budget, duration_s FROM runs WHERE id = :r"), {"r": run.id}
+        ).one()
+        read = dict(
+            conn.execute(
+                text("SELECT level, read_bytes FROM run_levels WHERE run_id = :r"), {"r": run.id}
+            ).all()
+        )
+    # late records first: level 0's two-hour-old partition emptied, the fresh one got the rest
+    assert [tuple(r) for r in stored] == expected
+    assert {lv: n for lv, (n, _) in level_numbers(run.id).items()} == {0: 512, 2: 188}
+    # the byte budget bounded the run: level 2 read 188 of its 1,000 records, within 200KB
+    assert budget == 700  # the first run of the drain: run_seconds falls back to `budget`
+    assert read == {0: 512 * 9, 2: 188 * 1000}
+    assert sum(read.values()) <= 200_000
+    assert committed_offsets(drain, 1) == level_1_before  # level 1 untouched
+    assert not any(level_1_before.values())
+
+    # exactly once, record by record: the sink holds each read record once, nothing else
+    ends = {(drain.level_topic(lv), p): end for lv, p, _, end, _ in expected}
+    assert_each_record_once(drain, ends)
+
+    # no record of the covered levels is past its wait now; the time box has this run's rate
+    after = _plan(dagster_drains.path, drain)
+    assert all(lv["late"] == lv["for_max_wait"] == 0 for lv in after["levels"])
+    throughput = after["run_budget"]["run_seconds_throughput"]
+    assert throughput["records_per_s"] == pytest.approx(700 / duration_s)
+    assert throughput["bytes_per_s"] == pytest.approx(sum(read.values()) / duration_s)
+
+
+def test_a_failing_runs_secret_is_redacted_in_dagsters_storage_and_files(
+    dagster_stack, dagster_drains
+):
+    """A run launched from the UI whose processor fails with the database URL, password and all,
+    in its error (as a driver's connection error may). Dagster keeps a step's error with its
+    causes in its event log and prints it to the compute logs: neither may hold the password,
+    nor may any other table of Dagster's storage or any file of its home. Fails by naming the
+    tables and files that hold it (before the fix: event_logs, the compute logs)."""
+    from urllib.parse import unquote, urlsplit
+
+    from drainer.settings import load_settings
+
+    ui = dagster_stack
+    drain = dagster_drains.leaky
+    url = load_settings().database_url  # the run's processor raises with this URL
+    password = urlsplit(url).password or ""
+    assert len(password) >= 8, "the local stack's Postgres has a generated password"
+    secrets = {password, unquote(password)}
+    produce(drain, 10, seed=50)
+
+    run = ui.wait_run(ui.launch_run(drain.name, {"dagster/partition": "0"}))
+    assert run["status"] == "FAILURE"
+
+    with psycopg.connect(ui.storage_url.replace("+psycopg2", "")) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT quote_ident(table_schema) || '.' || quote_ident(table_name) "
+                "FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+                "AND table_schema NOT IN ('pg_catalog', 'information_schema')"
+            )
+        ]
+        holding = {
+            table: n
+            for table in tables
+            for secret in secrets
+            if (
+                n := conn.execute(
+                    f"SELECT count(*) FROM {table} t WHERE t::text LIKE %s", (f"%{secret}%",)
+                ).fetchone()[0]
+            )
+        }
+        (failure,) = conn.execute(
+            "SELECT event FROM event_logs WHERE run_id = %s AND dagster_event_type = "
+            "'STEP_FAILURE'",
+            (run["runId"],),
+        ).fetchone()
+    assert "event_logs" in " ".join(tables)  # the search covered Dagster's storage
+    assert holding == {}, f"the password is stored in {holding}"
+    # the step's failure is there, redacted: the processor's error with *** for the password
+    assert "could not connect to" in failure and "***" in failure
+
+    files = [p for p in ui.home.rglob("*") if p.is_file()]
+    assert any("compute_logs" in str(p) for p in files), sorted(map(str, files))[:50]
+    leaking = [str(p) for p in files if any(s in p.read_text(errors="replace") for s in secrets)]
+    assert leaking == [], f"the password is in {leaking}"
+
+    with get_engine().connect() as conn:
+        errors = conn.execute(
+            text("SELECT error FROM runs WHERE drain = :d"), {"d": drain.name}
+        ).scalars()
+        assert [e for e in errors if any(s in (e or "") for s in secrets)] == []

@@ -51,3 +51,26 @@ def test_a_secret_in_a_line_is_redacted_before_dagster_stores_it(monkeypatch, tm
         )
     ((_, line),) = step.lines
     assert line == "drainer.store: cannot reach postgresql://ops:***@db (***), token ***"
+
+
+def test_an_error_leaves_the_resource_redacted_with_its_causes(monkeypatch, tmp_path):
+    """Dagster stores a step's error with the messages of its causes: each reaches it redacted,
+    the chain itself cut (`from None`), so no unredacted message travels along."""
+    import pytest
+
+    from dagster_project.resources import DrainerResource
+    from drainer.errors import RedactedError
+
+    monkeypatch.setenv("DRAINER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DRAINER_DATABASE_URL", "postgresql://ops:p%40ss-word-9@db:5432/drains")
+    with pytest.raises(RedactedError) as info, DrainerResource().redacted_errors():
+        try:
+            raise RuntimeError("cannot reach postgresql://ops:p%40ss-word-9@db")
+        except RuntimeError as err:
+            raise ValueError("processor failed: p@ss-word-9") from err
+    assert str(info.value) == (
+        "ValueError: processor failed: ***\n"
+        "caused by RuntimeError: cannot reach postgresql://ops:***@db"
+    )
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert "test_an_error_leaves" in info.traceback[-1].name  # the original's frames
