@@ -122,7 +122,11 @@ def service_lost(err: BaseException) -> ServiceUnavailable | None:
 
 # the server went away (UNAVAILABLE), or came back as a new process that no longer knows the
 # session or the operation the client reattaches to
-_CONNECT_GONE = ("INVALID_HANDLE.SESSION_CHANGED", "INVALID_HANDLE.OPERATION_NOT_FOUND")
+_CONNECT_GONE = (
+    "INVALID_HANDLE.SESSION_CHANGED",
+    "INVALID_HANDLE.OPERATION_NOT_FOUND",
+    "Cannot call methods on a stopped SparkContext",  # the server is shutting down under a job
+)
 
 
 def _connect_lost(err: BaseException) -> bool:

@@ -96,7 +96,10 @@ def test_a_connect_server_gone_mid_run_is_one_line_saying_the_run_resumes():
         errorClass="INVALID_HANDLE.SESSION_CHANGED",
         messageParameters={"handle": "1234"},
     )
-    for err in (down, restarted):
+    stopping = SparkConnectGrpcException(
+        message="java.lang.IllegalStateException: Cannot call methods on a stopped SparkContext."
+    )
+    for err in (down, restarted, stopping):
         lost = known_failure(err)
         assert isinstance(lost, SparkUnavailable) and lost.exit_code == 2, err
         message = str(lost)
