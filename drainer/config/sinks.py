@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from drainer.errors import ConfigError
-from drainer.store.sinks import check_table_name
+from drainer.store.sink_names import check_table_name
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ICEBERG_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")

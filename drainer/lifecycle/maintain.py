@@ -2,27 +2,25 @@
 
 Run after every commit (failures are warnings, the next run retries) and by `drainer maintain`.
 
-**Sink partitions.** A commit attaches one partition per run (cheap, inside the commit; readers
-are not blocked). Folding then keeps the count low, size-tiered like an LSM tree: a
+**Sink partitions.** A commit attaches one range partition per run (cheap, inside the commit;
+readers are not blocked). Folding then keeps the count low, size-tiered like an LSM tree: a
 partition holding fewer than FANOUT runs is tier 0, fewer than FANOUT² tier 1, and so on;
 whenever a tier has FANOUT partitions, its oldest FANOUT are folded into one of the next tier
-(drainer.store.sink_folds: one transaction, readers wait only for the catalog swap). So a
-target keeps at most FANOUT - 1 partitions per tier below the top one (see MAX_FOLD_RUNS), and
-each row is copied once per tier it climbs, at most 3 times over its whole life.
+(drainer.store.sink_folds: one transaction, readers wait only for the catalog swap). A range
+bound holds any number of runs, so there is no top tier: a target keeps at most FANOUT - 1
+partitions per tier, about 7 x log8(runs) in all (42 after a year of five-minute runs), and each
+row is copied once per tier it climbs.
 
-**A partition lists at most MAX_FOLD_RUNS runs.** A partition's bound is stored in its
-`pg_class` row, which Postgres cannot TOAST: a LIST of about 800 run ids (7-digit ids) no longer
-fits in a page ("row is too big"), so a tier-4 fold (4,096 ids) cannot be attached. Folds stop
-at tier 3 (512 runs), and tier-3 partitions accumulate: one per 512 runs after the first 4,096
-(about 200 a year at one run every five minutes). Bounding that needs a different partition
-bound for old runs (docs/operations.md, "Limit: tier 3 is the top").
+**Targets of earlier versions** (LIST partitions, drainer.store.sink_partitions) get their
+`<table>_runs` first; then their listed partitions are folded into it, oldest first, at most
+LISTED_FOLD_RUNS runs at a time, before any other fold.
 
 **Big folds stay out of the runs.** A fold in upkeep adds to that run's time, under the lease:
 a tier-3 fold copies 512 runs of rows (1.8 s at 1,000 rows a run, 42 s at 10,000:
 benchmarks/README.md, fold_tiers). So upkeep makes only folds of at most UPKEEP_FOLD_BYTES; a
 bigger one waits for `drainer maintain` (run it daily for such a drain). Without it the count
 stays bounded all the same: upkeep makes a deferred fold anyway once its tier holds 2 x FANOUT
-partitions, so a tier below the top never holds more than 2 x FANOUT - 1.
+partitions, so a tier never holds more than 2 x FANOUT - 1.
 
 **History.** Run detail older than the drain's `history_days` is pruned to per-day totals
 (drainer.store.pruning), at most once an hour after a commit, in batches of PRUNE_BATCH runs,
@@ -35,18 +33,20 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from drainer import faults
 from drainer.config import DrainConfig
-from drainer.store import get_engine, pruning, sink_folds, sinks
+from drainer.store import get_engine, pruning, sink_folds, sink_partitions, sinks
 from drainer.store.leases import drain_lease
-from drainer.store.sink_folds import SinkPartition
+from drainer.store.sink_partitions import SinkPartition
 
 log = logging.getLogger(__name__)
 
 FANOUT = 8  # partitions of one tier folded into one of the next
-MAX_FOLD_RUNS = FANOUT**3  # run ids one LIST bound can hold (pg_class rows are not TOASTed)
+# runs of a LIST target's listed partitions moved per fold: while listed ones remain, the new
+# partition's attach may scan it with readers waiting, so keep it near a day or two of runs
+LISTED_FOLD_RUNS = FANOUT**3
 AFTER_COMMIT_STEPS = 16  # folds after one commit; a backlog of partitions shrinks over runs
 # the biggest fold (its sources' bytes, indexes included) upkeep makes inside a run: a few
 # seconds of copying (14-35 MB/s in benchmarks/README.md, fold_tiers), about 1% of a
@@ -71,28 +71,55 @@ def choose_fold(
     parts: Sequence[SinkPartition],
     fanout: int = FANOUT,
     max_bytes: int | None = None,
-    max_runs: int = MAX_FOLD_RUNS,
+    listed_runs: int = LISTED_FOLD_RUNS,
 ) -> list[SinkPartition]:
-    """The partitions to fold next: the oldest `fanout` of the lowest tier that has `fanout`.
+    """The partitions to fold next ([] when nothing is left to fold under these limits).
 
-    A fold that would list more than `max_runs` run ids is never made. With `max_bytes`
-    (upkeep inside a run), a fold whose sources hold more is skipped unless its tier holds
-    2 x `fanout`. [] when nothing is left to fold (under those limits).
+    Listed partitions first: the oldest, as many as hold at most `listed_runs` runs (at least
+    one). Then the oldest `fanout` of the lowest tier that has `fanout`. Either way every
+    partition whose range meets the fold's goes with it, so the new range overlaps none. With
+    `max_bytes` (upkeep inside a run), a fold whose sources hold more is skipped unless its
+    tier holds 2 x `fanout`; listed partitions bigger than that wait for `drainer maintain`.
     """
+    ordered = sorted(parts, key=lambda p: p.first)
+    listed = [p for p in ordered if p.listed]
+    if listed:
+        chosen = listed[:1]
+        for part in listed[1:]:
+            if sum(p.runs for p in chosen) + part.runs > listed_runs:
+                break
+            chosen.append(part)
+        sources = _with_overlapping(chosen, ordered)
+        if max_bytes is None or sum(p.bytes for p in sources) <= max_bytes:
+            return sources
+    ranged = [p for p in ordered if not p.listed]
     by_tier: dict[int, list[SinkPartition]] = {}
-    for part in sorted(parts, key=lambda p: p.run_ids[0]):
+    for part in ranged:
         by_tier.setdefault(part.tier(fanout), []).append(part)
     for tier in sorted(by_tier):
         group = by_tier[tier]
         if len(group) < fanout:
             continue
-        sources = group[:fanout]
-        if sum(len(p.run_ids) for p in sources) > max_runs:
-            continue
+        sources = _with_overlapping(group[:fanout], ranged)
         small = max_bytes is None or sum(p.bytes for p in sources) <= max_bytes
         if small or len(group) >= 2 * fanout:
             return sources
     return []
+
+
+def _with_overlapping(
+    chosen: Sequence[SinkPartition], parts: Sequence[SinkPartition]
+) -> list[SinkPartition]:
+    """`chosen` and every range partition of `parts` whose range meets [first, last] of them,
+    by first run id. Listed partitions not chosen stay: their runs are outside the new range's
+    partition constraint (the DEFAULT's excludes them), whatever its bound says."""
+    first, last = min(p.first for p in chosen), max(p.last for p in chosen)
+    names = {p.name for p in chosen}
+    return [
+        p
+        for p in parts
+        if p.name in names or (not p.listed and p.first <= last and p.last >= first)
+    ]
 
 
 def fold_sink(
@@ -112,17 +139,20 @@ def fold_sink(
     with engine.connect() as conn:
         if sinks.relkind(conn, table) != "p":
             return report
-        report.before = report.after = len(sink_folds.partitions(conn, table))
+        report.before = report.after = len(sink_partitions.partitions(conn, table))
+    with engine.begin() as conn:
+        conn.execute(text(f"SET LOCAL lock_timeout = '{int(LOCK_TIMEOUT_S * 1000)}ms'"))
+        sink_partitions.ensure_runs_parent(conn, table)
     while max_steps is None or report.folds < max_steps:
         with engine.begin() as conn:
-            parts = sink_folds.partitions(conn, table)
+            parts = sink_partitions.partitions(conn, table)
             report.after = len(parts)
             sources = choose_fold(parts, max_bytes=max_bytes)
             if not sources:
                 break
             folded = sink_folds.fold(conn, table, sources, LOCK_TIMEOUT_S, checkpoint)
         report.folds += 1
-        report.runs_folded += len(folded.run_ids)
+        report.runs_folded += folded.runs
         report.after -= len(sources) - 1
         log.debug("sink %s: folded %d partitions into %s", table, len(sources), folded.name)
     if report.folds:

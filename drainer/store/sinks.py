@@ -5,11 +5,13 @@ with a task key; `write_staged`, plain psycopg inside the task), which the drive
 before the tasks start (`ensure_sink_tables`). The commit transaction publishes it
 (`publish_staged`) without copying the rows again when the target is partitioned:
 
-- a target drainer creates is `PARTITION BY LIST (_drainer_run_id)` (`sink.publish: attach`);
+- a target drainer creates is `PARTITION BY RANGE (_drainer_run_id)` (`sink.publish: attach`);
   the stage carries `CHECK (_drainer_run_id = <run>)`, so publishing is `DROP COLUMN
-  _drainer_task` (catalog only) and `ATTACH PARTITION … FOR VALUES IN (<run>)`, which that
-  constraint spares the validation scan and which takes only SHARE UPDATE EXCLUSIVE on the
-  target: readers are never blocked. A run that staged nothing drops its stage instead.
+  _drainer_task` (catalog only) and `ATTACH PARTITION … FOR VALUES FROM (<run>) TO (<run> + 1)`,
+  which that constraint spares the validation scan and which takes only SHARE UPDATE EXCLUSIVE
+  on the target: readers are never blocked. A run that staged nothing drops its stage instead.
+  Targets of earlier versions (`PARTITION BY LIST`) and run ids inside a folded range are
+  handled by drainer.store.sink_partitions.
 - a plain target (one made before partitioned targets existed, or `sink.publish: copy`) gets
   the rows copied (`INSERT … SELECT`) and the stage dropped.
 
@@ -33,65 +35,37 @@ per-(run, task) transaction lock, so the stage holds one attempt's rows.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from psycopg import sql
 from sqlalchemy import Connection, Engine, text
 
 from drainer.errors import ConfigError
+from drainer.store import sink_partitions
 from drainer.store.dead_letters import clear_partition_failures
+from drainer.store.sink_names import (
+    MAX_IDENTIFIER_BYTES,
+    RUN_COLUMN,
+    TASK_COLUMN,
+    fit_name,
+    literal,
+    quote,
+    stage_comment,
+    stage_name,
+)
 
-RUN_COLUMN = "_drainer_run_id"
-TASK_COLUMN = "_drainer_task"
 LEGACY_STAGING_SUFFIX = "_staging"  # the one shared staging table of earlier versions
-MAX_IDENTIFIER_BYTES = 63  # Postgres truncates longer names (NAMEDATALEN - 1)
 PUBLISH_MODES = ("attach", "copy")
 
 
-def check_table_name(table: str) -> str:
-    """A sink table name Postgres would truncate is a config error (stage names fit anyway)."""
-    size = len(table.encode())
-    if size > MAX_IDENTIFIER_BYTES:
-        raise ValueError(
-            f"'{table}' is {size} bytes, more than Postgres's {MAX_IDENTIFIER_BYTES}-byte "
-            f"names: use at most {MAX_IDENTIFIER_BYTES} bytes"
-        )
-    return table
-
-
-def _fit(base: str, suffix: str) -> str:
-    """`base + suffix`, or when that exceeds 63 bytes, a shortened base, a hash of it, the suffix.
-
-    The hash is of the whole base, so two long names that share a prefix stay apart.
-    """
-    name = base + suffix
-    if len(name.encode()) <= MAX_IDENTIFIER_BYTES:
-        return name
-    digest = "_" + hashlib.sha256(base.encode()).hexdigest()[:8]
-    keep = MAX_IDENTIFIER_BYTES - len(suffix.encode()) - len(digest)
-    return base.encode()[:keep].decode(errors="ignore") + digest + suffix
-
-
-def stage_name(table: str, run_id: int) -> str:
-    """The run's stage table: `<table>_r<run id>` (shortened with a hash past 63 bytes)."""
-    return _fit(table, f"_r{int(run_id)}")
-
-
 def _task_index_name(table: str, run_id: int) -> str:
-    return _fit(table, f"_r{int(run_id)}_task")
+    return fit_name(table, f"_r{int(run_id)}_task")
 
 
 def legacy_staging_name(table: str) -> str | None:
     """Earlier versions' shared staging table; None when the name could never have existed."""
     name = table + LEGACY_STAGING_SUFFIX
     return name if len(name.encode()) <= MAX_IDENTIFIER_BYTES else None
-
-
-def _q(*names: str) -> str:
-    """Names quoted as SQL identifiers, comma-separated."""
-    return sql.SQL(", ").join(sql.Identifier(n) for n in names).as_string(None)
 
 
 def relkind(conn: Connection, table: str) -> str | None:
@@ -124,13 +98,13 @@ def ensure_sink_tables(
     `LIKE` the target, so its columns and types are the target's exactly, as attaching needs.
     """
     # the types come from drainer's own Spark-to-Postgres table, never from user text
-    ddl = ", ".join(f"{_q(name)} {pg_type}" for name, pg_type in columns)
-    partition = f" PARTITION BY LIST ({_q(RUN_COLUMN)})" if partitioned else ""
+    ddl = ", ".join(f"{quote(name)} {pg_type}" for name, pg_type in columns)
+    partition = f" PARTITION BY RANGE ({quote(RUN_COLUMN)})" if partitioned else ""
     with engine.begin() as conn:
         conn.execute(
             text(
-                f"CREATE TABLE IF NOT EXISTS {_q(table)} "
-                f"({ddl}, {_q(RUN_COLUMN)} bigint NOT NULL){partition}"
+                f"CREATE TABLE IF NOT EXISTS {quote(table)} "
+                f"({ddl}, {quote(RUN_COLUMN)} bigint NOT NULL){partition}"
             )
         )
         existing = table_columns(conn, table)
@@ -141,11 +115,6 @@ def ensure_sink_tables(
                 f"rename the sink table (sink.table) or migrate {table} to the new columns"
             )
         _create_stage(conn, table, run_id)
-
-
-def stage_comment(table: str, run_id: int) -> str:
-    """The comment that marks a stage table as drainer's own (its record of ownership)."""
-    return f"drainer stage of {table} run {int(run_id)}"
 
 
 def _has_drainer_columns(conn: Connection, name: str) -> bool:
@@ -183,7 +152,7 @@ def owned_stage(conn: Connection, table: str, run_id: int) -> str | None:
     raise ConfigError(
         f"table {stage} has the name of run {int(run_id)}'s stage for sink table {table}, but "
         f"drainer did not create it (its comment is not '{stage_comment(table, run_id)}'): "
-        f"drainer leaves it untouched; rename that table (ALTER TABLE {_q(stage)} RENAME TO …) "
+        f"drainer leaves it untouched; rename that table (ALTER TABLE {quote(stage)} RENAME TO …) "
         "and run again, or give the drain another sink.table"
     )
 
@@ -195,16 +164,17 @@ def _create_stage(conn: Connection, table: str, run_id: int) -> str:
         return stage
     conn.execute(
         text(
-            f"CREATE TABLE {_q(stage)} (LIKE {_q(table)}, "
-            f"{_q(TASK_COLUMN)} text NOT NULL, CHECK ({_q(RUN_COLUMN)} = {int(run_id)}))"
+            f"CREATE TABLE {quote(stage)} (LIKE {quote(table)}, "
+            f"{quote(TASK_COLUMN)} text NOT NULL, CHECK ({quote(RUN_COLUMN)} = {int(run_id)}))"
         )
     )
-    comment = sql.Literal(stage_comment(table, run_id)).as_string(None)  # DDL takes no params
-    conn.execute(text(f"COMMENT ON TABLE {_q(stage)} IS {comment}"))
+    conn.execute(
+        text(f"COMMENT ON TABLE {quote(stage)} IS {literal(stage_comment(table, run_id))}")
+    )
     conn.execute(
         text(
-            f"CREATE INDEX IF NOT EXISTS {_q(_task_index_name(table, run_id))} "
-            f"ON {_q(stage)} ({_q(TASK_COLUMN)})"
+            f"CREATE INDEX IF NOT EXISTS {quote(_task_index_name(table, run_id))} "
+            f"ON {quote(stage)} ({quote(TASK_COLUMN)})"
         )
     )
     return stage
@@ -236,20 +206,17 @@ def publish_staged(conn: Connection, table: str, run_id: int) -> int:
     stage = owned_stage(conn, table, run_id)
     if stage is None:
         return 0
-    rows = conn.scalar(text(f"SELECT count(*) FROM {_q(stage)}"))
+    rows = conn.scalar(text(f"SELECT count(*) FROM {quote(stage)}"))
     if kind == "p" and rows:
-        conn.execute(text(f"ALTER TABLE {_q(stage)} DROP COLUMN {_q(TASK_COLUMN)}"))
+        conn.execute(text(f"ALTER TABLE {quote(stage)} DROP COLUMN {quote(TASK_COLUMN)}"))
+        if sink_partitions.attach_run(conn, table, stage, run_id):
+            return int(rows)
+    if rows:  # a plain target, or a run id inside a folded range
+        quoted = quote(*table_columns(conn, table), RUN_COLUMN)
         conn.execute(
-            text(
-                f"ALTER TABLE {_q(table)} ATTACH PARTITION {_q(stage)} "
-                f"FOR VALUES IN ({int(run_id)})"
-            )
+            text(f"INSERT INTO {quote(table)} ({quoted}) SELECT {quoted} FROM {quote(stage)}")
         )
-        return int(rows)
-    if kind != "p" and rows:
-        quoted = _q(*table_columns(conn, table), RUN_COLUMN)
-        conn.execute(text(f"INSERT INTO {_q(table)} ({quoted}) SELECT {quoted} FROM {_q(stage)}"))
-    conn.execute(text(f"DROP TABLE {_q(stage)}"))  # published, or no partition for no rows
+    conn.execute(text(f"DROP TABLE {quote(stage)}"))  # published, or no partition for no rows
     return int(rows)
 
 
@@ -271,17 +238,17 @@ def _adopt_legacy_rows(conn: Connection, table: str, run_id: int) -> None:
     if legacy is None:
         return
     found = conn.scalar(
-        text(f"SELECT EXISTS (SELECT FROM {_q(legacy)} WHERE {_q(RUN_COLUMN)} = :r)"),
+        text(f"SELECT EXISTS (SELECT FROM {quote(legacy)} WHERE {quote(RUN_COLUMN)} = :r)"),
         {"r": run_id},
     )
     if not found:
         return
     stage = _create_stage(conn, table, run_id)
-    quoted = _q(*table_columns(conn, table), RUN_COLUMN, TASK_COLUMN)
+    quoted = quote(*table_columns(conn, table), RUN_COLUMN, TASK_COLUMN)
     conn.execute(
         text(
-            f"INSERT INTO {_q(stage)} ({quoted}) "
-            f"SELECT {quoted} FROM {_q(legacy)} WHERE {_q(RUN_COLUMN)} = :r"
+            f"INSERT INTO {quote(stage)} ({quoted}) "
+            f"SELECT {quoted} FROM {quote(legacy)} WHERE {quote(RUN_COLUMN)} = :r"
         ),
         {"r": run_id},
     )
@@ -291,14 +258,16 @@ def _adopt_legacy_rows(conn: Connection, table: str, run_id: int) -> None:
 def _clear_legacy(conn: Connection, table: str, run_id: int) -> None:
     legacy = _legacy_staging(conn, table)
     if legacy is not None:
-        conn.execute(text(f"DELETE FROM {_q(legacy)} WHERE {_q(RUN_COLUMN)} = :r"), {"r": run_id})
+        conn.execute(
+            text(f"DELETE FROM {quote(legacy)} WHERE {quote(RUN_COLUMN)} = :r"), {"r": run_id}
+        )
 
 
 def clear_staged(conn: Connection, table: str, run_id: int) -> None:
     """A resumed run starts afresh: empty what any earlier attempt of it staged."""
     stage = owned_stage(conn, table, run_id)
     if stage is not None:
-        conn.execute(text(f"TRUNCATE {_q(stage)}"))
+        conn.execute(text(f"TRUNCATE {quote(stage)}"))
     _clear_legacy(conn, table, run_id)
 
 
@@ -306,7 +275,7 @@ def drop_staged(conn: Connection, table: str, run_id: int) -> None:
     """An abandoned run: drop its stage table (and its rows in a legacy staging table)."""
     stage = owned_stage(conn, table, run_id)
     if stage is not None:
-        conn.execute(text(f"DROP TABLE {_q(stage)}"))
+        conn.execute(text(f"DROP TABLE {quote(stage)}"))
     _clear_legacy(conn, table, run_id)
 
 
@@ -317,7 +286,7 @@ def clear_task_partition(conn: Any, table: str, run_id: int, topic: str, partiti
     partition's staged failures go with them.
     """
     conn.execute(
-        f"DELETE FROM {_q(stage_name(table, run_id))} WHERE starts_with({_q(TASK_COLUMN)}, %s)",
+        f"DELETE FROM {quote(stage_name(table, run_id))} WHERE starts_with({quote(TASK_COLUMN)}, %s)",
         (f"{topic}:{partition}:",),
     )
     clear_partition_failures(conn, run_id, topic, partition)
@@ -328,7 +297,7 @@ def staged_rows(conn: Connection, table: str, run_id: int) -> int:
     stage = stage_name(table, run_id)
     if relkind(conn, stage) is None:
         return 0
-    return int(conn.scalar(text(f"SELECT count(*) FROM {_q(stage)}")) or 0)
+    return int(conn.scalar(text(f"SELECT count(*) FROM {quote(stage)}")) or 0)
 
 
 def write_staged(
@@ -349,10 +318,10 @@ def write_staged(
         "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
         (f"drainer-stage:{table}:{run_id}:{task}",),
     )
-    conn.execute(f"DELETE FROM {_q(stage)} WHERE {_q(TASK_COLUMN)} = %s", (task,))
+    conn.execute(f"DELETE FROM {quote(stage)} WHERE {quote(TASK_COLUMN)} = %s", (task,))
     count = 0
     with conn.cursor().copy(
-        f"COPY {_q(stage)} ({_q(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN"
+        f"COPY {quote(stage)} ({quote(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN"
     ) as copy:
         for row in rows:
             copy.write_row((*row, run_id, task))

@@ -31,7 +31,7 @@ from drainer.lifecycle.run import RunResult, drain_once
 from drainer.store import get_engine
 from drainer.store.leases import ensure_drain
 from drainer.store.runs import get_run
-from drainer.store.sinks import stage_name
+from drainer.store.sink_names import stage_name
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 

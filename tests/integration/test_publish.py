@@ -15,7 +15,8 @@ from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.lifecycle.abandon import abandon_plan
 from drainer.lifecycle.run import drain_once
 from drainer.store import get_engine
-from drainer.store.sinks import relkind, stage_name
+from drainer.store.sink_names import stage_name
+from drainer.store.sinks import relkind
 from spark_jobs import drain_job
 
 ONE_ROW = {"processor": "spark_jobs.examples:one_row_per_record"}

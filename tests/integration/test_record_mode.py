@@ -27,7 +27,7 @@ from drainer.kafka.producer import OutRecord, produce_records
 from drainer.lifecycle.run import RunResult
 from drainer.offset_map import decode_offset_map
 from drainer.store import get_engine
-from drainer.store.sinks import RUN_COLUMN
+from drainer.store.sink_names import RUN_COLUMN
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 

@@ -28,7 +28,7 @@ from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.services.pg_install import bindir
 from drainer.services.pg_layout import OS_USER, ROOT_BASE, PgLayout
 from drainer.store.server import create_role_and_database
-from drainer.store.sinks import stage_name
+from drainer.store.sink_names import stage_name
 from drainer.testing import create_drain, delete_topics
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 

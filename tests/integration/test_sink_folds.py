@@ -23,22 +23,31 @@ from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.lifecycle import maintain
-from drainer.lifecycle.maintain import FANOUT, MAX_FOLD_RUNS, fold_sink, maintain_drain
-from drainer.store import get_engine, sink_folds
-from drainer.store.sinks import stage_name
+from drainer.lifecycle.maintain import FANOUT, fold_sink, maintain_drain
+from drainer.store import get_engine, sink_partitions
+from drainer.store.sink_names import stage_name
 from spark_jobs import drain_job
 
 DRAINER = Path(sys.executable).with_name("drainer")
 ONE_ROW = {"processor": "spark_jobs.examples:one_row_per_record"}
 
 
-def _target_with_run_partitions(table: str, runs: int, rows_per_run: int = 3) -> None:
-    """A target as `publish: attach` leaves it after `runs` runs, made in one statement."""
+def _target_with_run_partitions(
+    table: str, runs: int, rows_per_run: int = 3, strategy: str = "range"
+) -> None:
+    """A target as `publish: attach` leaves it after `runs` runs, made in one statement:
+    by range as drainer makes targets now, or by LIST as earlier versions did."""
+    bound = (
+        "FOR VALUES FROM (%s) TO (%s)', '{t}_r' || r, r, r + 1)"
+        if strategy == "range"
+        else "FOR VALUES IN (%s)', '{t}_r' || r, r)"
+    ).format(t=table)
     with get_engine().begin() as conn:
         conn.execute(
             text(
                 f'CREATE TABLE "{table}" (partition integer, "offset" bigint, value text, '
-                "_drainer_run_id bigint NOT NULL) PARTITION BY LIST (_drainer_run_id)"
+                f"_drainer_run_id bigint NOT NULL) PARTITION BY {strategy.upper()} "
+                "(_drainer_run_id)"
             )
         )
         conn.execute(text(f'CREATE INDEX ON "{table}" ("offset")'))
@@ -50,8 +59,8 @@ def _target_with_run_partitions(table: str, runs: int, rows_per_run: int = 3) ->
                 f"EXECUTE format('INSERT INTO %I SELECT 0, (%s - 1) * {rows_per_run} + g, "
                 f"''v'', %s FROM generate_series(0, {rows_per_run - 1}) g', "
                 f"'{table}_r' || r, r, r); "
-                f"EXECUTE format('ALTER TABLE {table} ATTACH PARTITION %I FOR VALUES IN (%s)', "
-                f"'{table}_r' || r, r); END LOOP; END $$"
+                f"EXECUTE format('ALTER TABLE {table} ATTACH PARTITION %I {bound}; "
+                "END LOOP; END $$"
             )
         )
 
@@ -69,7 +78,7 @@ def _rows(table: str, lock_timeout: str = "0") -> Counter:
 
 def _partitions(table: str) -> list[str]:
     with get_engine().connect() as conn:
-        return sorted(p.name for p in sink_folds.partitions(conn, table))
+        return sorted(p.name for p in sink_partitions.partitions(conn, table))
 
 
 def _drop(table: str) -> None:
@@ -91,34 +100,63 @@ def _maintain(drain: DrainConfig, fault: str | None = None) -> subprocess.Comple
     )
 
 
-def test_two_thousand_run_partitions_fold_to_a_few_dozen_with_the_same_rows(stack):
+def test_two_thousand_list_partitions_of_an_earlier_version_fold_to_a_few_with_the_same_rows(
+    stack,
+):
+    """The existing database of the issue: a LIST target with 2,000 run partitions, as earlier
+    versions left it. The same folds move them into `<table>_runs`, 512 runs at a time; readers
+    query the same table and see the same rows, and a run's rows are still found by pruning."""
     table = f"fold_{uuid.uuid4().hex[:8]}"
-    _target_with_run_partitions(table, 2000)
+    _target_with_run_partitions(table, 2000, strategy="list")
     try:
         before = _rows(table)
         assert len(_partitions(table)) == 2000 and len(before) == 6000
         report = fold_sink(get_engine(), table)
-        # 2000 = 3720 in base 8: 3 + 7 + 2 + 0 partitions, at most FANOUT - 1 of a tier
-        assert (report.before, report.after) == (2000, 12)
-        assert len(_partitions(table)) == 12
+        # 2000 runs = 512 + 512 + 512 + 464: four folds of listed partitions, then no tier full
+        assert (report.before, report.after, report.folds) == (2000, 4, 4)
+        assert _partitions(table) == sorted(
+            f"{table}_runs_{a}_{b}" for a, b in ((1, 512), (513, 1024), (1025, 1536), (1537, 2000))
+        )
         assert _rows(table) == before  # every row once, as readers saw it before
         again = fold_sink(get_engine(), table)
-        assert again.folds == 0 and again.after == 12
+        assert again.folds == 0 and again.after == 4
         with get_engine().connect() as conn:  # pruning still finds one run's rows
             plan = conn.execute(
                 text(f'EXPLAIN SELECT * FROM "{table}" WHERE _drainer_run_id = 1234')
             ).scalars()
             scanned = [line for line in plan if "Scan" in line]
-        assert len(scanned) == 1 and f"{table}_f" in scanned[0]
+        assert len(scanned) == 1 and f"{table}_runs_1025_1536" in scanned[0]
     finally:
         _drop(table)
 
 
+def test_eight_hundred_runs_of_a_range_target_fold_to_their_base_eight_digits(stack):
+    """800 = 1440 in base 8: one tier-3 fold of 512 runs, 4 of 64, 4 of 8 and none of 1 after
+    folding to the end; no LIST bound limits how many runs one partition holds."""
+    table = f"fold_{uuid.uuid4().hex[:8]}"
+    _target_with_run_partitions(table, 800)
+    try:
+        before = _rows(table)
+        report = fold_sink(get_engine(), table)
+        assert (report.before, report.after) == (800, 1 + 4 + 4)
+        with get_engine().connect() as conn:
+            runs = sorted(p.runs for p in sink_partitions.partitions(conn, table))
+        assert runs == [8] * 4 + [64] * 4 + [512]
+        assert _rows(table) == before
+    finally:
+        _drop(table)
+
+
+@pytest.mark.parametrize("strategy", ["range", "list"])
 @pytest.mark.parametrize("point", faults.FOLD_POINTS)
-def test_a_crash_inside_a_fold_changes_nothing_and_the_next_fold_does_it_once(make_drain, point):
+def test_a_crash_inside_a_fold_changes_nothing_and_the_next_fold_does_it_once(
+    make_drain, point, strategy
+):
+    """Range: 24 run partitions fold in 3 folds; list (an earlier version's target): its 24
+    listed partitions move into `<table>_runs` in one fold."""
     drain = make_drain(levels=1, partitions=1, budget=10, **ONE_ROW)
     table = drain.sink.table
-    _target_with_run_partitions(table, 3 * FANOUT)
+    _target_with_run_partitions(table, 3 * FANOUT, strategy=strategy)
     before = _rows(table)
     parts = _partitions(table)
 
@@ -130,15 +168,17 @@ def test_a_crash_inside_a_fold_changes_nothing_and_the_next_fold_does_it_once(ma
     with get_engine().connect() as conn:  # not even the new partition's table is left
         assert (
             conn.scalar(
-                text("SELECT count(*) FROM pg_class WHERE relname LIKE :f"), {"f": f"{table}_f%"}
+                text("SELECT count(*) FROM pg_class WHERE relname LIKE :f AND relkind = 'r'"),
+                {"f": f"{table}\\_runs\\_%"},
             )
             == 0
         )
 
     done = _maintain(drain)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f'"folds": {3}' in done.stdout
-    assert len(_partitions(table)) == 3
+    folds = 3 if strategy == "range" else 1
+    assert f'"folds": {folds}' in done.stdout
+    assert len(_partitions(table)) == folds
     assert _rows(table) == before
     assert all(n == 1 for n in _rows(table).values())
 
@@ -165,44 +205,49 @@ def test_runs_fold_their_partitions_after_the_commit_and_readers_see_each_record
     table = drain.sink.table
     first, last = results[0].run_id, results[FANOUT - 1].run_id
     tail = [stage_name(table, r.run_id) for r in results[FANOUT:]]
-    assert _partitions(table) == sorted([f"{table}_f{first}_{last}", *tail])
+    assert _partitions(table) == sorted([f"{table}_runs_{first}_{last}", *tail])
     rows = _rows(table)
     assert sorted(o for _, o, _ in rows) == list(range(5 * runs))
     assert all(n == 1 for n in rows.values())
     assert maintain_drain(drain).sink.folds == 0  # upkeep already did everything
 
 
-def test_a_partition_bound_holds_max_fold_runs_run_ids_but_not_a_tier_more(stack):
-    """Why folds stop at MAX_FOLD_RUNS: a LIST bound lives in the partition's pg_class row,
-    which is not TOASTed. MAX_FOLD_RUNS 13-digit run ids attach; FANOUT times as many do not
-    (raising MAX_FOLD_RUNS past what fits fails here, not in a drain's upkeep a year on)."""
+def test_a_list_bound_cannot_hold_a_tier_four_fold_but_a_range_bound_can(stack):
+    """Why targets are partitioned by range now: a LIST bound lives in the partition's pg_class
+    row, which is not TOASTed, so 4,096 13-digit run ids do not fit ("row is too big") and an
+    earlier version's folds had to stop at 512 runs; a range bound is two numbers."""
     table = f"bound_{uuid.uuid4().hex[:8]}"
-    first = 10**12
+    first, runs = 10**12, FANOUT**4
     try:
         with get_engine().begin() as conn:
+            for strategy in ("LIST", "RANGE"):
+                conn.execute(
+                    text(
+                        f'CREATE TABLE "{table}_{strategy}" (v int, _drainer_run_id bigint '
+                        f"NOT NULL) PARTITION BY {strategy} (_drainer_run_id)"
+                    )
+                )
+            conn.execute(text(f'CREATE TABLE "{table}_big" (LIKE "{table}_LIST")'))
             conn.execute(
                 text(
-                    f'CREATE TABLE "{table}" (v int, _drainer_run_id bigint NOT NULL) '
-                    "PARTITION BY LIST (_drainer_run_id)"
+                    f'ALTER TABLE "{table}_RANGE" ATTACH PARTITION "{table}_big" '
+                    f"FOR VALUES FROM ({first}) TO ({first + runs})"
                 )
             )
-            for name in (f"{table}_ok", f"{table}_big"):
-                conn.execute(text(f'CREATE TABLE "{name}" (LIKE "{table}")'))
-            ids = ", ".join(str(first + i) for i in range(MAX_FOLD_RUNS))
-            conn.execute(
-                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{table}_ok" FOR VALUES IN ({ids})')
-            )
-        more = ", ".join(str(first + MAX_FOLD_RUNS + i) for i in range(FANOUT * MAX_FOLD_RUNS))
+            conn.execute(text(f'ALTER TABLE "{table}_RANGE" DETACH PARTITION "{table}_big"'))
+        ids = ", ".join(str(first + i) for i in range(runs))
         with (
             pytest.raises(OperationalError, match="row is too big"),
             get_engine().begin() as conn,
         ):
             conn.execute(
-                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{table}_big" FOR VALUES IN ({more})')
+                text(
+                    f'ALTER TABLE "{table}_LIST" ATTACH PARTITION "{table}_big" FOR VALUES IN ({ids})'
+                )
             )
     finally:
-        _drop(table)
-        _drop(f"{table}_big")
+        for suffix in ("LIST", "RANGE", "big"):
+            _drop(f"{table}_{suffix}")
 
 
 def _blocked_by(pid: int) -> list[int]:
@@ -264,7 +309,7 @@ def test_readers_go_on_while_a_fold_copies_and_see_each_row_once_throughout(stac
         assert seen["during_copy"] == before
         assert seen["during_swap"] == before  # read after the commit, from the folded partition
         assert _rows(table) == before
-        assert _partitions(table) == [f"{table}_f1_{FANOUT}"]
+        assert _partitions(table) == [f"{table}_runs_1_{FANOUT}"]
     finally:
         _drop(table)
 
@@ -293,7 +338,10 @@ def test_a_fold_gives_up_behind_a_long_reader_and_the_next_run_does_it(
             name = f"{table}_old{run_id}"
             conn.execute(text(f'CREATE TABLE "{name}" (LIKE "{table}" INCLUDING ALL)'))
             conn.execute(
-                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" FOR VALUES IN ({run_id})')
+                text(
+                    f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" '
+                    f"FOR VALUES FROM ({run_id}) TO ({run_id + 1})"
+                )
             )
     engine = get_engine()
     reader = engine.connect()
@@ -308,10 +356,12 @@ def test_a_fold_gives_up_behind_a_long_reader_and_the_next_run_does_it(
         assert "lock timeout" in second.warnings[0]
         # nothing folded, nothing left of the attempt: all FANOUT + 1 run partitions
         parts = _partitions(table)
-        assert len(parts) == FANOUT + 1 and not [p for p in parts if p.startswith(f"{table}_f")]
+        assert len(parts) == FANOUT + 1
+        assert not [p for p in parts if p.startswith(f"{table}_runs_")]
         assert (
             reader.scalar(
-                text("SELECT count(*) FROM pg_class WHERE relname LIKE :f"), {"f": f"{table}_f%"}
+                text("SELECT count(*) FROM pg_class WHERE relname LIKE :f AND relkind = 'r'"),
+                {"f": f"{table}\\_runs\\_%"},
             )
             == 0
         )
@@ -322,7 +372,7 @@ def test_a_fold_gives_up_behind_a_long_reader_and_the_next_run_does_it(
     assert third.drained == 5 and not third.warnings, third.warnings
     assert _partitions(table) == sorted(
         [
-            f"{table}_f1_{first.run_id}",
+            f"{table}_runs_1_{first.run_id}",
             stage_name(table, second.run_id),
             stage_name(table, third.run_id),
         ]

@@ -13,7 +13,8 @@ from psycopg import sql
 from sqlalchemy import text
 
 from drainer.settings import load_settings, psycopg_url
-from drainer.store import get_engine, sinks
+from drainer.store import get_engine, sink_names, sinks
+from drainer.store.sink_names import RUN_COLUMN, TASK_COLUMN
 
 COLUMNS = [('we"ird col', "text"), ("n", "integer")]
 NAMES = [name for name, _ in COLUMNS]
@@ -40,7 +41,7 @@ def _publish(table: str, run_id: int) -> int:
 
 
 def _rows(relation: str, run_id: int | None = None) -> list[tuple]:
-    where = "" if run_id is None else f' WHERE "{sinks.RUN_COLUMN}" = {int(run_id)}'
+    where = "" if run_id is None else f' WHERE "{RUN_COLUMN}" = {int(run_id)}'
     query = sql.SQL('SELECT "we""ird col", n FROM {}{} ORDER BY n').format(
         sql.Identifier(relation), sql.SQL(where)
     )
@@ -95,18 +96,18 @@ def test_each_run_becomes_its_own_partition_without_copying():
     _stage(table, 11, [("c", 3)], task="p1")
     assert _publish(table, 11) == 3
 
-    stage = sinks.stage_name(table, 11)
+    stage = sink_names.stage_name(table, 11)
     # the stage is now the run's partition, not a standalone table, and lost its task column
     assert _table(stage) == {"relkind": "r", "relispartition": True, "parent": table}
     with get_engine().connect() as conn:
         assert sinks.table_columns(conn, stage) == NAMES
-        assert sinks.TASK_COLUMN not in _all_columns(conn, stage)
+        assert TASK_COLUMN not in _all_columns(conn, stage)
     assert _rows(table) == [("a", 1), ("b", 2), ("c", 3)]
 
     sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 12)  # the next run of the drain
     _stage(table, 12, [("d", 4)])
     assert _publish(table, 12) == 1
-    assert _partitions(table) == sorted([stage, sinks.stage_name(table, 12)])
+    assert _partitions(table) == sorted([stage, sink_names.stage_name(table, 12)])
     assert _rows(table, 12) == [("d", 4)] and len(_rows(table)) == 4
 
 
@@ -152,7 +153,7 @@ def test_attaching_skips_the_validation_scan_and_does_not_block_readers():
             seen = reader.execute(sql.SQL("SELECT n FROM {}").format(sql.Identifier(table)))
             assert [r[0] for r in seen] == [1]  # the uncommitted partition is not visible yet
         conn.commit()
-    stage = sinks.stage_name(table, 22)
+    stage = sink_names.stage_name(table, 22)
     assert f'partition constraint for table "{stage}" is implied by existing constraints' in (
         notices
     )
@@ -162,7 +163,7 @@ def test_attaching_skips_the_validation_scan_and_does_not_block_readers():
 def test_a_run_that_staged_nothing_leaves_no_partition():
     table = _fresh_table(run_id=31)
     assert _publish(table, 31) == 0
-    assert _table(sinks.stage_name(table, 31)) is None
+    assert _table(sink_names.stage_name(table, 31)) is None
     assert _partitions(table) == []
 
 
@@ -172,10 +173,10 @@ def test_a_plain_target_gets_the_rows_copied_and_the_stage_dropped():
     _stage(table, 41, [("a", 1), ("b", 2)])
     assert _publish(table, 41) == 2
     assert _rows(table) == [("a", 1), ("b", 2)]
-    assert _table(sinks.stage_name(table, 41)) is None
+    assert _table(sink_names.stage_name(table, 41)) is None
     sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 42)  # stays plain whatever is asked
     assert _table(table)["relkind"] == "r"
-    assert _publish(table, 42) == 0 and _table(sinks.stage_name(table, 42)) is None
+    assert _publish(table, 42) == 0 and _table(sink_names.stage_name(table, 42)) is None
 
 
 def test_resume_empties_the_stage_and_abandon_drops_it():
@@ -184,11 +185,11 @@ def test_resume_empties_the_stage_and_abandon_drops_it():
     with get_engine().begin() as conn:
         sinks.clear_staged(conn, table, 51)  # a resumed run
         assert sinks.staged_rows(conn, table, 51) == 0
-    assert _table(sinks.stage_name(table, 51)) is not None  # emptied, kept for the tasks
+    assert _table(sink_names.stage_name(table, 51)) is not None  # emptied, kept for the tasks
     _stage(table, 51, [("b", 2)])
     with get_engine().begin() as conn:
         sinks.drop_staged(conn, table, 51)  # an abandoned run
-    assert _table(sinks.stage_name(table, 51)) is None
+    assert _table(sink_names.stage_name(table, 51)) is None
     assert _publish(table, 51) == 0 and _rows(table) == []
 
 
@@ -203,8 +204,8 @@ def test_rows_an_earlier_version_staged_are_published_once():
             ).format(
                 sql.Identifier(legacy),
                 sql.Identifier('we"ird col'),
-                sql.Identifier(sinks.RUN_COLUMN),
-                sql.Identifier(sinks.TASK_COLUMN),
+                sql.Identifier(RUN_COLUMN),
+                sql.Identifier(TASK_COLUMN),
             )
         )
         insert = sql.SQL("INSERT INTO {} VALUES (%s, %s, %s, 'p0')").format(sql.Identifier(legacy))
@@ -222,7 +223,7 @@ def test_rows_an_earlier_version_staged_are_published_once():
 def test_long_table_names_get_stage_names_that_fit():
     table = _fresh_table(run_id=987654321, prefix="t" * 50)
     assert len(table) == 59
-    stage = sinks.stage_name(table, 987654321)
+    stage = sink_names.stage_name(table, 987654321)
     assert stage != table + "_r987654321" and len(stage) <= 63
     _stage(table, 987654321, [("a", 1)])
     assert _publish(table, 987654321) == 1
@@ -242,7 +243,7 @@ def test_converting_a_plain_target_by_the_operations_recipe():
     _stage(table, 72, [("b", 2)])
     assert _publish(table, 72) == 1
     assert _rows(table) == [("a", 1), ("b", 2)]
-    assert sinks.stage_name(table, 72) in _partitions(table)
+    assert sink_names.stage_name(table, 72) in _partitions(table)
 
 
 def _recipe(heading: str, table: str) -> str:
@@ -290,7 +291,7 @@ def test_two_attempts_of_one_task_leave_one_attempts_rows():
     b.join(10)
     assert not errors, errors
     # the later attempt's rows only
-    assert _rows(sinks.stage_name(table, 7)) == [("b", 10), ("b", 20)]
+    assert _rows(sink_names.stage_name(table, 7)) == [("b", 10), ("b", 20)]
 
 
 def _waits_on_advisory_lock() -> bool:
@@ -334,16 +335,16 @@ def test_a_table_named_like_a_stage_that_drainer_did_not_create_is_refused_untou
         (73, lambda conn: sinks.drop_staged(conn, table, 73)),
         (74, lambda conn: sinks.publish_staged(conn, table, 74)),
     ):
-        _users_table(sinks.stage_name(table, run_id))
+        _users_table(sink_names.stage_name(table, run_id))
         with pytest.raises(ConfigError) as info, get_engine().begin() as conn:
             step(conn)
-        assert sinks.stage_name(table, run_id) in str(info.value)
+        assert sink_names.stage_name(table, run_id) in str(info.value)
         assert "drainer did not create it" in str(info.value)
-        assert _count(sinks.stage_name(table, run_id)) == 3
-    _users_table(sinks.stage_name(table, 75))
+        assert _count(sink_names.stage_name(table, run_id)) == 3
+    _users_table(sink_names.stage_name(table, 75))
     with pytest.raises(ConfigError, match="drainer did not create it"):
         sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 75)
-    assert _count(sinks.stage_name(table, 75)) == 3
+    assert _count(sink_names.stage_name(table, 75)) == 3
     # drainer's own stages pass the check: stage, resume, publish
     sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 76)
     _stage(table, 76, [("a", 1)])

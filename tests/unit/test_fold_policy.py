@@ -2,42 +2,63 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drainer.lifecycle.maintain import FANOUT, MAX_FOLD_RUNS, choose_fold
-from drainer.store.sink_folds import SinkPartition, fold_name
+from drainer.lifecycle.maintain import FANOUT, LISTED_FOLD_RUNS, choose_fold
+from drainer.store.sink_folds import fold_name
+from drainer.store.sink_partitions import SinkPartition, _partition
+
+YEAR_OF_FIVE_MINUTE_RUNS = 365 * 24 * 12
 
 
 def _run(run_id: int, size: int = 0) -> SinkPartition:
-    return SinkPartition(f"t_r{run_id}", (run_id,), size)
+    return SinkPartition(f"t_r{run_id}", run_id, run_id, 1, size)
+
+
+def _listed(run_ids: list[int], size: int = 0) -> SinkPartition:
+    return SinkPartition(f"t_f{run_ids[0]}", min(run_ids), max(run_ids), len(run_ids), size, True)
 
 
 def _folded(parts: list[SinkPartition]) -> SinkPartition:
-    ids = tuple(sorted(i for p in parts for i in p.run_ids))
-    return SinkPartition(fold_name("t", ids), ids, sum(p.bytes for p in parts))
+    first, last = min(p.first for p in parts), max(p.last for p in parts)
+    runs, size = sum(p.runs for p in parts), sum(p.bytes for p in parts)
+    return SinkPartition(fold_name("t", first, last), first, last, runs, size)
+
+
+def _apply(parts: list[SinkPartition], sources: list[SinkPartition]) -> list[SinkPartition]:
+    return [p for p in parts if p not in sources] + [_folded(sources)]
 
 
 def _fold_all(
-    parts: list[SinkPartition], fanout: int, max_bytes: int | None = None
+    parts: list[SinkPartition], fanout: int = FANOUT, max_bytes: int | None = None
 ) -> tuple[list[SinkPartition], int]:
     """Fold until choose_fold has nothing left; returns the partitions and the folds made."""
     folds = 0
     while sources := choose_fold(parts, fanout, max_bytes):
-        parts = [p for p in parts if p not in sources] + [_folded(sources)]
+        parts = _apply(parts, sources)
         folds += 1
     return parts, folds
 
 
+def _digit_sum(runs: int, fanout: int) -> int:
+    """What folding to the end leaves: one partition per unit of each base-`fanout` digit."""
+    total = 0
+    while runs:
+        total, runs = total + runs % fanout, runs // fanout
+    return total
+
+
+def _assert_disjoint(parts: list[SinkPartition]) -> None:
+    ranged = sorted((p for p in parts if not p.listed), key=lambda p: p.first)
+    assert all(a.last < b.first for a, b in zip(ranged, ranged[1:], strict=False)), ranged
+
+
 def test_tiers_count_runs_in_powers_of_the_fanout():
-    assert [SinkPartition("p", tuple(range(n))).tier(8) for n in (1, 7, 8, 63, 64, 512)] == [
-        0,
-        0,
-        1,
-        1,
-        2,
-        3,
-    ]
+    tiers = [SinkPartition("p", 1, n, n).tier(8) for n in (1, 7, 8, 63, 64, 512, 4096, 40000)]
+    assert tiers == [0, 0, 1, 1, 2, 3, 4, 5]
 
 
 def test_nothing_folds_below_the_fanout():
@@ -51,58 +72,59 @@ def test_the_oldest_runs_of_the_lowest_full_tier_fold_first():
     assert choose_fold(tier1 + runs[:3], 8) == tier1
 
 
-def test_a_hand_folded_partition_joins_the_tier_of_its_size():
-    hand = SinkPartition("events_upto_300", tuple(range(1, 301)))  # the old docs' recipe
-    assert hand.tier(8) == 2
-    assert choose_fold([hand] + [_run(i) for i in range(301, 308)], 8) == []
+def test_a_range_partition_counts_the_runs_its_comment_or_its_bound_says():
+    bound = "FOR VALUES FROM ('1') TO ('301')"
+    hand = _partition("events_upto_300", "events", bound, None, 0)  # made by hand
+    assert hand is not None and (hand.first, hand.last, hand.runs, hand.tier(8)) == (1, 300, 300, 2)
+    folded = _partition("e", "events", bound, "drainer fold of events: 12 runs", 0)
+    assert folded is not None and folded.runs == 12
+    stage = _partition("e_r5", "events", "FOR VALUES FROM ('5') TO ('6')", None, 0)
+    assert stage is not None and stage.runs == 1
+    listed = _partition("e_f1", "events", "FOR VALUES IN ('3', '1', '2')", None, 0)
+    assert listed is not None and (listed.first, listed.last, listed.runs, listed.listed) == (
+        1,
+        3,
+        3,
+        True,
+    )
+    assert _partition("d", "events", "DEFAULT", None, 0) is None
+    assert _partition("m", "events", "FOR VALUES FROM (MINVALUE) TO ('5')", None, 0) is None
 
 
 def test_names_say_which_runs_a_fold_holds_and_fit_postgres():
-    assert fold_name("events", [17, 3, 9]) == "events_f3_17"
-    assert len(fold_name("x" * 63, [1, 2**62]).encode()) <= 63
-
-
-def _most_partitions(runs: int, fanout: int, max_runs: int = MAX_FOLD_RUNS) -> int:
-    """What folding to the end leaves: the base-`fanout` digits of the runs below the top tier
-    (the biggest whose partitions list at most `max_runs` runs), plus one per top partition."""
-    unit = 1
-    while unit * fanout <= max_runs:
-        unit *= fanout
-    digits, n = runs // unit, runs % unit
-    while n:
-        digits, n = digits + n % fanout, n // fanout
-    return digits
+    assert fold_name("events", 3, 17) == "events_runs_3_17"
+    assert fold_name("events", 3, 17, ["events_runs_3_17"]) == "events_runs_3_17_b"
+    assert len(fold_name("x" * 63, 1, 2**62).encode()) <= 63
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 6000), st.sampled_from([2, 4, 8, 16]))
-def test_any_number_of_runs_leaves_at_most_fanout_minus_one_per_tier_below_the_top(
-    runs: int, fanout: int
-):
-    """Below the top tier a target keeps fewer than `fanout` partitions; the top tier (512
-    runs a partition at FANOUT 8: a LIST bound holds no more) grows by one per 512 runs."""
+def test_any_number_of_runs_leaves_fewer_than_fanout_partitions_per_tier(runs: int, fanout: int):
+    """No top tier: a range bound holds any number of runs, so every tier stays below the
+    fanout and the count is the runs' digit sum in base `fanout`."""
     parts: list[SinkPartition] = []
     folds = 0
     for run_id in range(1, runs + 1):  # a run attaches, then upkeep folds
         parts, made = _fold_all(parts + [_run(run_id)], fanout)
         folds += made
-    assert all(len(p.run_ids) <= MAX_FOLD_RUNS for p in parts)
-    below_top = [p.tier(fanout) for p in parts if len(p.run_ids) * fanout <= MAX_FOLD_RUNS]
-    assert all(below_top.count(t) < fanout for t in below_top)
-    assert len(parts) == _most_partitions(runs, fanout)
-    assert sorted(i for p in parts for i in p.run_ids) == list(range(1, runs + 1))
+    tiers = [p.tier(fanout) for p in parts]
+    assert all(tiers.count(t) < fanout for t in tiers)
+    assert len(parts) == _digit_sum(runs, fanout)
+    assert sum(p.runs for p in parts) == runs
+    _assert_disjoint(parts)
     assert folds == (runs - len(parts)) // (fanout - 1)
 
 
-def test_past_4096_runs_only_the_top_tier_grows():
-    """At FANOUT 8 the top tier holds 512-run partitions; 8 of them would list 4,096 run ids,
-    more than a pg_class row holds, so they are never folded (docs/operations.md)."""
-    assert MAX_FOLD_RUNS == 512 and FANOUT == 8
-    assert _most_partitions(4095, 8) == 7 + 7 + 7 + 7
-    assert _most_partitions(4096, 8) == 8
-    assert _most_partitions(105_000, 8) == 205 + _most_partitions(105_000 % 512, 8)
-    top = [_folded([_run(i) for i in range(k * 512, k * 512 + 512)]) for k in range(8)]
-    assert choose_fold(top) == []
+def test_a_year_of_five_minute_runs_keeps_a_few_dozen_partitions():
+    """105,120 runs, each followed by upkeep's folds: the most partitions ever is 7 per tier
+    for the 6 tiers a year reaches, and after the year the digit sum of 105,120 in base 8."""
+    parts: list[SinkPartition] = []
+    most = 0
+    for run_id in range(1, YEAR_OF_FIVE_MINUTE_RUNS + 1):
+        parts, _ = _fold_all(parts + [_run(run_id)])
+        most = max(most, len(parts))
+    assert most <= 7 * 6 and len(parts) == _digit_sum(YEAR_OF_FIVE_MINUTE_RUNS, 8)
+    assert max(p.runs for p in parts) == 8**5
 
 
 def test_upkeep_leaves_a_fold_bigger_than_its_limit_until_the_tier_is_twice_full():
@@ -134,10 +156,72 @@ def test_upkeep_with_a_byte_limit_keeps_every_tier_under_twice_the_fanout(
             tier = sources[0].tier(fanout)
             in_tier = sum(p.tier(fanout) == tier for p in parts)
             assert sum(p.bytes for p in sources) <= max_bytes or in_tier >= 2 * fanout
-            parts = [p for p in parts if p not in sources] + [_folded(sources)]
-        # the top tier, whose partitions cannot fold further, grows (see the test above)
-        tiers = [p.tier(fanout) for p in parts if len(p.run_ids) * fanout <= MAX_FOLD_RUNS]
+            parts = _apply(parts, sources)
+        tiers = [p.tier(fanout) for p in parts]
         assert all(tiers.count(t) < 2 * fanout for t in tiers)
     parts, _ = _fold_all(parts, fanout)  # `drainer maintain`
-    assert len(parts) == _most_partitions(runs, fanout)
-    assert sorted(i for p in parts for i in p.run_ids) == list(range(1, runs + 1))
+    assert len(parts) == _digit_sum(runs, fanout)
+    assert sum(p.runs for p in parts) == runs
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(20, 400), st.randoms(use_true_random=False))
+def test_runs_committing_out_of_order_never_make_overlapping_ranges(runs: int, rnd: random.Random):
+    """Runs of drains sharing a target, or resumed plans, commit out of id order. A run whose
+    id a fold already covers is copied into that fold (attach_run); otherwise it attaches.
+    Folds take every partition their range meets, so ranges never overlap and no run is lost."""
+    order = list(range(1, runs + 1))
+    for _ in range(runs // 5):  # some runs commit a few places late
+        i = rnd.randrange(len(order) - 1)
+        j = min(len(order) - 1, i + rnd.randrange(1, 30))
+        order.insert(j, order.pop(i))
+    parts: list[SinkPartition] = []
+    copied = 0
+    for run_id in order:
+        if any(p.first <= run_id <= p.last for p in parts):
+            copied += 1  # the commit copies the rows into the covering fold
+            cover = next(p for p in parts if p.first <= run_id <= p.last)
+            parts = [p for p in parts if p != cover] + [
+                SinkPartition(cover.name, cover.first, cover.last, cover.runs + 1, cover.bytes)
+            ]
+        else:
+            parts.append(_run(run_id))
+        parts, _ = _fold_all(parts)
+        _assert_disjoint(parts)
+    assert sum(p.runs for p in parts) == runs
+    tiers = [p.tier(FANOUT) for p in parts]
+    assert all(tiers.count(t) < FANOUT for t in tiers)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3000), st.integers(1, 40), st.integers(0, 60))
+def test_listed_partitions_of_an_earlier_version_fold_first_then_tiers_go_on(
+    legacy_runs: int, new_runs: int, per_part_max: int
+):
+    """A LIST target of an earlier version: its listed partitions (run partitions and LIST
+    folds of up to 512 runs) move into range partitions, oldest first, at most LISTED_FOLD_RUNS
+    runs a fold, while new runs attach by range; in the end only tiers remain."""
+    listed: list[SinkPartition] = []
+    run_id = 1
+    while run_id <= legacy_runs:  # the LIST tiers the earlier version left
+        width = min(legacy_runs - run_id + 1, 1 + (run_id * 7919 + per_part_max) % 512)
+        listed.append(_listed(list(range(run_id, run_id + width))))
+        run_id += width
+    parts = list(listed)
+    for new in range(legacy_runs + 1, legacy_runs + new_runs + 1):
+        parts.append(_run(new))
+        while sources := choose_fold(parts):
+            if any(p.listed for p in sources):
+                assert sources[0].listed and sources[0] == min(
+                    (p for p in parts if p.listed), key=lambda p: p.first
+                )
+                assert sum(p.runs for p in sources if p.listed) <= max(
+                    LISTED_FOLD_RUNS, sources[0].runs
+                )
+            parts = _apply(parts, sources)
+            _assert_disjoint(parts)
+    parts, _ = _fold_all(parts)
+    assert not any(p.listed for p in parts)
+    assert sum(p.runs for p in parts) == legacy_runs + new_runs
+    tiers = [p.tier(FANOUT) for p in parts]
+    assert all(tiers.count(t) < FANOUT for t in tiers)
