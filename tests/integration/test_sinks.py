@@ -13,7 +13,7 @@ from psycopg import sql
 from sqlalchemy import text
 
 from drainer.settings import load_settings, psycopg_url
-from drainer.store import get_engine, sink_names, sinks
+from drainer.store import get_engine, sink_names, sink_partitions, sinks
 from drainer.store.sink_names import RUN_COLUMN, TASK_COLUMN
 
 COLUMNS = [('we"ird col', "text"), ("n", "integer")]
@@ -364,3 +364,75 @@ def test_a_users_table_named_like_the_legacy_staging_is_left_alone():
         sinks.drop_staged(conn, table, 83)
     assert _publish(table, 81) == 1
     assert _count(sinks.legacy_staging_name(table)) == 3
+
+
+def _fold(table: str) -> None:
+    from drainer.lifecycle.maintain import fold_sink
+
+    fold_sink(get_engine(), table)
+
+
+def _leaves(table: str) -> dict[str, tuple[int, int, int, bool, str]]:
+    """name -> (first, last, runs, listed, parent) of the target's partitions that hold runs."""
+    with get_engine().connect() as conn:
+        return {
+            p.name: (p.first, p.last, p.runs, p.listed, p.parent)
+            for p in sink_partitions.partitions(conn, table)
+        }
+
+
+def test_a_run_committing_inside_a_folded_range_is_copied_into_that_fold_once():
+    """Run 108 commits after runs 101-107 and 109 were folded into one range 101-109 (another
+    drain sharing the target, or a plan resumed late): it cannot be attached, so the commit
+    copies its rows into the fold. Without the check the attach would fail the commit with
+    'would overlap partition'."""
+    ids = [*range(101, 108), 109]
+    table = _fresh_table(run_id=ids[0])
+    for run_id in ids:
+        sinks.ensure_sink_tables(get_engine(), table, COLUMNS, run_id)
+        _stage(table, run_id, [(f"r{run_id}", run_id)])
+        assert _publish(table, run_id) == 1
+    _fold(table)
+    fold = f"{table}_runs_101_109"
+    assert _leaves(table) == {fold: (101, 109, 8, False, table)}
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 108)
+    _stage(table, 108, [("late", 108), ("late2", 1108)])
+    assert _publish(table, 108) == 2
+    assert _table(sink_names.stage_name(table, 108)) is None  # copied, then dropped
+    assert _leaves(table) == {fold: (101, 109, 8, False, table)}
+    assert _rows(fold, 108) == [("late", 108), ("late2", 1108)]
+    assert [n for _, n in _rows(table)] == sorted([*ids, 108, 1108])
+
+
+def test_a_list_target_of_an_earlier_version_gets_its_runs_partition_and_keeps_its_rows():
+    """An earlier version's target (PARTITION BY LIST, one listed partition per run): a run
+    committed before any upkeep attaches as before; upkeep gives the target `<table>_runs`
+    (its DEFAULT, by range) and moves the listed partitions into it; later runs attach there.
+    Readers query the same table (same oid) and see every row once throughout."""
+    table = f"sink_{uuid.uuid4().hex[:8]}"
+    with get_engine().begin() as conn:
+        conn.execute(
+            text(
+                f'CREATE TABLE "{table}" ("we""ird col" text, n integer, '
+                f"{RUN_COLUMN} bigint NOT NULL) PARTITION BY LIST ({RUN_COLUMN})"
+            )
+        )
+        oid = conn.scalar(text("SELECT to_regclass(:t)::oid"), {"t": f'"{table}"'})
+    for run_id in (1, 2, 3):  # as the earlier version committed them
+        sinks.ensure_sink_tables(get_engine(), table, COLUMNS, run_id)
+        _stage(table, run_id, [(f"r{run_id}", run_id)])
+        assert _publish(table, run_id) == 1
+    assert {v[3] for v in _leaves(table).values()} == {True}  # listed, attached by LIST
+
+    _fold(table)
+    runs_parent = f"{table}_runs"
+    assert _table(runs_parent) == {"relkind": "p", "relispartition": True, "parent": table}
+    assert _leaves(table) == {f"{table}_runs_1_3": (1, 3, 3, False, runs_parent)}
+
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 4)
+    _stage(table, 4, [("r4", 4)])
+    assert _publish(table, 4) == 1
+    assert _table(sink_names.stage_name(table, 4))["parent"] == runs_parent
+    assert [n for _, n in _rows(table)] == [1, 2, 3, 4]
+    with get_engine().connect() as conn:
+        assert conn.scalar(text("SELECT to_regclass(:t)::oid"), {"t": f'"{table}"'}) == oid
