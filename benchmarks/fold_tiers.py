@@ -1,16 +1,23 @@
 """How long one fold of a sink's partitions takes, by tier and rows per run.
 
   .venv/bin/python benchmarks/fold_tiers.py               # --tiers 3 4 --rows 1000
+  .venv/bin/python benchmarks/fold_tiers.py --listed      # an earlier version's LIST target
 
 A tier-k fold copies 8**k runs of rows (drainer.lifecycle.maintain): it happens in the upkeep
 after a run's commit, under the drain's lease, once every 8**k runs. For each tier and rows per
 run, a fresh target shaped like `one_row_per_record`'s (topic, partition, offset, level, key,
 value_size, the run id; one index on the offset, carried over by the fold as a user's would be)
-is given the eight tier-(k-1) partitions that fold, each listing its 8**(k-1) run ids, and
-`fold_sink` folds them into one: exactly the fold upkeep does at that run. Reported per case: the
-rows copied, the sources' size (indexes included), the fold's seconds (median of `--repeat`),
-rows and MB a second, and the error if the fold failed (a LIST bound of 4,096 run ids does not
-fit in a pg_class row: tier 4 fails). Tables are dropped after each case.
+is given the eight tier-(k-1) range partitions that fold, and `fold_sink` folds them into one:
+exactly the fold upkeep does at that run. With `--listed` the target is LIST-partitioned as
+earlier versions made it, its eight partitions listing their run ids, and the fold is the one
+that moves the first of them into `<table>_runs` (at most 512 runs at a time): while the
+other seven still list their runs, Postgres cannot prove the new partition outside them and
+scans it during the swap, the longest readers wait in the life of such a target.
+
+Reported per case: the rows copied, the sources' size (indexes included), the fold's seconds
+(median of `--repeat`), rows and MB a second, and `swap_s`: from the end of the copy to the
+fold's commit, the time readers of the target wait (for a listed fold this includes the
+validation scan of the new partition). Tables are dropped after each case.
 """
 
 from __future__ import annotations
@@ -26,20 +33,23 @@ import uuid
 from common import OUT
 
 
-def build(table: str, tier: int, rows_per_run: int) -> int:
+def build(table: str, tier: int, rows_per_run: int, listed: bool) -> int:
     """The target with its eight tier-(tier-1) partitions; returns the rows it holds."""
     from sqlalchemy import text
 
     from drainer.lifecycle.maintain import FANOUT
     from drainer.store import get_engine
+    from drainer.store.sink_names import literal
+    from drainer.store.sink_partitions import fold_comment
 
     per_part = FANOUT ** (tier - 1)
+    strategy = "LIST" if listed else "RANGE"
     with get_engine().begin() as conn:
         conn.execute(
             text(
                 f'CREATE TABLE "{table}" (topic text, partition integer, "offset" bigint, '
                 "level integer, key text, value_size integer, _drainer_run_id bigint NOT NULL) "
-                "PARTITION BY LIST (_drainer_run_id)"
+                f"PARTITION BY {strategy} (_drainer_run_id)"
             )
         )
         conn.execute(text(f'CREATE INDEX ON "{table}" ("offset")'))
@@ -58,9 +68,13 @@ def build(table: str, tier: int, rows_per_run: int) -> int:
                 ),
                 {"topic": f"{table}-0", "n": rows_per_run},
             )
+            bound = f"IN ({ids})" if listed else f"FROM ({first}) TO ({first + per_part})"
             conn.execute(
-                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" FOR VALUES IN ({ids})')
+                text(f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" FOR VALUES {bound}')
             )
+            if not listed:
+                comment = literal(fold_comment(table, per_part))
+                conn.execute(text(f'COMMENT ON TABLE "{name}" IS {comment}'))
         conn.execute(text(f'ANALYZE "{table}"'))
         return int(conn.scalar(text(f'SELECT count(*) FROM "{table}"')))
 
@@ -70,38 +84,52 @@ def main() -> int:
     parser.add_argument("--tiers", type=int, nargs="+", default=[3, 4])
     parser.add_argument("--rows", type=int, nargs="+", default=[1000])
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--listed", action="store_true", help="an earlier version's LIST target")
     args = parser.parse_args()
 
     from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
 
     from drainer.lifecycle.maintain import fold_sink
-    from drainer.store import get_engine, sink_folds
+    from drainer.store import get_engine, sink_partitions
 
     cases = []
     for rows_per_run in args.rows:
         for tier in args.tiers:
             seconds: list[float] = []
+            swaps: list[float] = []
             error = None
             for _ in range(args.repeat):
                 table = f"foldbench_{uuid.uuid4().hex[:8]}"
                 try:
                     t0 = time.perf_counter()
-                    rows = build(table, tier, rows_per_run)
+                    rows = build(table, tier, rows_per_run, args.listed)
                     built = time.perf_counter() - t0
                     load = os.getloadavg()[0]
                     with get_engine().connect() as conn:
-                        size = sum(p.bytes for p in sink_folds.partitions(conn, table))
+                        size = sum(p.bytes for p in sink_partitions.partitions(conn, table))
+                    copied: list[float] = []
+
+                    def mark(point: str, copied: list[float] = copied) -> None:
+                        if point == "fold_copied":
+                            copied.append(time.perf_counter())
+
                     t0 = time.perf_counter()
                     try:
-                        report = fold_sink(get_engine(), table)
+                        report = fold_sink(
+                            get_engine(),
+                            table,
+                            checkpoint=mark,
+                            max_steps=1 if args.listed else None,
+                        )
                     except OperationalError as err:  # e.g. a bound too big for pg_class
                         error = str(err.orig).splitlines()[0]
                         seconds.append(time.perf_counter() - t0)
                         print(f"tier {tier}: the fold failed: {error}", file=sys.stderr)
                     else:
                         seconds.append(time.perf_counter() - t0)
-                        assert report.folds == 1 and report.after == 1, report
+                        swaps.append(time.perf_counter() - copied[0])
+                        assert report.folds == 1, report
                 finally:
                     with get_engine().begin() as conn:
                         conn.execute(text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
@@ -114,6 +142,7 @@ def main() -> int:
             cases.append(
                 {
                     "tier": tier,
+                    "listed": args.listed,
                     "runs": 8**tier,
                     "rows_per_run": rows_per_run,
                     "rows": rows,
@@ -123,11 +152,13 @@ def main() -> int:
                     "all_s": [round(s, 2) for s in seconds],
                     "rows_per_s": round(rows / fold_s),
                     "mb_per_s": round(size / 2**20 / fold_s, 1),
+                    "swap_s": round(statistics.median(swaps), 3) if swaps else None,
                 }
             )
     report = {"cases": cases, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
     OUT.mkdir(exist_ok=True)
-    (OUT / "fold_tiers.json").write_text(json.dumps(report, indent=2))
+    name = "fold_tiers_listed.json" if args.listed else "fold_tiers.json"
+    (OUT / name).write_text(json.dumps(report, indent=2))
     print(json.dumps(report))
     return 0
 

@@ -90,7 +90,7 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
     from drainer.kafka.session import KafkaSession
     from drainer.lifecycle.maintain import FANOUT, maintain_drain
     from drainer.lifecycle.planning import partition_states
-    from drainer.store import get_engine, sink_folds
+    from drainer.store import get_engine, sink_partitions
     from spark_jobs import drain_job
 
     engine = get_engine()
@@ -98,7 +98,7 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
 
     def partitions() -> int:
         with engine.connect() as conn:
-            return len(sink_folds.partitions(conn, table))
+            return len(sink_partitions.partitions(conn, table))
 
     stop = threading.Event()
     producer = threading.Thread(target=_producer, args=(drain, stop, produce_per_s), daemon=True)
@@ -136,7 +136,7 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
             t: conn.scalar(text(f"SELECT count(*) FROM {t} WHERE {where}"), {"d": drain.name})
             for t, where in STATE_TABLES.items()
         }
-        final = sink_folds.partitions(conn, table)
+        final = sink_partitions.partitions(conn, table)
     twice = [k for k, n in rows.items() if n > 1]
     missing = [
         (topic, p, o)
