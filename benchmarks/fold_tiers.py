@@ -9,10 +9,9 @@ run, a fresh target shaped like `one_row_per_record`'s (topic, partition, offset
 value_size, the run id; one index on the offset, carried over by the fold as a user's would be)
 is given the eight tier-(k-1) range partitions that fold, and `fold_sink` folds them into one:
 exactly the fold upkeep does at that run. With `--listed` the target is LIST-partitioned as
-earlier versions made it, its eight partitions listing their run ids, and the fold is the one
-that moves the first of them into `<table>_runs` (at most 512 runs at a time): while the
-other seven still list their runs, Postgres cannot prove the new partition outside them and
-scans it during the swap, the longest readers wait in the life of such a target.
+earlier versions made it, its `--parts` partitions listing their run ids (`--parts 4096
+--tiers 4`: one per run, as the earliest versions left them), and the fold is the one that moves
+them all into `<table>_runs`.
 
 Reported per case: the rows copied, the sources' size (indexes included), the fold's seconds
 (median of `--repeat`), rows and MB a second, and `swap_s`: from the end of the copy to the
@@ -33,8 +32,8 @@ import uuid
 from common import OUT
 
 
-def build(table: str, tier: int, rows_per_run: int, listed: bool) -> int:
-    """The target with its eight tier-(tier-1) partitions; returns the rows it holds."""
+def build(table: str, tier: int, rows_per_run: int, listed: bool, parts: int) -> int:
+    """The target with its 8**tier runs in `parts` partitions; returns the rows it holds."""
     from sqlalchemy import text
 
     from drainer.lifecycle.maintain import FANOUT
@@ -42,7 +41,7 @@ def build(table: str, tier: int, rows_per_run: int, listed: bool) -> int:
     from drainer.store.sink_names import literal
     from drainer.store.sink_partitions import fold_comment
 
-    per_part = FANOUT ** (tier - 1)
+    per_part = FANOUT**tier // parts
     strategy = "LIST" if listed else "RANGE"
     with get_engine().begin() as conn:
         conn.execute(
@@ -53,7 +52,7 @@ def build(table: str, tier: int, rows_per_run: int, listed: bool) -> int:
             )
         )
         conn.execute(text(f'CREATE INDEX ON "{table}" ("offset")'))
-        for k in range(FANOUT):
+        for k in range(parts):
             first = k * per_part + 1
             ids = ", ".join(str(i) for i in range(first, first + per_part))
             name = f"{table}_p{k}"
@@ -85,6 +84,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[1000])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--listed", action="store_true", help="an earlier version's LIST target")
+    parser.add_argument(
+        "--parts", type=int, default=8, help="partitions the runs are in (8: one tier below)"
+    )
     args = parser.parse_args()
 
     from sqlalchemy import text
@@ -103,7 +105,7 @@ def main() -> int:
                 table = f"foldbench_{uuid.uuid4().hex[:8]}"
                 try:
                     t0 = time.perf_counter()
-                    rows = build(table, tier, rows_per_run, args.listed)
+                    rows = build(table, tier, rows_per_run, args.listed, args.parts)
                     built = time.perf_counter() - t0
                     load = os.getloadavg()[0]
                     with get_engine().connect() as conn:
@@ -143,6 +145,7 @@ def main() -> int:
                 {
                     "tier": tier,
                     "listed": args.listed,
+                    "parts": args.parts,
                     "runs": 8**tier,
                     "rows_per_run": rows_per_run,
                     "rows": rows,

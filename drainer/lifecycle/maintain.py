@@ -12,8 +12,11 @@ partitions per tier, about 7 x log8(runs) in all (42 after a year of five-minute
 row is copied once per tier it climbs.
 
 **Targets of earlier versions** (LIST partitions, drainer.store.sink_partitions) get their
-`<table>_runs` first; then their listed partitions are folded into it, oldest first, at most
-LISTED_FOLD_RUNS runs at a time, before any other fold.
+`<table>_runs` first; then all their listed partitions are folded into it at once, before any
+other fold. All at once, because a partition attached to `<table>_runs` must be proven outside
+every list that remains, which Postgres does by scanning it, comparing each row with each listed
+run id, while readers wait: moving 512 runs' rows (512,000) with 3,584 run ids still listed took
+10.6 s (benchmarks/README.md, fold_tiers). With none left the swap is catalog work again.
 
 **Big folds stay out of the runs.** A fold in upkeep adds to that run's time, under the lease:
 a tier-3 fold copies 512 runs of rows (1.8 s at 1,000 rows a run, 42 s at 10,000:
@@ -44,9 +47,6 @@ from drainer.store.sink_partitions import SinkPartition
 log = logging.getLogger(__name__)
 
 FANOUT = 8  # partitions of one tier folded into one of the next
-# runs of a LIST target's listed partitions moved per fold: while listed ones remain, the new
-# partition's attach may scan it with readers waiting, so keep it near a day or two of runs
-LISTED_FOLD_RUNS = FANOUT**3
 AFTER_COMMIT_STEPS = 16  # folds after one commit; a backlog of partitions shrinks over runs
 # the biggest fold (its sources' bytes, indexes included) upkeep makes inside a run: a few
 # seconds of copying (14-35 MB/s in benchmarks/README.md, fold_tiers), about 1% of a
@@ -71,40 +71,39 @@ def choose_fold(
     parts: Sequence[SinkPartition],
     fanout: int = FANOUT,
     max_bytes: int | None = None,
-    listed_runs: int = LISTED_FOLD_RUNS,
 ) -> list[SinkPartition]:
     """The partitions to fold next ([] when nothing is left to fold under these limits).
 
-    Listed partitions first: the oldest, as many as hold at most `listed_runs` runs (at least
-    one). Then the oldest `fanout` of the lowest tier that has `fanout`. Either way every
-    partition whose range meets the fold's goes with it, so the new range overlaps none. With
-    `max_bytes` (upkeep inside a run), a fold whose sources hold more is skipped unless its
-    tier holds 2 x `fanout`; listed partitions bigger than that wait for `drainer maintain`.
+    Listed partitions first, all of them in one fold (the docstring above says why), and no
+    other fold while any remain. Then the oldest `fanout` of the lowest tier that has `fanout`.
+    Either way every partition whose range meets the fold's goes with it, so the new range
+    overlaps none. With `max_bytes` (upkeep inside a run), a fold whose sources hold more is
+    skipped unless its tier counts 2 x `fanout`; listed partitions holding more wait only until
+    a tier fold is due (at most FANOUT - 1 runs), or while they are fewer than 2 x `fanout`.
     """
     ordered = sorted(parts, key=lambda p: p.first)
     listed = [p for p in ordered if p.listed]
-    if listed:
-        chosen = listed[:1]
-        for part in listed[1:]:
-            if sum(p.runs for p in chosen) + part.runs > listed_runs:
-                break
-            chosen.append(part)
-        sources = _with_overlapping(chosen, ordered)
-        if max_bytes is None or sum(p.bytes for p in sources) <= max_bytes:
-            return sources
     ranged = [p for p in ordered if not p.listed]
     by_tier: dict[int, list[SinkPartition]] = {}
     for part in ranged:
         by_tier.setdefault(part.tier(fanout), []).append(part)
+    if listed:  # while any are listed, a tier fold would be scanned against their lists
+        sources = _with_overlapping(listed, ordered)
+        due = any(len(group) >= fanout for group in by_tier.values())
+        big = len(listed) >= 2 * fanout
+        return sources if _within(sources, max_bytes) or due or big else []
     for tier in sorted(by_tier):
         group = by_tier[tier]
         if len(group) < fanout:
             continue
         sources = _with_overlapping(group[:fanout], ranged)
-        small = max_bytes is None or sum(p.bytes for p in sources) <= max_bytes
-        if small or len(group) >= 2 * fanout:
+        if _within(sources, max_bytes) or len(group) >= 2 * fanout:
             return sources
     return []
+
+
+def _within(sources: Sequence[SinkPartition], max_bytes: int | None) -> bool:
+    return max_bytes is None or sum(p.bytes for p in sources) <= max_bytes
 
 
 def _with_overlapping(

@@ -104,7 +104,7 @@ def test_two_thousand_list_partitions_of_an_earlier_version_fold_to_a_few_with_t
     stack,
 ):
     """The existing database of the issue: a LIST target with 2,000 run partitions, as earlier
-    versions left it. The same folds move them into `<table>_runs`, 512 runs at a time; readers
+    versions left it. One fold moves them all into `<table>_runs`; readers
     query the same table and see the same rows, and a run's rows are still found by pruning."""
     table = f"fold_{uuid.uuid4().hex[:8]}"
     _target_with_run_partitions(table, 2000, strategy="list")
@@ -112,20 +112,18 @@ def test_two_thousand_list_partitions_of_an_earlier_version_fold_to_a_few_with_t
         before = _rows(table)
         assert len(_partitions(table)) == 2000 and len(before) == 6000
         report = fold_sink(get_engine(), table)
-        # 2000 runs = 512 + 512 + 512 + 464: four folds of listed partitions, then no tier full
-        assert (report.before, report.after, report.folds) == (2000, 4, 4)
-        assert _partitions(table) == sorted(
-            f"{table}_runs_{a}_{b}" for a, b in ((1, 512), (513, 1024), (1025, 1536), (1537, 2000))
-        )
+        # one fold moves all listed partitions (so no list is left to scan against)
+        assert (report.before, report.after, report.folds) == (2000, 1, 1)
+        assert _partitions(table) == [f"{table}_runs_1_2000"]
         assert _rows(table) == before  # every row once, as readers saw it before
         again = fold_sink(get_engine(), table)
-        assert again.folds == 0 and again.after == 4
+        assert again.folds == 0 and again.after == 1
         with get_engine().connect() as conn:  # pruning still finds one run's rows
             plan = conn.execute(
                 text(f'EXPLAIN SELECT * FROM "{table}" WHERE _drainer_run_id = 1234')
             ).scalars()
             scanned = [line for line in plan if "Scan" in line]
-        assert len(scanned) == 1 and f"{table}_runs_1025_1536" in scanned[0]
+        assert len(scanned) == 1 and f"{table}_runs_1_2000" in scanned[0]
     finally:
         _drop(table)
 

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drainer.lifecycle.maintain import FANOUT, LISTED_FOLD_RUNS, choose_fold
+from drainer.lifecycle.maintain import FANOUT, choose_fold
 from drainer.store.sink_folds import fold_name
 from drainer.store.sink_partitions import SinkPartition, _partition
 
@@ -194,33 +194,33 @@ def test_runs_committing_out_of_order_never_make_overlapping_ranges(runs: int, r
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 3000), st.integers(1, 40), st.integers(0, 60))
-def test_listed_partitions_of_an_earlier_version_fold_first_then_tiers_go_on(
-    legacy_runs: int, new_runs: int, per_part_max: int
+@given(st.integers(1, 3000), st.integers(1, 40), st.integers(0, 60), st.integers(0, 5000))
+def test_listed_partitions_of_an_earlier_version_fold_first_all_at_once(
+    legacy_runs: int, new_runs: int, seed: int, max_bytes: int
 ):
     """A LIST target of an earlier version: its listed partitions (run partitions and LIST
-    folds of up to 512 runs) move into range partitions, oldest first, at most LISTED_FOLD_RUNS
-    runs a fold, while new runs attach by range; in the end only tiers remain."""
+    folds of up to 512 runs) move into one range partition in one fold, before any tier fold,
+    while new runs attach by range; upkeep leaves big ones to `drainer maintain` only until a
+    tier fold is due. In the end only tiers remain."""
     listed: list[SinkPartition] = []
     run_id = 1
     while run_id <= legacy_runs:  # the LIST tiers the earlier version left
-        width = min(legacy_runs - run_id + 1, 1 + (run_id * 7919 + per_part_max) % 512)
-        listed.append(_listed(list(range(run_id, run_id + width))))
+        width = min(legacy_runs - run_id + 1, 1 + (run_id * 7919 + seed) % 512)
+        listed.append(_listed(list(range(run_id, run_id + width)), size=width))
         run_id += width
     parts = list(listed)
     for new in range(legacy_runs + 1, legacy_runs + new_runs + 1):
-        parts.append(_run(new))
-        while sources := choose_fold(parts):
-            if any(p.listed for p in sources):
-                assert sources[0].listed and sources[0] == min(
-                    (p for p in parts if p.listed), key=lambda p: p.first
-                )
-                assert sum(p.runs for p in sources if p.listed) <= max(
-                    LISTED_FOLD_RUNS, sources[0].runs
-                )
+        parts.append(_run(new, 1))
+        while sources := choose_fold(parts, max_bytes=max_bytes):
+            still = [p for p in parts if p.listed]
+            if still:  # all of them, before any other fold
+                assert [p for p in sources if p.listed] == still
             parts = _apply(parts, sources)
             _assert_disjoint(parts)
-    parts, _ = _fold_all(parts)
+        assert len([p for p in parts if p.listed]) < 2 * FANOUT
+        if any(p.listed for p in parts):  # waiting for maintain, for fewer than FANOUT runs
+            assert len([p for p in parts if not p.listed]) < FANOUT
+    parts, _ = _fold_all(parts)  # `drainer maintain`
     assert not any(p.listed for p in parts)
     assert sum(p.runs for p in parts) == legacy_runs + new_runs
     tiers = [p.tier(FANOUT) for p in parts]
