@@ -24,7 +24,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from psycopg.errors import UndefinedTable
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import ProgrammingError
 
 from drainer.errors import ConfigError
 from drainer.store.sink_names import RUN_COLUMN, fit_name, literal, quote
@@ -185,8 +187,9 @@ def attach_run(conn: Connection, table: str, stage: str, run_id: int) -> bool:
     """Inside the commit: make the stage the run's partition. False when a fold's range already
     covers the run id: the caller then copies the rows in (the module docstring says when).
 
-    The target, then `<table>_runs`, is locked SHARE UPDATE EXCLUSIVE (what attaching takes
-    anyway, readers go on) in the order a fold locks them, so the two never deadlock.
+    Locks are taken in the order a fold takes them, so the two never deadlock: the partition
+    that covers the run first (a fold copying it holds it until its commit), else the target,
+    then `<table>_runs`, SHARE UPDATE EXCLUSIVE (what attaching takes anyway; readers go on).
     """
     parent = runs_parent(conn, table)
     if parent is None:  # a LIST target upkeep has not given `<table>_runs` yet
@@ -197,14 +200,11 @@ def attach_run(conn: Connection, table: str, stage: str, run_id: int) -> bool:
             )
         )
         return True
+    if _lock_covering(conn, table, run_id):
+        return False
     for locked in dict.fromkeys([table, parent]):
         conn.execute(text(f"LOCK TABLE ONLY {quote(locked)} IN SHARE UPDATE EXCLUSIVE MODE"))
-    covered = [
-        p
-        for p in partitions(conn, table, sizes=False)
-        if not p.listed and p.first <= run_id <= p.last
-    ]
-    if covered:
+    if _covering(conn, table, run_id) is not None:  # a fold committed since the look above
         return False
     conn.execute(
         text(
@@ -213,3 +213,35 @@ def attach_run(conn: Connection, table: str, stage: str, run_id: int) -> bool:
         )
     )
     return True
+
+
+def _covering(conn: Connection, table: str, run_id: int) -> SinkPartition | None:
+    return next(
+        (
+            p
+            for p in partitions(conn, table, sizes=False)
+            if not p.listed and p.first <= run_id <= p.last
+        ),
+        None,
+    )
+
+
+def _lock_covering(conn: Connection, table: str, run_id: int, tries: int = 8) -> bool:
+    """Lock the partition covering `run_id` for the rows' insert; False when none covers it.
+
+    A fold that is copying that partition holds it until it commits and drops it; the lock
+    then fails (the table is gone) and the fold's new partition, which covers the run too, is
+    locked instead. Taking the target's lock first would deadlock with that fold's swap.
+    """
+    for _ in range(tries):
+        cover = _covering(conn, table, run_id)
+        if cover is None:
+            return False
+        try:
+            with conn.begin_nested():
+                conn.execute(text(f"LOCK TABLE {quote(cover.name)} IN ROW EXCLUSIVE MODE"))
+            return True
+        except ProgrammingError as err:
+            if not isinstance(err.orig, UndefinedTable):
+                raise
+    raise RuntimeError(f"run {run_id}'s partition of {table} kept being folded: try again")

@@ -436,3 +436,65 @@ def test_a_list_target_of_an_earlier_version_gets_its_runs_partition_and_keeps_i
     assert [n for _, n in _rows(table)] == [1, 2, 3, 4]
     with get_engine().connect() as conn:
         assert conn.scalar(text("SELECT to_regclass(:t)::oid"), {"t": f'"{table}"'}) == oid
+
+
+def test_a_late_run_waits_for_the_fold_copying_its_partition_then_lands_once():
+    """A fold copies eight tier-1 partitions, one of which covers run 60, whose commit comes
+    now. The commit waits for that fold and then copies its rows into the fold's new partition.
+    Had it locked the target first, the fold's swap and the commit would deadlock, and Postgres
+    would abort one of them ('deadlock detected')."""
+    from drainer.lifecycle.maintain import fold_sink
+    from drainer.store.sink_names import literal
+    from drainer.store.sink_partitions import fold_comment
+
+    table = _fresh_table(run_id=1)
+    with get_engine().begin() as conn:
+        for first in range(1, 64, 8):  # eight tier-1 folds of runs 1-64, run 60's rows not in
+            name = f"{table}_runs_{first}_{first + 7}"
+            conn.execute(text(f'CREATE TABLE "{name}" (LIKE "{table}" INCLUDING ALL)'))
+            conn.execute(text(f"INSERT INTO \"{name}\" VALUES ('f{first}', {first}, {first})"))
+            conn.execute(
+                text(
+                    f'ALTER TABLE "{table}" ATTACH PARTITION "{name}" '
+                    f"FOR VALUES FROM ({first}) TO ({first + 8})"
+                )
+            )
+            conn.execute(text(f'COMMENT ON TABLE "{name}" IS {literal(fold_comment(table, 8))}'))
+    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 60)
+    _stage(table, 60, [("late", 60)])
+    published: list[int] = []
+    failed: list[BaseException] = []
+    commit_pid: list[int] = []
+    waited: list[bool] = []
+
+    def commit() -> None:
+        try:
+            with get_engine().begin() as conn:
+                commit_pid.append(conn.scalar(text("SELECT pg_backend_pid()")))
+                published.append(sinks.publish_staged(conn, table, 60))
+        except BaseException as err:  # noqa: BLE001 - reported by the assertion below
+            failed.append(err)
+
+    committing = threading.Thread(target=commit)
+
+    def checkpoint(point: str) -> None:
+        if point != "fold_copied":
+            return
+        committing.start()  # the fold holds its sources SHARE: the commit must wait for it
+        for _ in range(2000):
+            if commit_pid:
+                with get_engine().connect() as conn:
+                    if conn.scalar(text("SELECT pg_blocking_pids(:p)"), {"p": commit_pid[0]}):
+                        waited.append(True)
+                        return
+            if published or failed:
+                return
+            time.sleep(0.01)
+
+    report = fold_sink(get_engine(), table, checkpoint=checkpoint)
+    committing.join(timeout=60)
+    assert not failed, failed
+    assert waited, "the commit waits for the fold that copies run 60's partition"
+    assert report.folds == 1 and published == [1]
+    assert _leaves(table) == {f"{table}_runs_1_64": (1, 64, 64, False, table)}
+    assert [n for _, n in _rows(table)] == sorted([*range(1, 64, 8), 60])
