@@ -11,12 +11,16 @@ bound holds any number of runs, so there is no top tier: a target keeps at most 
 partitions per tier, about 7 x log8(runs) in all (42 after a year of five-minute runs), and each
 row is copied once per tier it climbs.
 
-**Targets of earlier versions** (LIST partitions, drainer.store.sink_partitions) get their
-`<table>_runs` first; then all their listed partitions are folded into it at once, before any
-other fold. All at once, because a partition attached to `<table>_runs` must be proven outside
-every list that remains, which Postgres does by scanning it, comparing each row with each listed
-run id, while readers wait: moving 512 runs' rows (512,000) with 3,584 run ids still listed took
-10.6 s (benchmarks/README.md, fold_tiers). With none left the swap is catalog work again.
+**Targets of earlier versions** (LIST partitions, drainer.store.sink_partitions) are first
+folded as those versions did (choose_list_fold: LIST tiers, at most MAX_LIST_FOLD_RUNS run ids a
+bound), which takes a target of thousands of run partitions down to a few dozen, eight at a
+time. Then they get their `<table>_runs` and all their listed partitions are folded into it at
+once, before any other fold. At once, because a partition attached to `<table>_runs` must be
+proven outside every list that remains, which Postgres does by scanning it, comparing each row
+with each listed run id, while readers wait (512,000 rows with 3,584 run ids still listed:
+10.6 s, benchmarks/README.md, fold_tiers); with none left the swap is catalog work again. And
+not before the LIST folds, because one transaction cannot lock thousands of partitions ("out of
+shared memory" at 4,096).
 
 **Big folds stay out of the runs.** A fold in upkeep adds to that run's time, under the lease:
 a tier-3 fold copies 512 runs of rows (1.8 s at 1,000 rows a run, 42 s at 10,000:
@@ -36,7 +40,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Connection, Engine, text
 
 from drainer import faults
 from drainer.config import DrainConfig
@@ -47,6 +51,7 @@ from drainer.store.sink_partitions import SinkPartition
 log = logging.getLogger(__name__)
 
 FANOUT = 8  # partitions of one tier folded into one of the next
+MAX_LIST_FOLD_RUNS = FANOUT**3  # run ids one LIST bound holds (pg_class rows are not TOASTed)
 AFTER_COMMIT_STEPS = 16  # folds after one commit; a backlog of partitions shrinks over runs
 # the biggest fold (its sources' bytes, indexes included) upkeep makes inside a run: a few
 # seconds of copying (14-35 MB/s in benchmarks/README.md, fold_tiers), about 1% of a
@@ -121,6 +126,28 @@ def _with_overlapping(
     ]
 
 
+def choose_list_fold(
+    parts: Sequence[SinkPartition],
+    fanout: int = FANOUT,
+    max_bytes: int | None = None,
+    max_runs: int = MAX_LIST_FOLD_RUNS,
+) -> list[SinkPartition]:
+    """For a LIST target without its `<table>_runs`: the oldest `fanout` listed partitions of
+    the lowest tier that has `fanout`, listing at most `max_runs` run ids together (with
+    `max_bytes`, as choose_fold). [] when the LIST tiers are done."""
+    by_tier: dict[int, list[SinkPartition]] = {}
+    for part in sorted((p for p in parts if p.listed), key=lambda p: p.first):
+        by_tier.setdefault(part.tier(fanout), []).append(part)
+    for tier in sorted(by_tier):
+        group = by_tier[tier]
+        sources = group[:fanout]
+        if len(group) < fanout or sum(p.runs for p in sources) > max_runs:
+            continue
+        if _within(sources, max_bytes) or len(group) >= 2 * fanout:
+            return sources
+    return []
+
+
 def fold_sink(
     engine: Engine,
     table: str,
@@ -139,17 +166,14 @@ def fold_sink(
         if sinks.relkind(conn, table) != "p":
             return report
         report.before = report.after = len(sink_partitions.partitions(conn, table))
-    with engine.begin() as conn:
-        conn.execute(text(f"SET LOCAL lock_timeout = '{int(LOCK_TIMEOUT_S * 1000)}ms'"))
-        sink_partitions.ensure_runs_parent(conn, table)
     while max_steps is None or report.folds < max_steps:
         with engine.begin() as conn:
             parts = sink_partitions.partitions(conn, table)
             report.after = len(parts)
-            sources = choose_fold(parts, max_bytes=max_bytes)
+            sources, listed = _next_fold(conn, table, parts, max_bytes)
             if not sources:
                 break
-            folded = sink_folds.fold(conn, table, sources, LOCK_TIMEOUT_S, checkpoint)
+            folded = sink_folds.fold(conn, table, sources, LOCK_TIMEOUT_S, checkpoint, listed)
         report.folds += 1
         report.runs_folded += folded.runs
         report.after -= len(sources) - 1
@@ -163,6 +187,21 @@ def fold_sink(
             report.after,
         )
     return report
+
+
+def _next_fold(
+    conn: Connection, table: str, parts: Sequence[SinkPartition], max_bytes: int | None
+) -> tuple[list[SinkPartition], bool]:
+    """The next fold's sources and whether it is a LIST fold; a LIST target whose LIST folds
+    are done gets its `<table>_runs` here, in the fold's transaction."""
+    if sink_partitions.runs_parent(conn, table) is None:
+        listed = choose_list_fold(parts, max_bytes=max_bytes)
+        if listed:
+            return listed, True
+        conn.execute(text(f"SET LOCAL lock_timeout = '{int(LOCK_TIMEOUT_S * 1000)}ms'"))
+        if sink_partitions.ensure_runs_parent(conn, table) is None:
+            return [], False  # partitioned, but not by drainer's run column
+    return choose_fold(parts, max_bytes=max_bytes), False
 
 
 @dataclass

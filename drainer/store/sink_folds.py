@@ -12,11 +12,10 @@ transaction, so it happens once or not at all (a crash rolls it back whole):
    proves the constraint, so Postgres skips the validation scan and its indexes are adopted,
    not built — and the sources dropped.
 
-So readers wait only for catalog changes, never for the copy. A LIST target's listed
-partitions are folded the same way, into its `<table>_runs`; while any listed ones remain,
-attaching there may scan the new partition (Postgres proves the DEFAULT's constraint only for
-short lists), which readers wait for. Which partitions to fold is not decided here
-(drainer.lifecycle.maintain); this module folds a set.
+So readers wait only for catalog changes, never for the copy. A LIST target of an earlier
+version has its listed partitions folded the same way: into bigger LIST partitions while it has
+no `<table>_runs`, then all of them at once into `<table>_runs` (drainer.lifecycle.maintain
+says why). Which partitions to fold is not decided here; this module folds a set.
 """
 
 from __future__ import annotations
@@ -38,54 +37,63 @@ def fold_name(table: str, first: int, last: int, taken: Sequence[str] = ()) -> s
     return name if name not in taken else fit_name(table, f"_runs_{int(first)}_{int(last)}_b")
 
 
+def list_fold_name(table: str, first: int, last: int) -> str:
+    """`<table>_f<first>_<last>`: a LIST fold, as earlier versions named theirs."""
+    return fit_name(table, f"_f{int(first)}_{int(last)}")
+
+
 def fold(
     conn: Connection,
     table: str,
     sources: Sequence[SinkPartition],
     lock_timeout_s: float,
     checkpoint: Callable[[str], None] = lambda point: None,
+    listed: bool = False,
 ) -> SinkPartition:
     """Inside the caller's transaction: replace `sources` by one partition with all their rows.
 
-    The sources must be every partition whose range meets theirs (maintain.choose_fold picks
-    them so), and the target must have a runs parent (sink_partitions.ensure_runs_parent).
+    By range under the target's runs parent (sink_partitions.ensure_runs_parent); the sources
+    must then be every partition whose range meets theirs (maintain.choose_fold picks them so).
+    `listed`: a LIST partition of an earlier version's target listing all the sources' run ids,
+    only while that target has no runs parent (maintain.choose_list_fold).
     `checkpoint` is called after the copy ("fold_copied") and after the swap ("fold_swapped"),
     before the caller commits: the crash tests end the process there. Waiting longer than
     `lock_timeout_s` for the target's readers raises (psycopg LockNotAvailable); nothing is
     changed then, and the next fold tries again.
     """
-    parent = runs_parent(conn, table)
+    parent = table if listed else runs_parent(conn, table)
     if parent is None:
         raise ValueError(f"sink table {table} has no partition that holds runs by range")
     first, last = min(p.first for p in sources), max(p.last for p in sources)
     runs = sum(p.runs for p in sources)
-    folded = SinkPartition(
-        fold_name(table, first, last, [p.name for p in sources]),
-        first,
-        last,
-        runs,
-        0,
-        False,
-        parent,
-    )
     run = quote(RUN_COLUMN)
+    if listed:
+        ids = tuple(sorted(i for p in sources for i in p.run_ids))
+        values = ", ".join(str(int(i)) for i in ids)
+        name, bound = list_fold_name(table, first, last), f"IN ({values})"
+        check = f"{run} = ANY (ARRAY[{values}]::bigint[])"
+    else:
+        ids = ()
+        name = fold_name(table, first, last, [p.name for p in sources])
+        bound = f"FROM ({int(first)}) TO ({int(last) + 1})"
+        check = f"{run} >= {int(first)} AND {run} < {int(last) + 1}"
+    folded = SinkPartition(name, first, last, runs, 0, listed, parent, ids)
     conn.execute(
         text(
-            f"CREATE TABLE {quote(folded.name)} (LIKE {quote(table)} INCLUDING ALL, "
-            f"CONSTRAINT {quote(FOLD_CHECK)} CHECK ({run} IS NOT NULL "
-            f"AND {run} >= {int(first)} AND {run} < {int(last) + 1}))"
+            f"CREATE TABLE {quote(name)} (LIKE {quote(table)} INCLUDING ALL, "
+            f"CONSTRAINT {quote(FOLD_CHECK)} CHECK ({run} IS NOT NULL AND {check}))"
         )
     )
-    conn.execute(
-        text(f"COMMENT ON TABLE {quote(folded.name)} IS {literal(fold_comment(table, runs))}")
-    )
+    if not listed:
+        conn.execute(
+            text(f"COMMENT ON TABLE {quote(name)} IS {literal(fold_comment(table, runs))}")
+        )
     columns = quote(*_columns(conn, table))
     for source in sources:
         conn.execute(text(f"LOCK TABLE {quote(source.name)} IN SHARE MODE"))
         conn.execute(
             text(
-                f"INSERT INTO {quote(folded.name)} ({columns}) "
-                f"SELECT {columns} FROM {quote(source.name)}"
+                f"INSERT INTO {quote(name)} ({columns}) SELECT {columns} FROM {quote(source.name)}"
             )
         )
     checkpoint("fold_copied")
@@ -98,10 +106,7 @@ def fold(
             text(f"ALTER TABLE {quote(source.parent)} DETACH PARTITION {quote(source.name)}")
         )
     conn.execute(
-        text(
-            f"ALTER TABLE {quote(parent)} ATTACH PARTITION {quote(folded.name)} "
-            f"FOR VALUES FROM ({int(first)}) TO ({int(last) + 1})"
-        )
+        text(f"ALTER TABLE {quote(parent)} ATTACH PARTITION {quote(name)} FOR VALUES {bound}")
     )
     for source in sources:
         conn.execute(text(f"DROP TABLE {quote(source.name)}"))

@@ -48,6 +48,7 @@ class SinkPartition:
     bytes: int = 0  # on disk, indexes included: what folding it copies and indexes again
     listed: bool = False  # a LIST partition of a target made by an earlier version
     parent: str = ""  # the table it is attached to: the target, or its `<table>_runs`
+    run_ids: tuple[int, ...] = ()  # a listed partition's run ids, ascending
 
     def tier(self, fanout: int) -> int:
         """0 for a run's own partition, k for one that holds about fanout**k runs."""
@@ -164,10 +165,10 @@ def _partition(
     name: str, parent: str, bound: str, comment: str | None, size: int
 ) -> SinkPartition | None:
     if bound.startswith("FOR VALUES IN"):
-        ids = [int(n) for n in _NUMBER.findall(bound)]
+        ids = tuple(sorted({int(n) for n in _NUMBER.findall(bound)}))
         if not ids:
             return None
-        return SinkPartition(name, min(ids), max(ids), len(set(ids)), size, True, parent)
+        return SinkPartition(name, ids[0], ids[-1], len(ids), size, True, parent, ids)
     if not bound.startswith("FOR VALUES FROM") or "MINVALUE" in bound or "MAXVALUE" in bound:
         return None  # DEFAULT, or a partition of someone else's making
     numbers = [int(n) for n in _NUMBER.findall(bound)]

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drainer.lifecycle.maintain import FANOUT, choose_fold
+from drainer.lifecycle.maintain import FANOUT, MAX_LIST_FOLD_RUNS, choose_fold, choose_list_fold
 from drainer.store.sink_folds import fold_name
 from drainer.store.sink_partitions import SinkPartition, _partition
 
@@ -19,7 +19,12 @@ def _run(run_id: int, size: int = 0) -> SinkPartition:
 
 
 def _listed(run_ids: list[int], size: int = 0) -> SinkPartition:
-    return SinkPartition(f"t_f{run_ids[0]}", min(run_ids), max(run_ids), len(run_ids), size, True)
+    ids = tuple(sorted(run_ids))
+    return SinkPartition(f"t_f{ids[0]}", ids[0], ids[-1], len(ids), size, True, "t", ids)
+
+
+def _list_folded(parts: list[SinkPartition]) -> SinkPartition:
+    return _listed([i for p in parts for i in p.run_ids], sum(p.bytes for p in parts))
 
 
 def _folded(parts: list[SinkPartition]) -> SinkPartition:
@@ -225,3 +230,43 @@ def test_listed_partitions_of_an_earlier_version_fold_first_all_at_once(
     assert sum(p.runs for p in parts) == legacy_runs + new_runs
     tiers = [p.tier(FANOUT) for p in parts]
     assert all(tiers.count(t) < FANOUT for t in tiers)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(1, 2500), st.integers(0, 30))
+def test_a_list_target_with_thousands_of_run_partitions_is_folded_by_the_same_upkeep(
+    legacy_runs: int, new_runs: int
+):
+    """The earliest versions left one LIST partition per run. fold_sink first folds them as
+    LIST tiers, eight at a time and at most 512 run ids a bound, then gives the target its
+    `<table>_runs` and moves every listed partition in one fold, which therefore locks at most
+    a few dozen partitions (a transaction cannot lock thousands); then only range tiers."""
+    parts = [_listed([i]) for i in range(1, legacy_runs + 1)]
+    has_runs_parent = False
+    biggest_fold = 0
+
+    def upkeep(parts: list[SinkPartition]) -> list[SinkPartition]:
+        nonlocal has_runs_parent, biggest_fold
+        while True:
+            if not has_runs_parent:
+                sources = choose_list_fold(parts)
+                if sources:
+                    assert sum(p.runs for p in sources) <= MAX_LIST_FOLD_RUNS
+                    parts = [p for p in parts if p not in sources] + [_list_folded(sources)]
+                    continue
+                has_runs_parent = True
+            sources = choose_fold(parts)
+            if not sources:
+                return parts
+            biggest_fold = max(biggest_fold, len(sources))
+            parts = _apply(parts, sources)
+
+    parts = upkeep(parts)
+    for run_id in range(legacy_runs + 1, legacy_runs + new_runs + 1):
+        parts = upkeep([*parts, _run(run_id)])
+    assert not any(p.listed for p in parts)
+    assert biggest_fold <= 3 * (FANOUT - 1) + legacy_runs // MAX_LIST_FOLD_RUNS + 1
+    assert sum(p.runs for p in parts) == legacy_runs + new_runs
+    tiers = [p.tier(FANOUT) for p in parts]
+    assert all(tiers.count(t) < FANOUT for t in tiers)
+    _assert_disjoint(parts)
