@@ -14,9 +14,9 @@ earlier versions made it, its `--parts` partitions listing their run ids (`--par
 them all into `<table>_runs`.
 
 Reported per case: the rows copied, the sources' size (indexes included), the fold's seconds
-(median of `--repeat`), rows and MB a second, and `swap_s`: from the end of the copy to the
-fold's commit, the time readers of the target wait (for a listed fold this includes the
-validation scan of the new partition). Tables are dropped after each case.
+(median of `--repeat`; with `--listed` all folds, LIST folds first), rows and MB a second, and
+`swap_s`: from the end of the (last) fold's copy to its commit, the time readers of the target
+wait. Tables are dropped after each case.
 """
 
 from __future__ import annotations
@@ -100,6 +100,7 @@ def main() -> int:
         for tier in args.tiers:
             seconds: list[float] = []
             swaps: list[float] = []
+            folds: list[int] = []
             error = None
             for _ in range(args.repeat):
                 table = f"foldbench_{uuid.uuid4().hex[:8]}"
@@ -130,8 +131,9 @@ def main() -> int:
                         print(f"tier {tier}: the fold failed: {error}", file=sys.stderr)
                     else:
                         seconds.append(time.perf_counter() - t0)
-                        swaps.append(time.perf_counter() - copied[0])
-                        assert report.folds == 1, report
+                        swaps.append(time.perf_counter() - copied[-1])  # the last fold's
+                        folds.append(report.folds)
+                        assert report.after == 1 and (args.listed or report.folds == 1), report
                 finally:
                     with get_engine().begin() as conn:
                         conn.execute(text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
@@ -156,6 +158,7 @@ def main() -> int:
                     "rows_per_s": round(rows / fold_s),
                     "mb_per_s": round(size / 2**20 / fold_s, 1),
                     "swap_s": round(statistics.median(swaps), 3) if swaps else None,
+                    "folds": folds[-1] if folds else None,
                 }
             )
     report = {"cases": cases, "loadavg_after": [round(x, 2) for x in os.getloadavg()]}

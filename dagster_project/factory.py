@@ -23,7 +23,7 @@ import dagster as dg
 
 from dagster_project.assets import drain_asset
 from dagster_project.automation import drain_lag_sensor, drain_schedule
-from dagster_project.lakehouse_maintenance import maintenance_job, maintenance_schedule
+from dagster_project.maintenance import maintenance_job, maintenance_schedule
 from dagster_project.resources import DrainerResource
 from drainer.config import DrainConfig, load_drains
 from drainer.settings import load_settings
@@ -41,10 +41,9 @@ def definitions_for_drain(drain: DrainConfig, resource: DrainerResource) -> dg.D
     )
     jobs: list[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = [job]
     schedules = [drain_schedule(drain, job)] if drain.schedule else []
-    if drain.sink.lakehouse:  # a Delta or Iceberg table: daily compaction and expiry
-        maintenance = maintenance_job(drain)
-        jobs.append(maintenance)
-        schedules.append(maintenance_schedule(drain, maintenance))
+    maintenance = maintenance_job(drain)  # daily folds, history, and compaction of a table
+    jobs.append(maintenance)
+    schedules.append(maintenance_schedule(drain, maintenance))
     return dg.Definitions(
         assets=[asset],
         jobs=jobs,

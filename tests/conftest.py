@@ -120,6 +120,7 @@ class DagsterDrains(NamedTuple):
     browser: DrainConfig
     service: DrainConfig
     leaky: DrainConfig
+    upkept: DrainConfig
 
 
 @pytest.fixture(scope="session")
@@ -128,7 +129,8 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
 
     `launches`: UI launches, backfills and the lag sensor; `cron`: its schedule fires every
     minute; `browser`: the browser test's; `service`: max_wait, run_seconds and budget_bytes;
-    `leaky`: a processor that fails with a secret in its error.
+    `leaky`: a processor that fails with a secret in its error; `upkept`: its daily
+    maintenance job is launched.
     """
     import yaml
 
@@ -156,6 +158,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
         },
         # a processor whose error carries the database password: redaction under Dagster
         "leaky": {"budget": 700, "processor": "spark_jobs.examples:leaks_the_database_url"},
+        "upkept": {"budget": 700},
     }
     names = {role: f"{role}_{suffix}" for role in bodies}
     drains_yaml = {

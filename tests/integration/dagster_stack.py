@@ -206,6 +206,43 @@ class DagsterStack:
         assert data["__typename"] == "LaunchRunSuccess", data
         return data["run"]["runId"]
 
+    def launch_job(self, job: str) -> str:
+        """What the UI's Launchpad sends for a job without config (e.g. a maintenance job)."""
+        params = {
+            "mode": "default",
+            "runConfigData": "{}",
+            "selector": {
+                "repositoryLocationName": self.location,
+                "repositoryName": self.repository,
+                "pipelineName": job,
+            },
+        }
+        data = self.gql(
+            "mutation($p: ExecutionParams!) { launchPipelineExecution(executionParams: $p) "
+            "{ __typename ... on LaunchRunSuccess { run { runId } } "
+            "... on PythonError { message stack } ... on RunConfigValidationInvalid { errors "
+            "{ message } } } }",
+            p=params,
+        )["launchPipelineExecution"]
+        assert data["__typename"] == "LaunchRunSuccess", data
+        return data["run"]["runId"]
+
+    def observations(self, asset: str) -> list[dict[str, Any]]:
+        """The asset's observations' metadata (numbers and texts), newest first."""
+        data = self.gql(
+            "query($k: AssetKeyInput!) { assetOrError(assetKey: $k) { ... on Asset { "
+            "assetObservations(limit: 100) { runId metadataEntries { label "
+            "... on IntMetadataEntry { intValue } ... on TextMetadataEntry { text } } } } } }",
+            k={"path": [asset]},
+        )["assetOrError"]
+        return [
+            {
+                "runId": o["runId"],
+                **{e["label"]: e.get("intValue", e.get("text")) for e in o["metadataEntries"]},
+            }
+            for o in data["assetObservations"]
+        ]
+
     def _poll(self, look: Callable[[], tuple[bool, Any]], timeout_s: float, every_s: float) -> Any:
         """Call `look` until it says done (returns (True, value)); its last value names a timeout."""
         deadline = time.monotonic() + timeout_s

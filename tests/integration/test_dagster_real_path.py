@@ -427,3 +427,47 @@ def test_a_failing_runs_secret_is_redacted_in_dagsters_storage_and_files(
             text("SELECT error FROM runs WHERE drain = :d"), {"d": drain.name}
         ).scalars()
         assert [e for e in errors if any(s in (e or "") for s in secrets)] == []
+
+
+def test_the_daily_maintenance_job_folds_an_earlier_versions_sink_from_the_launchpad(
+    dagster_stack, dagster_drains
+):
+    """The maintenance job every drain gets (scheduled daily), launched as the Launchpad does:
+    the drain's sink, a LIST target with 40 run partitions as earlier versions left it, comes
+    out as one range partition under `<table>_runs` with the same rows, and the job records
+    what it did as an observation of the drain's asset."""
+    from drainer.store import sink_partitions
+
+    ui, drain = dagster_stack, dagster_drains.upkept
+    table = drain.sink.table
+    with get_engine().begin() as conn:
+        conn.execute(
+            text(
+                f'CREATE TABLE "{table}" (n integer, _drainer_run_id bigint NOT NULL) '
+                "PARTITION BY LIST (_drainer_run_id)"
+            )
+        )
+        for run_id in range(1, 41):
+            conn.execute(text(f'CREATE TABLE "{table}_r{run_id}" (LIKE "{table}")'))
+            conn.execute(text(f'INSERT INTO "{table}_r{run_id}" VALUES ({run_id}, {run_id})'))
+            conn.execute(
+                text(
+                    f'ALTER TABLE "{table}" ATTACH PARTITION "{table}_r{run_id}" '
+                    f"FOR VALUES IN ({run_id})"
+                )
+            )
+
+    run = ui.wait_run(ui.launch_job(f"{drain.name}_table_maintenance"))
+    assert run["status"] == "SUCCESS", ui.logs()
+
+    with get_engine().connect() as conn:
+        parts = sink_partitions.partitions(conn, table)
+        rows = sorted(conn.execute(text(f'SELECT n FROM "{table}"')).scalars())
+    assert [(p.first, p.last, p.runs, p.listed, p.parent) for p in parts] == [
+        (1, 40, 40, False, f"{table}_runs")
+    ]
+    assert rows == list(range(1, 41))
+    (seen,) = [o for o in ui.observations(drain.name) if o["runId"] == run["runId"]]
+    assert seen["maintenance_partitions_before"] == 40
+    assert seen["maintenance_partitions_after"] == 1
+    assert seen["maintenance_folds"] == 5 + 1  # 40 = 5 LIST folds of 8, then the move

@@ -49,7 +49,11 @@ def test_code_location_has_every_definition_by_name(drains_file):
         assert "drainer" in asset.required_resource_keys
     assert {job.name for job in defs.resolve_all_job_defs()} >= {"orders_job", "clicks_job"}
     assert defs.resolve_job_def("orders_job").executor_def is dg.in_process_executor
-    assert {s.name for s in defs.schedules} == {"orders_schedule"}  # clicks has no schedule
+    assert {s.name for s in defs.schedules} == {  # clicks has no schedule of runs
+        "orders_schedule",
+        "orders_table_maintenance_daily",
+        "clicks_table_maintenance_daily",
+    }
     assert defs.resolve_schedule_def("orders_schedule").cron_schedule == "*/5 * * * *"
     assert {s.name for s in defs.sensors} == {"orders_lag_sensor", "clicks_lag_sensor"}
     assert defs.resolve_sensor_def("clicks_lag_sensor").job_name == "clicks_job"

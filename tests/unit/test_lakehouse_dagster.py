@@ -1,4 +1,4 @@
-"""A lakehouse drain in Dagster: its asset's kinds name the format, and a daily maintenance job."""
+"""Drains in Dagster: the asset's kinds name the format, and each drain has a daily maintenance job."""
 
 from __future__ import annotations
 
@@ -27,6 +27,6 @@ def test_lakehouse_drains_get_kinds_and_a_maintenance_schedule(tmp_path, monkeyp
     lake = graph.get(next(k for k in graph.get_all_asset_keys() if k.to_user_string() == "lake"))
     assert str(tmp_path / "wh" / "orders") in (lake.description or "")
     schedules = {s.name: s for s in defs.schedules or []}
-    assert set(schedules) == {"lake_table_maintenance_daily", "ice_table_maintenance_daily"}
+    assert set(schedules) == {f"{d}_table_maintenance_daily" for d in ("lake", "ice", "pg")}
     assert schedules["lake_table_maintenance_daily"].job_name == "lake_table_maintenance"
     assert defs.resolve_job_def("ice_table_maintenance") is not None

@@ -1,0 +1,61 @@
+"""Dagster job and schedule for a drain's daily maintenance (`drainer maintain`).
+
+Every drain: its Postgres sink's partitions folded to the end and its history pruned, so the
+runs' own upkeep never has to make a big fold (docs/operations.md, "Big folds stay out of the
+runs"). A Delta or Iceberg drain: its table compacted and what is older than 7 days expired.
+It runs daily, off the drain's own runs (it waits for a run in progress), and records what it
+did as an observation of the drain's asset, so the UI shows it beside the materializations.
+"""
+
+import dagster as dg
+
+from drainer.config import DrainConfig
+
+MAINTENANCE_CRON = "0 3 * * *"  # daily, at an hour with few runs
+LEASE_WAIT_S = 600.0  # how long it waits for a run of the drain to finish
+
+
+def maintenance_job(drain: DrainConfig) -> dg.JobDefinition:
+    @dg.op(name=f"{drain.name}_maintain_table")
+    def _maintain(context: dg.OpExecutionContext) -> None:
+        from drainer.lifecycle.maintain import maintain_drain
+
+        upkeep = maintain_drain(drain, wait_s=LEASE_WAIT_S)
+        metadata: dict[str, object] = {
+            "maintenance_partitions_before": upkeep.sink.before,
+            "maintenance_partitions_after": upkeep.sink.after,
+            "maintenance_folds": upkeep.sink.folds,
+            "maintenance_runs_pruned": upkeep.history.runs,
+        }
+        if drain.sink.lakehouse:
+            from spark_jobs.lakehouse_maintenance import maintain
+
+            table = maintain(drain)
+            metadata.update({f"maintenance_{key}": value for key, value in table.items()})
+        context.log_event(dg.AssetObservation(asset_key=drain.name, metadata=metadata))
+
+    what = (
+        f"compacts {drain.name}'s {drain.sink.type} table and removes files and snapshots older "
+        "than 7 days"
+        if drain.sink.lakehouse
+        else f"folds the partitions of {drain.name}'s sink table"
+    )
+
+    @dg.job(
+        name=f"{drain.name}_table_maintenance",
+        description=f"Daily `drainer maintain`: {what}, and prunes the drain's run history.",
+        tags={"dagster/kind/" + drain.sink.type: ""},
+    )
+    def _job() -> None:
+        _maintain()
+
+    return _job
+
+
+def maintenance_schedule(drain: DrainConfig, job: dg.JobDefinition) -> dg.ScheduleDefinition:
+    return dg.ScheduleDefinition(
+        name=f"{drain.name}_table_maintenance_daily",
+        job=job,
+        cron_schedule=MAINTENANCE_CRON,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+    )
