@@ -78,6 +78,32 @@ def build(table: str, tier: int, rows_per_run: int, listed: bool, parts: int) ->
         return int(conn.scalar(text(f'SELECT count(*) FROM "{table}"')))
 
 
+def drop(table: str) -> None:
+    """Drop the target, its partitions first in batches: one transaction cannot lock 4,096."""
+    from sqlalchemy import text
+
+    from drainer.store import get_engine
+
+    while True:
+        with get_engine().begin() as conn:
+            names = (
+                conn.execute(
+                    text(
+                        "SELECT relname FROM pg_class WHERE relname LIKE :p AND relkind = 'r' LIMIT 500"
+                    ),
+                    {"p": f"{table}\\_%"},
+                )
+                .scalars()
+                .all()
+            )
+            for name in names:
+                conn.execute(text(f'DROP TABLE "{name}"'))
+        if not names:
+            break
+    with get_engine().begin() as conn:
+        conn.execute(text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiers", type=int, nargs="+", default=[3, 4])
@@ -89,7 +115,6 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from sqlalchemy import text
     from sqlalchemy.exc import OperationalError
 
     from drainer.lifecycle.maintain import fold_sink
@@ -119,12 +144,7 @@ def main() -> int:
 
                     t0 = time.perf_counter()
                     try:
-                        report = fold_sink(
-                            get_engine(),
-                            table,
-                            checkpoint=mark,
-                            max_steps=1 if args.listed else None,
-                        )
+                        report = fold_sink(get_engine(), table, checkpoint=mark)
                     except OperationalError as err:  # e.g. a bound too big for pg_class
                         error = str(err.orig).splitlines()[0]
                         seconds.append(time.perf_counter() - t0)
@@ -135,8 +155,7 @@ def main() -> int:
                         folds.append(report.folds)
                         assert report.after == 1 and (args.listed or report.folds == 1), report
                 finally:
-                    with get_engine().begin() as conn:
-                        conn.execute(text(f'DROP TABLE IF EXISTS "{table}" CASCADE'))
+                    drop(table)
                 print(
                     f"tier {tier}, {rows_per_run} rows/run: {rows} rows built in {built:.0f} s, "
                     f"folded in {seconds[-1]:.1f} s (load {load:.1f})",

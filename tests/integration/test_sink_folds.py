@@ -130,16 +130,21 @@ def test_two_thousand_list_partitions_of_an_earlier_version_fold_to_a_few_with_t
         _drop(table)
 
 
-@pytest.mark.parametrize("strategy", ["range", "list"])
+@pytest.mark.parametrize(
+    ("strategy", "runs", "folds", "left"),
+    [("range", 3 * FANOUT, 3, 3), ("list", 3 * FANOUT, 4, 1), ("list", FANOUT - 3, 1, 1)],
+    ids=["range", "list-folds", "list-move"],
+)
 @pytest.mark.parametrize("point", faults.FOLD_POINTS)
 def test_a_crash_inside_a_fold_changes_nothing_and_the_next_fold_does_it_once(
-    make_drain, point, strategy
+    make_drain, point, strategy, runs, folds, left
 ):
-    """Range: 24 run partitions fold in 3 folds; list (an earlier version's target): its 24
-    listed partitions become 3 LIST folds, which one more fold moves into `<table>_runs`."""
+    """Range: 24 run partitions fold in 3 folds. An earlier version's LIST target: its 24
+    listed partitions become 3 LIST folds, which one more fold moves into `<table>_runs`
+    (the crash hits the first LIST fold); with 5, the crash hits that move itself."""
     drain = make_drain(levels=1, partitions=1, budget=10, **ONE_ROW)
     table = drain.sink.table
-    _target_with_run_partitions(table, 3 * FANOUT, strategy=strategy)
+    _target_with_run_partitions(table, runs, strategy=strategy)
     before = _rows(table)
     parts = _partitions(table)
 
@@ -162,7 +167,6 @@ def test_a_crash_inside_a_fold_changes_nothing_and_the_next_fold_does_it_once(
 
     done = _maintain(drain)
     assert done.returncode == 0, done.stderr[-3000:]
-    folds, left = (3, 3) if strategy == "range" else (4, 1)
     assert f'"folds": {folds}' in done.stdout
     assert len(_partitions(table)) == left
     assert _rows(table) == before
