@@ -130,14 +130,17 @@ def ensure_runs_parent(conn: Connection, table: str) -> str | None:
     return parent
 
 
-def partitions(conn: Connection, table: str, sizes: bool = True) -> list[SinkPartition]:
+def partitions(
+    conn: Connection, table: str, sizes: bool = True, parent: str | None = None
+) -> list[SinkPartition]:
     """The target's partitions that hold runs, by their first run id (none for a plain table).
 
     Those of a LIST target are listed; those of its `<table>_runs` and of a RANGE target are
     ranges. A range partition drainer did not make counts as holding every run of its range.
+    `parent`: the target's runs parent when the caller has looked it up already.
     """
     parents = [table]
-    parent = runs_parent(conn, table)
+    parent = parent or runs_parent(conn, table)
     if parent is not None and parent != table:
         parents.append(parent)
     size = "coalesce(pg_total_relation_size(c.oid), 0)" if sizes else "0"
@@ -201,11 +204,11 @@ def attach_run(conn: Connection, table: str, stage: str, run_id: int) -> bool:
             )
         )
         return True
-    if _lock_covering(conn, table, run_id):
+    if _lock_covering(conn, table, parent, run_id):
         return False
     for locked in dict.fromkeys([table, parent]):
         conn.execute(text(f"LOCK TABLE ONLY {quote(locked)} IN SHARE UPDATE EXCLUSIVE MODE"))
-    if _covering(conn, table, run_id) is not None:  # a fold committed since the look above
+    if _covering(conn, table, parent, run_id) is not None:  # a fold committed since the look
         return False
     conn.execute(
         text(
@@ -216,18 +219,18 @@ def attach_run(conn: Connection, table: str, stage: str, run_id: int) -> bool:
     return True
 
 
-def _covering(conn: Connection, table: str, run_id: int) -> SinkPartition | None:
+def _covering(conn: Connection, table: str, parent: str, run_id: int) -> SinkPartition | None:
     return next(
         (
             p
-            for p in partitions(conn, table, sizes=False)
+            for p in partitions(conn, table, sizes=False, parent=parent)
             if not p.listed and p.first <= run_id <= p.last
         ),
         None,
     )
 
 
-def _lock_covering(conn: Connection, table: str, run_id: int, tries: int = 8) -> bool:
+def _lock_covering(conn: Connection, table: str, parent: str, run_id: int, tries: int = 8) -> bool:
     """Lock the partition covering `run_id` for the rows' insert; False when none covers it.
 
     A fold that is copying that partition holds it until it commits and drops it; the lock
@@ -235,7 +238,7 @@ def _lock_covering(conn: Connection, table: str, run_id: int, tries: int = 8) ->
     locked instead. Taking the target's lock first would deadlock with that fold's swap.
     """
     for _ in range(tries):
-        cover = _covering(conn, table, run_id)
+        cover = _covering(conn, table, parent, run_id)
         if cover is None:
             return False
         try:
