@@ -7,6 +7,8 @@ It runs daily, off the drain's own runs (it waits for a run in progress), and re
 did as an observation of the drain's asset, so the UI shows it beside the materializations.
 """
 
+from typing import Any
+
 import dagster as dg
 
 from drainer.config import DrainConfig
@@ -21,7 +23,7 @@ def maintenance_job(drain: DrainConfig) -> dg.JobDefinition:
         from drainer.lifecycle.maintain import maintain_drain
 
         upkeep = maintain_drain(drain, wait_s=LEASE_WAIT_S)
-        metadata: dict[str, object] = {
+        metadata: dict[str, Any] = {  # numbers and texts: Dagster wraps them
             "maintenance_partitions_before": upkeep.sink.before,
             "maintenance_partitions_after": upkeep.sink.after,
             "maintenance_folds": upkeep.sink.folds,
