@@ -185,43 +185,31 @@ class DagsterStack:
     def launch_run(self, asset: str, tags: dict[str, str]) -> str:
         """What the UI's "Materialize" sends for one run of an asset: a single partition
         (`dagster/partition`) or a partition range (`dagster/asset_partition_range_*`)."""
+        return self._launch(
+            {"pipelineName": "__ASSET_JOB", "assetSelection": [{"path": [asset]}]},
+            {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
+        )
+
+    def launch_job(self, job: str) -> str:
+        """What the UI's Launchpad sends for a job without config (e.g. a maintenance job)."""
+        return self._launch({"pipelineName": job}, {})
+
+    def _launch(self, selector: dict[str, Any], metadata: dict[str, Any]) -> str:
         params = {
             "mode": "default",
             "runConfigData": "{}",
             "selector": {
                 "repositoryLocationName": self.location,
                 "repositoryName": self.repository,
-                "pipelineName": "__ASSET_JOB",
-                "assetSelection": [{"path": [asset]}],
+                **selector,
             },
-            "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in tags.items()]},
+            "executionMetadata": metadata,
         }
         data = self.gql(
             "mutation($p: ExecutionParams!) { launchPipelineExecution(executionParams: $p) "
             "{ __typename ... on LaunchRunSuccess { run { runId } } "
             "... on PythonError { message stack } ... on RunConfigValidationInvalid { errors "
             "{ message } } ... on InvalidSubsetError { message } } }",
-            p=params,
-        )["launchPipelineExecution"]
-        assert data["__typename"] == "LaunchRunSuccess", data
-        return data["run"]["runId"]
-
-    def launch_job(self, job: str) -> str:
-        """What the UI's Launchpad sends for a job without config (e.g. a maintenance job)."""
-        params = {
-            "mode": "default",
-            "runConfigData": "{}",
-            "selector": {
-                "repositoryLocationName": self.location,
-                "repositoryName": self.repository,
-                "pipelineName": job,
-            },
-        }
-        data = self.gql(
-            "mutation($p: ExecutionParams!) { launchPipelineExecution(executionParams: $p) "
-            "{ __typename ... on LaunchRunSuccess { run { runId } } "
-            "... on PythonError { message stack } ... on RunConfigValidationInvalid { errors "
-            "{ message } } } }",
             p=params,
         )["launchPipelineExecution"]
         assert data["__typename"] == "LaunchRunSuccess", data
