@@ -209,7 +209,7 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
 
     from drainer.store.leases import drain_lease
     from drainer.testing import create_drain, delete_topics
-    from tests.integration.dagster_stack import REPO, DagsterStack
+    from tests.integration.dagster_stack import BACKFILL_LOOP_S, REPO, DagsterStack
 
     drain, path = create_drain(tmp_path, prefix="stock", budget=700)
     env = {
@@ -219,7 +219,9 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
             p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
         ),
     }
-    deployment = DagsterStack(home=tmp_path / "home", env=env, stock=True)
+    deployment = DagsterStack(
+        home=tmp_path / "home", env=env, stock=True, backfill_loop_s=BACKFILL_LOOP_S
+    )
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
