@@ -72,7 +72,7 @@ def test_cron_schedule_ticked_by_the_daemon_drains_all_levels_once(dagster_stack
     deadline = time.monotonic() + 300
     try:
         while _drained_by_schedule(drain) < 600 and time.monotonic() < deadline:
-            time.sleep(3)
+            time.sleep(1)
     finally:
         ui.stop_schedule(name)
     runs = ui.wait_runs({"dagster/schedule_name": name})
