@@ -240,10 +240,12 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             runs = ui.runs({"dagster/backfill": backfill})
-            if len(runs) == 2 and not {r["status"] for r in runs} & {"QUEUED", "STARTING"}:
+            if len(runs) == 2 and all(_step_started(ui, r["runId"]) for r in runs):
                 break
-            time.sleep(1)
-        time.sleep(15)  # both run processes reach the drain while it is still held
+            time.sleep(0.5)
+        # both steps have started: from there a step loads settings and asks for the lease
+        # at once (drainer.lifecycle.run.drain_once), so both wait on the held drain
+        time.sleep(3)
         release.set()
         split = ui.wait_backfill(backfill)
     finally:
@@ -256,6 +258,15 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
     (shared,) = drainer_runs(drain)
     assert (shared.status, list(shared.levels)) == ("committed", [0, 2])
     assert sum(n for n, _ in level_numbers(shared.id).values()) == 700
+
+
+def _step_started(ui, run_id: str) -> bool:
+    """True once the run's step (the drain's asset) has started in its process."""
+    run = ui.gql(
+        "query($id: ID!) { runOrError(runId: $id) { ... on Run { stepStats { startTime } } } }",
+        id=run_id,
+    )["runOrError"]
+    return any(step["startTime"] for step in run.get("stepStats") or [])
 
 
 def _produce_sized(drain, level: int, partition: int, count: int, size: int, t0_ms: int) -> None:
