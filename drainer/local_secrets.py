@@ -12,10 +12,17 @@ import os
 import secrets
 import stat
 import tempfile
+import threading
 from pathlib import Path
+from urllib.parse import quote
 
 POSTGRES_PASSWORD = "postgres.password"
 CONNECT_TOKEN = "spark-connect.token"
+
+# every secret this process has read from a secret file, as written and percent-encoded (as the
+# database URL holds it): `redact` blanks them out without reading the files again per line
+_read: set[str] = set()
+_read_lock = threading.Lock()
 
 
 def secret_path(home: Path, name: str) -> Path:
@@ -25,9 +32,19 @@ def secret_path(home: Path, name: str) -> Path:
 def read_secret(home: Path, name: str) -> str | None:
     """The secret, or None before `drainer services up` has made it."""
     try:
-        return secret_path(home, name).read_text().strip() or None
+        found = secret_path(home, name).read_text().strip() or None
     except FileNotFoundError:
         return None
+    if found is not None:
+        with _read_lock:
+            _read.update((found, quote(found, safe="")))
+    return found
+
+
+def secrets_read() -> frozenset[str]:
+    """Every secret `read_secret` has returned in this process (a copy: safe to iterate)."""
+    with _read_lock:
+        return frozenset(_read)
 
 
 def ensure_secret(home: Path, name: str) -> str:

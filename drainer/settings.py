@@ -127,6 +127,16 @@ def load_settings() -> Settings:
     )
 
 
+SECRET_SOURCES = ("DRAINER_DATABASE_URL", "DATABASE_URL", "DRAINER_HOME", "HOME")
+"""The environment variables `load_settings` takes its secrets' values or files from (the
+database URL, the home holding the secret files): the key `redact` remembers them under."""
+
+
+def secret_sources() -> tuple[str | None, ...]:
+    """The values of SECRET_SOURCES now: equal values, equal secrets (the files aside)."""
+    return tuple(os.environ.get(name) for name in SECRET_SOURCES)
+
+
 def local_database_url(home: Path) -> str:
     """The local server's URL, with the password `drainer services up` generated (SCRAM)."""
     password = read_secret(home, POSTGRES_PASSWORD)

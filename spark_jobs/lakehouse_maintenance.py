@@ -52,16 +52,29 @@ def maintain(
     return _maintain_iceberg(spark, drain, where, retention_hours)
 
 
+# Delta's VACUUM lists the table's folders in this many tasks (Spark's default: 10,000), however
+# few the folders are: on a local master that is 10,000 tasks on this machine's cores, ~40 s for
+# a table of 8 files. A local master lists in as many tasks as it shuffles into (drainer's
+# local default: 8); a cluster keeps its own setting.
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+
+
 def _maintain_delta(spark: Any, where: str, hours: float, force: bool) -> dict[str, Any]:
     optimized = spark.sql(f"OPTIMIZE delta.`{where}`").collect()
     metrics = optimized[0]["metrics"] if optimized else None
     if force:  # Delta itself refuses a retention below its default (7 days) otherwise
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    listing = spark.conf.get(LISTING_PARALLELISM)
+    local = str(spark.conf.get("spark.master", "")).startswith("local")
+    if local:  # the session is shared by runs: set back below, as the retention check is
+        spark.conf.set(LISTING_PARALLELISM, spark.conf.get("spark.sql.shuffle.partitions"))
     try:
         spark.sql(f"VACUUM delta.`{where}` RETAIN {hours:g} HOURS").collect()
     finally:
         if force:
             spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
+        if local:
+            spark.conf.set(LISTING_PARALLELISM, listing)
     return {
         "format": "delta",
         "location": where,

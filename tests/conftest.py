@@ -180,7 +180,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
 @pytest.fixture(scope="session")
 def dagster_stack(dagster_drains, tmp_path_factory):
     """One `dagster-webserver` + `dagster-daemon` for the session, on a temporary DAGSTER_HOME."""
-    from tests.integration.dagster_stack import REPO, DagsterStack
+    from tests.integration.dagster_stack import BACKFILL_LOOP_S, REPO, DagsterStack
 
     env = {
         **os.environ,
@@ -189,7 +189,9 @@ def dagster_stack(dagster_drains, tmp_path_factory):
             p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
         ),
     }
-    deployment = DagsterStack(home=tmp_path_factory.mktemp("dagster_home"), env=env)
+    deployment = DagsterStack(
+        home=tmp_path_factory.mktemp("dagster_home"), env=env, backfill_loop_s=BACKFILL_LOOP_S
+    )
     try:
         yield deployment.start()
     finally:

@@ -16,6 +16,7 @@ blank it out of any text: error messages, log lines, librdkafka's log.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -25,7 +26,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from drainer.errors import ConfigError, RedactedError
-from drainer.settings import expand_env_references, load_settings
+from drainer.local_secrets import secrets_read
+from drainer.settings import expand_env_references, load_settings, secret_sources
 
 COMMON_KEYS = (
     "security.protocol",
@@ -254,8 +256,12 @@ def remember_secret(value: str) -> None:
         _secrets.add(value)
 
 
-def _settings_secrets() -> set[str]:
-    """The database password (as written in the URL and decoded) and the Connect token."""
+@functools.lru_cache(maxsize=16)
+def _settings_secrets(sources: tuple[str | None, ...]) -> frozenset[str]:
+    """The database password (as written in the URL and decoded) and the Connect token, as
+    settings with these `secret_sources()` give them: loaded (secret files read) once per
+    distinct environment, not once per line redacted. A secret file made or changed later is
+    registered when it is read (`local_secrets.secrets_read`), as it is before any use."""
     settings = load_settings()
     found = {settings.connect_token or ""}
     try:
@@ -263,15 +269,17 @@ def _settings_secrets() -> set[str]:
     except ValueError:  # not a URL: the connection fails and says so
         password = ""
     found |= {password, unquote(password)}
-    return {secret for secret in found if len(secret) >= 4}  # never blank out "a" everywhere
+    return frozenset(found)
 
 
 def redact(text: str) -> str:
     """`text` with every secret drainer knows in this process replaced by `***`: those the
     Kafka settings expanded, the database password and the local Connect server's token."""
+    known = _settings_secrets(secret_sources()) | secrets_read()
     with _secrets_lock:
-        secrets = sorted(_secrets | _settings_secrets(), key=len, reverse=True)  # longest first
-    for secret in secrets:
+        known |= _secrets
+    # never blank out "a" everywhere; longest first, so no secret is left half-starred
+    for secret in sorted((s for s in known if len(s) >= 4), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 

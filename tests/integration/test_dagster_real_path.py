@@ -72,7 +72,7 @@ def test_cron_schedule_ticked_by_the_daemon_drains_all_levels_once(dagster_stack
     deadline = time.monotonic() + 300
     try:
         while _drained_by_schedule(drain) < 600 and time.monotonic() < deadline:
-            time.sleep(3)
+            time.sleep(1)
     finally:
         ui.stop_schedule(name)
     runs = ui.wait_runs({"dagster/schedule_name": name})
@@ -209,7 +209,7 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
 
     from drainer.store.leases import drain_lease
     from drainer.testing import create_drain, delete_topics
-    from tests.integration.dagster_stack import REPO, DagsterStack
+    from tests.integration.dagster_stack import BACKFILL_LOOP_S, REPO, DagsterStack
 
     drain, path = create_drain(tmp_path, prefix="stock", budget=700)
     env = {
@@ -219,7 +219,9 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
             p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
         ),
     }
-    deployment = DagsterStack(home=tmp_path / "home", env=env, stock=True)
+    deployment = DagsterStack(
+        home=tmp_path / "home", env=env, stock=True, backfill_loop_s=BACKFILL_LOOP_S
+    )
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -238,10 +240,12 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             runs = ui.runs({"dagster/backfill": backfill})
-            if len(runs) == 2 and not {r["status"] for r in runs} & {"QUEUED", "STARTING"}:
+            if len(runs) == 2 and all(_step_started(ui, r["runId"]) for r in runs):
                 break
-            time.sleep(1)
-        time.sleep(15)  # both run processes reach the drain while it is still held
+            time.sleep(0.5)
+        # both steps have started: from there a step loads settings and asks for the lease
+        # at once (drainer.lifecycle.run.drain_once), so both wait on the held drain
+        time.sleep(3)
         release.set()
         split = ui.wait_backfill(backfill)
     finally:
@@ -254,6 +258,15 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
     (shared,) = drainer_runs(drain)
     assert (shared.status, list(shared.levels)) == ("committed", [0, 2])
     assert sum(n for n, _ in level_numbers(shared.id).values()) == 700
+
+
+def _step_started(ui, run_id: str) -> bool:
+    """True once the run's step (the drain's asset) has started in its process."""
+    run = ui.gql(
+        "query($id: ID!) { runOrError(runId: $id) { ... on Run { stepStats { startTime } } } }",
+        id=run_id,
+    )["runOrError"]
+    return any(step["startTime"] for step in run.get("stepStats") or [])
 
 
 def _produce_sized(drain, level: int, partition: int, count: int, size: int, t0_ms: int) -> None:

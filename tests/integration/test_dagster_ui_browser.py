@@ -140,7 +140,7 @@ def test_materialize_all_levels_from_the_ui_and_plot_each_level(
         ]
         if runs and all(r["status"] in ("SUCCESS", "FAILURE", "CANCELED") for r in runs):
             break
-        time.sleep(3)
+        time.sleep(1)
     assert [r["status"] for r in runs] == ["SUCCESS"], runs
     browser.get(f"{ui.url}/runs/{runs[0]['runId']}")
     wait_text(browser, "Success")

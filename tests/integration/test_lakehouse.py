@@ -240,14 +240,18 @@ def test_new_column_is_added_and_a_type_change_is_refused(make_drain, lakehouse,
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_maintain_compacts_small_files_and_keeps_every_row(make_drain, lakehouse, fmt):
-    from spark_jobs.lakehouse_maintenance import maintain
+    from spark_jobs.lakehouse_maintenance import LISTING_PARALLELISM, maintain
+    from spark_jobs.session import get_spark
 
     drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
     total = sum(produce_backlog(drain, PER_PARTITION).values())
     drain_until_empty(drain)
     with pytest.raises(ConfigError, match="below 7 days"):
         maintain(drain, retention_hours=1)
+    session = get_spark(load_settings())  # the session maintain uses, shared with runs
+    listing = session.conf.get(LISTING_PARALLELISM)
     report = maintain(drain, retention_hours=0, force=True)
+    assert session.conf.get(LISTING_PARALLELISM) == listing  # VACUUM's own setting, set back
     assert report["format"] == fmt and report["files_removed"] > 1
     assert report["files_added"] < report["files_removed"]
     assert_each_record_once(drain, total)

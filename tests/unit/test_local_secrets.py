@@ -6,7 +6,13 @@ import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from drainer.local_secrets import CONNECT_TOKEN, POSTGRES_PASSWORD, ensure_secret, secret_path
+from drainer.local_secrets import (
+    CONNECT_TOKEN,
+    POSTGRES_PASSWORD,
+    ensure_secret,
+    read_secret,
+    secret_path,
+)
 from drainer.services.connect import client_url, redacted
 from drainer.services.postgres import AUTH, TRUST_RULE
 from drainer.settings import DEFAULT_DATABASE_URL, local_database_url
@@ -57,3 +63,52 @@ def test_the_token_is_in_the_client_url_and_starred_out_of_what_is_shown() -> No
     assert url == "sc://localhost:15002/;token=s3cr3t"
     assert redacted(f"{url};session_id=S") == "sc://localhost:15002/;token=***;session_id=S"
     assert client_url("sc://localhost:15002", None) == "sc://localhost:15002"
+
+
+def test_redact_reads_the_secret_files_once_not_once_per_line(tmp_path: Path, monkeypatch) -> None:
+    """`redact` runs on every log line and error: the settings' secrets are loaded once per
+    environment. Fails if each call loads settings (and so reads the secret files) again."""
+    import drainer.config.kafka_clients as kafka_clients
+    import drainer.settings as settings
+
+    token = ensure_secret(tmp_path, CONNECT_TOKEN)
+    monkeypatch.setenv("DRAINER_HOME", str(tmp_path))
+    monkeypatch.setenv("DRAINER_DATABASE_URL", "postgresql://ops:once-per-env-1@db:5432/drains")
+    reads: list[str] = []
+
+    def counting_read_secret(home: Path, name: str) -> str | None:
+        reads.append(name)
+        return read_secret(home, name)
+
+    monkeypatch.setattr(settings, "read_secret", counting_read_secret)
+    line = f"token {token}, password once-per-env-1"
+    assert kafka_clients.redact(line) == "token ***, password ***"
+    first = len(reads)
+    assert first >= 1  # the first call did load the settings (the counter counts)
+    for _ in range(100):
+        assert kafka_clients.redact(line) == "token ***, password ***"
+    assert len(reads) == first, f"{len(reads) - first} more secret-file reads for 100 lines"
+
+
+def test_a_database_password_changed_in_the_process_is_redacted(tmp_path: Path, monkeypatch):
+    """A new DRAINER_DATABASE_URL in the same process: its password is redacted at once (the
+    secrets are remembered per environment, not once for good), and the old one still is."""
+    from drainer.config.kafka_clients import redact
+
+    monkeypatch.setenv("DRAINER_HOME", str(tmp_path))
+    monkeypatch.setenv("DRAINER_DATABASE_URL", "postgresql://ops:first-pass-1@db:5432/drains")
+    assert redact("first-pass-1") == "***"
+    monkeypatch.setenv("DRAINER_DATABASE_URL", "postgresql://ops:second%2Fpass-2@db:5432/drains")
+    assert redact("url :second%2Fpass-2@, decoded second/pass-2") == "url :***@, decoded ***"
+
+
+def test_a_secret_file_made_after_the_first_redact_is_redacted(tmp_path: Path, monkeypatch):
+    """`drainer services up` in this process makes the token after redact first ran (and
+    remembered a home without one): the token is redacted from when it is read."""
+    from drainer.config.kafka_clients import redact
+
+    monkeypatch.setenv("DRAINER_HOME", str(tmp_path))
+    monkeypatch.setenv("DRAINER_DATABASE_URL", "postgresql://ops:pass-word-3@db:5432/drains")
+    assert redact("nothing secret here") == "nothing secret here"
+    token = ensure_secret(tmp_path, CONNECT_TOKEN)
+    assert redact(f"token={token}") == "token=***"
