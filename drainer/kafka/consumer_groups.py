@@ -1,20 +1,31 @@
-"""Consumer group offsets, read and committed on a session's admin client.
+"""Consumer group offsets: read with a consumer of each group, committed on the admin client.
 
 The mirror of committed offsets (`drainer.kafka.mirror`) is their only writer: Postgres stays
 the source of truth, and the groups show lag tools (Burrow, `kafka-consumer-groups`) where each
-level stands. All groups' requests are in flight together, one round trip for the lot.
+level stands. All groups' commits are in flight together, one round trip for the lot.
+
+Reads go through `Consumer.committed` of a consumer configured with the group (it never
+subscribes, so it never joins the group), one request per group, not through the admin
+client's `list_consumer_group_offsets`: librdkafka (2.16, and its master as of 2026-07) answers
+an admin OffsetFetch refused with NOT_COORDINATOR by re-querying a consumer group the admin
+client does not have, a null pointer, and the process dies with SIGSEGV (librdkafka#5040). A
+fresh broker whose `__consumer_offsets` is still loading, or a coordinator moving in a rolling
+restart, is enough. A group's consumer handles those refusals; what it still returns is retried.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from drainer.errors import KafkaUnavailable
-from drainer.kafka.clients import TIMEOUT_S, request_failed
+from drainer.kafka.clients import TIMEOUT_S, passing, request_failed
+
+RETRY_S = 0.1  # between reads refused while the group's coordinator moves or loads
 
 
 @dataclass(frozen=True)
@@ -28,28 +39,37 @@ class GroupCommit:
 
 
 def read_offsets(
-    admin: AdminClient, groups: Mapping[str, Iterable[tuple[str, int]]]
+    consumer_of: Callable[[str], Consumer], groups: Mapping[str, Iterable[tuple[str, int]]]
 ) -> dict[str, dict[tuple[str, int], tuple[int, str]]]:
-    """group -> (topic, partition) -> (offset, metadata); offset < 0: nothing committed."""
-    requests = {group: [TopicPartition(t, p) for t, p in keys] for group, keys in groups.items()}
-    pending = {
-        group: admin.list_consumer_group_offsets(
-            [ConsumerGroupTopicPartitions(group, tps)], request_timeout=TIMEOUT_S
-        )[group]
-        for group, tps in requests.items()
-        if tps
-    }
-    found: dict[str, dict[tuple[str, int], tuple[int, str]]] = {g: {} for g in groups}
-    for group, future in pending.items():
+    """group -> (topic, partition) -> (offset, metadata); offset < 0: nothing committed.
+
+    `consumer_of(group)` is a consumer configured with that group (the session keeps one per
+    group); see the module's docstring for why not the admin client.
+    """
+    found: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
+    for group, keys in groups.items():
+        tps = [TopicPartition(t, p) for t, p in keys]
+        answer = _committed(consumer_of(group), group, tps) if tps else []
+        found[group] = {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in answer}
+    return found
+
+
+def _committed(consumer: Consumer, group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
         try:
-            answer = future.result(timeout=TIMEOUT_S + 5)
-        except (KafkaException, TimeoutError) as err:
+            answer: list[TopicPartition] = consumer.committed(
+                tps, timeout=max(deadline - time.monotonic(), 1.0)
+            )
+        except KafkaException as err:
+            if passing(err) and time.monotonic() < deadline:
+                time.sleep(RETRY_S)  # the coordinator loads or moved: ask again
+                continue
             raise request_failed(f"reading offsets of group {group}", err) from None
-        for tp in answer.topic_partitions:
+        for tp in answer:
             if tp.error is not None:
                 raise request_failed(f"reading offsets of group {group}", tp.error)
-            found[group][(tp.topic, tp.partition)] = (tp.offset, tp.metadata or "")
-    return found
+        return answer
 
 
 def commit_offsets(

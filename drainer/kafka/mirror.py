@@ -10,8 +10,8 @@ lag stays "stalled") rather than a dead consumer. The mirror never moves a group
 backwards: only an audited `drainer rewind` (which moves Postgres's committed offset below what
 was mirrored) may; any other group offset ahead of Postgres is left alone and reported.
 
-All levels' groups are read in one batch and committed in one batch on the session's admin
-client: mirroring a run costs two round trips to the cluster, whatever the number of levels.
+All levels' groups are committed in one batch on the session's admin client; they are read
+with one request per level's group (`consumer_groups` says why not in one batch).
 """
 
 from __future__ import annotations

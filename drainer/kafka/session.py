@@ -6,8 +6,10 @@ are created lazily, so a step that never needs one costs nothing, and they live 
 work, as in confluent-kafka's own examples:
 
 - one admin client for everything that is a request: metadata, ListOffsets (watermarks,
-  offsets for times), DescribeTopics (topic ids), consumer group offsets (read and commit) and
-  topic creation; its requests are batched and in flight together;
+  offsets for times), DescribeTopics (topic ids), consumer group offset commits and topic
+  creation; its requests are batched and in flight together;
+- one consumer per consumer group whose offsets the mirror reads (`consumer_groups` says why
+  not the admin client), configured with the group and never subscribed;
 - one consumer, assigned and unassigned per lookup, only to read a record's timestamp (event
   time alignment);
 - one producer (dead letters, `drainer produce`), flushed before the session closes.
@@ -90,6 +92,7 @@ class KafkaSession:
         self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
+        self._group_readers: dict[str, Consumer] = {}
         self._topics: dict[str, Any] = {}  # topic -> its description, None: it does not exist
         self._contacted = False  # the cluster answered a request of this session
 
@@ -105,8 +108,9 @@ class KafkaSession:
         self.close()
 
     def close(self) -> None:
-        """Flush the producer, close the consumer, drop the admin client; safe to call twice."""
+        """Flush the producer, close the consumers, drop the admin client; safe to call twice."""
         producer, consumer = self._producer, self._consumer
+        readers, self._group_readers = list(self._group_readers.values()), {}
         self._admin = self._consumer = self._producer = None
         self._topics, self._contacted = {}, False
         try:
@@ -121,8 +125,9 @@ class KafkaSession:
                         FLUSH_S,
                     )
         finally:
-            if consumer is not None:
-                consumer.close()
+            for client in [consumer, *readers]:
+                if client is not None:
+                    client.close()
 
     # the clients, each created on first use
 
@@ -148,6 +153,13 @@ class KafkaSession:
             )
             self._consumer = make_client(Consumer, config)
         return self._consumer
+
+    def group_reader(self, group: str) -> Consumer:
+        """A consumer of `group` that only reads its committed offsets (never subscribes)."""
+        if group not in self._group_readers:
+            config = client_config(self.drain, **{"group.id": group, "enable.auto.commit": False})
+            self._group_readers[group] = make_client(Consumer, config)
+        return self._group_readers[group]
 
     @property
     def producer(self) -> Producer:
@@ -360,7 +372,8 @@ class KafkaSession:
         self, groups: Mapping[str, Iterable[tuple[str, int]]]
     ) -> dict[str, dict[tuple[str, int], tuple[int, str]]]:
         """group -> (topic, partition) -> (offset, metadata); offset < 0: nothing committed."""
-        return consumer_groups.read_offsets(self._connected(), groups)
+        self._connected()  # a cluster that does not answer fails fast, in one message
+        return consumer_groups.read_offsets(self.group_reader, groups)
 
     def commit_group_offsets(
         self, commits: Mapping[str, list[GroupCommit]]

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
 from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.services import kafka
+from drainer.settings import load_settings
 from spark_jobs import drain_job
 from tests.integration.offsets import consumer_group_lag, mirrored_offsets
 
@@ -46,3 +56,49 @@ def test_mirror_never_moves_a_group_backwards_without_a_rewind(make_drain, spark
 
     assert report.not_moved_back == 1 and report.partitions == 0
     assert mirrored_offsets(drain, 0, [(topic, 0)])[(topic, 0)][0] == 80
+
+
+# run in a child process, so that the crash this guards against fails the test, not pytest
+_READ_ON_A_FRESH_BROKER = """
+import json, sys
+from drainer.config import DrainConfig
+from drainer.kafka.session import GroupCommit, KafkaSession
+
+drain = DrainConfig(name="fresh", topic="fresh", group="fresh", levels=1, budget=10, partitions=1,
+                    sink={"type": "postgres", "table": "fresh"})
+with KafkaSession(drain) as kafka:
+    before = kafka.group_offsets({"fresh-0": [("fresh-0", 0)]})
+    kafka.create_topics()
+    assert kafka.commit_group_offsets({"fresh-0": [GroupCommit("fresh-0", 0, 7, "map")]}) == {}
+    after = kafka.group_offsets({"fresh-0": [("fresh-0", 0)]})
+json.dump([before["fresh-0"][("fresh-0", 0)], after["fresh-0"][("fresh-0", 0)]], sys.stdout)
+"""
+
+
+def test_group_offsets_read_on_a_fresh_broker_whose_coordinator_still_loads(tmp_path):
+    """The mirror's first read on a just-started broker: `__consumer_offsets` is still loading.
+
+    It was read with the admin client's list_consumer_group_offsets, which librdkafka answers
+    by dereferencing a null consumer group when refused NOT_COORDINATOR: the child died with
+    SIGSEGV (exit -11) every time here, as `make demo` did on a fresh machine (librdkafka#5040).
+    """
+    isolated = dataclasses.replace(
+        load_settings(), bootstrap_servers="127.0.0.1:19093", home=tmp_path
+    )
+    if not isolated.local_kafka:
+        pytest.skip("KAFKA_BOOTSTRAP_SERVERS is set; no local broker to start afresh")
+    try:
+        kafka.up(isolated, echo=lambda _: None)
+        child = subprocess.run(
+            [sys.executable, "-c", _READ_ON_A_FRESH_BROKER],
+            env={**os.environ, "KAFKA_BOOTSTRAP_SERVERS": isolated.bootstrap_servers},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        kafka.stop(isolated, echo=lambda _: None)
+    assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
+    before, after = json.loads(child.stdout)
+    assert before[0] < 0  # nothing committed yet
+    assert after == [7, "map"]
