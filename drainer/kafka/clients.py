@@ -19,7 +19,8 @@ import logging
 import re
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -192,6 +193,23 @@ def passing(err: Any) -> bool:
     """A request refused for a passing reason (a leader election): retry it at once."""
     err = _unwrapped(err)
     return isinstance(err, KafkaError) and retriable(err) and err.code() not in OUT_OF_REACH
+
+
+RETRY_S = 0.1  # between attempts of a request refused for a passing reason
+T = TypeVar("T")
+
+
+def retry_passing(request: Callable[[], T]) -> T:
+    """`request()`, made again while Kafka refuses it for a passing reason (a leader election,
+    a group coordinator loading or moving) for up to TIMEOUT_S; then its refusal is raised."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        try:
+            return request()
+        except KafkaException as err:
+            if not passing(err) or time.monotonic() >= deadline:
+                raise
+        time.sleep(RETRY_S)
 
 
 def request_failed(message: str, err: Any) -> KafkaUnavailable:

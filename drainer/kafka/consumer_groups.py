@@ -15,7 +15,6 @@ restart, is enough. A group's consumer handles those refusals; what it still ret
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -23,9 +22,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaExcepti
 from confluent_kafka.admin import AdminClient
 
 from drainer.errors import KafkaUnavailable
-from drainer.kafka.clients import TIMEOUT_S, passing, request_failed
-
-RETRY_S = 0.1  # between reads refused while the group's coordinator moves or loads
+from drainer.kafka.clients import TIMEOUT_S, request_failed, retry_passing
 
 
 @dataclass(frozen=True)
@@ -55,21 +52,16 @@ def read_offsets(
 
 
 def _committed(consumer: Consumer, group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        try:
-            answer: list[TopicPartition] = consumer.committed(
-                tps, timeout=max(deadline - time.monotonic(), 1.0)
-            )
-        except KafkaException as err:
-            if passing(err) and time.monotonic() < deadline:
-                time.sleep(RETRY_S)  # the coordinator loads or moved: ask again
-                continue
-            raise request_failed(f"reading offsets of group {group}", err) from None
-        for tp in answer:
-            if tp.error is not None:
-                raise request_failed(f"reading offsets of group {group}", tp.error)
-        return answer
+    try:
+        answer: list[TopicPartition] = retry_passing(
+            lambda: consumer.committed(tps, timeout=TIMEOUT_S)
+        )
+    except KafkaException as err:
+        raise request_failed(f"reading offsets of group {group}", err) from None
+    for tp in answer:
+        if tp.error is not None:
+            raise request_failed(f"reading offsets of group {group}", tp.error)
+    return answer
 
 
 def commit_offsets(

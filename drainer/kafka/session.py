@@ -45,15 +45,16 @@ from drainer.errors import KafkaUnavailable, TopicMissing
 from drainer.kafka import consumer_groups, record_reads
 from drainer.kafka.clients import (
     PRODUCER_DEFAULTS,
+    RETRY_S,
     TIMEOUT_S,
     client_config,
     consumer_config,
     first_contact,
     kafka_error,
     make_client,
-    passing,
     read_committed,
     request_failed,
+    retry_passing,
     unreachable,
 )
 from drainer.kafka.consumer_groups import GroupCommit
@@ -63,7 +64,6 @@ __all__ = ["GroupCommit", "KafkaSession", "Watermarks"]
 log = logging.getLogger(__name__)
 
 FLUSH_S = 60.0  # what closing waits for records still queued in the producer
-RETRY_S = 0.1  # between attempts of a request refused for a passing reason
 
 
 @dataclass(frozen=True)
@@ -279,28 +279,27 @@ class KafkaSession:
         if not any(specs for specs, _ in requests):
             return [{} for _ in requests]
         admin = self._connected()
-        deadline = time.monotonic() + TIMEOUT_S
-        while True:
-            try:
-                pending = [
-                    admin.list_offsets(
-                        {TopicPartition(t, part): spec for (t, part), spec in specs.items()},
-                        isolation_level=isolation,
-                        request_timeout=TIMEOUT_S,
-                    )
-                    if specs
-                    else {}
-                    for specs, isolation in requests
-                ]
-                return [self._offsets(futures) for futures in pending]
-            except KafkaException as err:
-                # a partition without a leader for a moment (a new topic, a broker restarting)
-                if passing(err) and time.monotonic() < deadline:
-                    time.sleep(RETRY_S)
-                    continue
-                raise request_failed("listing offsets", err) from None
-            except TimeoutError as err:
-                raise unreachable(err) from None
+
+        def list_all() -> list[dict[tuple[str, int], int]]:
+            pending = [
+                admin.list_offsets(
+                    {TopicPartition(t, part): spec for (t, part), spec in specs.items()},
+                    isolation_level=isolation,
+                    request_timeout=TIMEOUT_S,
+                )
+                if specs
+                else {}
+                for specs, isolation in requests
+            ]
+            return [self._offsets(futures) for futures in pending]
+
+        try:
+            # retried: a partition without a leader for a moment (a new topic, a broker restarting)
+            return retry_passing(list_all)
+        except KafkaException as err:
+            raise request_failed("listing offsets", err) from None
+        except TimeoutError as err:
+            raise unreachable(err) from None
 
     def _offsets(self, futures: Mapping[Any, Any]) -> dict[tuple[str, int], int]:
         found = {}
