@@ -3,7 +3,7 @@
   .venv/bin/python benchmarks/fold_tiers.py               # --tiers 3 4 --rows 1000
   .venv/bin/python benchmarks/fold_tiers.py --listed      # an earlier version's LIST target
 
-A tier-k fold copies 8**k runs of rows (drainer.lifecycle.maintain): it happens in the upkeep
+A tier-k fold copies 8**k runs of rows (drainer.sinks.postgres_folds): it happens in the upkeep
 after a run's commit, under the drain's lease, once every 8**k runs. For each tier and rows per
 run, a fresh target shaped like `one_row_per_record`'s (topic, partition, offset, level, key,
 value_size, the run id; one index on the offset, carried over by the fold as a user's would be)
@@ -36,7 +36,7 @@ def build(table: str, tier: int, rows_per_run: int, listed: bool, parts: int) ->
     """The target with its 8**tier runs in `parts` partitions; returns the rows it holds."""
     from sqlalchemy import text
 
-    from drainer.lifecycle.maintain import FANOUT
+    from drainer.sinks.postgres_folds import FANOUT
     from drainer.store import get_engine
     from drainer.store.sink_names import literal
     from drainer.store.sink_partitions import fold_comment
@@ -117,7 +117,7 @@ def main() -> int:
 
     from sqlalchemy.exc import OperationalError
 
-    from drainer.lifecycle.maintain import fold_sink
+    from drainer.sinks.postgres_folds import fold_sink
     from drainer.store import get_engine, sink_partitions
 
     cases = []

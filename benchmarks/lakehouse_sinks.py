@@ -127,11 +127,11 @@ def drain_for(sink: str, source: Any, records: int) -> Any:
 
 
 def delta_path(name: str) -> str:
-    from drainer.config.sinks import SinkConfig
-    from drainer.services.lakehouse import delta_location
+    from drainer.config.sinks import DeltaSinkConfig
     from drainer.settings import load_settings
+    from drainer.sinks import sink_for
 
-    return delta_location(load_settings(), SinkConfig(type="delta", path=f"{FOLDER}/{name}"))
+    return sink_for(DeltaSinkConfig(path=f"{FOLDER}/{name}"), load_settings()).location()
 
 
 def run_drainer(drain: Any, records: int, jvm: Jvm) -> dict[str, Any]:

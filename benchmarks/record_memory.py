@@ -24,7 +24,7 @@ from common import fresh_drain, produce
 def one_size(records: int) -> dict:
     os.environ["SPARK_MASTER"] = "local[*]"  # fresh Python workers, this size's only
     os.environ.pop("SPARK_REMOTE", None)
-    from spark_jobs import drain_job
+    from spark_jobs import drain_job, modes
     from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
     drain = fresh_drain(
@@ -38,13 +38,13 @@ def one_size(records: int) -> dict:
     )
     produce(drain, records)
     tasks: list[tuple] = []
-    record_mode = drain_job.run_record_mode
+    record_mode = modes.run_record_mode
 
-    def keep(ctx, df, schema):
-        tasks.extend(record_mode(ctx, df, schema))
+    def keep(ctx, df, schema, stage_table):
+        tasks.extend(record_mode(ctx, df, schema, stage_table))
         return tasks
 
-    drain_job.run_record_mode = keep
+    modes.run_record_mode = keep
     started = time.perf_counter()
     result = drain_job.run(drain, trigger="benchmark")
     seconds = time.perf_counter() - started

@@ -99,27 +99,28 @@ def timed_run(drain) -> tuple[object, float, float]:
     (from asking for the first record to the results staged); the wrapper only keeps them.
     """
     from drainer.lifecycle.run import drain_once
-    from spark_jobs import drain_job
+    from spark_jobs import drain_job, modes
 
     spent: list[float] = []
     tasks: list[tuple] = []
-    record_mode = drain_job.run_record_mode
+    record_mode = modes.run_record_mode
 
     def keep_task_times(*args, **kwargs):
         counts = record_mode(*args, **kwargs)
         tasks.extend(counts)
         return counts
 
-    def timed_execute(ctx) -> None:
+    def timed_execute(ctx):
         started = time.perf_counter()
-        drain_job.execute(ctx)
+        executed = drain_job.execute(ctx)
         spent.append(time.perf_counter() - started)
+        return executed
 
-    drain_job.run_record_mode = keep_task_times
+    modes.run_record_mode = keep_task_times
     try:
         result = drain_once(drain, timed_execute, trigger="benchmark")
     finally:
-        drain_job.run_record_mode = record_mode
+        modes.run_record_mode = record_mode
     return result, sum(spent), max((t[-1] for t in tasks), default=0.0)
 
 

@@ -88,13 +88,14 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
     from sqlalchemy import text
 
     from drainer.kafka.session import KafkaSession
-    from drainer.lifecycle.maintain import FANOUT, maintain_drain
+    from drainer.lifecycle.maintain import maintain_drain
     from drainer.lifecycle.planning import partition_states
+    from drainer.sinks.postgres_folds import FANOUT
     from drainer.store import get_engine, sink_partitions
     from spark_jobs import drain_job
 
     engine = get_engine()
-    table = drain.sink.postgres_table
+    table = drain.sink.table
 
     def partitions() -> int:
         with engine.connect() as conn:

@@ -159,7 +159,7 @@ def main() -> int:
     finally:
         delete_topics(drain)
         with get_engine().begin() as conn:  # its rows are only this benchmark's load
-            conn.execute(text(f'DROP TABLE IF EXISTS "{drain.sink.postgres_table}"'))
+            conn.execute(text(f'DROP TABLE IF EXISTS "{drain.sink.table}"'))
     summary = summarize(rows, args.run_seconds)
     report = {"args": vars(args), "drain": drain.name, "summary": summary, "rows": rows}
     (OUT / "timebox_fit.json").write_text(json.dumps(report, indent=2, default=str))

@@ -19,8 +19,8 @@ from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.observe import checks
 from drainer.observe.health import LevelHealth
-from drainer.services.lakehouse import table_label
 from drainer.settings import load_settings
+from drainer.sinks import sink_for
 
 CHECKS = (checks.lag_within_sla, checks.dead_letters_not_growing, checks.offsets_never_backwards)
 
@@ -45,6 +45,8 @@ def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
 
 
 def _drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
+    sink = sink_for(drain.sink, load_settings())
+
     @dg.asset(
         name=drain.name,
         group_name="drains",
@@ -53,7 +55,7 @@ def _drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
         # drainer run sharing the budget
         backfill_policy=dg.BackfillPolicy.single_run(),
         pool=f"drain_{drain.name}",
-        kinds={"kafka", "spark", drain.sink.type},
+        kinds={"kafka", "spark", sink.kind},
         # the checks run in the drain's own step (no process of their own): well under a second
         check_specs=[
             dg.AssetCheckSpec(check.__name__, asset=drain.name, description=check.__doc__)
@@ -62,7 +64,7 @@ def _drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
         + [level_health.level_health_spec(drain)],
         description=(
             f"Drains Kafka topics {drain.topic}-0..{drain.levels - 1} by priority into "
-            f"{sink_label(drain)}; each partition is a priority level ({drain.levels - 1} most "
+            f"{sink.describe()}; each partition is a priority level ({drain.levels - 1} most "
             "urgent)."
         ),
     )
@@ -99,15 +101,6 @@ def _drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
         return dg.MaterializeResult(metadata=metadata, check_results=check_results)
 
     return _drain
-
-
-def sink_label(drain: DrainConfig) -> str:
-    """The drain's sink in words, for the asset's description."""
-    sink = drain.sink
-    if sink.type == "postgres":
-        return f"Postgres table {sink.table}"
-    kind = "Delta table" if sink.type == "delta" else "Iceberg table"
-    return f"{kind} {table_label(load_settings(), sink)}"
 
 
 def run_checks(drainer: DrainerResource, drain: DrainConfig) -> list[dg.AssetCheckResult]:

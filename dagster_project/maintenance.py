@@ -12,41 +12,44 @@ from typing import Any
 import dagster as dg
 
 from drainer.config import DrainConfig
+from drainer.settings import load_settings
+from drainer.sinks import sink_for
 
 MAINTENANCE_CRON = "0 3 * * *"  # daily, at an hour with few runs
 LEASE_WAIT_S = 600.0  # how long it waits for a run of the drain to finish
 
 
 def maintenance_job(drain: DrainConfig) -> dg.JobDefinition:
+    sink = sink_for(drain.sink, load_settings())
+    tables = sink.capabilities.table_maintenance
+
     @dg.op(name=f"{drain.name}_maintain_table")
     def _maintain(context: dg.OpExecutionContext) -> None:
         from drainer.lifecycle.maintain import maintain_drain
+        from spark_jobs.maintenance import maintain
 
-        upkeep = maintain_drain(drain, wait_s=LEASE_WAIT_S)
+        upkeep = maintain_drain(drain, wait_s=LEASE_WAIT_S, table=maintain if tables else None)
         metadata: dict[str, Any] = {  # numbers and texts: Dagster wraps them
             "maintenance_partitions_before": upkeep.sink.before,
             "maintenance_partitions_after": upkeep.sink.after,
             "maintenance_folds": upkeep.sink.folds,
             "maintenance_runs_pruned": upkeep.history.runs,
         }
-        if drain.sink.lakehouse:
-            from spark_jobs.lakehouse_maintenance import maintain
-
-            table = maintain(drain)
-            metadata.update({f"maintenance_{key}": value for key, value in table.items()})
+        if upkeep.table is not None:
+            metadata.update({f"maintenance_{key}": value for key, value in upkeep.table.items()})
         context.log_event(dg.AssetObservation(asset_key=drain.name, metadata=metadata))
 
     what = (
-        f"compacts {drain.name}'s {drain.sink.type} table and removes files and snapshots older "
+        f"compacts {drain.name}'s {sink.describe()} and removes files and snapshots older "
         "than 7 days"
-        if drain.sink.lakehouse
+        if tables
         else f"folds the partitions of {drain.name}'s sink table"
     )
 
     @dg.job(
         name=f"{drain.name}_table_maintenance",
         description=f"Daily `drainer maintain`: {what}, and prunes the drain's run history.",
-        tags={"dagster/kind/" + drain.sink.type: ""},
+        tags={"dagster/kind/" + sink.kind: ""},
     )
     def _job() -> None:
         _maintain()

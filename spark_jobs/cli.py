@@ -41,8 +41,8 @@ def spark_executor() -> Executor:
 
 
 def table_maintainer() -> Callable[[DrainConfig, float, bool], dict[str, Any]]:
-    """The lakehouse table maintenance job that `drainer maintain` runs on Delta and Iceberg."""
-    from spark_jobs.lakehouse_maintenance import maintain
+    """The table maintenance job that `drainer maintain` runs on Delta and Iceberg tables."""
+    from spark_jobs.maintenance import maintain
 
     return maintain
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 import traceback
-from dataclasses import asdict
 from pathlib import Path
 
 import pyspark
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType
 
 from drainer import faults
@@ -27,23 +25,24 @@ from drainer.errors import (
     ServiceUnavailable,
     SparkUnavailable,
 )
-from drainer.lifecycle.run import RunContext, RunResult, drain_once
+from drainer.lifecycle.results import ExecutionResult, RunContext, RunResult
+from drainer.lifecycle.run import drain_once
 from drainer.processing.callables import load_callable
-from drainer.settings import Settings
-from drainer.store import dead_letters, sinks
+from drainer.settings import Settings, load_settings
+from drainer.sinks import TableCommit
+from drainer.store import dead_letters
 from drainer.store.leases import check_fence
-from spark_jobs import lakehouse, modes
 from spark_jobs.kafka_source import count_read, counted, read_ranges
-from spark_jobs.modes import record_mode_rows, run_dataframe_mode, run_record_mode
 from spark_jobs.session import describe, get_spark, is_connect
+from spark_jobs.sinks import SparkSink, spark_sink_for
 
 log = logging.getLogger(__name__)
 
 
-def execute(ctx: RunContext) -> dict[tuple[str, int], int]:
-    """Process one stored plan: read its ranges, run the processing mode, stage the results.
+def execute(ctx: RunContext) -> ExecutionResult:
+    """Process one stored plan: read its ranges, run the processing mode, write the sink.
 
-    Returns how many records were read per (topic, partition), for the commit's counts.
+    Returns what was read per (topic, partition) and the sink's table commit, for the commit.
 
     A service lost while the Spark job runs (Postgres gone under the tasks' writes, Kafka down
     past the client's timeout) comes back as a Py4J error hundreds of lines long; it leaves
@@ -55,7 +54,7 @@ def execute(ctx: RunContext) -> dict[tuple[str, int], int]:
     except DrainerError:
         raise
     except Exception as err:
-        known = known_failure(err, ctx.drain)
+        known = known_failure(err, ctx.drain, _spark_sink(ctx))
         if known is None:
             raise
         log.debug("run %d: %s; the Spark error was:", ctx.run.id, known, exc_info=True)
@@ -73,15 +72,18 @@ _KAFKA_CAUSE = re.compile(
 _FENCED = re.compile(r"drainer\.errors\.FencedOut: ([^\n]*)")
 
 
-def known_failure(err: BaseException, drain: DrainConfig | None = None) -> DrainerError | None:
+def known_failure(
+    err: BaseException, drain: DrainConfig | None = None, sink: SparkSink | None = None
+) -> DrainerError | None:
     """A Spark job error that is one of drainer's own, as that error: a lost service, the
-    `drain`'s Iceberg catalog not answering, or a takeover the tasks' fence check refused
-    (FencedOut raised in a task); else None."""
+    drain's sink's service (an Iceberg catalog) not answering, or a takeover the tasks' fence
+    check refused (FencedOut raised in a task); else None."""
     fenced = _FENCED.search(str(err))
     if fenced:
         return FencedOut(fenced.group(1).strip())
     if drain is not None:
-        unreachable = lakehouse.catalog_unreachable(err, drain)
+        sink = sink or spark_sink_for(drain.sink, load_settings())
+        unreachable = sink.known_failure(err, drain.name)
         if unreachable is not None:
             return unreachable
     return service_lost(err)
@@ -140,47 +142,96 @@ def _connect_lost(err: BaseException) -> bool:
     return (err.getCondition() or "") in _CONNECT_GONE or any(c in str(err) for c in _CONNECT_GONE)
 
 
-def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
+def _spark_sink(ctx: RunContext) -> SparkSink:
+    return spark_sink_for(ctx.drain.sink, ctx.settings)
+
+
+def _execute(ctx: RunContext) -> ExecutionResult:
+    """Read, process, write; a sink that commits before Postgres is asked first whether an
+    earlier attempt's commit already landed (then nothing is written again)."""
+    drain, settings = ctx.drain, ctx.settings
     t0 = time.monotonic()
-    spark = get_spark(ctx.settings, check=True)  # a cold session starts a JVM: its own phase
-    ctx.phases["spark_start"] = time.monotonic() - t0
-    log.info("drain %s run %s on %s", ctx.drain.name, ctx.run.id, describe(spark))
-    if ctx.drain.sink.lakehouse:
-        return _execute_lakehouse(ctx, spark)
-    if faults.armed("during_spark"):
-        _crash_once_staging_starts(ctx)
+    spark = get_spark(settings, check=True)  # a cold session starts a JVM: its own phase
+    spark_start = time.monotonic() - t0
+    log.info("drain %s run %s on %s", drain.name, ctx.run.id, describe(spark))
+    sink = _spark_sink(ctx)
+    sink.prepare(spark, drain.name)
+    landed = None
+    if sink.capabilities.commit == "before_postgres":
+        _check_lease(ctx)  # the sink is searched for the run, and written, under the lease
+        _stop_earlier_attempts(ctx, spark)
+        landed = sink.committed(spark, ctx)
+    if not ctx.readable_ranges():
+        # retention deleted every planned record since the plan: nothing to read or write; a
+        # commit an earlier attempt made is still the run's, and goes on record with it
+        return ExecutionResult(read={}, spark_start_s=spark_start, table_commit=landed)
     # the tag names this run's Spark jobs (in the UI, and for spark.interruptTag); a session
     # API, so it works on Connect as well as in-process
     tag = _attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
     try:
-        df = read_ranges(
-            spark, ctx.drain, ctx.settings.bootstrap_servers, ctx.run.ranges, ctx.read_from
+        df = read_ranges(spark, drain, settings.bootstrap_servers, ctx.run.ranges, ctx.read_from)
+        if landed is not None:
+            log.warning(
+                "run %d of drain %s: %s already holds its commit (version %d); "
+                "committing Postgres only",
+                ctx.run.id,
+                drain.name,
+                landed.location,
+                landed.version,
+            )
+            counts = count_read(df, ctx.run.ranges)
+            return ExecutionResult(
+                read={key: m.records for key, m in counts.items()},
+                read_bytes={key: m.bytes for key, m in counts.items()},
+                spark_start_s=spark_start,
+                table_commit=landed,
+            )
+        if sink.capabilities.commit == "before_postgres":
+            with ctx.engine.begin() as conn:  # failures an earlier attempt staged
+                check_fence(conn, ctx.lease, shared=True)
+                dead_letters.clear_failures(conn, ctx.run.id)
+        if faults.armed("during_spark"):
+            sink.crash_while_writing(ctx)
+        # record mode never prunes the read, so its observation is there; were it missing, the
+        # bytes stay unmeasured rather than read twice
+        df, measure = counted(df, ctx.run.ranges, recount=drain.mode == "dataframe")
+        commit = _write(ctx, spark, sink, df)
+        if commit is not None:
+            log.info(
+                "run %d of drain %s: %s commit %d, %d files (%d bytes) added",
+                ctx.run.id,
+                drain.name,
+                commit.format,
+                commit.version,
+                commit.files_added,
+                commit.bytes_added,
+            )
+            faults.crash_point("after_table_commit")
+        measured = measure()
+        return ExecutionResult(
+            read={key: m.records for key, m in measured.items()},
+            read_bytes={key: m.bytes for key, m in measured.items()},
+            spark_start_s=spark_start,
+            table_commit=commit,
         )
-        if ctx.drain.mode == "dataframe":
-            df, measure = counted(df, ctx.run.ranges)
-            try:
-                run_dataframe_mode(ctx, df)
-            except Exception as err:
-                if isinstance(err, DrainerError) or known_failure(err) is not None:
-                    raise
-                raise processor_failed(ctx, err) from err
-            measured = measure()
-            ctx.read_bytes.update({key: m.bytes for key, m in measured.items()})
-            return {key: m.records for key, m in measured.items()}
-        if ctx.drain.output_schema is None:  # the drains file's validation already refuses this
-            raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `output_schema`")
-        schema = _output_schema(ctx.drain)
-        # bytes only from the observation: a record-mode job never prunes the read, so it is
-        # there; were it missing, the bytes stay unmeasured rather than read twice
-        df, measure = counted(df, ctx.run.ranges, recount=False)
-        read: dict[tuple[str, int], int] = {}
-        for topic, partition, ok, failed, held_back, *_ in run_record_mode(ctx, df, schema):
-            read[(topic, partition)] = read.get((topic, partition), 0) + ok + failed + held_back
-        ctx.read_bytes.update({key: m.bytes for key, m in measure().items()})
-        return read
     finally:
         spark.removeTag(tag)
+
+
+def _write(
+    ctx: RunContext, spark: SparkSession, sink: SparkSink, df: DataFrame
+) -> TableCommit | None:
+    """The processing mode's output, written by the sink."""
+    if ctx.drain.mode == "record":
+        return sink.write_records(spark, ctx, df, _output_schema(ctx.drain))
+    try:
+        out = load_callable(ctx.drain.processor, "processor")(df)
+        return sink.write(spark, ctx, out)
+    except Exception as err:
+        if isinstance(err, DrainerError) or known_failure(err, ctx.drain, sink) is not None:
+            raise
+        raise processor_failed(ctx, err) from err
 
 
 _WORKER_TRACEBACK = "Traceback (most recent call last):"
@@ -218,7 +269,7 @@ def user_error(err: BaseException) -> tuple[str, list[str]]:
         return lines[-1].strip(), _user_frame_lines(lines[1:-1])
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     stack = traceback.extract_tb(err.__traceback__)
-    calls = [i for i, frame in enumerate(stack) if frame.filename == modes.__file__]
+    calls = [i for i, frame in enumerate(stack) if frame.filename == __file__]
     frames = [
         f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n    {frame.line}'
         for frame in stack[calls[-1] + 1 if calls else len(stack) :]
@@ -239,70 +290,6 @@ def _user_frame_lines(lines: list[str]) -> list[str]:
     return kept
 
 
-def _execute_lakehouse(ctx: RunContext, spark: SparkSession) -> dict[tuple[str, int], int]:
-    """Write the run's output to its Delta or Iceberg table, once (spark_jobs.lakehouse).
-
-    The table commit happens here, before the Postgres commit; a resumed run whose table commit
-    already happened writes nothing and counts its ranges again for the Postgres commit.
-    """
-    drain, settings = ctx.drain, ctx.settings
-    lakehouse.prepare(spark, settings, drain)
-    _check_lease(ctx)  # the table is searched for the run, and written, under the drain's lease
-    _stop_earlier_attempts(ctx, spark)
-    done = lakehouse.committed(spark, settings, drain, ctx.run.id)
-    if not ctx.readable_ranges():
-        # retention deleted every planned record since the plan: nothing to read or write; a
-        # table commit an earlier attempt made is still the run's, and goes on record with it
-        if done is not None:
-            ctx.table_commit.update(asdict(done))
-        return {}
-    tag = _attempt_tag(ctx, ctx.attempt)
-    spark.addTag(tag)
-    try:
-        df = read_ranges(spark, drain, settings.bootstrap_servers, ctx.run.ranges, ctx.read_from)
-        if done is not None:
-            log.warning(
-                "run %d of drain %s: %s already holds its commit (version %d); "
-                "committing Postgres only",
-                ctx.run.id,
-                drain.name,
-                done.location,
-                done.version,
-            )
-            ctx.table_commit.update(asdict(done))
-            counts = count_read(df, ctx.run.ranges)
-            ctx.read_bytes.update({key: m.bytes for key, m in counts.items()})
-            return {key: m.records for key, m in counts.items()}
-        with ctx.engine.begin() as conn:  # failures an earlier attempt staged
-            check_fence(conn, ctx.lease, shared=True)
-            dead_letters.clear_failures(conn, ctx.run.id)
-        if faults.armed("during_spark"):
-            _crash_once_files_appear(lakehouse.data_folder(settings, drain))
-        df, measure = counted(df, ctx.run.ranges)
-        if drain.mode == "dataframe":
-            out = load_callable(drain.processor, "processor")(df)
-        else:
-            out = record_mode_rows(ctx, df, _output_schema(drain))
-        _check_lease(ctx)
-        commit = lakehouse.write(spark, settings, drain, ctx.run.id, out)
-        log.info(
-            "run %d of drain %s: %s commit %d, %d files (%d bytes) added",
-            ctx.run.id,
-            drain.name,
-            commit.format,
-            commit.version,
-            commit.files_added,
-            commit.bytes_added,
-        )
-        ctx.table_commit.update(asdict(commit))
-        faults.crash_point("after_table_commit")
-        measured = measure()
-        ctx.read_bytes.update({key: m.bytes for key, m in measured.items()})
-        return {key: m.records for key, m in measured.items()}
-    finally:
-        spark.removeTag(tag)
-
-
 def _attempt_tag(ctx: RunContext, attempt: int) -> str:
     """Names an attempt's Spark jobs (in the UI, and for spark.interruptTag)."""
     return f"drainer-{ctx.drain.name}-run-{ctx.run.id}-attempt-{attempt}"
@@ -314,7 +301,7 @@ def _stop_earlier_attempts(ctx: RunContext, spark: SparkSession, wait_s: float =
     A Connect server keeps executing a client's write after the client died. That frees the
     server's cores for this attempt; it does not decide what lands: a write that finishes anyway
     is skipped by Delta (same txnVersion) or stays on its unpublished Iceberg branch
-    (spark_jobs.lakehouse). Runs share one session per code version, so the earlier attempts'
+    (spark_jobs.sinks). Runs share one session per code version, so the earlier attempts'
     tagged operations are found in it.
     """
     if ctx.attempt <= 1 or not is_connect(spark):
@@ -360,31 +347,3 @@ def run(
 ) -> RunResult:
     """One run of a drain: plan (or resume), execute on Spark, commit, mirror."""
     return drain_once(drain, execute, levels, trigger, dagster_run_id, wait_s, launch_key)
-
-
-def _crash_once_staging_starts(ctx: RunContext) -> None:
-    """Fault injection: end the process while the Spark job is writing its results."""
-
-    def watch() -> None:
-        while True:
-            with ctx.engine.connect() as conn:
-                if sinks.staged_rows(conn, ctx.drain.sink.postgres_table, ctx.run.id):
-                    faults.crash_point("during_spark")
-            time.sleep(0.02)
-
-    threading.Thread(target=watch, daemon=True, name="drainer-fault").start()
-
-
-def _crash_once_files_appear(folder: Path | None) -> None:
-    """Fault injection: end the process once the Spark job writes a table's data files."""
-    if folder is None:
-        raise ConfigError("the during_spark fault needs a lakehouse table on a local path")
-    before = set(folder.rglob("*.parquet"))
-
-    def watch() -> None:
-        while True:
-            if set(folder.rglob("*.parquet")) - before:
-                faults.crash_point("during_spark")
-            time.sleep(0.02)
-
-    threading.Thread(target=watch, daemon=True, name="drainer-fault").start()

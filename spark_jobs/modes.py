@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,20 +25,22 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from drainer.errors import ConfigError
-from drainer.lifecycle.run import RunContext
+from drainer.lifecycle.results import RunContext
 from drainer.processing.callables import load_callable
 from drainer.processing.headers import encode_headers
-from drainer.processing.record_processing import CHUNK_RECORDS, Outcome, process_in_chunks
+from drainer.processing.record_processing import (
+    CHUNK_RECORDS,
+    Ordering,
+    Outcome,
+    process_in_chunks,
+)
 from drainer.processing.records import Record
 from drainer.settings import psycopg_url
 from drainer.store.dead_letters import clear_partition_failures, stage_failures
 from drainer.store.leases import check_fence
-from drainer.store.sinks import clear_task_partition, ensure_sink_tables, write_staged
-from spark_jobs.sinks import pg_columns
+from drainer.store.sinks import clear_task_partition, write_staged
 
-# what the tasks send back, as Spark DDL and as the Arrow schema of the batches they yield
-DATAFRAME_COUNTS = "task string, rows long"
-_DATAFRAME_ARROW = pa.schema([("task", pa.string()), ("rows", pa.int64())])
+# what record mode's staging tasks send back, as Spark DDL and as their batches' Arrow schema
 RECORD_COUNTS = (
     "topic string, partition int, ok long, failed long, held_back long, seconds double, "
     "worker_peak_kb long"
@@ -63,166 +66,164 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def run_dataframe_mode(ctx: RunContext, df: DataFrame) -> int:
-    """Stage the processor's output from the tasks; returns the number of rows staged."""
-    transform = load_callable(ctx.drain.processor, "processor")
-    out = transform(df)
-    columns = pg_columns(out.schema)
-    _ensure_sink_tables(ctx, columns)
-    names = [name for name, _ in columns]
-    url, table, run_id = (
-        psycopg_url(ctx.settings.database_url),
-        ctx.drain.sink.postgres_table,
-        ctx.run.id,
-    )
-    lease = ctx.lease
+@dataclass(frozen=True)
+class RecordJob:
+    """What record mode's tasks need, picklable: the handler, where to stage, the fence."""
 
-    def write_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        task = f"p{_task_context().partitionId()}"
-        with psycopg.connect(url) as conn:
-            check_fence(conn, lease, shared=True)
-            count = write_staged(conn, table, names, run_id, task, _arrow_rows(batches))
-        yield pa.RecordBatch.from_pylist([{"task": task, "rows": count}], _DATAFRAME_ARROW)
+    handler: str
+    ordering: Ordering
+    concurrency: int
+    url: str
+    run_id: int
+    lease: Any
+    names: list[str]
+    # Postgres sink: its target, so each chunk's rows are staged with the chunk's failures
+    stage_table: str | None = None
+    chunk_records: int = CHUNK_RECORDS
 
-    return sum(row[1] for row in out.mapInArrow(write_partition, DATAFRAME_COUNTS).collect())
-
-
-def _ensure_sink_tables(ctx: RunContext, columns: list[tuple[str, str]]) -> None:
-    """The target and this run's stage table, before any task writes (drainer.store.sinks)."""
-    sink = ctx.drain.sink
-    ensure_sink_tables(
-        ctx.engine,
-        sink.postgres_table,
-        columns,
-        ctx.run.id,
-        partitioned=sink.publish_mode == "attach",
-    )
+    @classmethod
+    def of(cls, ctx: RunContext, names: list[str], stage_table: str | None = None) -> RecordJob:
+        if ctx.drain.handler is None:  # the drains file's validation already refuses this
+            raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `handler`")
+        return cls(
+            ctx.drain.handler,
+            ctx.drain.ordering,
+            ctx.drain.max_concurrency,
+            psycopg_url(ctx.settings.database_url),
+            ctx.run.id,
+            ctx.lease,
+            names,
+            stage_table,
+        )
 
 
-def _arrow_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
+@dataclass
+class PartitionDone:
+    """Record mode's account of one Kafka partition in a task (run_record_mode's rows)."""
+
+    topic: str
+    partition: int
+    ok: int = 0
+    failed: int = 0
+    held_back: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    seconds: float = 0.0  # from asking for the first record to the last chunk staged
+
+
+def handle_records(
+    batches: Iterable[pa.RecordBatch], job: RecordJob
+) -> Iterator[tuple[PartitionDone, list[tuple[Any, ...]]]]:
+    """Record mode's one task loop: the handler over each Kafka partition's records in chunks.
+
+    Each chunk's failures (and, for a Postgres sink, its rows) are staged in one fenced
+    transaction before the chunk's rows are handed on; a retried task first drops what an
+    earlier attempt of it staged for the partition. Yields each chunk's rows with its
+    partition's running account; a partition with no record yields nothing.
+    """
+    handler = load_callable(job.handler, "handler")
+    # a Spark partition of a Kafka read is one Kafka partition's range, in offset order; its
+    # records stream into the handler while Spark is still reading them
+    for (topic, partition), records in _by_kafka_partition(_arrow_records(batches)):
+        done = PartitionDone(topic, partition)
+        with psycopg.connect(job.url) as conn:
+            check_fence(conn, job.lease, shared=True)
+            if job.stage_table is None:
+                clear_partition_failures(conn, job.run_id, topic, partition)
+            else:  # the rows' chunk keys may differ between attempts: the partition's, all
+                clear_task_partition(conn, job.stage_table, job.run_id, topic, partition)
+            conn.commit()
+            for outcomes in process_in_chunks(
+                records, handler, job.ordering, job.concurrency, job.chunk_records
+            ):
+                rows = [_as_tuple(row, job.names) for o in outcomes if o.ok for row in o.rows]
+                not_done = [o for o in outcomes if not o.ok]
+                check_fence(conn, job.lease, shared=True)
+                if job.stage_table is not None:
+                    task = f"{topic}:{partition}:{outcomes[0].record.offset}"
+                    write_staged(conn, job.stage_table, job.names, job.run_id, task, rows)
+                _stage_failures(conn, job.run_id, topic, partition, not_done)
+                conn.commit()
+                chunk_failed = sum(1 for o in not_done if not o.held_back)
+                done.ok += len(outcomes) - len(not_done)
+                done.failed += chunk_failed
+                done.held_back += len(not_done) - chunk_failed
+                done.seconds = time.perf_counter() - done.started
+                yield done, rows
+
+
+def run_record_mode(
+    ctx: RunContext, df: DataFrame, output_schema: StructType, stage_table: str
+) -> list[tuple[Any, ...]]:
+    """Record mode staging its rows in a Postgres stage, chunk by chunk with the failures.
+
+    Per Kafka partition: (topic, partition, ok, failed, held_back, seconds, worker_peak_kb).
+    `seconds` is the task's wall time for that partition, from asking for its first record
+    to its last chunk staged: the processing itself, without the job's scheduling.
+    `worker_peak_kb` is the peak resident memory of the Python worker that ran it.
+    """
+    job = RecordJob.of(ctx, output_schema.fieldNames(), stage_table)
+
+    def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        last: PartitionDone | None = None
+        for done, _ in handle_records(batches, job):
+            if last is not None and last is not done:
+                yield _counts_batch(last)
+            last = done
+        if last is not None:
+            yield _counts_batch(last)
+
+    counts = _record_columns(df).mapInArrow(process_partition, RECORD_COUNTS).collect()
+    return [tuple(row) for row in counts]
+
+
+def _counts_batch(done: PartitionDone) -> pa.RecordBatch:
+    row = {
+        "topic": done.topic,
+        "partition": done.partition,
+        "ok": done.ok,
+        "failed": done.failed,
+        "held_back": done.held_back,
+        "seconds": done.seconds,
+        "worker_peak_kb": _peak_rss_kb(),
+    }
+    return pa.RecordBatch.from_pylist([row], _RECORD_ARROW)
+
+
+def record_mode_rows(ctx: RunContext, df: DataFrame, output_schema: StructType) -> DataFrame:
+    """Record mode for a sink that writes a frame: the handler's rows as a DataFrame.
+
+    Failures are staged in Postgres a chunk at a time (fenced, and cleared per Kafka partition
+    when a task is retried); output rows leave the task as Arrow batches of `output_schema`,
+    so the sink's write consumes them without a Postgres stage.
+    """
+    job = RecordJob.of(ctx, output_schema.fieldNames())
+    arrow_schema = to_arrow_schema(output_schema)
+
+    def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _, rows in handle_records(batches, job):
+            if rows:
+                columns = [list(column) for column in zip(*rows, strict=True)]
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)],
+                    schema=arrow_schema,
+                )
+
+    return _record_columns(df).mapInArrow(process_partition, output_schema)
+
+
+def arrow_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:
     """Rows of Arrow batches as tuples, one batch converted at a time (timestamps arrive in
     UTC, binary as bytes: nothing left to convert)."""
     for batch in batches:
         yield from zip(*(column.to_pylist() for column in batch.columns), strict=True)
 
 
-def run_record_mode(
-    ctx: RunContext, df: DataFrame, output_schema: StructType
-) -> list[tuple[Any, ...]]:
-    """Per Kafka partition: (topic, partition, ok, failed, held_back, seconds, worker_peak_kb).
-
-    `seconds` is the task's wall time for that partition, from asking for its first record
-    to its last chunk staged: the processing itself, without the job's scheduling.
-    `worker_peak_kb` is the peak resident memory of the Python worker that ran it.
-    """
-    columns = pg_columns(output_schema)
-    _ensure_sink_tables(ctx, columns)
-    names = [name for name, _ in columns]
-    url, table, run_id = (
-        psycopg_url(ctx.settings.database_url),
-        ctx.drain.sink.postgres_table,
-        ctx.run.id,
-    )
-    handler_path, ordering = ctx.drain.handler, ctx.drain.ordering
-    if handler_path is None:  # the drains file's validation already refuses this
-        raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `handler`")
-    concurrency = ctx.drain.max_concurrency
-    lease = ctx.lease
-    chunk_records = CHUNK_RECORDS
-
-    def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        handler = load_callable(handler_path, "handler")
-        # a Spark partition of a Kafka read is one Kafka partition's range, in offset order;
-        # its records stream into the handler while Spark is still reading them
-        for (topic, partition), records in _by_kafka_partition(_arrow_records(batches)):
-            started = time.perf_counter()
-            ok = failed = held_back = 0
-            with psycopg.connect(url) as conn:
-                # a retried task starts its partition afresh: its chunks' keys may differ
-                check_fence(conn, lease, shared=True)
-                clear_task_partition(conn, table, run_id, topic, partition)
-                conn.commit()
-                for outcomes in process_in_chunks(
-                    records, handler, ordering, concurrency, chunk_records
-                ):
-                    task = f"{topic}:{partition}:{outcomes[0].record.offset}"
-                    out_rows = (_as_tuple(row, names) for o in outcomes if o.ok for row in o.rows)
-                    not_done = [o for o in outcomes if not o.ok]
-                    check_fence(conn, lease, shared=True)
-                    write_staged(conn, table, names, run_id, task, out_rows)
-                    _stage_failures(conn, run_id, topic, partition, not_done)
-                    conn.commit()
-                    chunk_failed = sum(1 for o in not_done if not o.held_back)
-                    ok += len(outcomes) - len(not_done)
-                    failed += chunk_failed
-                    held_back += len(not_done) - chunk_failed
-            row = {
-                "topic": topic,
-                "partition": partition,
-                "ok": ok,
-                "failed": failed,
-                "held_back": held_back,
-                "seconds": time.perf_counter() - started,
-                "worker_peak_kb": _peak_rss_kb(),
-            }
-            yield pa.RecordBatch.from_pylist([row], _RECORD_ARROW)
-
-    counts = _record_columns(df).mapInArrow(process_partition, RECORD_COUNTS).collect()
-    return [tuple(row) for row in counts]
-
-
-def _task_context() -> TaskContext:
+def task_context() -> TaskContext:
     """The running Spark task's context; only the functions a task runs may ask."""
     context = TaskContext.get()
     if context is None:
         raise RuntimeError("TaskContext.get() outside a Spark task: call this in mapInArrow only")
     return context
-
-
-def record_mode_rows(ctx: RunContext, df: DataFrame, output_schema: StructType) -> DataFrame:
-    """Record mode for a lakehouse sink: the handler's rows as a DataFrame for the table write.
-
-    Failures are staged in Postgres a chunk at a time, as with the Postgres sink (fenced, and
-    cleared per Kafka partition when a task is retried); output rows leave the task as Arrow
-    batches of `output_schema`, so the table write consumes them without a Postgres stage.
-    """
-    names = output_schema.fieldNames()
-    arrow_schema = to_arrow_schema(output_schema)
-    url, run_id, lease = psycopg_url(ctx.settings.database_url), ctx.run.id, ctx.lease
-    handler_path, ordering = ctx.drain.handler, ctx.drain.ordering
-    concurrency = ctx.drain.max_concurrency
-    chunk_records = CHUNK_RECORDS
-
-    if handler_path is None:  # the drains file's validation already refuses this
-        raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `handler`")
-
-    def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        handler = load_callable(handler_path, "handler")
-        for (topic, partition), records in _by_kafka_partition(_arrow_records(batches)):
-            with psycopg.connect(url) as conn:
-                check_fence(conn, lease, shared=True)
-                clear_partition_failures(conn, run_id, topic, partition)
-                conn.commit()
-                for outcomes in process_in_chunks(
-                    records, handler, ordering, concurrency, chunk_records
-                ):
-                    rows = [_as_tuple(row, names) for o in outcomes if o.ok for row in o.rows]
-                    check_fence(conn, lease, shared=True)
-                    _stage_failures(
-                        conn, run_id, topic, partition, [o for o in outcomes if not o.ok]
-                    )
-                    conn.commit()
-                    if rows:
-                        columns = [list(column) for column in zip(*rows, strict=True)]
-                        yield pa.RecordBatch.from_arrays(
-                            [
-                                pa.array(c, type=f.type)
-                                for c, f in zip(columns, arrow_schema, strict=True)
-                            ],
-                            schema=arrow_schema,
-                        )
-
-    return _record_columns(df).mapInArrow(process_partition, output_schema)
 
 
 def _peak_rss_kb() -> int:
@@ -262,7 +263,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def _arrow_records(batches: Iterable[pa.RecordBatch]) -> Iterator[Record]:
     """`_record_columns` batches as Records, one batch converted at a time."""
-    for topic, partition, offset, level, key, value, timestamp_us, headers in _arrow_rows(batches):
+    for topic, partition, offset, level, key, value, timestamp_us, headers in arrow_rows(batches):
         yield Record(
             topic=topic,
             partition=partition,

@@ -37,9 +37,9 @@ from drainer.services.connect_session import (
     with_session_id,
 )
 from drainer.services.jars import lakehouse_jars
-from drainer.services.lakehouse import configured_formats, server_conf
 from drainer.services.net import port_open
 from drainer.settings import Settings, export_spark_python_env, load_settings
+from drainer.sinks import configured_formats, server_conf, sink_for
 
 if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
@@ -198,17 +198,16 @@ def session_modules(settings: Settings) -> list[str]:
 
 
 def _catalogs(settings: Settings) -> str:
-    """Iceberg catalogs: a session keeps the catalog it initialized first, so a different
-    warehouse, database or `sink.catalog` block must get a session of its own."""
-    catalogs: list[str] = []
+    """Catalogs: a session keeps the catalog it initialized first, so a different warehouse,
+    database or sink catalog block must get a session of its own."""
+    keys: list[str] = []
     try:
         for drain in load_drains(settings.config_path).values():
-            if drain.sink.catalog is not None:
-                catalogs.append(repr(sorted(drain.sink.catalog.properties().items())))
+            keys.append(sink_for(drain.sink, settings).session_key())
     except DrainerError:
         pass
     return hashlib.sha256(
-        "\n".join([settings.warehouse, settings.database_url, *catalogs]).encode()
+        "\n".join([settings.warehouse, settings.database_url, *filter(None, keys)]).encode()
     ).hexdigest()[:16]
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from typing import Any
 
 from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import console, print_table
-from drainer.config import get_drain
+from drainer.config import DrainConfig, get_drain
 from drainer.errors import ConfigError
+from drainer.settings import load_settings
 
 DEFAULT_RETENTION_HOURS = 7 * 24
 
@@ -45,16 +47,24 @@ def register(sub: Subcommands) -> None:
 
 def cmd_maintain(args: argparse.Namespace) -> int:
     from drainer.lifecycle.maintain import maintain_drain
+    from drainer.sinks import sink_for
 
+    settings = load_settings()
     drain = get_drain(args.drain)
-    if drain.sink.lakehouse and args.maintainer is None:
-        raise ConfigError("table maintenance needs Spark: run it through the `drainer` command")
-    report = maintain_drain(drain, wait_s=args.wait)
-    table = (
-        args.maintainer()(drain, args.retention_hours, args.force) if drain.sink.lakehouse else None
-    )
+    table_job = None
+    if sink_for(drain.sink, settings).capabilities.table_maintenance:
+        if args.maintainer is None:
+            raise ConfigError("table maintenance needs Spark: run it through the `drainer` command")
+        job = args.maintainer()
+
+        def table_job(d: DrainConfig) -> dict[str, Any]:
+            done: dict[str, Any] = job(d, args.retention_hours, args.force)
+            return done
+
+    report = maintain_drain(drain, wait_s=args.wait, table=table_job, settings=settings)
+    table = report.table
     if args.json:
-        print(json.dumps({**asdict(report), "table": table}, indent=2, default=str))
+        print(json.dumps(asdict(report), indent=2, default=str))
         return 0
     sink, history = report.sink, report.history
     print_table(

@@ -141,7 +141,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if commits:
         print_table(
             f"{sink['type']} table commits",
-            ["run", "version" if sink["type"] == "delta" else "snapshot", "files", "bytes", "rows"],
+            ["run", sink["commit_id"], "files", "bytes", "rows"],
             [
                 [
                     str(r["id"]),

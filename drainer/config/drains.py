@@ -23,7 +23,7 @@ from pydantic import (
 
 from drainer.allocation import reserved_shares
 from drainer.config.kafka_clients import check_blocks
-from drainer.config.sinks import SinkConfig
+from drainer.config.sinks import SINK_MODELS, SinkConfig
 from drainer.config.units import duration_ms, size_bytes
 from drainer.errors import ConfigError
 from drainer.processing.callables import check_import_path
@@ -328,10 +328,18 @@ def get_drain(name: str, path: Path | str | None = None) -> DrainConfig:
     return drains[name]
 
 
+def _without_sink_tag(loc: tuple[int | str, ...]) -> list[str]:
+    """A location as the drains file spells it: pydantic puts the sink's type after `sink`."""
+    parts = [str(part) for part in loc]
+    return [
+        p for i, p in enumerate(parts) if not (i and parts[i - 1] == "sink" and p in SINK_MODELS)
+    ]
+
+
 def _explain(path: Path, err: ValidationError) -> str:
     lines = [f"{path}: invalid drain configuration:"]
     for problem in err.errors():
-        where = ".".join(str(part) for part in problem["loc"]) or "(top level)"
+        where = ".".join(_without_sink_tag(problem["loc"])) or "(top level)"
         message = problem["msg"].removeprefix("Value error, ")
         lines.append(f"  - {where}: {message}")
     return "\n".join(lines)

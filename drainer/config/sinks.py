@@ -1,19 +1,30 @@
-"""Where a drain's output goes: a Postgres table, a Delta table or an Iceberg table (and its
-catalog), each field documented where it is declared and checked at load time."""
+"""Where a drain's output goes: one configuration model per sink type, each checking only its
+own keys, joined as a pydantic union tagged by `type` (`postgres` when omitted).
+
+What a sink does in a run lives in `drainer/sinks/` (driver side) and `spark_jobs/sinks/`
+(Spark side); this module only says what a drains file may write under `sink:`.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
-from drainer.errors import ConfigError
 from drainer.store.sink_names import check_table_name
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ICEBERG_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-LAKEHOUSE_FORMATS = ("delta", "iceberg")
+DEFAULT_SINK_TYPE = "postgres"
 
 
 class CatalogConfig(BaseModel):
@@ -70,38 +81,94 @@ class CatalogConfig(BaseModel):
         return [("name", self.name), ("type", self.type)]
 
 
-class SinkConfig(BaseModel):
-    """Where a drain's output goes: a Postgres table, a Delta table or an Iceberg table."""
+class _SinkModel(BaseModel):
+    """One sink type's keys; a key of another type is named with the keys this one takes."""
 
     model_config = ConfigDict(extra="forbid")
+    # every key any sink type takes, so a misplaced one is told apart from a typo
+    _ALL_KEYS: ClassVar[frozenset[str]] = frozenset({"table", "publish", "path", "catalog"})
 
-    type: Literal["postgres", "delta", "iceberg"] = Field(
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_of_this_type(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        allowed = set(cls.model_fields) - {"type"}
+        wrong = sorted(k for k in data if k in cls._ALL_KEYS and k not in allowed)
+        if wrong:
+            kind = cls.model_fields["type"].default
+            raise ValueError(
+                f"{', '.join(wrong)} cannot be used with a {kind} sink (it takes "
+                f"{', '.join(sorted(allowed))}): remove {'them' if len(wrong) > 1 else 'it'}"
+            )
+        return data
+
+
+class PostgresSinkConfig(_SinkModel):
+    """A table in the drainer's own Postgres, published inside the run's commit transaction."""
+
+    type: Literal["postgres"] = Field(
         default="postgres",
-        description="sink kind; `postgres` writes into a table of the drainer database, "
-        "`delta` into a Delta Lake table at `path`, `iceberg` into the Iceberg table `table` "
-        "of a catalog (docs/lakehouse.md)",
+        description="sink kind; `postgres` (the default) writes into a table of the drainer "
+        "database, `delta` into a Delta Lake table at `path`, `iceberg` into the Iceberg table "
+        "`table` of a catalog (docs/lakehouse.md)",
     )
-    table: str | None = Field(
-        default=None,
+    table: str = Field(
         description="postgres: target table, created from the output's columns when missing; "
         "each run's rows are staged in a table of their own, `<table>_r<run id>`, that the "
         "commit publishes. iceberg: `namespace.table` in the catalog, created from the "
         "output's columns when missing",
     )
-    publish: Literal["attach", "copy"] | None = Field(
-        default=None,
+    publish: Literal["attach", "copy"] = Field(
+        default="attach",
         description="postgres only: how a target that drainer creates is published to: "
         "`attach` (the default) makes it partitioned by run, and the commit attaches the run's "
         "stage table as its partition (no row is copied); `copy` makes it a plain table, and "
         "the commit copies the rows in. An existing target is published to by its kind, "
         "whatever this says",
     )
-    path: str | None = Field(
-        default=None,
+
+    @model_validator(mode="before")
+    @classmethod
+    def _has_table(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("table") is None:
+            raise ValueError("a postgres sink needs `table: <name>`")
+        return data
+
+    @field_validator("table")
+    @classmethod
+    def _plain_identifier(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("table must be a plain SQL identifier (letters, digits, underscores)")
+        return check_table_name(value)
+
+
+class DeltaSinkConfig(_SinkModel):
+    """A Delta Lake table, committed by Spark before the Postgres commit, tagged with the run."""
+
+    type: Literal["delta"] = Field(default="delta", description="`delta`")
+    path: str = Field(
         description="delta only: the table's location; a relative path is under the drainer's "
         "warehouse (DRAINER_WAREHOUSE), an absolute path, file://, s3a:// or abfss:// URI is "
         "used as is",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _has_path(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not str(data.get("path") or "").strip():
+            raise ValueError(
+                "a delta sink needs `path:` (relative: under DRAINER_WAREHOUSE; or an "
+                "absolute path or URI)"
+            )
+        return data
+
+
+class IcebergSinkConfig(_SinkModel):
+    """An Iceberg table of a catalog, published by Spark before the Postgres commit."""
+
+    type: Literal["iceberg"] = Field(default="iceberg", description="`iceberg`")
+    table: str = Field(description="iceberg: `namespace.table` in the catalog")
     catalog: CatalogConfig | None = Field(
         default=None,
         description="iceberg only: the catalog holding `table` (see `sink.catalog.*`); "
@@ -109,52 +176,39 @@ class SinkConfig(BaseModel):
         "the warehouse",
     )
 
-    @property
-    def postgres_table(self) -> str:
-        """The target table of a Postgres sink (the validator guarantees one)."""
-        if self.type != "postgres" or self.table is None:
-            raise ConfigError(f"a {self.type} sink has no Postgres target table")
-        return self.table
-
-    @model_validator(mode="after")
-    def _fields_of_type(self) -> SinkConfig:
-        given = self.model_fields_set - {"type"}
-        allowed = {
-            "postgres": {"table", "publish"},
-            "delta": {"path"},
-            "iceberg": {"table", "catalog"},
-        }[self.type]
-        wrong = sorted(given - allowed)
-        if wrong:
-            raise ValueError(
-                f"{', '.join(wrong)} cannot be used with a {self.type} sink (it takes "
-                f"{', '.join(sorted(allowed))}): remove {'them' if len(wrong) > 1 else 'it'}"
-            )
-        if self.type == "postgres":
-            if self.table is None:
-                raise ValueError("a postgres sink needs `table: <name>`")
-            if not _NAME.match(self.table):
-                raise ValueError(
-                    "table must be a plain SQL identifier (letters, digits, underscores)"
-                )
-            check_table_name(self.table)
-        elif self.type == "delta":
-            if not self.path or not self.path.strip():
-                raise ValueError(
-                    "a delta sink needs `path:` (relative: under DRAINER_WAREHOUSE; or an "
-                    "absolute path or URI)"
-                )
-        elif self.table is None or not _ICEBERG_TABLE.match(self.table):
+    @model_validator(mode="before")
+    @classmethod
+    def _namespaced_table(cls, data: Any) -> Any:
+        table = data.get("table") if isinstance(data, dict) else None
+        if not isinstance(table, str) or not _ICEBERG_TABLE.match(table):
             raise ValueError(
                 "an iceberg sink needs `table: namespace.table` (identifiers joined by '.')"
             )
-        return self
+        return data
 
-    @property
-    def lakehouse(self) -> bool:
-        """True for a table-format sink (Delta, Iceberg): written by Spark, not staged in Postgres."""
-        return self.type in LAKEHOUSE_FORMATS
 
-    @property
-    def publish_mode(self) -> str:
-        return self.publish or "attach"
+SINK_MODELS: dict[str, type[_SinkModel]] = {
+    "postgres": PostgresSinkConfig,
+    "delta": DeltaSinkConfig,
+    "iceberg": IcebergSinkConfig,
+}
+
+
+def _sink_type(value: Any) -> str:
+    """The union's tag: `type`, `postgres` when omitted."""
+    if isinstance(value, dict):
+        return str(value.get("type", DEFAULT_SINK_TYPE))
+    return str(getattr(value, "type", DEFAULT_SINK_TYPE))
+
+
+SinkConfig = Annotated[
+    Annotated[PostgresSinkConfig, Tag("postgres")]
+    | Annotated[DeltaSinkConfig, Tag("delta")]
+    | Annotated[IcebergSinkConfig, Tag("iceberg")],
+    Discriminator(
+        _sink_type,
+        custom_error_type="sink_type",
+        custom_error_message="sink.type must be one of: postgres, delta, iceberg",
+    ),
+]
+"""A drain's `sink:` block: the model of its `type`."""

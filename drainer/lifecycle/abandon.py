@@ -14,18 +14,22 @@ import getpass
 
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
-from drainer.store import get_engine, runs, sinks
+from drainer.settings import Settings, load_settings
+from drainer.sinks import sink_for
+from drainer.store import get_engine, runs
 from drainer.store.leases import drain_lease
 from drainer.store.runs import StoredRun
 
 
-def abandon_plan(drain: DrainConfig, reason: str) -> StoredRun:
+def abandon_plan(drain: DrainConfig, reason: str, settings: Settings | None = None) -> StoredRun:
     """End the drain's open plan; returns it as it was. Raises DrainBusy while a run holds it."""
     if not reason or not reason.strip():
         raise ConfigError(
             "--reason is required: say why the plan is abandoned, for the audit trail"
         )
-    engine = get_engine()
+    settings = settings or load_settings()
+    engine = get_engine(settings.database_url)
+    sink = sink_for(drain.sink, settings)
     with drain_lease(engine, drain.row()) as lease, engine.begin() as conn:
         run = runs.open_run(conn, drain.name)
         if run is None:
@@ -34,6 +38,5 @@ def abandon_plan(drain: DrainConfig, reason: str) -> StoredRun:
                 f"(`drainer status {drain.name}` shows its runs)"
             )
         runs.abandon(conn, lease, run, getpass.getuser(), reason.strip())
-        if not drain.sink.lakehouse:
-            sinks.drop_staged(conn, drain.sink.postgres_table, run.id)
+        sink.discard(conn, run.id)
     return run

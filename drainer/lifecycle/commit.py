@@ -7,7 +7,6 @@ this point left only staged rows keyed by its run id; the resumed run replaces t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,9 @@ from sqlalchemy import Connection, Engine
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.errors import CommitConflict
-from drainer.store import dead_letters, offsets, retention, runs, sinks, throughput, topics
+from drainer.lifecycle.results import ExecutionResult
+from drainer.sinks import Sink
+from drainer.store import dead_letters, offsets, retention, runs, throughput, topics
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -41,16 +42,17 @@ def commit_run(
     engine: Engine,
     lease: Lease,
     drain: DrainConfig,
+    sink: Sink[Any],
     run: StoredRun,
     duration_s: float,
-    present: Mapping[tuple[str, int], int] | None = None,
-    read_bytes: Mapping[tuple[str, int], int] | None = None,
-    table_commit: Mapping[str, Any] | None = None,
+    executed: ExecutionResult,
 ) -> CommitResult:
-    """Commit the run; `present` is how many records each range held when read (None: all).
+    """Commit the run the executor carried out: the sink publishes inside this transaction
+    (or, having committed before it, has its table commit recorded here).
 
-    `read_bytes` is the key+value+header bytes read per range (None: not measured), kept for the
-    record sizes and byte rates of later plans (`drainer.store.throughput`).
+    `executed.read` is how many records each range held when read (None: all);
+    `executed.read_bytes` the key+value+header bytes read per range (None: not measured), kept
+    for the record sizes and byte rates of later plans (`drainer.store.throughput`).
 
     Offsets are not records (transaction markers, aborted records, retention), so `drained`
     counts records read, while the committed offset still moves to each range's end.
@@ -60,12 +62,8 @@ def commit_run(
         status = runs.lock_status(conn, run.id)
         if status != "running":
             raise CommitConflict(f"run {run.id} is {status}, not running: not committing it twice")
-        # a lakehouse table was committed by the Spark job, before this transaction
-        published = (
-            0
-            if drain.sink.lakehouse
-            else sinks.publish_staged(conn, drain.sink.postgres_table, run.id)
-        )
+        present, read_bytes = executed.read, executed.read_bytes
+        published = sink.publish(conn, run.id, executed.table_commit)
         failures = dead_letters.run_failures(conn, run.id)
         topic_ids = topics.topic_ids(conn, drain.name)  # recorded when the plan was made
         levels = {level: LevelOutcome() for level in run.levels}
@@ -109,8 +107,8 @@ def commit_run(
             )
         throughput.store_read(conn, run.id, measured)
         dead_letters.clear_failures(conn, run.id)
-        if table_commit:  # a lakehouse sink's table commit, made before this transaction
-            runs.store_table_commit(conn, run.id, dict(table_commit))
+        if executed.table_commit:  # a sink's table commit, made before this transaction
+            runs.store_table_commit(conn, run.id, executed.table_commit.as_dict())
         runs.mark_committed(conn, run.id, duration_s)
     return CommitResult(levels, published)
 

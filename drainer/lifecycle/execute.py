@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy import Engine
@@ -30,6 +30,7 @@ from drainer.lifecycle.dlq import publish_dead_letters
 from drainer.lifecycle.maintain import after_commit_upkeep
 from drainer.lifecycle.planning import PartitionState, partition_states
 from drainer.lifecycle.results import (
+    ExecutionResult,
     Executor,
     LevelReport,
     RunContext,
@@ -38,7 +39,7 @@ from drainer.lifecycle.results import (
 )
 from drainer.lifecycle.retention import measure_ranges
 from drainer.settings import Settings
-from drainer.store import dead_letters, launches, retention, runs, sinks, throughput
+from drainer.store import launches, retention, runs, throughput
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRun
 
@@ -64,9 +65,9 @@ def execute_plan(
     faults.crash_point("after_plan")
     ctx = _start_attempt(engine, lease, kafka, drain, stored, settings, dagster_run_id)
     try:
-        present = _process(ctx, execute, phases)
+        executed = _process(ctx, execute, phases)
         faults.crash_point("after_staging")
-        result = _commit(ctx, lease, started, present, phases)
+        result = _commit(ctx, lease, started, executed, phases)
     except BaseException as err:
         _record_failure(engine, lease, drain, stored, ctx.attempt, err)
         raise
@@ -75,7 +76,9 @@ def execute_plan(
     warnings: list[str] = []
     mirror = _mirror_and_publish(engine, kafka, drain, stored, warnings, phases)
     t0 = time.monotonic()
-    _after_commit(warnings, "keeping the drain bounded", lambda: after_commit_upkeep(engine, drain))
+    _after_commit(
+        warnings, "keeping the drain bounded", lambda: after_commit_upkeep(engine, drain, ctx.sink)
+    )
     phases["upkeep"] = time.monotonic() - t0
     report = _after_commit(
         warnings,
@@ -100,7 +103,7 @@ def execute_plan(
         mirror=mirror,
         phases={k: round(v, 3) for k, v in phases.items()},
         warnings=warnings,
-        table_commit=ctx.table_commit,
+        table_commit=executed.table_commit.as_dict() if executed.table_commit else {},
     )
 
 
@@ -123,26 +126,26 @@ def _start_attempt(
     return RunContext(stored, drain, settings, engine, attempt, lease, read_from=read_from)
 
 
-def _process(
-    ctx: RunContext, execute: Executor, phases: dict[str, float]
-) -> Mapping[tuple[str, int], int] | None:
-    """Read and process the plan's ranges (the executor stages the results)."""
+def _process(ctx: RunContext, execute: Executor, phases: dict[str, float]) -> ExecutionResult:
+    """Read and process the plan's ranges; the executor writes the sink."""
     t0 = time.monotonic()
     clear_run_outputs(ctx)  # also when retention left nothing to read: no stale stage
-    # a lakehouse run executes even then: an earlier attempt's table commit may hold the run,
-    # and only the executor can find it (and put it on record) in the table
-    present = execute(ctx) if ctx.readable_ranges() or ctx.drain.sink.lakehouse else {}
+    # with nothing to read, a sink that commits before Postgres is still asked whether an
+    # earlier attempt's commit holds the run (only the executor can look); a first attempt
+    # has no earlier one, so an empty run needs no Spark
+    asks_sink = ctx.sink.capabilities.commit == "before_postgres" and ctx.attempt > 1
+    executed = execute(ctx) if ctx.readable_ranges() or asks_sink else ExecutionResult(read={})
     job_s = time.monotonic() - t0
-    phases["spark_start"] = ctx.phases.get("spark_start", 0.0)
+    phases["spark_start"] = executed.spark_start_s
     phases["spark_job"] = max(0.0, job_s - phases["spark_start"])
-    return present
+    return executed
 
 
 def _commit(
     ctx: RunContext,
     lease: Lease,
     started: float,
-    present: Mapping[tuple[str, int], int] | None,
+    executed: ExecutionResult,
     phases: dict[str, float],
 ) -> CommitResult:
     drain, stored = ctx.drain, ctx.run
@@ -151,11 +154,10 @@ def _commit(
         ctx.engine,
         lease,
         drain,
+        ctx.sink,
         stored,
         time.monotonic() - started,
-        present=present,
-        read_bytes=ctx.read_bytes or None,
-        table_commit=ctx.table_commit,
+        executed,
     )
     phases["commit"] = time.monotonic() - t0
     log.info(
@@ -225,27 +227,16 @@ def _mirror_and_publish(
 
 
 def clear_run_outputs(ctx: RunContext) -> None:
-    """A resumed run starts afresh: drop what an earlier attempt staged (rows and failures).
+    """A resumed run starts afresh: drop what an earlier attempt left that is not the run's
+    (the sink says what: a stage, failures no table commit took).
 
     Before every execution, whether or not anything is left to read, so a commit never
     publishes a crashed attempt's stage. Fenced like the tasks' writes, so a zombie attempt
     cannot wipe the staging of the run that took its plan over.
     """
-    if ctx.drain.sink.lakehouse:
-        # no Postgres stage; the failures an earlier attempt staged belong to its table commit
-        # if that happened, so the lakehouse executor clears them only when it writes again.
-        # Those of records retention deleted since are lost, not failed: counted as failed they
-        # made `drained` (read - not done) negative, 0 - 1 when every record was deleted
-        with ctx.engine.begin() as conn:
-            check_fence(conn, ctx.lease, shared=True)
-            for rng in ctx.run.ranges:
-                start = ctx.read_from.get((rng.topic, rng.partition), rng.start)
-                dead_letters.clear_failures_below(conn, ctx.run.id, rng.topic, rng.partition, start)
-        return
     with ctx.engine.begin() as conn:
         check_fence(conn, ctx.lease, shared=True)
-        sinks.clear_staged(conn, ctx.drain.sink.postgres_table, ctx.run.id)
-        dead_letters.clear_failures(conn, ctx.run.id)
+        ctx.sink.prepare_attempt(conn, ctx.run, ctx.read_from)
 
 
 def _repeated_failure(err: BaseException, attempt: int) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Engine
@@ -15,6 +16,7 @@ from sqlalchemy import Engine
 from drainer.config import DrainConfig
 from drainer.kafka.mirror import MirrorReport
 from drainer.settings import Settings
+from drainer.sinks import Sink, TableCommit, sink_for
 from drainer.store import get_engine, launches, runs
 from drainer.store.leases import Lease
 from drainer.store.runs import StoredRange, StoredRun
@@ -22,7 +24,8 @@ from drainer.store.runs import StoredRange, StoredRun
 
 @dataclass(frozen=True)
 class RunContext:
-    """What an executor needs to process one stored plan."""
+    """What an executor needs to process one stored plan (read only: results come back as an
+    ExecutionResult)."""
 
     run: StoredRun
     drain: DrainConfig
@@ -30,16 +33,14 @@ class RunContext:
     engine: Engine
     attempt: int
     lease: Lease | None = None  # staging writes check its fence: a zombie run cannot touch them
-    # seconds the executor spent on named phases; it sets "spark_start" (session start-up)
-    phases: dict[str, float] = field(default_factory=dict)
     # where each range's read starts: past what retention deleted (drainer.lifecycle.retention);
     # ranges missing here start at their planned start
-    read_from: dict[tuple[str, int], int] = field(default_factory=dict)
-    # key+value+header bytes read per (topic, partition), set by an executor that measures them
-    read_bytes: dict[tuple[str, int], int] = field(default_factory=dict)
-    # a lakehouse sink's table commit, set by the executor: format, location, version,
-    # files_added, bytes_added, rows_added (spark_jobs.lakehouse.TableCommit)
-    table_commit: dict[str, Any] = field(default_factory=dict)
+    read_from: Mapping[tuple[str, int], int] = field(default_factory=dict)
+
+    @cached_property
+    def sink(self) -> Sink[Any]:
+        """The drain's sink (drainer.sinks), for the driver's steps."""
+        return sink_for(self.drain.sink, self.settings)
 
     def readable_ranges(self) -> list[StoredRange]:
         """The run's ranges that still have offsets to read."""
@@ -50,12 +51,25 @@ class RunContext:
         ]
 
 
-Executor = Callable[[RunContext], Mapping[tuple[str, int], int] | None]
-"""Processes a stored plan; returns how many records it read per (topic, partition).
+@dataclass(frozen=True)
+class ExecutionResult:
+    """What an executor hands back to the commit.
 
-Offsets are not records: transaction markers and aborted records (read_committed) leave gaps,
-so the commit counts what was read. `None` means "every planned offset was a record".
-"""
+    `read`: records read per (topic, partition); offsets are not records (transaction markers
+    and aborted records under read_committed leave gaps), so the commit counts what was read.
+    None means "every planned offset was a record". `read_bytes`: key+value+header bytes read
+    per (topic, partition), None when not measured. `table_commit`: the commit a sink that
+    commits before Postgres made for the run (or an earlier attempt made, found again).
+    """
+
+    read: Mapping[tuple[str, int], int] | None = None
+    read_bytes: Mapping[tuple[str, int], int] | None = None
+    spark_start_s: float = 0.0
+    table_commit: TableCommit | None = None
+
+
+Executor = Callable[[RunContext], ExecutionResult]
+"""Processes a stored plan (read, process, write the sink) and says what it read and wrote."""
 
 
 @dataclass

@@ -10,13 +10,17 @@ from drainer.lifecycle.budgets import run_budget
 from drainer.lifecycle.planning import allocation_policy, partition_states
 from drainer.observe.drain_health import drain_health
 from drainer.observe.health import LevelHealth
-from drainer.services.lakehouse import table_label
-from drainer.settings import load_settings
+from drainer.settings import Settings, load_settings
+from drainer.sinks import sink_for
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
 
-def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
-    engine = get_engine()
+def drain_status(
+    drain: DrainConfig, recent: int = 10, settings: Settings | None = None
+) -> dict[str, Any]:
+    settings = settings or load_settings()
+    engine = get_engine(settings.database_url)
+    sink = sink_for(drain.sink, settings)
     levels = list(range(drain.levels))
     with KafkaSession(drain) as kafka:
         parts = partition_states(engine, drain, levels, kafka)
@@ -77,7 +81,12 @@ def drain_status(drain: DrainConfig, recent: int = 10) -> dict[str, Any]:
         "drain": drain.name,
         "budget": drain.budget,
         "run_budget": budget.as_dict(),
-        "sink": {"type": drain.sink.type, "location": sink_location(drain)},
+        "sink": {
+            "type": sink.kind,
+            "location": sink.location(),
+            "describe": sink.describe(),
+            "commit_id": sink.capabilities.commit_id,
+        },
         "levels": report_levels,
         "runs": [
             {
@@ -138,10 +147,3 @@ def health_report(health: LevelHealth) -> dict[str, Any]:
         "eta_s": rounded(health.eta_s, 1),
         "eta": health.eta_text(),
     }
-
-
-def sink_location(drain: DrainConfig) -> str:
-    """Where the drain's output lands: a Postgres table, a Delta path or an Iceberg table."""
-    if drain.sink.type == "postgres":
-        return drain.sink.table or ""
-    return table_label(load_settings(), drain.sink)

@@ -31,11 +31,11 @@ from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
 from drainer.services import process
 from drainer.services.connect_session import with_param
 from drainer.services.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
-from drainer.services.lakehouse import configured_formats, server_conf
 from drainer.services.net import port_open
 from drainer.services.status import ServiceStatus
 from drainer.services.tools import require
 from drainer.settings import DEFAULT_CONNECT_PORT, Settings
+from drainer.sinks import configured_formats, server_conf
 
 NAME = "connect"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

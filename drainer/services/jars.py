@@ -16,6 +16,7 @@ from pathlib import Path
 from drainer.errors import ResolutionError, ServiceError
 from drainer.services.lock import file_lock
 from drainer.services.maven import cached, resolve_jars
+from drainer.sinks import format_jars
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +35,6 @@ KAFKA_BROKER = (
     f"org.apache.logging.log4j:log4j-slf4j-impl:{LOG4J_VERSION}",
 )
 KAFKA_TOOLS = (f"org.apache.kafka:kafka-tools:{KAFKA_VERSION}", *KAFKA_BROKER)
-
-# table formats (drainer.services.lakehouse): Delta 4.1 and 4.2 fail on Spark >= 4.1.2
-DELTA_VERSION = "4.3.1"
-ICEBERG_VERSION = "1.11.0"
-POSTGRES_JDBC_VERSION = "42.7.8"
-JARS = {
-    "delta": (
-        f"io.delta:delta-spark_4.1_2.13:{DELTA_VERSION}",
-        f"io.delta:delta-storage:{DELTA_VERSION}",
-    ),
-    "iceberg": (
-        f"org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:{ICEBERG_VERSION}",
-        # Iceberg's JDBC catalog (the embedded default) reaches Postgres through it
-        f"org.postgresql:postgresql:{POSTGRES_JDBC_VERSION}",
-    ),
-}
 
 
 def pyspark_version() -> str:
@@ -185,19 +170,18 @@ def _shipped_artifacts() -> list[str]:
 
 
 def lakehouse_jars(home: Path, formats: tuple[str, ...]) -> list[Path]:
-    """Local jars for `formats`, resolved through Maven once into `home/jars/<format>-<version>`.
+    """Local jars for the table formats `formats` (their sinks' capabilities name them),
+    resolved through Maven once into `home/jars/<format>-<version>`.
 
     Like the Kafka connector: only what the pyspark wheel does not already ship.
     """
     shipped = _shipped_artifacts()
     found: list[Path] = []
-    for fmt in formats:
-        version = DELTA_VERSION if fmt == "delta" else ICEBERG_VERSION
-        dest = home / "jars" / f"{fmt}-{version}"
-        coords = list(JARS[fmt])
-        hit = cached(coords, dest, shipped)
+    for folder, coords in format_jars(formats).items():
+        dest = home / "jars" / folder
+        hit = cached(list(coords), dest, shipped)
         if hit is None:
             with _dest_lock(dest):
-                hit = resolve_jars(coords, dest, shipped)
+                hit = resolve_jars(list(coords), dest, shipped)
         found += hit
     return found

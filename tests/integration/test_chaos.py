@@ -34,8 +34,9 @@ from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.services import connect, process
 from drainer.services.net import port_open
 from drainer.settings import load_settings
+from drainer.sinks import sink_for
 from drainer.store import get_engine, runs, sinks
-from spark_jobs import drain_job, lakehouse
+from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
 RECORDS = 200_000
@@ -73,7 +74,7 @@ def _start_run(drain: DrainConfig, log: IO[str]) -> subprocess.Popen[bytes]:
 
 
 def _parquet_files(drain: DrainConfig) -> set[Path]:
-    folder = lakehouse.data_folder(load_settings(), drain)
+    folder = sink_for(drain.sink, load_settings()).data_folder()
     return set(folder.rglob("*.parquet")) if folder is not None and folder.exists() else set()
 
 
@@ -81,7 +82,7 @@ def _staged(drain: DrainConfig) -> int:
     """Rows the drain's open plan has staged so far (0 with no open plan or stage)."""
     with get_engine().connect() as conn:
         run = runs.open_run(conn, drain.name)
-        return 0 if run is None else sinks.staged_rows(conn, drain.sink.postgres_table, run.id)
+        return 0 if run is None else sinks.staged_rows(conn, drain.sink.table, run.id)
 
 
 def _wait_for_writes(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float) -> bool:

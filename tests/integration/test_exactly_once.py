@@ -346,13 +346,14 @@ def test_superseded_run_cannot_commit(make_drain, spark):
     seen: dict = {}
 
     def execute_then_lose_the_drain(ctx):
-        drain_job.execute(ctx)
+        executed = drain_job.execute(ctx)
         seen["ctx"] = ctx
         # a newer run took the drain meanwhile (as after this one lost its lock): new fence
         with engine.begin() as conn:
             conn.execute(
                 text("UPDATE drains SET fence = fence + 1 WHERE name = :n"), {"n": drain.name}
             )
+        return executed
 
     with pytest.raises(FencedOut, match="a newer run took over"):
         drain_once(drain, execute_then_lose_the_drain, trigger="test")
@@ -407,9 +408,10 @@ def test_zombie_run_cannot_touch_the_run_that_took_over(make_drain, spark):
 
     def execute_b(ctx):
         outcome["b_fence"] = ctx.lease.fence
-        drain_job.execute(ctx)
+        executed = drain_job.execute(ctx)
         b_staged.set()
         assert a_done.wait(180)  # B commits only after the zombie did its worst
+        return executed
 
     def run_b():
         try:

@@ -12,6 +12,7 @@ import threading
 import uuid
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -35,7 +36,7 @@ from drainer.observe.status import drain_status
 from drainer.settings import load_settings
 from drainer.store import get_engine
 from spark_jobs import drain_job
-from spark_jobs import lakehouse as lakehouse_sink
+from spark_jobs.sinks import spark_sink_for
 
 pytestmark = pytest.mark.slow
 
@@ -180,16 +181,18 @@ def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, s
     the dead client (CI saw both: Delta's two writers creating the table, Iceberg's two
     appends of one run). The table must hold the run once, whoever commits first."""
     drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
-    settings = load_settings()
-    lakehouse_sink.prepare(spark, settings, drain)
+    sink = spark_sink_for(drain.sink, load_settings())
+    sink.prepare(spark, drain.name)
     run_id = 10_000_000 + uuid.uuid4().int % 1_000_000
+    # what a table sink's write reads of the run's context: the drain and the run's id
+    ctx: Any = SimpleNamespace(drain=drain, run=SimpleNamespace(id=run_id))
     rows = spark.range(2_000).selectExpr("'t' AS topic", "0 AS partition", "id AS offset")
     start = threading.Barrier(3)
     commits: list[Any] = []
 
     def attempt() -> None:
         start.wait()
-        commits.append(lakehouse_sink.write(spark, settings, drain, run_id, rows))
+        commits.append(sink.write(spark, ctx, rows))
 
     threads = [threading.Thread(target=attempt) for _ in range(3)]
     for thread in threads:
@@ -201,7 +204,7 @@ def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, s
     assert table_run_ids(drain) == [run_id]
     assert table_arrow(drain).num_rows == 2_000
     # and a later attempt of the run finds the commit instead of writing
-    assert lakehouse_sink.committed(spark, settings, drain, run_id) == commits[0]
+    assert sink.committed(spark, ctx) == commits[0]
 
 
 def table_exists(drain: DrainConfig) -> bool:
@@ -240,8 +243,9 @@ def test_new_column_is_added_and_a_type_change_is_refused(make_drain, lakehouse,
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_maintain_compacts_small_files_and_keeps_every_row(make_drain, lakehouse, fmt):
-    from spark_jobs.lakehouse_maintenance import LISTING_PARALLELISM, maintain
+    from spark_jobs.maintenance import maintain
     from spark_jobs.session import get_spark
+    from spark_jobs.sinks.delta import LISTING_PARALLELISM
 
     drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
     total = sum(produce_backlog(drain, PER_PARTITION).values())

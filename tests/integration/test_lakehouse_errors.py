@@ -22,8 +22,8 @@ from drainer.config import DrainConfig
 from drainer.config.sinks import SinkConfig
 from drainer.errors import CatalogUnavailable, ConfigError
 from drainer.settings import load_settings
+from drainer.sinks import sink_for
 from spark_jobs import drain_job
-from spark_jobs import lakehouse as lakehouse_sink
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +114,7 @@ def test_a_table_created_by_someone_else_with_a_narrower_column_is_refused(
         drain_job.run(drain, trigger="test")
     message = str(info.value)
     assert "output column offset is bigint" in message and "stores it as int" in message
-    assert f"the table {lakehouse_sink.location(load_settings(), drain)} " in message
+    assert f"the table {sink_for(drain.sink, load_settings()).location()} " in message
     assert "cast it in the processor" in message and "Nothing was committed" in message
     (run,) = runs_of(drain)
     assert run.status == "failed"  # the plan stays for a fixed processor or sink

@@ -23,7 +23,8 @@ from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.lifecycle import maintain
-from drainer.lifecycle.maintain import FANOUT, fold_sink, maintain_drain
+from drainer.lifecycle.maintain import maintain_drain
+from drainer.sinks.postgres_folds import FANOUT, fold_sink
 from drainer.store import get_engine, sink_partitions
 from drainer.store.sink_names import stage_name
 from spark_jobs import drain_job

@@ -367,7 +367,7 @@ def test_a_users_table_named_like_the_legacy_staging_is_left_alone():
 
 
 def _fold(table: str) -> None:
-    from drainer.lifecycle.maintain import fold_sink
+    from drainer.sinks.postgres_folds import fold_sink
 
     fold_sink(get_engine(), table)
 
@@ -443,7 +443,7 @@ def test_a_late_run_waits_for_the_fold_copying_its_partition_then_lands_once():
     now. The commit waits for that fold and then copies its rows into the fold's new partition.
     Had it locked the target first, the fold's swap and the commit would deadlock, and Postgres
     would abort one of them ('deadlock detected')."""
-    from drainer.lifecycle.maintain import fold_sink
+    from drainer.sinks.postgres_folds import fold_sink
     from drainer.store.sink_names import literal
     from drainer.store.sink_partitions import fold_comment
 

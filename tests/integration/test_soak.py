@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.soak import soak
-from drainer.lifecycle.maintain import FANOUT
+from drainer.sinks.postgres_folds import FANOUT
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drainer.lifecycle.maintain import FANOUT, MAX_LIST_FOLD_RUNS, choose_fold, choose_list_fold
+from drainer.sinks.postgres_folds import FANOUT, MAX_LIST_FOLD_RUNS, choose_fold, choose_list_fold
 from drainer.store.sink_folds import fold_name
 from drainer.store.sink_partitions import SinkPartition, _partition
 

@@ -8,15 +8,9 @@ import pytest
 import yaml
 
 from drainer.config import ConfigError, load_drains
-from drainer.services.lakehouse import (
-    check_writable,
-    delta_location,
-    formats_in,
-    iceberg_catalog_conf,
-    server_conf,
-    warehouse_uri,
-)
 from drainer.settings import load_settings
+from drainer.sinks import server_conf, sink_for, spark_formats
+from drainer.sinks.base import warehouse_uri
 
 BASE = {"topic": "orders", "group": "billing", "levels": 3, "budget": 70}
 
@@ -51,6 +45,10 @@ def test_each_sink_type_takes_its_own_fields(tmp_path, sink, message):
 def test_delta_paths_relative_to_the_warehouse(tmp_path, monkeypatch):
     monkeypatch.setenv("DRAINER_WAREHOUSE", str(tmp_path / "wh"))
     settings = load_settings()
+
+    def delta_location(settings, sink):
+        return sink_for(sink, settings).location()
+
     relative = load(tmp_path, {"type": "delta", "path": "events/buckets"}).sink
     assert delta_location(settings, relative) == str(tmp_path / "wh" / "events" / "buckets")
     absolute = load(tmp_path, {"type": "delta", "path": "/data/lake/e"}).sink
@@ -72,7 +70,7 @@ def test_embedded_iceberg_catalog_lives_in_the_drainer_postgres(tmp_path, monkey
     monkeypatch.setenv("DRAINER_DATABASE_URL", "postgresql://me:pw@db.example:6543/state")
     monkeypatch.setenv("DRAINER_WAREHOUSE", str(tmp_path))
     drain = load(tmp_path, {"type": "iceberg", "table": "drains.events"})
-    conf = iceberg_catalog_conf(load_settings(), drain.sink)
+    conf = sink_for(drain.sink, load_settings()).catalog_conf()
     assert conf == {
         "spark.sql.catalog.drainer": "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.catalog.drainer.type": "jdbc",
@@ -100,7 +98,7 @@ def test_catalog_block_passes_properties_and_expands_secrets(tmp_path, monkeypat
     }
     drain = load(tmp_path, sink)
     assert "s3cr3t" not in repr(drain) and "CATALOG_TOKEN" not in repr(drain)
-    conf = iceberg_catalog_conf(load_settings(), drain.sink)
+    conf = sink_for(drain.sink, load_settings()).catalog_conf()
     assert conf == {
         "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.catalog.lake.type": "rest",
@@ -112,15 +110,15 @@ def test_catalog_block_passes_properties_and_expands_secrets(tmp_path, monkeypat
     }
     monkeypatch.delenv("CATALOG_TOKEN")
     with pytest.raises(ConfigError, match="sink.catalog.token references .* CATALOG_TOKEN"):
-        iceberg_catalog_conf(load_settings(), drain.sink)
+        sink_for(drain.sink, load_settings()).catalog_conf()
 
 
 def test_server_loads_only_the_formats_the_drains_use(tmp_path):
     delta = load(tmp_path, {"type": "delta", "path": "x"})
     postgres = load(tmp_path, {"table": "out"})
-    assert formats_in({"a": postgres}) == ()
+    assert spark_formats([postgres]) == ()
     assert server_conf(()) == {}
-    assert formats_in({"a": delta, "b": postgres}) == ("delta",)
+    assert spark_formats([delta, postgres]) == ("delta",)
     conf = server_conf(("delta", "iceberg"))
     assert conf["spark.sql.extensions"] == (
         "io.delta.sql.DeltaSparkSessionExtension,"
@@ -133,9 +131,13 @@ def test_server_loads_only_the_formats_the_drains_use(tmp_path):
 def test_an_unwritable_delta_path_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("DRAINER_WAREHOUSE", str(tmp_path))
     settings = load_settings()
-    check_writable(settings, load(tmp_path, {"type": "delta", "path": "a/b/c"}).sink)
+
+    def check_writable(sink):
+        sink_for(sink, settings).check_writable()
+
+    check_writable(load(tmp_path, {"type": "delta", "path": "a/b/c"}).sink)
     (tmp_path / "file").write_text("not a folder")
     sink = load(tmp_path, {"type": "delta", "path": "file/table"}).sink
     with pytest.raises(ConfigError, match="sink.path 'file/table': .* is not a folder this user"):
-        check_writable(settings, sink)
-    check_writable(settings, load(tmp_path, {"type": "delta", "path": "s3a://b/t"}).sink)
+        check_writable(sink)
+    check_writable(load(tmp_path, {"type": "delta", "path": "s3a://b/t"}).sink)

@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("drainer.offset_map", "drainer.processing", "drainer.allocation"),
     ("drainer.store",),
     ("drainer.config",),
+    ("drainer.sinks",),
     ("drainer.kafka", "drainer.services"),
     ("drainer.lifecycle", "drainer.observe", "drainer.testing"),
     ("drainer.cli",),
@@ -221,3 +222,50 @@ def test_the_store_imports_only_the_bottom_layer():
         and not any(name == ok or name.startswith(ok + ".") for ok in STORE_MAY_IMPORT)
     ]
     assert offenders == []
+
+
+# asking which format a sink is: its type, the old `lakehouse` flag, a format's name compared
+SINK_BRANCH = re.compile(
+    r"sink\.(type|lakehouse|postgres_table)\b"
+    r"|[=!]=\s*[\"'](postgres|delta|iceberg|kafka)[\"']"
+    r"|[\"'](postgres|delta|iceberg|kafka)[\"']\s*(==|!=|\bin\b|\bnot in\b)"
+    r"|\bin\s*\(\s*[\"'](delta|iceberg|postgres|kafka)[\"']"
+)
+# where a sink's format may be asked: its own packages and its configuration
+SINK_HOMES = ("drainer/sinks/", "spark_jobs/sinks/", "drainer/config/")
+
+
+def _sink_branches(path: str, source: str) -> list[str]:
+    if path.startswith(SINK_HOMES):
+        return []
+    return [
+        f"{path}:{n}: {line.strip()}"
+        for n, line in enumerate(source.splitlines(), 1)
+        if SINK_BRANCH.search(line.split("#", 1)[0])
+    ]
+
+
+def test_nothing_outside_the_sink_packages_branches_on_a_sinks_format():
+    """A capability is a field of the sink (drainer.sinks.base.Capabilities), never an
+    `if sink.type == ...` in the run's path: a new format is one module, not a hunt."""
+    offenders = [
+        found
+        for path in _python_files()
+        for found in _sink_branches(path.relative_to(ROOT).as_posix(), path.read_text())
+    ]
+    assert offenders == [], "ask the sink instead: " + "; ".join(offenders)
+
+
+def test_the_sink_branch_check_catches_a_new_branch():
+    """The check above would pass vacuously if it never found one."""
+    for branch in (
+        "if drain.sink.type == 'delta':",
+        "table = drain.sink.postgres_table",
+        "if ctx.drain.sink.lakehouse:",
+        'kind = "Delta" if fmt == "delta" else "Iceberg"',
+        'if fmt in ("delta", "iceberg"):',
+        'if "iceberg" in formats:',
+    ):
+        assert _sink_branches("drainer/lifecycle/fake.py", branch), branch
+    assert _sink_branches("drainer/sinks/delta.py", "if sink.type == 'delta':") == []
+    assert _sink_branches("drainer/lifecycle/fake.py", "sink.describe()  # not sink.type") == []

@@ -1,0 +1,80 @@
+"""Sinks: where a drain's output lands, one module per format behind one interface.
+
+`sink_for(config, settings)` is the registry, keyed by the configuration's `type`; the run asks
+the sink it returns, never which format it is (drainer.sinks.base says what a sink promises).
+The Spark half of each format lives in `spark_jobs/sinks/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from drainer.config import DrainConfig, load_drains
+from drainer.config.sinks import SINK_MODELS
+from drainer.errors import DrainerError
+from drainer.settings import Settings
+from drainer.sinks.base import Capabilities, Sink, TableCommit, TableSink, UpkeepReport
+from drainer.sinks.delta import DeltaSink
+from drainer.sinks.iceberg import IcebergSink
+from drainer.sinks.postgres import PostgresSink
+
+SINKS: dict[str, type[Sink[Any]]] = {
+    PostgresSink.type: PostgresSink,
+    DeltaSink.type: DeltaSink,
+    IcebergSink.type: IcebergSink,
+}
+assert set(SINKS) == set(SINK_MODELS), "every configurable sink type has a sink"
+
+
+def sink_for(config: Any, settings: Settings) -> Sink[Any]:
+    """The sink a drain's `sink:` block configures."""
+    return SINKS[config.type](config, settings)
+
+
+def spark_formats(drains: Iterable[DrainConfig]) -> tuple[str, ...]:
+    """The sink types among `drains` that the Spark server needs jars for, in a fixed order."""
+    used = {d.sink.type for d in drains}
+    return tuple(t for t, cls in SINKS.items() if t in used and cls.capabilities.jars)
+
+
+def configured_formats(settings: Settings) -> tuple[str, ...]:
+    """The formats the drains file needs; none when it cannot be read (its runs say why)."""
+    try:
+        return spark_formats(load_drains(settings.config_path).values())
+    except DrainerError:
+        return ()
+
+
+def server_conf(formats: Iterable[str]) -> dict[str, str]:
+    """Static Spark settings a session needs for `formats` (set when the JVM starts)."""
+    caps = [SINKS[f].capabilities for f in formats]
+    extensions = [c.spark_extension for c in caps if c.spark_extension]
+    conf = {"spark.sql.extensions": ",".join(extensions)} if extensions else {}
+    for c in caps:
+        conf.update(c.spark_conf)
+    return conf
+
+
+def format_jars(formats: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Maven coordinates per format, keyed `<format>-<version>` (where they are cached)."""
+    out = {}
+    for f in formats:
+        jars = SINKS[f].capabilities.jars
+        out[f"{f}-{jars[0].rsplit(':', 1)[-1]}"] = jars
+    return out
+
+
+__all__ = [
+    "SINKS",
+    "Capabilities",
+    "Sink",
+    "TableCommit",
+    "TableSink",
+    "UpkeepReport",
+    "configured_formats",
+    "format_jars",
+    "server_conf",
+    "sink_for",
+    "spark_formats",
+]

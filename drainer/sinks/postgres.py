@@ -1,0 +1,58 @@
+"""The Postgres sink: a table in the drainer's own database, published inside the commit.
+
+Spark tasks stage each run's rows in a table of its own (`<table>_r<run id>`, drainer.store.sinks);
+the commit transaction attaches that stage to the target as the run's partition (or copies the
+rows in), so the rows, the offsets and the offset map commit together or not at all. Upkeep
+folds the run partitions so their count stays logarithmic in the runs (postgres_folds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy import Connection, Engine
+
+from drainer.config.sinks import PostgresSinkConfig
+from drainer.sinks.base import Capabilities, Sink, TableCommit, UpkeepReport
+from drainer.sinks.postgres_folds import AFTER_COMMIT_STEPS, UPKEEP_FOLD_BYTES, fold_sink
+from drainer.store import dead_letters, sinks
+from drainer.store.runs import StoredRun
+
+
+class PostgresSink(Sink[PostgresSinkConfig]):
+    type = "postgres"
+    capabilities = Capabilities(commit="in_postgres")
+
+    @property
+    def table(self) -> str:
+        return self.config.table
+
+    def location(self) -> str:
+        return self.table
+
+    def describe(self) -> str:
+        return f"Postgres table {self.table}"
+
+    def prepare_attempt(
+        self, conn: Connection, run: StoredRun, read_from: Mapping[tuple[str, int], int]
+    ) -> None:
+        sinks.clear_staged(conn, self.table, run.id)
+        dead_letters.clear_failures(conn, run.id)
+
+    def publish(self, conn: Connection, run_id: int, commit: TableCommit | None) -> int:
+        return sinks.publish_staged(conn, self.table, run_id)
+
+    def discard(self, conn: Connection, run_id: int) -> None:
+        sinks.drop_staged(conn, self.table, run_id)
+
+    def upkeep(self, engine: Engine) -> UpkeepReport:
+        return fold_sink(
+            engine, self.table, max_steps=AFTER_COMMIT_STEPS, max_bytes=UPKEEP_FOLD_BYTES
+        )
+
+    def maintain(self, engine: Engine) -> UpkeepReport:
+        return fold_sink(engine, self.table)
+
+    def staged_rows(self, conn: Connection, run_id: int) -> int:
+        """Rows the run has staged so far (fault injection: crash while the tasks write)."""
+        return sinks.staged_rows(conn, self.table, run_id)

@@ -1,0 +1,145 @@
+"""The Spark half of the sink interface: write a run's output, find a run's table commit,
+maintain a table. Each format's class extends its driver-side class (drainer.sinks) with these.
+
+Roles, as in a distributed commit: the Spark tasks write and send back only counts; the
+driver commits. A sink that commits before Postgres (`capabilities.commit == "before_postgres"`)
+tags its commit with the run, and `committed` finds that commit again, so a resumed run never
+writes twice.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ByteType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StructType,
+)
+
+from drainer.errors import ConfigError, DrainerError, ServiceError
+from drainer.lifecycle.results import RunContext
+from drainer.sinks import Sink, TableCommit
+
+RUN_PROPERTY = "drainer.run-id"
+DRAIN_PROPERTY = "drainer.drain"
+# an output column of the first type fits a table column of the second: cast, not an error
+_WIDENINGS: set[tuple[type[DataType], type[DataType]]] = {
+    (ByteType, ShortType),
+    (ByteType, IntegerType),
+    (ShortType, IntegerType),
+    (ByteType, LongType),
+    (ShortType, LongType),
+    (IntegerType, LongType),
+    (FloatType, DoubleType),
+}
+
+
+class SparkSink(Sink[Any]):
+    """A sink that Spark can write: the driver side plus the Spark steps of a run."""
+
+    def prepare(self, spark: SparkSession, drain: str) -> None:  # noqa: B027  (Postgres: nothing)
+        """Check that the session can write this sink (jars, extension), define its catalog."""
+
+    def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
+        """The run's commit if the sink already holds it (a sink committing before Postgres)."""
+        return None
+
+    @abc.abstractmethod
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit | None:
+        """Write the run's output once; a table sink returns the commit it made."""
+
+    def write_records(
+        self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: StructType
+    ) -> TableCommit | None:
+        """Record mode: the handler's rows (failures staged by the tasks), written once."""
+        from spark_jobs.modes import record_mode_rows
+
+        return self.write(spark, ctx, record_mode_rows(ctx, df, output_schema))
+
+    def maintain_table(
+        self, spark: SparkSession, retention_hours: float, force: bool
+    ) -> dict[str, Any]:
+        """Compact the table and expire what is older than the retention (`drainer maintain`)."""
+        raise ConfigError(
+            f"{self.describe()} has no table maintenance: `drainer maintain` folds and prunes it"
+        )
+
+    def known_failure(self, err: BaseException, drain: str) -> DrainerError | None:
+        """A Spark error that says this sink's service is gone, as one line; else None."""
+        return None
+
+    def crash_while_writing(self, ctx: RunContext) -> None:
+        """Fault injection: end the process once the Spark job writes its results."""
+
+
+def marker(drain: str, run_id: int) -> str:
+    """The run's identity as the table commit carries it."""
+    return json.dumps({DRAIN_PROPERTY: drain, RUN_PROPERTY: run_id}, separators=(",", ":"))
+
+
+def missing_table(err: Exception) -> bool:
+    text = str(err)
+    return any(
+        sign in text
+        for sign in (
+            "DELTA_MISSING_DELTA_TABLE",
+            "is not a Delta table",
+            "TABLE_OR_VIEW_NOT_FOUND",
+            "PATH_NOT_FOUND",
+            "NoSuchTableException",
+        )
+    )
+
+
+def check_extension(spark: SparkSession, sink: Sink[Any], drain: str) -> None:
+    """The session has the sink's SQL extension (its jars): else what to do, in one line."""
+    wanted = sink.capabilities.spark_extension
+    loaded = spark.conf.get("spark.sql.extensions", "") or ""
+    if wanted and wanted not in loaded:
+        raise ServiceError(
+            f"drain '{drain}' writes a {sink.type} table, but this Spark was started without "
+            f"the {sink.type} jars and SQL extension: run `drainer services up` (it restarts "
+            "the local Connect server with the jars the drains file needs), or start your "
+            "server with the jars and settings in docs/lakehouse.md"
+        )
+
+
+def fit_schema(out: DataFrame, table: StructType | None, where: str) -> DataFrame:
+    """The output shaped for the table: widened where safe, missing columns as nulls.
+
+    A column whose type cannot be stored in the table's column is a ConfigError naming it,
+    raised before anything is written; new columns pass through (schema evolution).
+    """
+    if table is None:
+        return out
+    have = {f.name: f for f in out.schema.fields}
+    selected = []
+    for field in table.fields:
+        mine = have.get(field.name)
+        if mine is None:
+            selected.append(F.lit(None).cast(field.dataType).alias(field.name))
+            continue
+        if mine.dataType != field.dataType:
+            if (type(mine.dataType), type(field.dataType)) not in _WIDENINGS:
+                raise ConfigError(
+                    f"output column {field.name} is {mine.dataType.simpleString()}, but the "
+                    f"table {where} stores it as {field.dataType.simpleString()}: cast it in "
+                    "the processor (or handler's output_schema) to the table's type, or write "
+                    "to a new table. Nothing was committed"
+                )
+            selected.append(F.col(f"`{field.name}`").cast(field.dataType).alias(field.name))
+            continue
+        selected.append(F.col(f"`{field.name}`"))
+    known = set(table.fieldNames())
+    selected += [F.col(f"`{f.name}`") for f in out.schema.fields if f.name not in known]
+    return out.select(*selected)

@@ -1,0 +1,143 @@
+"""The Delta sink, Spark side: a run's output appended once, tagged with the run.
+
+Writer options `txnAppId` (the drain) and `txnVersion` (the run id) make Delta itself skip a
+repeated write of the same run; `userMetadata` names the run in the table's history, where a
+resumed run finds the commit (`committed`) and then writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from drainer.errors import ConfigError
+from drainer.lifecycle.results import RunContext
+from drainer.sinks import TableCommit
+from drainer.sinks.delta import DeltaSink
+from spark_jobs.sinks.base import SparkSink, check_extension, fit_schema, marker, missing_table
+from spark_jobs.sinks.faults import crash_once_files_appear
+
+log = logging.getLogger(__name__)
+
+DELTA_RETRIES = 3
+# a concurrent writer's commit came first: the same write again is safe (txnAppId/txnVersion);
+# the second is the message of Delta's protocol and metadata conflicts, as when two writers
+# create the table in an empty folder (a resumed run and its crashed attempt's write)
+_DELTA_CONFLICTS = ("Concurrent", "concurrent update")
+# Delta's VACUUM lists the table's folders in this many tasks (Spark's default: 10,000), however
+# few the folders are: on a local master that is 10,000 tasks on this machine's cores, ~40 s for
+# a table of 8 files. A local master lists in as many tasks as it shuffles into (drainer's
+# local default: 8); a cluster keeps its own setting.
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+
+
+def app_id(drain: str) -> str:
+    return f"drainer:{drain}"
+
+
+class DeltaSparkSink(DeltaSink, SparkSink):
+    def prepare(self, spark: SparkSession, drain: str) -> None:
+        check_extension(spark, self, drain)
+        self.check_writable()
+
+    def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
+        return self._commit_of(spark, ctx.drain.name, ctx.run.id)
+
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit:
+        where, drain, run_id = self.location(), ctx.drain.name, ctx.run.id
+        out = fit_schema(out, self._schema(spark), where)
+        for attempt in range(1, DELTA_RETRIES + 1):
+            try:
+                (
+                    out.write.format("delta")
+                    .mode("append")
+                    .option("mergeSchema", "true")
+                    .option("txnAppId", app_id(drain))
+                    .option("txnVersion", str(run_id))
+                    .option("userMetadata", marker(drain, run_id))
+                    .save(where)
+                )
+                break
+            except Exception as err:
+                if attempt == DELTA_RETRIES or not any(c in str(err) for c in _DELTA_CONFLICTS):
+                    raise
+                log.warning("Delta conflict writing %s (attempt %d): retrying", where, attempt)
+                time.sleep(0.5 * attempt)
+        done = self._commit_of(spark, drain, run_id)
+        if done is None:
+            raise ConfigError(
+                f"Delta skipped the write of run {run_id} to {where}: its transaction for app "
+                f"id {app_id(drain)} is already at or past version {run_id}, so the table has "
+                "seen this drain from another drainer database (was the database reset?). "
+                "Nothing was committed: point sink.path at a new table, or drop the old one"
+            )
+        return done
+
+    def maintain_table(
+        self, spark: SparkSession, retention_hours: float, force: bool
+    ) -> dict[str, Any]:
+        """OPTIMIZE (compaction), then VACUUM of files unreferenced for longer than the retention."""
+        where = self.location()
+        optimized = spark.sql(f"OPTIMIZE delta.`{where}`").collect()
+        metrics = optimized[0]["metrics"] if optimized else None
+        if force:  # Delta itself refuses a retention below its default (7 days) otherwise
+            spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+        listing = spark.conf.get(LISTING_PARALLELISM)
+        local = str(spark.conf.get("spark.master", "")).startswith("local")
+        if local:  # the session is shared by runs: set back below, as the retention check is
+            spark.conf.set(LISTING_PARALLELISM, str(spark.conf.get("spark.sql.shuffle.partitions")))
+        try:
+            spark.sql(f"VACUUM delta.`{where}` RETAIN {retention_hours:g} HOURS").collect()
+        finally:
+            if force:
+                spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
+            if local:
+                spark.conf.set(LISTING_PARALLELISM, str(listing))
+        return {
+            "format": "delta",
+            "location": where,
+            "files_removed": int(metrics["numFilesRemoved"]) if metrics else 0,
+            "files_added": int(metrics["numFilesAdded"]) if metrics else 0,
+            "retention_hours": retention_hours,
+        }
+
+    def crash_while_writing(self, ctx: RunContext) -> None:
+        crash_once_files_appear(self.data_folder())
+
+    def _history(self, spark: SparkSession) -> DataFrame | None:
+        try:
+            history = spark.sql(f"DESCRIBE HISTORY delta.`{self.location()}`")
+            history.schema  # noqa: B018  (analysis: fails here when there is no table)
+            return history
+        except Exception as err:
+            if missing_table(err):
+                return None
+            raise
+
+    def _commit_of(self, spark: SparkSession, drain: str, run_id: int) -> TableCommit | None:
+        history = self._history(spark)
+        if history is None:
+            return None
+        rows = history.where(F.col("userMetadata") == marker(drain, run_id)).collect()
+        if not rows:
+            return None
+        row = rows[0]
+        metrics: dict[str, Any] = row["operationMetrics"] or {}
+        return TableCommit(
+            "delta",
+            self.location(),
+            int(row["version"]),
+            int(metrics.get("numFiles", 0) or 0),
+            int(metrics.get("numOutputBytes", 0) or 0),
+            int(metrics.get("numOutputRows", 0) or 0),
+        )
+
+    def _schema(self, spark: SparkSession) -> StructType | None:
+        if self._history(spark) is None:
+            return None
+        return spark.read.format("delta").load(self.location()).schema

@@ -1,0 +1,265 @@
+"""The Iceberg sink, Spark side: a run's output published once, by write-audit-publish.
+
+Iceberg has no transaction id, but it refuses to publish one write-audit-publish id twice: the
+run appends to a branch of its own, tagged `wap.id=drainer:<drain>:<run>`, and cherry-picks
+that snapshot onto `main`. A second publish of the run (an earlier attempt's write that the
+Connect server finished after its client died, then published) fails in Iceberg's own commit
+validation, so the table holds the run once even when two attempts race.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from drainer.config.kafka_clients import redact
+from drainer.errors import CatalogUnavailable, ServiceError
+from drainer.lifecycle.results import RunContext
+from drainer.sinks import TableCommit
+from drainer.sinks.iceberg import IcebergSink
+from spark_jobs.sinks.base import (
+    DRAIN_PROPERTY,
+    RUN_PROPERTY,
+    SparkSink,
+    check_extension,
+    fit_schema,
+    missing_table,
+)
+from spark_jobs.sinks.faults import crash_once_files_appear
+
+log = logging.getLogger(__name__)
+
+WAP_ID = "wap.id"  # Iceberg's summary key of a staged write; kept by a fast-forward publish
+PUBLISHED_WAP_ID = "published-wap-id"  # set instead when the publish replays the snapshot
+RUN_BRANCH_PREFIX = "drainer_run_"
+# Iceberg's REST client lost the catalog at the HTTP level (refused, unknown host, timed out):
+# the same words whether Spark Connect or Py4J carries the error; the cause follows in the trace
+_REST_UNREACHABLE = re.compile(r"RESTException\W+Error occurred while processing \w+ request")
+_REST_CAUSE = re.compile(r"Caused by: [\w.$]*?(\w+Exception: [^\n]*)")
+
+
+def wap_id(drain: str, run_id: int) -> str:
+    """The run's write-audit-publish id: Iceberg publishes a given id at most once."""
+    return f"drainer:{drain}:{run_id}"
+
+
+class IcebergSparkSink(IcebergSink, SparkSink):
+    def prepare(self, spark: SparkSession, drain: str) -> None:
+        check_extension(spark, self, drain)
+        for key, value in self.catalog_conf().items():
+            if spark.conf.get(key, None) != value:
+                spark.conf.set(key, value)
+
+    def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
+        return self._commit_of(spark, ctx.drain.name, ctx.run.id)
+
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit:
+        table, drain, run_id = self.location(), ctx.drain.name, ctx.run.id
+        existing = self._schema(spark)
+        if existing is None:
+            namespace = table.rsplit(".", 1)[0]
+            spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+            # created empty from the output's columns, so that the run's append is one snapshot
+            try:
+                spark.createDataFrame([], out.schema).writeTo(table).using("iceberg").create()
+            except Exception as err:
+                # another attempt of the run created it first (Spark's or Iceberg's own error)
+                if "ALREADY_EXISTS" not in str(err) and "AlreadyExistsException" not in str(err):
+                    raise
+            existing = spark.table(table).schema
+        out = fit_schema(out, existing, table)
+        added = [f for f in out.schema.fields if f.name not in existing.fieldNames()]
+        if added:  # schema evolution: Iceberg adds columns by metadata, no data is rewritten
+            columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
+            spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({columns})")
+            existing = spark.table(table).schema
+            out = fit_schema(out, existing, table)
+        self._publish_once(spark, drain, run_id, out)
+        done = self._commit_of(spark, drain, run_id)
+        if done is None:
+            raise ServiceError(
+                f"run {run_id}'s snapshot of {table} was published, but is not on the table's "
+                "main branch (did another writer roll the table back?). Nothing was committed "
+                "to Postgres: look at the table's history, then run again"
+            )
+        return done
+
+    def maintain_table(
+        self, spark: SparkSession, retention_hours: float, force: bool
+    ) -> dict[str, Any]:
+        """rewrite_data_files, then expire_snapshots older than the retention (their
+        unreferenced files go with them), and the branches crashed attempts left."""
+        catalog, table, where = self.catalog, self.table, self.location()
+        rewritten = spark.sql(
+            f"CALL {catalog}.system.rewrite_data_files(table => '{table}')"
+        ).collect()
+        older_than = (datetime.now(UTC) - timedelta(hours=retention_hours)).strftime(
+            "%Y-%m-%d %H:%M:%S"
+        )
+        dropped = self._drop_stale_run_branches(spark, older_than)
+        expired = spark.sql(
+            f"CALL {catalog}.system.expire_snapshots(table => '{table}', "
+            f"older_than => TIMESTAMP '{older_than}', retain_last => 1)"
+        ).collect()
+        row = rewritten[0] if rewritten else None
+        return {
+            "format": "iceberg",
+            "location": where,
+            "files_removed": int(row["rewritten_data_files_count"]) if row else 0,
+            "files_added": int(row["added_data_files_count"]) if row else 0,
+            "snapshots_expired_files": int(expired[0]["deleted_data_files_count"])
+            if expired
+            else 0,
+            "run_branches_dropped": dropped,
+            "retention_hours": retention_hours,
+        }
+
+    def known_failure(self, err: BaseException, drain: str) -> CatalogUnavailable | None:
+        """The drain's own catalog did not answer, as one line naming it and its uri. Spark's
+        error names neither the catalog nor the setting, only a GET that failed."""
+        catalog = self.config.catalog
+        text = str(err)
+        if catalog is None or not _REST_UNREACHABLE.search(text):
+            return None
+        cause = _REST_CAUSE.search(text)
+        why = cause.group(1).strip() if cause else "no answer"
+        return CatalogUnavailable(
+            redact(
+                f"the Iceberg catalog '{catalog.name}' of drain '{drain}' did not answer at "
+                f"sink.catalog.uri {catalog.uri} ({why}). Nothing was committed: start the "
+                f"catalog there, or correct sink.catalog.uri in the drains file, then `drainer "
+                f"run {drain}` again: the run resumes with the same ranges."
+            )
+        )
+
+    def crash_while_writing(self, ctx: RunContext) -> None:
+        crash_once_files_appear(self.data_folder())
+
+    def _commit_of(self, spark: SparkSession, drain: str, run_id: int) -> TableCommit | None:
+        """The run's published snapshot: on `main`'s line, by its WAP id (or, for snapshots
+        written before WAP publishing, by its run property); a staged or branch snapshot does
+        not count."""
+        table, wap = self.location(), wap_id(drain, run_id)
+        summary = F.col("summary")
+        try:  # loaded from the catalog itself (not a listing): a table another client made too
+            spark.catalog.refreshTable(table)
+            rows = (
+                spark.table(f"{table}.history")
+                .where(F.col("is_current_ancestor"))
+                .join(spark.table(f"{table}.snapshots"), "snapshot_id")
+                .where(
+                    (summary[WAP_ID] == wap)
+                    | (summary[PUBLISHED_WAP_ID] == wap)
+                    | ((summary[RUN_PROPERTY] == str(run_id)) & (summary[DRAIN_PROPERTY] == drain))
+                )
+                .select("snapshot_id", "summary")
+                .collect()
+            )
+        except Exception as err:
+            if missing_table(err):
+                return None
+            raise
+        if not rows:
+            return None
+        found = rows[0]["summary"] or {}
+        return TableCommit(
+            "iceberg",
+            table,
+            int(rows[0]["snapshot_id"]),
+            int(found.get("added-data-files", 0) or 0),
+            int(found.get("added-files-size", 0) or 0),
+            int(found.get("added-records", 0) or 0),
+        )
+
+    def _schema(self, spark: SparkSession) -> StructType | None:
+        try:
+            return spark.table(self.location()).schema
+        except Exception as err:
+            if missing_table(err):
+                return None
+            raise
+
+    def _publish_once(self, spark: SparkSession, drain: str, run_id: int, out: DataFrame) -> None:
+        """Append on a branch of this attempt's own, then cherry-pick it onto main, once.
+
+        The attempt's branch keeps a write the Connect server finishes for a dead client off
+        main; the cherry-pick is where Iceberg checks that the run's WAP id is not published
+        yet, in the commit itself, so two attempts of a run cannot both land.
+        """
+        table, wap = self.location(), wap_id(drain, run_id)
+        branch = f"{RUN_BRANCH_PREFIX}{run_id}_{uuid.uuid4().hex[:8]}"
+        alter_iceberg(spark, table, f"CREATE BRANCH {branch}")
+        (
+            out.writeTo(f"{table}.branch_{branch}")
+            .option(f"snapshot-property.{WAP_ID}", wap)
+            .option(f"snapshot-property.{RUN_PROPERTY}", str(run_id))
+            .option(f"snapshot-property.{DRAIN_PROPERTY}", drain)
+            .append()
+        )
+        refs = spark.table(f"{table}.refs")
+        head = refs.where(F.col("name") == branch).select("snapshot_id").collect()[0][0]
+        try:
+            spark.sql(
+                f"CALL {self.catalog}.system.cherrypick_snapshot(table => '{self.table}', "
+                f"snapshot_id => {head})"
+            ).collect()
+        except Exception as err:
+            if "DuplicateWAPCommitException" not in str(err) and "published already" not in str(
+                err
+            ):
+                raise
+            log.warning(
+                "run %d: an earlier attempt already published its write to %s; this attempt's "
+                "branch is dropped unpublished",
+                run_id,
+                table,
+            )
+        # this run's branches (this attempt's, and any a crashed attempt left) hold nothing
+        # unpublished
+        spark.catalog.refreshTable(table)
+        mine = refs.where(F.col("name").startswith(f"{RUN_BRANCH_PREFIX}{run_id}_")).collect()
+        for row in mine:
+            alter_iceberg(spark, table, f"DROP BRANCH IF EXISTS {row['name']}")
+
+    def _drop_stale_run_branches(self, spark: SparkSession, older_than: str) -> int:
+        """Drop the branches crashed attempts left (`drainer_run_<id>_*`, never published).
+
+        A run drops its own branches when it publishes; one whose client died mid-write leaves
+        the Connect server to finish the write onto a branch nobody publishes. Only branches
+        older than the retention go, so the branch of a run writing right now is never touched.
+        """
+        where = self.location()
+        stale = (
+            spark.table(f"{where}.refs")
+            .where(F.col("name").startswith(RUN_BRANCH_PREFIX))
+            .join(spark.table(f"{where}.snapshots"), "snapshot_id")
+            .where(F.col("committed_at") < F.lit(older_than).cast("timestamp"))
+            .select("name")
+            .collect()
+        )
+        for row in stale:
+            alter_iceberg(spark, where, f"DROP BRANCH IF EXISTS {row['name']}")
+        return len(stale)
+
+
+def alter_iceberg(spark: SparkSession, table: str, change: str, tries: int = 5) -> None:
+    """`ALTER TABLE table change`, again on a lost commit race: unlike a write, Iceberg's
+    ALTER TABLE gives up when another commit (an append, a branch) came first."""
+    for attempt in range(1, tries + 1):
+        try:
+            spark.sql(f"ALTER TABLE {table} {change}")
+            return
+        except Exception as err:
+            if attempt == tries or "CommitFailedException" not in str(err):
+                raise
+            log.info("%s: %s lost a commit race (attempt %d): again", table, change, attempt)
+            spark.catalog.refreshTable(table)
+            time.sleep(0.2 * attempt)

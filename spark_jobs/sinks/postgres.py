@@ -1,0 +1,125 @@
+"""The Postgres sink, Spark side: the tasks stage the run's rows, the commit publishes them.
+
+Each task writes its rows into the run's stage table (`drainer.store.sinks.write_staged`, fenced
+by the drain's lease, keyed by task so a retried task replaces its rows) and sends back only a
+count; the driver's commit transaction attaches the stage (drainer.sinks.postgres). Record mode
+stages each chunk's rows together with its failures (spark_jobs.modes.handle_records).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from drainer.errors import ConfigError
+from drainer.lifecycle.results import RunContext
+from drainer.settings import psycopg_url
+from drainer.sinks import TableCommit
+from drainer.sinks.postgres import PostgresSink
+from drainer.store.leases import check_fence
+from drainer.store.sinks import ensure_sink_tables, write_staged
+from spark_jobs import modes
+from spark_jobs.sinks.base import SparkSink
+from spark_jobs.sinks.faults import crash_once
+
+# what the staging tasks send back, as Spark DDL and as the Arrow schema of their batches
+STAGED_COUNTS = "task string, rows long"
+_STAGED_ARROW = pa.schema([("task", pa.string()), ("rows", pa.int64())])
+
+_PG_TYPES: dict[type[DataType], str] = {
+    StringType: "text",
+    IntegerType: "integer",
+    ShortType: "smallint",
+    LongType: "bigint",
+    DoubleType: "double precision",
+    FloatType: "real",
+    BooleanType: "boolean",
+    TimestampType: "timestamptz",
+    TimestampNTZType: "timestamp",
+    DateType: "date",
+    BinaryType: "bytea",
+    DecimalType: "numeric",
+}
+
+
+def pg_columns(schema: StructType) -> list[tuple[str, str]]:
+    columns = []
+    for f in schema.fields:
+        pg_type = _PG_TYPES.get(type(f.dataType))
+        if pg_type is None:
+            raise ConfigError(
+                f"output column {f.name} has Spark type {f.dataType.simpleString()}, which the "
+                "Postgres sink cannot store: cast it to a string, number, timestamp or binary"
+            )
+        columns.append((f.name, pg_type))
+    return columns
+
+
+class PostgresSparkSink(PostgresSink, SparkSink):
+    """Stages from the tasks; nothing is visible before the commit transaction attaches it."""
+
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit | None:
+        columns = pg_columns(out.schema)
+        self._ensure_tables(ctx, columns)
+        names = [name for name, _ in columns]
+        url, table, run_id, lease = (
+            psycopg_url(self.settings.database_url),
+            self.table,
+            ctx.run.id,
+            ctx.lease,
+        )
+
+        def stage(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            task = f"p{modes.task_context().partitionId()}"
+            with psycopg.connect(url) as conn:
+                check_fence(conn, lease, shared=True)
+                count = write_staged(conn, table, names, run_id, task, modes.arrow_rows(batches))
+            yield pa.RecordBatch.from_pylist([{"task": task, "rows": count}], _STAGED_ARROW)
+
+        out.mapInArrow(stage, STAGED_COUNTS).collect()
+        return None
+
+    def write_records(
+        self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: Any
+    ) -> TableCommit | None:
+        """Record mode: each chunk's rows staged with its failures, in the handler's task."""
+        self._ensure_tables(ctx, pg_columns(output_schema))
+        modes.run_record_mode(ctx, df, output_schema, self.table)
+        return None
+
+    def crash_while_writing(self, ctx: RunContext) -> None:
+        def staging() -> bool:
+            with ctx.engine.connect() as conn:
+                return self.staged_rows(conn, ctx.run.id) > 0
+
+        crash_once(staging)
+
+    def _ensure_tables(self, ctx: RunContext, columns: list[tuple[str, str]]) -> None:
+        """The target and this run's stage table, before any task writes."""
+        ensure_sink_tables(
+            ctx.engine,
+            self.table,
+            columns,
+            ctx.run.id,
+            partitioned=self.config.publish == "attach",
+        )
