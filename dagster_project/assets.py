@@ -133,8 +133,7 @@ def _levels_health(
 ) -> tuple[dict[int, LevelHealth] | None, Exception | None]:
     """Each level's health after the run, or why it could not be read (never fails the run)."""
     try:
-        with drainer.connections():
-            return level_health.levels_health(drain), None
+        return level_health.levels_health(drain, drainer.settings()), None
     except Exception as err:
         return None, err
 

@@ -13,6 +13,7 @@ import dagster as dg
 from drainer.config import DrainConfig
 from drainer.observe.drain_health import drain_health
 from drainer.observe.health import Health, LevelHealth
+from drainer.settings import Settings
 
 CHECK_NAME = "level_health"
 
@@ -27,9 +28,9 @@ def level_health_spec(drain: DrainConfig) -> dg.AssetCheckSpec:
     )
 
 
-def levels_health(drain: DrainConfig) -> dict[int, LevelHealth]:
+def levels_health(drain: DrainConfig, settings: Settings) -> dict[int, LevelHealth]:
     """Each level's health now (Kafka and Postgres reads: call once per step)."""
-    return drain_health(drain)
+    return drain_health(drain, settings=settings)
 
 
 def health_metadata(health: LevelHealth) -> dict[str, dg.MetadataValue]:

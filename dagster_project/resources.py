@@ -5,8 +5,9 @@ drainer itself reads (`dg.EnvVar`, resolved when a run starts and never shown in
 that variable is set where the code location loads, and left empty otherwise (drainer's own
 default then applies). A deployment can override any of them per run in the launchpad
 (`resources: drainer: config: ...`) or per code location in code. The resource hands them to
-drainer as that run's environment (drainer.settings.use_environment), so the drain, its checks
-and the Spark session it starts all see the same services.
+drainer as the run's `Settings` (drainer.settings.settings_with), so the drain, its checks and
+the Spark session it starts all see the same services; the process environment is never
+touched, so two runs in one process with different settings cannot see each other's.
 """
 
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from drainer.config.kafka_clients import redacted_error
 from drainer.lifecycle.run import RunResult
 from drainer.observe import checks
 from drainer.observe.checks import CheckResult
-from drainer.settings import connection_variable, use_environment
+from drainer.settings import Settings, connection_variable, settings_with
 from spark_jobs import drain_job
 
 # resource field -> the variable drainer reads it from (docs/configuration.md)
@@ -80,11 +81,9 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
             fields["drains_file"] = str(Path(drains_file).expanduser().resolve())
         return cls(**fields)
 
-    @contextmanager
-    def connections(self) -> Iterator[None]:
-        """This resource's settings as drainer's environment while the block runs."""
-        with use_environment({name: getattr(self, field) for field, name in ENV_VARIABLES.items()}):
-            yield
+    def settings(self) -> Settings:
+        """drainer's settings with this resource's fields over the environment's."""
+        return settings_with({name: getattr(self, field) for field, name in ENV_VARIABLES.items()})
 
     @contextmanager
     def redacted_errors(self) -> Iterator[None]:
@@ -103,9 +102,10 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
         trigger: str,
         launch_key: str | None = None,
     ) -> RunResult:
-        with self.redacted_errors(), self.connections():
+        with self.redacted_errors():
             return drain_job.run(
                 drain,
+                settings=self.settings(),
                 levels=levels,
                 trigger=trigger,
                 dagster_run_id=dagster_run_id,
@@ -113,11 +113,12 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
                 launch_key=launch_key,
             )
 
-    def check(self, check: Callable[[DrainConfig], CheckResult], drain: DrainConfig) -> CheckResult:
-        with self.connections():
-            return check(drain)
+    def check(
+        self, check: Callable[[DrainConfig, Settings], CheckResult], drain: DrainConfig
+    ) -> CheckResult:
+        return check(drain, self.settings())
 
     def backlog(self, drain: DrainConfig) -> int:
         """Records waiting over all the drain's levels (the lag sensor's tick stores errors)."""
-        with self.redacted_errors(), self.connections():
-            return sum(checks.total_backlog(drain).values())
+        with self.redacted_errors():
+            return sum(checks.total_backlog(drain, self.settings()).values())

@@ -10,7 +10,7 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -85,10 +85,13 @@ class Settings:
     """DRAINER_WAREHOUSE: where lakehouse tables live (relative Delta paths, the embedded Iceberg
     catalog's tables); a folder or an object-store URI. Default: `<home>/warehouse`."""
 
+    bootstrap_from_env: bool = False
+    """True when KAFKA_BOOTSTRAP_SERVERS was given: the brokers are not ours to start."""
+
     @property
     def local_kafka(self) -> bool:
         """True when the broker is ours to start (the default loopback address)."""
-        return not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+        return not self.bootstrap_from_env
 
     @property
     def local_postgres(self) -> bool:
@@ -96,35 +99,45 @@ class Settings:
         return not self.database_url_from_env
 
 
-def load_settings() -> Settings:
-    url = os.environ.get("DRAINER_DATABASE_URL") or os.environ.get("DATABASE_URL")
-    home = Path(os.environ.get("DRAINER_HOME", Path.home() / ".cache" / "drainer")).expanduser()
-    config = os.environ.get("DRAINER_CONFIG")
-    master = os.environ.get("SPARK_MASTER")
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Settings from `env` (the process environment when None): a caller with settings of its
+    own (the Dagster resource's config) passes its overrides here, never into os.environ."""
+    env = os.environ if env is None else env
+    url = env.get("DRAINER_DATABASE_URL") or env.get("DATABASE_URL")
+    home = Path(env.get("DRAINER_HOME", Path.home() / ".cache" / "drainer")).expanduser()
+    config = env.get("DRAINER_CONFIG")
+    master = env.get("SPARK_MASTER")
     return Settings(
         # the local broker listens on DRAINER_KAFKA_PORT (PLAINTEXT) and the three ports after it
-        bootstrap_servers=os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-        or f"127.0.0.1:{int(os.environ.get('DRAINER_KAFKA_PORT') or DEFAULT_KAFKA_PORT)}",
+        bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS")
+        or f"127.0.0.1:{int(env.get('DRAINER_KAFKA_PORT') or DEFAULT_KAFKA_PORT)}",
         database_url=_sqlalchemy_url(url) if url else local_database_url(home),
         database_url_from_env=bool(url),
         spark_master=master or DEFAULT_SPARK_MASTER,
         home=home,
         config_path=Path(config).expanduser() if config else _default_config(),
-        spark_remote=os.environ.get("SPARK_REMOTE") or None,
+        spark_remote=env.get("SPARK_REMOTE") or None,
         spark_master_from_env=bool(master),
-        spark_driver_memory=os.environ.get("DRAINER_SPARK_DRIVER_MEMORY", "2g"),
-        shuffle_partitions=os.environ.get("DRAINER_SHUFFLE_PARTITIONS", "8"),
-        spark_ui=os.environ.get("DRAINER_SPARK_UI", "false").lower() in ("1", "true", "yes"),
-        spark_log_level=os.environ.get("DRAINER_SPARK_LOG_LEVEL", "WARN"),
-        spark_shared_session=os.environ.get("DRAINER_SPARK_SHARED_SESSION", "true").lower()
+        spark_driver_memory=env.get("DRAINER_SPARK_DRIVER_MEMORY", "2g"),
+        shuffle_partitions=env.get("DRAINER_SHUFFLE_PARTITIONS", "8"),
+        spark_ui=env.get("DRAINER_SPARK_UI", "false").lower() in ("1", "true", "yes"),
+        spark_log_level=env.get("DRAINER_SPARK_LOG_LEVEL", "WARN"),
+        spark_shared_session=env.get("DRAINER_SPARK_SHARED_SESSION", "true").lower()
         not in ("0", "false", "no"),
-        python_path=os.environ.get("PYTHONPATH", ""),
-        connect_port=int(os.environ.get("DRAINER_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
+        python_path=env.get("PYTHONPATH", ""),
+        connect_port=int(env.get("DRAINER_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
         connect_token=read_secret(home, CONNECT_TOKEN),
-        dagster_database_url=os.environ.get("DRAINER_DAGSTER_DATABASE_URL") or None,
-        fault=os.environ.get("DRAINER_FAULT") or None,
-        warehouse=os.environ.get("DRAINER_WAREHOUSE") or str(home / "warehouse"),
+        dagster_database_url=env.get("DRAINER_DAGSTER_DATABASE_URL") or None,
+        fault=env.get("DRAINER_FAULT") or None,
+        warehouse=env.get("DRAINER_WAREHOUSE") or str(home / "warehouse"),
+        bootstrap_from_env=bool(env.get("KAFKA_BOOTSTRAP_SERVERS")),
     )
+
+
+def settings_with(overrides: Mapping[str, str | None]) -> Settings:
+    """The environment's settings with the variables in `overrides` set (None or empty: left
+    as the environment has them), for one caller only: nothing else in the process sees them."""
+    return load_settings({**os.environ, **{k: v for k, v in overrides.items() if v}})
 
 
 SECRET_SOURCES = ("DRAINER_DATABASE_URL", "DATABASE_URL", "DRAINER_HOME", "HOME")
@@ -231,28 +244,3 @@ services are and which drains file, each with the names it is read from, first w
 def connection_variable(name: str) -> str | None:
     """Which variable `name` (a CONNECTION_VARIABLES key) is read from here; None when unset."""
     return next((found for found in CONNECTION_VARIABLES[name] if os.environ.get(found)), None)
-
-
-@contextlib.contextmanager
-def use_environment(values: dict[str, str | None]) -> Iterator[None]:
-    """Set the given variables (None: leave as is) for the duration of a block, then restore.
-
-    Settings are read from the environment everywhere (`load_settings`), in this process and in
-    the processes it starts, so a per-run override is an environment override.
-    """
-    unknown = set(values) - set(CONNECTION_VARIABLES)
-    if unknown:
-        raise ValueError(
-            f"not a connection variable: {sorted(unknown)}; use one of {list(CONNECTION_VARIABLES)}"
-        )
-    given = {name: value for name, value in values.items() if value is not None}
-    previous = {name: os.environ.get(name) for name in given}
-    os.environ.update(given)
-    try:
-        yield
-    finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value

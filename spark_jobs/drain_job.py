@@ -344,6 +344,9 @@ def run(
     dagster_run_id: str | None = None,
     wait_s: float = 0.0,
     launch_key: str | None = None,
+    settings: Settings | None = None,
 ) -> RunResult:
     """One run of a drain: plan (or resume), execute on Spark, commit, mirror."""
-    return drain_once(drain, execute, levels, trigger, dagster_run_id, wait_s, launch_key)
+    return drain_once(
+        drain, execute, levels, trigger, dagster_run_id, wait_s, launch_key, settings=settings
+    )

@@ -105,10 +105,13 @@ class _LibrdkafkaLog:
 _librdkafka_log = _LibrdkafkaLog()
 
 
-def client_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str, Any]:
-    """Client settings: the bootstrap address, the drain's translated settings, `extra`."""
+def client_config(
+    drain: DrainConfig | None = None, bootstrap: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    """Client settings: the bootstrap address (the run's settings, else the environment's),
+    the drain's translated settings, `extra`."""
     config: dict[str, Any] = {
-        "bootstrap.servers": load_settings().bootstrap_servers,
+        "bootstrap.servers": bootstrap or load_settings().bootstrap_servers,
         "logger": _librdkafka_log,
         "log_level": 4,  # warning; `kafka_librdkafka: {log_level: 7, debug: ...}` for more
         "error_cb": _librdkafka_log.error,
@@ -129,10 +132,12 @@ def read_committed(drain: DrainConfig | None) -> bool:
     return str(level) != "read_uncommitted"
 
 
-def consumer_config(drain: DrainConfig | None = None, **extra: Any) -> dict[str, Any]:
+def consumer_config(
+    drain: DrainConfig | None = None, bootstrap: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """A librdkafka consumer's settings: `read_committed` unless the drain's `kafka:` says otherwise."""
     level = "read_committed" if read_committed(drain) else "read_uncommitted"
-    return {**client_config(drain, **extra), "isolation.level": level}
+    return {**client_config(drain, bootstrap, **extra), "isolation.level": level}
 
 
 def make_client(kind: Any, config: dict[str, Any]) -> Any:
@@ -220,9 +225,9 @@ def request_failed(message: str, err: Any) -> KafkaUnavailable:
     return kafka_error(f"{message}: {err.str()}", err)
 
 
-def unreachable(err: Exception) -> KafkaUnavailable:
+def unreachable(err: Exception, address: str | None = None) -> KafkaUnavailable:
     """The cluster did not answer: one message naming the address, librdkafka's cause, the fix."""
-    address = load_settings().bootstrap_servers
+    address = address or load_settings().bootstrap_servers
     cause = _librdkafka_log.cause()
     detail = redact(cause.str()) if cause is not None else _text(err)
     return kafka_error(

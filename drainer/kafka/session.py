@@ -58,6 +58,7 @@ from drainer.kafka.clients import (
     unreachable,
 )
 from drainer.kafka.consumer_groups import GroupCommit
+from drainer.settings import Settings, load_settings
 
 __all__ = ["GroupCommit", "KafkaSession", "Watermarks"]
 
@@ -87,8 +88,10 @@ class KafkaSession:
     Not thread-safe: one run's steps use it one after another.
     """
 
-    def __init__(self, drain: DrainConfig) -> None:
+    def __init__(self, drain: DrainConfig, settings: Settings | None = None) -> None:
         self.drain = drain
+        # the run's settings, read once: every client of the session dials the same brokers
+        self.bootstrap = (settings or load_settings()).bootstrap_servers
         self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
@@ -134,7 +137,7 @@ class KafkaSession:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            self._admin = make_client(AdminClient, client_config(self.drain))
+            self._admin = make_client(AdminClient, client_config(self.drain, self.bootstrap))
         return self._admin
 
     @property
@@ -143,6 +146,7 @@ class KafkaSession:
         if self._consumer is None:
             config = consumer_config(
                 self.drain,
+                self.bootstrap,
                 **{
                     "group.id": f"drainer-probe-{uuid.uuid4().hex[:8]}",
                     "enable.auto.commit": False,
@@ -157,14 +161,18 @@ class KafkaSession:
     def group_reader(self, group: str) -> Consumer:
         """A consumer of `group` that only reads its committed offsets (never subscribes)."""
         if group not in self._group_readers:
-            config = client_config(self.drain, **{"group.id": group, "enable.auto.commit": False})
+            config = client_config(
+                self.drain, self.bootstrap, **{"group.id": group, "enable.auto.commit": False}
+            )
             self._group_readers[group] = make_client(Consumer, config)
         return self._group_readers[group]
 
     @property
     def producer(self) -> Producer:
         if self._producer is None:
-            self._producer = make_client(Producer, client_config(self.drain, **PRODUCER_DEFAULTS))
+            self._producer = make_client(
+                Producer, client_config(self.drain, self.bootstrap, **PRODUCER_DEFAULTS)
+            )
         return self._producer
 
     def _connected(self) -> AdminClient:
@@ -199,7 +207,7 @@ class KafkaSession:
                     self._contacted = True
                     self._topics[name] = None
                 except TimeoutError as err:
-                    raise unreachable(err) from None
+                    raise unreachable(err, self.bootstrap) from None
         return {t: self._topics[t] for t in topics}
 
     def partitions(self, levels: Iterable[int]) -> dict[int, list[int]]:
@@ -239,7 +247,7 @@ class KafkaSession:
             try:
                 future.result(timeout=TIMEOUT_S + 5)
             except TimeoutError as err:
-                raise unreachable(err) from None
+                raise unreachable(err, self.bootstrap) from None
             except KafkaException as err:
                 if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise kafka_error(f"creating topic {name}: {err}", err) from None
@@ -299,7 +307,7 @@ class KafkaSession:
         except KafkaException as err:
             raise request_failed("listing offsets", err) from None
         except TimeoutError as err:
-            raise unreachable(err) from None
+            raise unreachable(err, self.bootstrap) from None
 
     def _offsets(self, futures: Mapping[Any, Any]) -> dict[tuple[str, int], int]:
         found = {}

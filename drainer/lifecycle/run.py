@@ -58,6 +58,7 @@ def drain_once(
     dagster_run_id: str | None = None,
     wait_s: float = 0.0,
     launch_key: str | None = None,
+    settings: Settings | None = None,
 ) -> RunResult:
     """Run the drain once for `levels`; returns what each of them drained.
 
@@ -66,12 +67,12 @@ def drain_once(
     drained: that committed run is returned with `shared=True`. Raises DrainBusy if the drain
     is running.
     """
-    drain = get_drain(drain) if isinstance(drain, str) else drain
+    settings = settings or load_settings()  # read once; handed to every step of the run
+    drain = get_drain(drain, settings.config_path) if isinstance(drain, str) else drain
     levels = resolve_levels(drain, levels)
-    settings = load_settings()
     engine = get_engine(settings.database_url)
     # one Kafka session for the run's steps (plan, retention, mirror, dead letters), closed at its end
-    with drain_lease(engine, drain.row(), wait_s) as lease, KafkaSession(drain) as kafka:
+    with drain_lease(engine, drain.row(), wait_s) as lease, KafkaSession(drain, settings) as kafka:
         started = time.monotonic()
         mirror_offsets(engine, drain, kafka)  # heal a mirror that failed after an earlier commit
         open_run, open_plan, launch_run = _open_state(engine, drain.name, launch_key)

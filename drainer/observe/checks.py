@@ -7,10 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sqlalchemy import Engine
+
 from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import partition_states
+from drainer.settings import Settings, load_settings
 from drainer.store import dead_letters, get_engine, offsets, runs
+
+
+def _engine(settings: Settings | None) -> Engine:
+    return get_engine((settings or load_settings()).database_url)
 
 
 @dataclass(frozen=True)
@@ -20,29 +27,30 @@ class CheckResult:
     numbers: dict[str, int | float] = field(default_factory=dict)
 
 
-def total_backlog(drain: DrainConfig) -> dict[int, int]:
+def total_backlog(drain: DrainConfig, settings: Settings | None = None) -> dict[int, int]:
     """Backlog per level, from Kafka end offsets and Postgres progress."""
+    settings = settings or load_settings()
     by_level = {level: 0 for level in range(drain.levels)}
-    with KafkaSession(drain) as kafka:
-        parts = partition_states(get_engine(), drain, list(range(drain.levels)), kafka)
+    with KafkaSession(drain, settings) as kafka:
+        parts = partition_states(_engine(settings), drain, list(range(drain.levels)), kafka)
     for p in parts:
         by_level[p.level] += p.backlog
     return by_level
 
 
-def lag_within_sla(drain: DrainConfig) -> CheckResult:
+def lag_within_sla(drain: DrainConfig, settings: Settings | None = None) -> CheckResult:
     """Passes while the total backlog is at most `lag_sla` records (default 10 budgets)."""
     sla = drain.lag_sla if drain.lag_sla is not None else 10 * drain.budget
-    by_level = total_backlog(drain)
+    by_level = total_backlog(drain, settings)
     total = sum(by_level.values())
     numbers: dict[str, int | float] = {"backlog": total, "sla": sla}
     numbers.update({f"level_{lvl}_backlog": n for lvl, n in by_level.items()})
     return CheckResult(total <= sla, f"backlog {total:,} records (SLA {sla:,})", numbers)
 
 
-def dead_letters_not_growing(drain: DrainConfig) -> CheckResult:
+def dead_letters_not_growing(drain: DrainConfig, settings: Settings | None = None) -> CheckResult:
     """Passes when the latest committed run dead-lettered nothing."""
-    with get_engine().connect() as conn:
+    with _engine(settings).connect() as conn:
         new = runs.latest_committed_dead_lettered(conn, drain.name)
         pending = dead_letters.pending_dead_letters(conn, drain.name)
     return CheckResult(
@@ -52,13 +60,13 @@ def dead_letters_not_growing(drain: DrainConfig) -> CheckResult:
     )
 
 
-def offsets_never_backwards(drain: DrainConfig) -> CheckResult:
+def offsets_never_backwards(drain: DrainConfig, settings: Settings | None = None) -> CheckResult:
     """Each partition's committed offset at plan time never decreases from run to run.
 
     Rewinds are deliberate and audited (`drainer rewind`), so runs before a partition's latest
     rewind are not compared with runs after it.
     """
-    with get_engine().connect() as conn:
+    with _engine(settings).connect() as conn:
         regressions = offsets.unexplained_regressions(conn, drain.name)
     if not regressions:
         return CheckResult(True, "committed offsets only moved forward", {"regressions": 0})

@@ -103,16 +103,21 @@ def test_connection_settings_are_env_vars_resolved_when_a_run_starts(drains_file
 
     @dg.asset
     def probe(drainer: DrainerResource) -> None:
-        with drainer.connections():
-            settings = load_settings()
-            seen.update(kafka=settings.bootstrap_servers, db=settings.database_url)
+        settings = drainer.settings()
+        seen.update(kafka=settings.bootstrap_servers, db=settings.database_url)
+        # handed to the run, never set in the process's environment
+        seen["process_kafka"] = load_settings().bootstrap_servers
 
     # the value is read when the run starts, not when the definitions loaded
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "broker-b:9092")
     assert dg.materialize([probe], resources={"drainer": resource}).success
-    assert seen == {"kafka": "broker-b:9092", "db": "postgresql+psycopg://team@db-a/drains"}
+    assert seen == {
+        "kafka": "broker-b:9092",
+        "db": "postgresql+psycopg://team@db-a/drains",
+        "process_kafka": "broker-b:9092",
+    }
     # a launchpad override wins over the environment, for that run only
     override = {"resources": {"drainer": {"config": {"kafka_bootstrap_servers": "broker-c:9092"}}}}
     assert dg.materialize([probe], resources={"drainer": resource}, run_config=override).success
     assert seen["kafka"] == "broker-c:9092"
-    assert load_settings().bootstrap_servers == "broker-b:9092"  # the process's own is back
+    assert seen["process_kafka"] == "broker-b:9092"  # the process's own was never swapped
