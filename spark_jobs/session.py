@@ -27,19 +27,18 @@ from pyspark.sql import SparkSession
 from drainer.config import load_drains
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import DrainerError
-from drainer.services import spark_kafka_jars
-from drainer.services.connect import client_url, endpoint_port, redacted
-from drainer.services.connect_session import (
+from drainer.settings import Settings, export_spark_python_env, load_settings
+from drainer.sinks import configured_formats, server_conf, sink_for
+from drainer.spark.connect_session import (
     code_fingerprint,
     known_server_code,
     remember_server_code,
     shared_session_id,
     with_session_id,
 )
-from drainer.services.jars import lakehouse_jars
-from drainer.services.net import port_open
-from drainer.settings import Settings, export_spark_python_env, load_settings
-from drainer.sinks import configured_formats, server_conf, sink_for
+from drainer.spark.endpoint import client_url, endpoint_port, redacted
+from drainer.spark.jars import lakehouse_jars, spark_kafka_jars
+from drainer.spark.net import port_open
 
 if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
@@ -133,7 +132,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
     """A Connect client: its settings are per session, the server's JVM is shared.
 
     Runs share one session per endpoint and version of the code, so its Python workers stay
-    warm (drainer.services.connect_session); a session the server closed is replaced.
+    warm (drainer.spark.connect_session); a session the server closed is replaced.
     """
     directory = settings.home / "spark-sessions"
     remote = settings.spark_remote is not None

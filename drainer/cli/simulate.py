@@ -16,14 +16,12 @@ from pathlib import Path
 from drainer.allocation.simulate import (
     COLUMNS,
     POLICIES,
-    TRACES,
     Drain,
     Throughput,
-    builtin_trace,
     compare,
-    parse_trace,
     table,
 )
+from drainer.allocation.traces import TRACES, builtin_trace, parse_trace
 from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import human_duration, print_table
 from drainer.config import DrainConfig, get_drain

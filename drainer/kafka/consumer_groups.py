@@ -1,6 +1,6 @@
 """Consumer group offsets: read with a consumer of each group, committed on the admin client.
 
-The mirror of committed offsets (`drainer.kafka.mirror`) is their only writer: Postgres stays
+The mirror of committed offsets (`drainer.lifecycle.mirror`) is their only writer: Postgres stays
 the source of truth, and the groups show lag tools (Burrow, `kafka-consumer-groups`) where each
 level stands. All groups' commits are in flight together, one round trip for the lot.
 

@@ -23,11 +23,11 @@ from drainer import faults
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.errors import DrainBusy, FencedOut, PlanKeepsFailing, ServiceUnavailable
-from drainer.kafka.mirror import MirrorReport, mirror_offsets
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.commit import CommitResult, commit_run
 from drainer.lifecycle.dlq import publish_dead_letters
 from drainer.lifecycle.maintain import after_commit_upkeep
+from drainer.lifecycle.mirror import MirrorReport, mirror_offsets
 from drainer.lifecycle.planning import PartitionState, partition_states
 from drainer.lifecycle.results import (
     ExecutionResult,

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from drainer.config import DrainConfig
-from drainer.kafka.mirror import MirrorReport
+from drainer.lifecycle.mirror import MirrorReport
 from drainer.settings import Settings
 from drainer.sinks import Sink, TableCommit, sink_for
 from drainer.store import get_engine, launches, runs

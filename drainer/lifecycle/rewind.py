@@ -2,7 +2,7 @@
 
 For reprocessing after a processor fix (backwards), skipping a bad stretch (forwards), or
 accepting a topic that was deleted and created again (`--to-earliest`; the rewind records the
-topic's new id, drainer.kafka.topic_identity). It
+topic's new id, drainer.lifecycle.topic_identity). It
 takes the drain's lease, so it never races a run, and refuses while a plan is uncommitted: that
 plan must finish first, or its compare-and-set commit would fail anyway.
 """
@@ -14,8 +14,8 @@ from datetime import datetime
 
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
-from drainer.kafka.mirror import mirror_offsets
 from drainer.kafka.session import KafkaSession
+from drainer.lifecycle.mirror import mirror_offsets
 from drainer.offset_map import PartitionProgress
 from drainer.store import dead_letters, get_engine, offsets, runs, topics
 from drainer.store.leases import check_fence, drain_lease

@@ -18,11 +18,10 @@ import time
 from sqlalchemy import Engine
 
 from drainer.config import DrainConfig, get_drain
-from drainer.kafka.mirror import mirror_offsets
 from drainer.kafka.session import KafkaSession
-from drainer.kafka.topic_identity import record_new_topics, verify_topics
 from drainer.lifecycle.decision import LaunchRun, OpenPlan, Step, Verdict, decide
 from drainer.lifecycle.execute import execute_plan
+from drainer.lifecycle.mirror import mirror_offsets
 from drainer.lifecycle.planning import PlannedRun, plan_next_run, resolve_levels
 from drainer.lifecycle.results import (
     Executor,
@@ -32,6 +31,7 @@ from drainer.lifecycle.results import (
     committed_result,
     load_level_reports,
 )
+from drainer.lifecycle.topic_identity import record_new_topics, verify_topics
 from drainer.settings import Settings, load_settings
 from drainer.store import get_engine, launches, retention, runs
 from drainer.store.leases import Lease, drain_lease

@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from drainer.errors import ServiceError
 from drainer.services import connect, kafka, postgres
-from drainer.services.jars import kafka_broker_jars, pyspark_version, spark_kafka_jars
-from drainer.services.lock import file_lock
 from drainer.services.status import ServiceStatus
 from drainer.settings import Settings, load_settings
+from drainer.spark.jars import kafka_broker_jars, pyspark_version, spark_kafka_jars
+from drainer.spark.lock import file_lock
 
 __all__ = [
     "ServiceError",

@@ -16,26 +16,24 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import re
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX, redact
 from drainer.errors import ServiceError
 from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
 from drainer.services import process
-from drainer.services.connect_session import with_param
-from drainer.services.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
-from drainer.services.net import port_open
 from drainer.services.status import ServiceStatus
-from drainer.services.tools import require
 from drainer.settings import DEFAULT_CONNECT_PORT, Settings
 from drainer.sinks import configured_formats, server_conf
+from drainer.spark.endpoint import endpoint_port, redacted
+from drainer.spark.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
+from drainer.spark.net import port_open
+from drainer.spark.tools import require
 
 NAME = "connect"
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -44,7 +42,6 @@ START_TIMEOUT_SECONDS = 120.0
 HOST = "127.0.0.1"  # where the server binds
 CLIENT_HOST = "localhost"  # how clients name it: pyspark's local credentials carry the token
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server's spark.connect.authenticate.token
-TOKEN_PARAM = re.compile(r"(;token=)[^;]*")
 # the server's session defaults; a client may change them per session (runtime SQL settings)
 SESSION_DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
@@ -125,27 +122,6 @@ def spark_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dic
         env["PYTHONPATH"] = settings.python_path
     env.update(extra or {})
     return env
-
-
-def endpoint_port(endpoint: str) -> tuple[str, int]:
-    """Host and port of `sc://host:port/;params` (the port defaults to 15002)."""
-    parsed = urlparse(endpoint)
-    if parsed.scheme != "sc" or not parsed.hostname:
-        raise ServiceError(
-            f"SPARK_REMOTE {endpoint!r} is not a Spark Connect URL: use sc://host:port"
-        )
-    return parsed.hostname, parsed.port or DEFAULT_CONNECT_PORT
-
-
-def client_url(address: str, token: str | None) -> str:
-    """How a client reaches a server drainer started (`address`, as `start` returns it): with
-    the token, for SPARK_REMOTE or `SparkSession.builder.remote`."""
-    return with_param(address, "token", token) if token else address
-
-
-def redacted(endpoint: str) -> str:
-    """An endpoint fit for logs and messages: its `token=` parameter starred out."""
-    return TOKEN_PARAM.sub(r"\1***", endpoint)
 
 
 def up(

@@ -15,13 +15,13 @@ from confluent_kafka.admin import AdminClient
 
 from drainer.errors import ServiceError
 from drainer.services import process
-from drainer.services.jars import kafka_broker_jars, kafka_broker_jars_cached
 from drainer.services.kafka_config import KafkaPaths, cluster_id, listener_ports, write_configs
 from drainer.services.kafka_tls import ensure_credentials, upsert_scram_user
-from drainer.services.net import host_port, port_open
 from drainer.services.status import ServiceStatus
-from drainer.services.tools import require
 from drainer.settings import Settings
+from drainer.spark.jars import kafka_broker_jars, kafka_broker_jars_cached
+from drainer.spark.net import host_port, port_open
+from drainer.spark.tools import require
 
 NAME = "kafka"
 MARKER = "kafka.Kafka"  # on the broker's command line; tells our pid from a reused one

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drainer.errors import ServiceError
-from drainer.services.tools import require
+from drainer.spark.tools import require
 
 SCRAM_USER = "drainer"
 SCRAM_MECHANISM = "SCRAM-SHA-512"

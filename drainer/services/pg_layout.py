@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drainer.errors import ServiceError
-from drainer.services.tools import require
+from drainer.spark.tools import require
 
 OS_USER = "postgres"
 ROOT_BASE = Path("/var/lib/drainer")

@@ -21,11 +21,11 @@ from sqlalchemy.engine import URL, make_url
 from drainer.errors import ServiceError
 from drainer.local_secrets import POSTGRES_PASSWORD, ensure_secret, secret_path
 from drainer.services import process
-from drainer.services.net import port_open
 from drainer.services.pg_install import bindir
 from drainer.services.pg_layout import PgLayout, layout
 from drainer.services.status import ServiceStatus
 from drainer.settings import Settings, psycopg_url
+from drainer.spark.net import port_open
 from drainer.store.server import create_role_and_database, ping, require_password
 
 NAME = "postgres"

@@ -2,7 +2,7 @@
 
 A topic deleted and created again under the same name starts its offsets from 0 with a new id;
 committed offsets of the old topic mean nothing there, so a changed id stops the drain until an
-audited `drainer rewind` accepts the new topic (`drainer.kafka.topic_identity`).
+audited `drainer rewind` accepts the new topic (`drainer.lifecycle.topic_identity`).
 """
 
 from __future__ import annotations

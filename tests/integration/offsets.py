@@ -66,9 +66,9 @@ def consumer_group_lag(drain: DrainConfig, level: int) -> dict[tuple[str, int], 
     """Lag per partition of a level's group, as Kafka's own `kafka-consumer-groups` reports it."""
     import subprocess
 
-    from drainer.services.jars import kafka_tool_jars
-    from drainer.services.tools import require
     from drainer.settings import load_settings
+    from drainer.spark.jars import kafka_tool_jars
+    from drainer.spark.tools import require
 
     settings = load_settings()
     classpath = ":".join(str(jar) for jar in kafka_tool_jars(settings.home))

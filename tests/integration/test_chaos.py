@@ -32,9 +32,9 @@ from test_lakehouse import sink_of, table_offsets
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.services import connect, process
-from drainer.services.net import port_open
 from drainer.settings import load_settings
 from drainer.sinks import sink_for
+from drainer.spark.net import port_open
 from drainer.store import get_engine, runs, sinks
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA

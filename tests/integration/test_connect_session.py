@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from drainer.services import connect, process
-from drainer.services.connect_session import shared_session_id, with_session_id
 from drainer.settings import load_settings
+from drainer.spark.connect_session import shared_session_id, with_session_id
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 from spark_jobs.session import get_spark, is_connect, session_code
 

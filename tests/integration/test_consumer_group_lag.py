@@ -41,8 +41,8 @@ def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
 
 
 def test_mirror_never_moves_a_group_backwards_without_a_rewind(make_drain, spark):
-    from drainer.kafka.mirror import mirror_offsets
     from drainer.kafka.session import GroupCommit, KafkaSession
+    from drainer.lifecycle.mirror import mirror_offsets
     from drainer.store import get_engine
 
     drain = make_drain(partitions=1)

@@ -485,8 +485,8 @@ def test_task_writes_hold_off_a_takeover_and_are_refused_after_it(make_drain, st
 def test_mirror_sends_the_offset_map_only_when_it_fits(make_drain, stack):
     import random
 
-    from drainer.kafka.mirror import mirror_offsets
     from drainer.kafka.session import KafkaSession
+    from drainer.lifecycle.mirror import mirror_offsets
     from drainer.offset_map import MAX_KAFKA_METADATA, decode_offset_map, encode_offset_map
 
     drain = make_drain(levels=1, budget=10)

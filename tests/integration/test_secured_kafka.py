@@ -24,8 +24,8 @@ from sqlalchemy import text
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.services.kafka_config import SASL_OFFSET, SSL_OFFSET, KafkaPaths
 from drainer.services.kafka_tls import LocalCredentials
-from drainer.services.net import host_port, port_open
 from drainer.settings import load_settings
+from drainer.spark.net import host_port, port_open
 from drainer.store import get_engine
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 

@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("drainer.store",),
     ("drainer.config",),
     ("drainer.sinks",),
+    ("drainer.spark",),
     ("drainer.kafka", "drainer.services"),
     ("drainer.lifecycle", "drainer.observe", "drainer.testing"),
     ("drainer.cli",),
@@ -269,3 +270,16 @@ def test_the_sink_branch_check_catches_a_new_branch():
         assert _sink_branches("drainer/lifecycle/fake.py", branch), branch
     assert _sink_branches("drainer/sinks/delta.py", "if sink.type == 'delta':") == []
     assert _sink_branches("drainer/lifecycle/fake.py", "sink.describe()  # not sink.type") == []
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_500_lines():
+    """Small modules with one job each: a module past this has two jobs to split."""
+    long = {
+        path.relative_to(ROOT).as_posix(): n
+        for path in _python_files()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"split these (lines): {long}"

@@ -13,9 +13,9 @@ from drainer.local_secrets import (
     read_secret,
     secret_path,
 )
-from drainer.services.connect import client_url, redacted
 from drainer.services.postgres import AUTH, TRUST_RULE
 from drainer.settings import DEFAULT_DATABASE_URL, local_database_url
+from drainer.spark.endpoint import client_url, redacted
 
 
 def test_a_secret_is_made_once_and_only_its_owner_reads_it(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from drainer.services.connect_session import code_fingerprint, shared_session_id, with_session_id
+from drainer.spark.connect_session import code_fingerprint, shared_session_id, with_session_id
 
 ENDPOINT = "sc://127.0.0.1:15002"
 

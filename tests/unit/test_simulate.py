@@ -11,14 +11,12 @@ from hypothesis import strategies as st
 
 from drainer.allocation.simulate import (
     POLICIES,
-    TRACES,
     Drain,
     Throughput,
-    builtin_trace,
     compare,
-    parse_trace,
     simulate,
 )
+from drainer.allocation.traces import TRACES, builtin_trace, parse_trace
 
 DRAIN = Drain(levels=3, budget=70, max_wait_ms={0: 20 * 60_000, 1: 20 * 60_000, 2: 20 * 60_000})
 TRACE = st.lists(st.lists(st.integers(0, 40), min_size=3, max_size=3), min_size=1, max_size=60)

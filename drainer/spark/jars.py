@@ -14,9 +14,9 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from drainer.errors import ResolutionError, ServiceError
-from drainer.services.lock import file_lock
-from drainer.services.maven import cached, resolve_jars
 from drainer.sinks import format_jars
+from drainer.spark.lock import file_lock
+from drainer.spark.maven import cached, resolve_jars
 
 log = logging.getLogger(__name__)
 
