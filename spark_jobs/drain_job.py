@@ -17,6 +17,7 @@ from pyspark.sql.types import DataType, StructType
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
+from drainer.error_text import cause_in_text
 from drainer.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -29,10 +30,11 @@ from drainer.errors import (
 )
 from drainer.lifecycle.run import RunContext, RunResult, drain_once
 from drainer.processing.callables import load_callable
-from drainer.settings import Settings
+from drainer.settings import Settings, load_settings
 from drainer.store import dead_letters, sinks
 from drainer.store.leases import check_fence
 from spark_jobs import lakehouse, modes
+from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
 from spark_jobs.modes import record_mode_rows, run_dataframe_mode, run_record_mode
 from spark_jobs.session import describe, get_spark, is_connect
@@ -75,7 +77,7 @@ _FENCED = re.compile(r"drainer\.errors\.FencedOut: ([^\n]*)")
 
 def known_failure(err: BaseException, drain: DrainConfig | None = None) -> DrainerError | None:
     """A Spark job error that is one of drainer's own, as that error: a lost service, the
-    `drain`'s Iceberg catalog not answering, or a takeover the tasks' fence check refused
+    `drain`'s Iceberg catalog not answering, its code not importing in the tasks, or a takeover the tasks' fence check refused
     (FencedOut raised in a task); else None."""
     fenced = _FENCED.search(str(err))
     if fenced:
@@ -84,6 +86,9 @@ def known_failure(err: BaseException, drain: DrainConfig | None = None) -> Drain
         unreachable = lakehouse.catalog_unreachable(err, drain)
         if unreachable is not None:
             return unreachable
+        not_imported = import_failed_in_tasks(str(err), drain, load_settings())
+        if not_imported is not None:
+            return not_imported
     return service_lost(err)
 
 
@@ -162,7 +167,7 @@ def _execute(ctx: RunContext) -> dict[tuple[str, int], int]:
             try:
                 run_dataframe_mode(ctx, df)
             except Exception as err:
-                if isinstance(err, DrainerError) or known_failure(err) is not None:
+                if isinstance(err, DrainerError) or known_failure(err, ctx.drain) is not None:
                     raise
                 raise processor_failed(ctx, err) from err
             measured = measure()
@@ -188,7 +193,8 @@ _PYSPARK = str(Path(pyspark.__file__).parent)
 
 
 def processor_failed(ctx: RunContext, err: Exception) -> ProcessorFailed:
-    """The processor's error as one line that says what happens next, then the user's frames.
+    """The processor's error as one line: where in the user's code, what happens next, and
+    last the cause.
 
     drainer's and pyspark's frames add nothing for the processor's author; `drainer -v` logs
     the full trace (the original error is chained).
@@ -197,12 +203,23 @@ def processor_failed(ctx: RunContext, err: Exception) -> ProcessorFailed:
     name = ctx.drain.name
     return ProcessorFailed(
         redact(
-            f"processor {ctx.drain.processor} failed: {summary}. Run {ctx.run.id} of drain "
-            f"'{name}' stays open with its plan; the next `drainer run {name}` retries it with "
-            "the same ranges (`drainer -v run` shows the full trace)."
-            + "".join(f"\n{line}" for line in frames)
+            f"processor {ctx.drain.processor} failed{_where(frames)}; run {ctx.run.id} of drain "
+            f"'{name}' stays open with its plan and the next `drainer run {name}` retries it "
+            f"with the same ranges (`drainer -v run {name}` shows the whole trace): {summary}"
         )
     )
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _where(frames: list[str]) -> str:
+    """` at file:line in function` of the innermost of the user's frames, or nothing."""
+    found = [m for m in (_FRAME.match(line) for line in frames) if m]
+    if not found:
+        return ""
+    path, line, function = found[-1].groups()
+    return f" at {path}:{line} in {function}"
 
 
 def user_error(err: BaseException) -> tuple[str, list[str]]:
@@ -215,7 +232,7 @@ def user_error(err: BaseException) -> tuple[str, list[str]]:
     text = str(err)
     if _WORKER_TRACEBACK in text:
         lines = [ln for ln in text[text.rindex(_WORKER_TRACEBACK) :].splitlines() if ln.strip()]
-        return lines[-1].strip(), _user_frame_lines(lines[1:-1])
+        return cause_in_text(text), _user_frame_lines(lines[1:-1])
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     stack = traceback.extract_tb(err.__traceback__)
     calls = [i for i, frame in enumerate(stack) if frame.filename == modes.__file__]

@@ -1,0 +1,92 @@
+"""The first hour of a new user, on the real stack: every failure one line, an exit code the
+README documents, the cause last and the fix named (issue 31)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from drainer.kafka.producer import OutRecord, produce_records
+
+DRAINER = [sys.executable, "-m", "spark_jobs.cli"]
+USER_MODULE = """
+def transform(df):
+    return df.select("level")
+
+
+def handle(record):
+    return {"id": record.value.decode(), "amount": 1.0}
+"""
+
+
+def cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*DRAINER, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "120", **env},
+    )
+
+
+def report(stderr: str) -> list[str]:
+    """The error's lines: from drainer's `drainer:` line on (log lines before it are progress)."""
+    return [line for line in stderr[stderr.index("drainer: ") :].splitlines() if line.strip()]
+
+
+def user_drain(tmp_path: Path, make_drain, **overrides) -> tuple[object, Path]:
+    """A drain whose code is a module in a temporary folder, as a newcomer writes it."""
+    folder = tmp_path / "mycode"
+    folder.mkdir()
+    (folder / "nbproc_first_hour.py").write_text(USER_MODULE)
+    return make_drain(levels=1, partitions=1, **overrides), folder
+
+
+def test_a_handler_the_connect_server_cannot_import_is_refused_by_plan_and_run_in_one_line(
+    tmp_path, make_drain, spark
+):
+    """Before: `plan` exited 0; the run's first attempt printed a 70-line traceback and exited
+    1 ("check that the module is installed"); the second was cut before the cause."""
+    drain, folder = user_drain(
+        tmp_path,
+        make_drain,
+        mode="record",
+        handler="nbproc_first_hour:handle",
+        output_schema="id string, amount double",
+    )
+    produce_records(drain, [OutRecord(value=b"a", key=b"k")], 0)
+    # this shell has the module on PYTHONPATH; the Connect server was started without it
+    shell = {"PYTHONPATH": str(folder)}
+    fix = "the Spark Connect server was started without this module on its PYTHONPATH"
+    then = "run `drainer services up` from this shell"
+
+    planned = cli("plan", drain.name, **shell)
+    assert planned.returncode == 2, planned.stderr[-2000:]
+    [line] = report(planned.stderr)
+    assert fix in line and line.endswith(then), line
+
+    for attempt in (1, 2):
+        ran = cli("run", drain.name, **shell)
+        assert ran.returncode == 2, ran.stderr[-3000:]
+        assert "Traceback" not in ran.stderr
+        [line] = report(ran.stderr)
+        assert fix in line and line.endswith(then), (attempt, line)
+    assert "failed 2 attempts" in line and "`drainer status " in line and "`drainer -v run" in line
+
+    status = cli("status", drain.name, **shell)  # the stored cause, whole
+    assert status.returncode == 0, status.stderr
+    assert then in status.stdout and "No module named 'nbproc_first_hour'" in status.stdout
+
+
+def test_a_processor_that_does_not_import_here_is_refused_by_plan(tmp_path, make_drain):
+    """Before: `drainer plan` exited 0, and the run failed later after storing a plan."""
+    drain, folder = user_drain(tmp_path, make_drain, processor="nbproc_first_hour:transform")
+    planned = cli("plan", drain.name)  # no PYTHONPATH: the module's folder is unknown here
+    assert planned.returncode == 2, planned.stderr[-2000:]
+    [line] = report(planned.stderr)
+    assert "module 'nbproc_first_hour' does not import in this process" in line, line
+    assert "put the folder that holds it on PYTHONPATH" in line, line
+    assert cli("plan", drain.name, PYTHONPATH=str(folder)).returncode == 0  # the fix works
