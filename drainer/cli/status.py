@@ -45,7 +45,7 @@ def register(sub: Subcommands) -> None:
         help="resume from the first record Kafka still has (e.g. after a topic was recreated)",
     )
     p.add_argument("--partitions", type=int, nargs="*", help="only these partitions")
-    p.add_argument("--reason", help="why, for the audit trail")
+    p.add_argument("--reason", required=True, help="why, for the audit trail (required)")
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -20,23 +20,106 @@ MAX_IDENTIFIER_BYTES = 63  # Postgres truncates longer names (NAMEDATALEN - 1)
 # and an error about one must not advise migrating it. tests/unit/test_sink_names.py keeps
 # this list equal to the tables the migrations create.
 OWN_TABLES = frozenset(
-    (
-        "dead_letters drain_topics drains offset_rewinds partition_offsets plan_abandons "
-        "record_attempts record_failures retention_losses run_levels run_ranges "
-        "run_table_commits run_totals runs schema_migrations"
-    ).split()
+    [
+        "dead_letters",
+        "drain_topics",
+        "drains",
+        "offset_rewinds",
+        "partition_offsets",
+        "plan_abandons",
+        "record_attempts",
+        "record_failures",
+        "retention_losses",
+        "run_levels",
+        "run_ranges",
+        "run_table_commits",
+        "run_totals",
+        "runs",
+        "schema_migrations",
+    ]
 )
 # Postgres's reserved key words: usable as table names only in double quotes
 RESERVED = frozenset(
-    (
-        "all analyse analyze and any array as asc asymmetric both case cast check collate "
-        "column constraint create current_catalog current_date current_role current_time "
-        "current_timestamp current_user default deferrable desc distinct do else end except "
-        "false fetch for foreign from grant group having in initially intersect into lateral "
-        "leading limit localtime localtimestamp not null offset on only or order placing "
-        "primary references returning select session_user some symmetric system_user table "
-        "then to trailing true union unique user using variadic when where window with"
-    ).split()
+    [
+        "all",
+        "analyse",
+        "analyze",
+        "and",
+        "any",
+        "array",
+        "as",
+        "asc",
+        "asymmetric",
+        "both",
+        "case",
+        "cast",
+        "check",
+        "collate",
+        "column",
+        "constraint",
+        "create",
+        "current_catalog",
+        "current_date",
+        "current_role",
+        "current_time",
+        "current_timestamp",
+        "current_user",
+        "default",
+        "deferrable",
+        "desc",
+        "distinct",
+        "do",
+        "else",
+        "end",
+        "except",
+        "false",
+        "fetch",
+        "for",
+        "foreign",
+        "from",
+        "grant",
+        "group",
+        "having",
+        "in",
+        "initially",
+        "intersect",
+        "into",
+        "lateral",
+        "leading",
+        "limit",
+        "localtime",
+        "localtimestamp",
+        "not",
+        "null",
+        "offset",
+        "on",
+        "only",
+        "or",
+        "order",
+        "placing",
+        "primary",
+        "references",
+        "returning",
+        "select",
+        "session_user",
+        "some",
+        "symmetric",
+        "system_user",
+        "table",
+        "then",
+        "to",
+        "trailing",
+        "true",
+        "union",
+        "unique",
+        "user",
+        "using",
+        "variadic",
+        "when",
+        "where",
+        "window",
+        "with",
+    ]
 )
 
 

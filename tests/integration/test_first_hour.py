@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from drainer.kafka.producer import OutRecord, produce_records
 
 DRAINER = [sys.executable, "-m", "spark_jobs.cli"]
@@ -90,3 +92,30 @@ def test_a_processor_that_does_not_import_here_is_refused_by_plan(tmp_path, make
     assert "module 'nbproc_first_hour' does not import in this process" in line, line
     assert "put the folder that holds it on PYTHONPATH" in line, line
     assert cli("plan", drain.name, PYTHONPATH=str(folder)).returncode == 0  # the fix works
+
+
+def test_topics_create_states_the_real_partition_count_and_the_fix(tmp_path, make_drain):
+    """Before: existing 2-partition topics with `partitions: 4` printed `exists (4 partitions)`."""
+    import time
+
+    drain = make_drain(levels=1, partitions=2)
+    config = tmp_path / "wider.yaml"
+    body = yaml.safe_load(Path(os.environ["DRAINER_CONFIG"]).read_text())
+    body["drains"][drain.name]["partitions"] = 4
+    config.write_text(yaml.safe_dump(body))
+    done = cli("topics", "create", drain.name, DRAINER_CONFIG=str(config))
+    assert done.returncode == 0, done.stderr
+    assert f"{drain.level_topic(0)}" in done.stdout and "exists (2 partitions)" in done.stdout
+    [warning] = [line for line in done.stderr.splitlines() if line.strip()]
+    assert "2 partitions, not the 4" in warning and "set `partitions: 2`" in warning
+
+    # produce to a level topic that does not exist: one line at once, not a 30 s wait
+    started = time.monotonic()
+    body["drains"][drain.name]["levels"] = 2  # level 1's topic was never created
+    config.write_text(yaml.safe_dump(body))
+    missing = cli("produce", drain.name, "--level", "1", "--count", "1", DRAINER_CONFIG=str(config))
+    assert missing.returncode == 2, missing.stderr
+    assert time.monotonic() - started < 15
+    [line] = report(missing.stderr)
+    assert f"{drain.level_topic(1)} of drain '{drain.name}' does not exist" in line
+    assert f"`drainer topics create {drain.name}`" in line
