@@ -33,6 +33,7 @@ from drainer.settings import psycopg_url
 from drainer.store.dead_letters import clear_partition_failures, stage_failures
 from drainer.store.leases import check_fence
 from drainer.store.sinks import clear_task_partition, ensure_sink_tables, write_staged
+from spark_jobs.handler_rows import checked_rows
 from spark_jobs.sinks import pg_columns
 
 # what the tasks send back, as Spark DDL and as the Arrow schema of the batches they yield
@@ -131,7 +132,8 @@ def run_record_mode(
     chunk_records = CHUNK_RECORDS
 
     def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        handler = load_callable(handler_path, "handler")
+        # a row that cannot be written fails its record (attempts, dead letters), not the run
+        handler = checked_rows(load_callable(handler_path, "handler"), columns)
         # a Spark partition of a Kafka read is one Kafka partition's range, in offset order;
         # its records stream into the handler while Spark is still reading them
         for (topic, partition), records in _by_kafka_partition(_arrow_records(batches)):

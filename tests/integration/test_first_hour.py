@@ -3,14 +3,17 @@ README documents, the cause last and the fix named (issue 31)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+from sqlalchemy import text
 
 from drainer.kafka.producer import OutRecord, produce_records
+from drainer.store import get_engine
 
 DRAINER = [sys.executable, "-m", "spark_jobs.cli"]
 USER_MODULE = """
@@ -119,3 +122,49 @@ def test_topics_create_states_the_real_partition_count_and_the_fix(tmp_path, mak
     [line] = report(missing.stderr)
     assert f"{drain.level_topic(1)} of drain '{drain.name}' does not exist" in line
     assert f"`drainer topics create {drain.name}`" in line
+
+
+def test_a_handler_row_postgres_cannot_store_fails_that_record_not_the_run(make_drain, spark):
+    """Before: the string "lots" in the double column `amount` failed the whole run's COPY on
+    every attempt; now it is that record's failure (dead-lettered at max_attempts: 1) and the
+    other records are drained."""
+    from spark_jobs.examples import AMOUNT_SCHEMA
+
+    drain = make_drain(
+        levels=1,
+        partitions=1,
+        mode="record",
+        handler="spark_jobs.examples:amount_or_lots",
+        output_schema=AMOUNT_SCHEMA,
+        max_attempts=1,
+        ordering="unordered",
+    )
+    values = [b"a", b"lots", b"b"]
+    produce_records(drain, [OutRecord(value=v, key=v) for v in values], 0)
+    done = cli("run", drain.name, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    listed = cli("dlq", "list", drain.name, "--json")
+    [dead] = json.loads(listed.stdout)
+    assert dead["offset"] == 1
+    assert "column 'amount' (double precision) got str 'lots'" in dead["error"], dead
+    with get_engine().connect() as conn:
+        rows = conn.execute(text(f"SELECT id FROM {drain.sink.postgres_table} ORDER BY id")).all()
+    assert [r.id for r in rows] == ["a", "b"]
+
+
+def test_an_extra_key_in_a_handler_row_is_the_records_error_naming_the_key(make_drain, spark):
+    """Before: the key `note`, not a column, was dropped without a word."""
+    from spark_jobs.examples import AMOUNT_SCHEMA
+
+    drain = make_drain(
+        levels=1,
+        partitions=1,
+        mode="record",
+        handler="spark_jobs.examples:amount_and_a_note",
+        output_schema=AMOUNT_SCHEMA,
+        max_attempts=1,
+    )
+    produce_records(drain, [OutRecord(value=b"a", key=b"k")], 0)
+    assert cli("run", drain.name).returncode == 0
+    [dead] = json.loads(cli("dlq", "list", drain.name, "--json").stdout)
+    assert "handler row has key 'note', which is not a column of output_schema" in dead["error"]
