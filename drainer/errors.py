@@ -119,6 +119,12 @@ class PlanKeepsFailing(DrainerError):
     """An open plan failed again on resume; the message counts attempts and names the way out."""
 
 
+class RunFailed(DrainerError):
+    """A run attempt failed for a reason drainer has no error of its own for (a handler's
+    exception through Spark, a database refusing a row): one line ending with the root cause;
+    the plan stays open for the next run."""
+
+
 class ProcessorFailed(DrainerError):
     """The drain's processor raised: its error and frames, the plan kept for the next run."""
 

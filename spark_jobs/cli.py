@@ -47,8 +47,18 @@ def table_maintainer() -> Callable[[DrainConfig, float, bool], dict[str, Any]]:
     return maintain
 
 
+def callable_checker() -> Callable[[DrainConfig, bool], None]:
+    """Imports a drain's processor or handler where its run will (spark_jobs.imports); Spark
+    only for a handler of the user's own on a Connect server, and only when `plan` asks."""
+    from spark_jobs.imports import check_callables
+
+    return lambda drain, in_tasks: check_callables(drain, in_tasks=in_tasks)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return cli_main(argv, executor=spark_executor, maintainer=table_maintainer)
+    return cli_main(
+        argv, executor=spark_executor, maintainer=table_maintainer, checker=callable_checker
+    )
 
 
 if __name__ == "__main__":

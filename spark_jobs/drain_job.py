@@ -15,6 +15,7 @@ from pyspark.sql.types import DataType, StructType
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
+from drainer.error_text import cause_in_text
 from drainer.errors import (
     ConfigError,
     DatabaseUnavailable,
@@ -32,6 +33,7 @@ from drainer.settings import Settings, load_settings
 from drainer.sinks import TableCommit
 from drainer.store import dead_letters
 from drainer.store.leases import check_fence
+from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
 from spark_jobs.session import describe, get_spark, is_connect
 from spark_jobs.sinks import SparkSink, spark_sink_for
@@ -76,8 +78,8 @@ def known_failure(
     err: BaseException, drain: DrainConfig | None = None, sink: SparkSink | None = None
 ) -> DrainerError | None:
     """A Spark job error that is one of drainer's own, as that error: a lost service, the
-    drain's sink's service (an Iceberg catalog) not answering, or a takeover the tasks' fence
-    check refused (FencedOut raised in a task); else None."""
+    drain's sink's service (an Iceberg catalog) not answering, its code not importing in the
+    tasks, or a takeover the tasks' fence check refused (FencedOut raised in a task); else None."""
     fenced = _FENCED.search(str(err))
     if fenced:
         return FencedOut(fenced.group(1).strip())
@@ -86,6 +88,9 @@ def known_failure(
         unreachable = sink.known_failure(err, drain.name)
         if unreachable is not None:
             return unreachable
+        not_imported = import_failed_in_tasks(str(err), drain, load_settings())
+        if not_imported is not None:
+            return not_imported
     return service_lost(err)
 
 
@@ -239,7 +244,8 @@ _PYSPARK = str(Path(pyspark.__file__).parent)
 
 
 def processor_failed(ctx: RunContext, err: Exception) -> ProcessorFailed:
-    """The processor's error as one line that says what happens next, then the user's frames.
+    """The processor's error as one line: where in the user's code, what happens next, and
+    last the cause.
 
     drainer's and pyspark's frames add nothing for the processor's author; `drainer -v` logs
     the full trace (the original error is chained).
@@ -248,12 +254,23 @@ def processor_failed(ctx: RunContext, err: Exception) -> ProcessorFailed:
     name = ctx.drain.name
     return ProcessorFailed(
         redact(
-            f"processor {ctx.drain.processor} failed: {summary}. Run {ctx.run.id} of drain "
-            f"'{name}' stays open with its plan; the next `drainer run {name}` retries it with "
-            "the same ranges (`drainer -v run` shows the full trace)."
-            + "".join(f"\n{line}" for line in frames)
+            f"processor {ctx.drain.processor} failed{_where(frames)}; run {ctx.run.id} of drain "
+            f"'{name}' stays open with its plan and the next `drainer run {name}` retries it "
+            f"with the same ranges (`drainer -v run {name}` shows the whole trace): {summary}"
         )
     )
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _where(frames: list[str]) -> str:
+    """` at file:line in function` of the innermost of the user's frames, or nothing."""
+    found = [m for m in (_FRAME.match(line) for line in frames) if m]
+    if not found:
+        return ""
+    path, line, function = found[-1].groups()
+    return f" at {path}:{line} in {function}"
 
 
 def user_error(err: BaseException) -> tuple[str, list[str]]:
@@ -266,7 +283,7 @@ def user_error(err: BaseException) -> tuple[str, list[str]]:
     text = str(err)
     if _WORKER_TRACEBACK in text:
         lines = [ln for ln in text[text.rindex(_WORKER_TRACEBACK) :].splitlines() if ln.strip()]
-        return lines[-1].strip(), _user_frame_lines(lines[1:-1])
+        return cause_in_text(text), _user_frame_lines(lines[1:-1])
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     stack = traceback.extract_tb(err.__traceback__)
     calls = [i for i, frame in enumerate(stack) if frame.filename == __file__]

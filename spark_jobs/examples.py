@@ -121,3 +121,17 @@ def one_row_with_value(df: DataFrame) -> DataFrame:
 def value_size_as_text(df: DataFrame) -> DataFrame:
     """`one_row_per_record` with `value_size` as a string: an incompatible type change."""
     return one_row_per_record(df).withColumn("value_size", F.col("value_size").cast("string"))
+
+
+AMOUNT_SCHEMA = "id string, amount double"
+
+
+def amount_or_lots(record: Record) -> dict[str, Any]:
+    """A handler whose row for the value `lots` puts text in the double column `amount`."""
+    value = (record.value or b"").decode()
+    return {"id": value, "amount": "lots" if value == "lots" else 1.0}
+
+
+def amount_and_a_note(record: Record) -> dict[str, Any]:
+    """A handler whose rows carry a key that is not a column of AMOUNT_SCHEMA."""
+    return {"id": (record.value or b"").decode(), "amount": 1.0, "note": "dropped?"}

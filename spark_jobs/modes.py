@@ -39,6 +39,7 @@ from drainer.settings import psycopg_url
 from drainer.store.dead_letters import clear_partition_failures, stage_failures
 from drainer.store.leases import check_fence
 from drainer.store.sinks import clear_task_partition, write_staged
+from spark_jobs.handler_rows import checked_rows
 
 # what record mode's staging tasks send back, as Spark DDL and as their batches' Arrow schema
 RECORD_COUNTS = (
@@ -77,12 +78,23 @@ class RecordJob:
     run_id: int
     lease: Any
     names: list[str]
+    # (name, Postgres type) of the output's columns: a handler row that does not fit is that
+    # record's failure (spark_jobs.handler_rows); a type Postgres lacks is checked by name only
+    columns: list[tuple[str, str]]
     # Postgres sink: its target, so each chunk's rows are staged with the chunk's failures
     stage_table: str | None = None
     chunk_records: int = CHUNK_RECORDS
 
     @classmethod
-    def of(cls, ctx: RunContext, names: list[str], stage_table: str | None = None) -> RecordJob:
+    def of(
+        cls, ctx: RunContext, output_schema: StructType, stage_table: str | None = None
+    ) -> RecordJob:
+        from spark_jobs.sinks.postgres import pg_columns
+
+        try:
+            columns = pg_columns(output_schema)
+        except ConfigError:  # a table format stores types Postgres has no column for
+            columns = [(name, "") for name in output_schema.fieldNames()]
         if ctx.drain.handler is None:  # the drains file's validation already refuses this
             raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `handler`")
         return cls(
@@ -92,7 +104,8 @@ class RecordJob:
             psycopg_url(ctx.settings.database_url),
             ctx.run.id,
             ctx.lease,
-            names,
+            [name for name, _ in columns],
+            columns,
             stage_table,
         )
 
@@ -120,7 +133,8 @@ def handle_records(
     earlier attempt of it staged for the partition. Yields each chunk's rows with its
     partition's running account; a partition with no record yields nothing.
     """
-    handler = load_callable(job.handler, "handler")
+    # a row that cannot be written fails its record (attempts, dead letters), not the run
+    handler = checked_rows(load_callable(job.handler, "handler"), job.columns)
     # a Spark partition of a Kafka read is one Kafka partition's range, in offset order; its
     # records stream into the handler while Spark is still reading them
     for (topic, partition), records in _by_kafka_partition(_arrow_records(batches)):
@@ -161,7 +175,7 @@ def run_record_mode(
     to its last chunk staged: the processing itself, without the job's scheduling.
     `worker_peak_kb` is the peak resident memory of the Python worker that ran it.
     """
-    job = RecordJob.of(ctx, output_schema.fieldNames(), stage_table)
+    job = RecordJob.of(ctx, output_schema, stage_table)
 
     def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         last: PartitionDone | None = None
@@ -196,7 +210,7 @@ def record_mode_rows(ctx: RunContext, df: DataFrame, output_schema: StructType) 
     when a task is retried); output rows leave the task as Arrow batches of `output_schema`,
     so the sink's write consumes them without a Postgres stage.
     """
-    job = RecordJob.of(ctx, output_schema.fieldNames())
+    job = RecordJob.of(ctx, output_schema)
     arrow_schema = to_arrow_schema(output_schema)
 
     def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

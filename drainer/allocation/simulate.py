@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 from drainer.allocation.policy import AllocationPolicy
 from drainer.allocation.shares import Distributor, minimum_budget, reserved_shares
-from drainer.allocation.timebox import THROUGHPUT_WINDOW, RunThroughput, timeboxed_budget
+from drainer.allocation.timebox import THROUGHPUT_HISTORY as HISTORY
+from drainer.allocation.timebox import RunThroughput, timeboxed_budget
 from drainer.allocation.traces import Trace
 from drainer.allocation.types import OffsetForTime, PartitionBacklog
 
@@ -314,7 +315,7 @@ def simulate(
             log.drain(count, end_ms, waits[level])
             history[level] = [*history[level], count][-drain.window :]
         if records:
-            recent = [*recent, RunThroughput(records, seconds, round(nbytes))][-THROUGHPUT_WINDOW:]
+            recent = [*recent, RunThroughput(records, seconds, round(nbytes), budget)][-HISTORY:]
             run_times.append(seconds)
         budgets.append(budget)
         could = min(budget, sum(waiting.values()))

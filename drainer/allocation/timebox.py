@@ -19,6 +19,14 @@ next budget `T * B / (o + B / r)` moves toward the budget that fills the slot ex
 
 A run that overshot its slot lowers the next estimate by the factor it overshot, on top of its
 own lower rate entering the average: slow runs are corrected at once, not over a window.
+
+Only runs that drained their whole budget measure throughput. A run that drained less was
+limited by the backlog or by records held back behind failing ones, not by time: its fixed cost
+spread over a few records shows a rate far below the real one (4 records in 0.9 s), and the
+budgets it produced collapsed the next runs to a fraction of the slot (87 of 1,500 with 3,000
+records waiting), recovering only over several runs. Such a run's rate is a lower bound, not a
+measurement: it is used only while no run in the history drained its whole budget (the safe
+side for a drain's first runs), and it still lowers the estimate when it overshot its slot.
 """
 
 from __future__ import annotations
@@ -31,6 +39,9 @@ from dataclasses import dataclass
 THROUGHPUT_WINDOW = 5
 """Recent runs whose throughput the estimate averages."""
 
+THROUGHPUT_HISTORY = 4 * THROUGHPUT_WINDOW
+"""Recent runs searched for those `THROUGHPUT_WINDOW` that drained their whole budget."""
+
 
 @dataclass(frozen=True)
 class RunThroughput:
@@ -39,6 +50,13 @@ class RunThroughput:
     records: int
     seconds: float
     bytes: int | None = None
+    budget: int | None = None  # the record budget it was planned with (None: unknown)
+
+    @property
+    def limited(self) -> bool:
+        """True when it drained less than its budget: backlog or held-back records, not time,
+        decided its size, so its rate says little about throughput."""
+        return self.budget is not None and self.records < self.budget
 
 
 @dataclass(frozen=True)
@@ -64,9 +82,13 @@ def timeboxed_budget(
     `minimum` is the smallest budget the drain's distributor can split (one record per level);
     a slot too short for it still gets it rather than a configuration error at run time.
     """
-    measured = [r for r in recent if r.records > 0 and r.seconds > 0][-window:]
-    if not measured:
+    runs = [r for r in recent if r.records > 0 and r.seconds > 0]
+    if not runs:
         return TimeBox(cap, None, None, None, "no measured run yet: the configured budget")
+    measured = [r for r in runs if not r.limited][-window:]
+    which = "full runs"
+    if not measured:  # only runs cut short: their rates are lower bounds, the safe side
+        measured, which = runs[-window:], "runs, none of them full"
     # the median run's rate, not the pooled one: a run much larger than the slot's (the first,
     # capped run) shows a rate its fixed cost is spread thin over, and would dominate a pool
     rate = statistics.median(r.records / r.seconds for r in measured)
@@ -74,8 +96,8 @@ def timeboxed_budget(
     byte_rate = (
         statistics.median((r.bytes or 0) / r.seconds for r in with_bytes) if with_bytes else None
     )
-    last = measured[-1]
-    reason = f"{rate:,.0f} records/s (median of the last {len(measured)} runs)"
+    last = runs[-1]  # the latest run, limited or not: did it fit its slot?
+    reason = f"{rate:,.0f} records/s (median of the last {len(measured)} {which})"
     if last.seconds > run_seconds:
         factor = run_seconds / last.seconds
         rate = min(rate, last.records / last.seconds * factor)

@@ -28,6 +28,10 @@ GROUPS = (services, produce, runs, status, dlq, simulate, maintain)
 ExecutorFactory: TypeAlias = "Callable[[], Executor]"
 """Returns the executor of `drainer run` (`drainer.lifecycle.run.Executor`); called only by `run`."""
 
+CheckerFactory: TypeAlias = "Callable[[], Callable[[DrainConfig, bool], None]]"
+"""Returns the check that imports a drain's processor or handler where its run will (`plan`
+checks the driver and the Spark tasks, `run` the driver only); raises ConfigError."""
+
 MaintainerFactory: TypeAlias = "Callable[[], Callable[[DrainConfig, float, bool], dict[str, Any]]]"
 """Returns the Spark job that compacts and expires a lakehouse table; called only by `maintain`."""
 
@@ -47,12 +51,15 @@ def main(
     argv: list[str] | None = None,
     executor: ExecutorFactory | None = None,
     maintainer: MaintainerFactory | None = None,
+    checker: CheckerFactory | None = None,
 ) -> int:
     """Run one command; `executor` supplies the Spark job for `drainer run`, `maintainer` the
-    one that `drainer maintain` runs on a lakehouse table."""
+    one that `drainer maintain` runs on a lakehouse table, `checker` the import check of a
+    drain's code (`plan`, `run`)."""
     args = build_parser().parse_args(argv)
     args.executor = executor
     args.maintainer = maintainer
+    args.checker = checker
     _configure_logging(args.verbose)
     from sqlalchemy.exc import OperationalError
 
@@ -63,7 +70,8 @@ def main(
         logging.getLogger("drainer").debug("%s", type(err).__name__, exc_info=True)
         colour = "yellow" if err.exit_code == 3 else "red"
         message = _escape(redact(str(err)))
-        err_console.print(f"[{colour}]drainer:[/] {message}", highlight=False)
+        # one line however wide the terminal (or pipe): wrapped, a line would read as several
+        err_console.print(f"[{colour}]drainer:[/] {message}", highlight=False, soft_wrap=True)
         return err.exit_code
     except OperationalError as err:
         logging.getLogger("drainer").debug("Postgres", exc_info=True)
@@ -76,6 +84,7 @@ def main(
                 )
             ),
             highlight=False,
+            soft_wrap=True,
         )
         return 2
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -9,7 +10,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-console = Console()
+UNLIMITED_WIDTH = 100_000
+
+# stdout that is not a terminal (a pipe, a file, CI) gets no width limit: Rich would otherwise
+# cut tables to 80 columns (`lev…`, `2026-11-…`); tables take only the width they need
+console = Console(width=None if sys.stdout.isatty() else UNLIMITED_WIDTH)
 err_console = Console(stderr=True)
 
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import console, progress
 from drainer.config import get_drain
+
+if TYPE_CHECKING:
+    from drainer.kafka.producer import OutRecord
 
 
 def register(sub: Subcommands) -> None:
@@ -23,27 +28,40 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--keys", type=int, default=100, help="distinct keys of synthetic records")
     p.add_argument("--value-size", type=int, default=100, help="bytes per synthetic value")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--stdin", action="store_true", help="read JSON lines from stdin instead")
+    p.add_argument(
+        "--stdin",
+        action="store_true",
+        help='read JSON lines from stdin instead: {"value": ..., "key": ..., '
+        '"headers": {"name": "text"}, "timestamp_ms": epoch milliseconds}, `value` required',
+    )
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
     from drainer.kafka.producer import json_line_records, produce_records, synthetic_records
+    from drainer.kafka.session import KafkaSession
 
     drain = get_drain(args.drain)
     drain.check_level(args.level)
+    records: Iterable[OutRecord]
     if args.stdin:
-        records = json_line_records(sys.stdin)
-        total = None
+        records = list(json_line_records(sys.stdin))  # every line checked before one is sent
+        total: int | None = len(records)
     else:
         records = synthetic_records(
             args.count, keys=args.keys, value_size=args.value_size, seed=args.seed
         )
         total = args.count
     topic = drain.level_topic(args.level)
-    with progress() as bar:
-        task = bar.add_task(f"producing to {topic}", total=total)
-        sent = produce_records(
-            drain, records, level=args.level, on_progress=lambda n: bar.update(task, completed=n)
-        )
+    with KafkaSession(drain) as kafka:
+        kafka.partitions([args.level])  # a missing topic: one line now, not a 30 s wait
+        with progress() as bar:
+            task = bar.add_task(f"producing to {topic}", total=total)
+            sent = produce_records(
+                drain,
+                records,
+                level=args.level,
+                on_progress=lambda n: bar.update(task, completed=n),
+                kafka=kafka,
+            )
     console.print(f"produced {sent:,} records to {topic} (level {args.level})")
     return 0

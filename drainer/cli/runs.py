@@ -55,6 +55,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.reason is not None:
         raise ConfigError("--reason goes with `drainer plan abandon <drain> --reason TEXT`")
     drain = get_drain(args.drain)
+    if args.checker is not None:  # the processor or handler imports where the run imports it
+        args.checker()(drain, True)
     engine = get_engine()
     with engine.connect() as conn:
         pending = runs.open_run(conn, drain.name)
@@ -211,6 +213,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "(spark_jobs.cli), or call spark_jobs.drain_job.run from Python"
         )
     drain = get_drain(args.drain)
+    if args.checker is not None:  # the driver's import, before a plan is stored
+        args.checker()(drain, False)
     execute = args.executor()
     with console.status(f"running drain {drain.name} on Spark…"):
         result = drain_once(drain, execute, levels=args.levels, trigger="cli", wait_s=args.wait)

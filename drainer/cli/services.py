@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from drainer.cli.args import Subcommands, add_command
-from drainer.cli.output import console
+from drainer.cli.output import console, err_console
 from drainer.config import get_drain
 
 
@@ -37,8 +37,20 @@ def cmd_topics(args: argparse.Namespace) -> int:
     extra = [drain.dlq_topic] if drain.dlq_topic else []
     with KafkaSession(drain) as kafka:
         created = kafka.create_topics(extra)
-    wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + extra
+        wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + extra
+        counts = kafka.partition_counts(wanted)
     for topic in wanted:
         state = "created" if topic in created else "exists"
-        console.print(f"{topic:<30} {state} ({drain.partitions} partitions)")
+        console.print(f"{topic:<30} {state} ({counts[topic]} partitions)")
+    differ = [t for t in wanted if counts[t] != drain.partitions]
+    if differ:  # Kafka never shrinks a topic, and drainer reads what partitions there are
+        err_console.print(
+            f"[yellow]warning:[/] {', '.join(differ)} already {'has' if len(differ) == 1 else 'have'} "
+            f"{'/'.join(str(counts[t]) for t in differ)} partitions, not the {drain.partitions} "
+            f"that `{drain.name}.partitions` asks for: drainer reads the partitions a topic has; "
+            f"set `partitions: {counts[differ[0]]}` to match, or add partitions with Kafka's "
+            f"`kafka-topics.sh --alter --partitions {drain.partitions}`",
+            highlight=False,
+            soft_wrap=True,
+        )
     return 0

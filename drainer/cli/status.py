@@ -6,9 +6,12 @@ import argparse
 import json
 from typing import Any
 
+from rich.markup import escape
+
 from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import console, print_table
 from drainer.config import get_drain
+from drainer.error_text import cause_in_text
 from drainer.errors import ConfigError
 
 
@@ -42,7 +45,7 @@ def register(sub: Subcommands) -> None:
         help="resume from the first record Kafka still has (e.g. after a topic was recreated)",
     )
     p.add_argument("--partitions", type=int, nargs="*", help="only these partitions")
-    p.add_argument("--reason", help="why, for the audit trail")
+    p.add_argument("--reason", required=True, help="why, for the audit trail (required)")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -131,9 +134,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         if r["status"] in ("planned", "running", "failed") and r["error"]:
             console.print(
                 f"[yellow]run {r['id']} is {r['status']} after {r['attempts']} attempt(s): "
-                f"{r['error'][:300]}[/]\nresume it with `drainer run {drain.name}` once the "
+                f"{escape(cause_in_text(r['error']))}[/]\nresume it with `drainer run {drain.name}` once the "
                 f"cause is fixed, or end it with `drainer plan abandon {drain.name} --reason TEXT`",
                 highlight=False,
+                soft_wrap=True,
             )
     sink = report["sink"]
     console.print(f"sink: {sink['type']} {sink['location']}", highlight=False)

@@ -298,6 +298,21 @@ class DrainsFile(BaseModel):
 
 def load_drains(path: Path | str | None = None) -> dict[str, DrainConfig]:
     """Read and validate the drains file; ConfigError names the bad setting."""
+    path, raw = _read(path)
+    return _validate(path, raw)
+
+
+def get_drain(name: str, path: Path | str | None = None) -> DrainConfig:
+    """The drain `name`, validating that drain alone: a mistake in another drain of the file
+    does not block commands about this one (it is named when that drain is used)."""
+    path, raw = _read(path)
+    if name not in raw["drains"]:
+        known = ", ".join(sorted(map(str, raw["drains"]))) or "none"
+        raise ConfigError(f"no drain named '{name}' (configured: {known})")
+    return _validate(path, {**raw, "drains": {name: raw["drains"][name]}})[name]
+
+
+def _read(path: Path | str | None) -> tuple[Path, dict[str, Any]]:
     path = Path(path) if path else load_settings().config_path
     try:
         raw = yaml.safe_load(path.read_text())
@@ -312,20 +327,16 @@ def load_drains(path: Path | str | None = None) -> dict[str, DrainConfig]:
     for name, body in raw["drains"].items():
         if isinstance(body, dict):
             body.setdefault("name", name)
+    return path, raw
+
+
+def _validate(path: Path, raw: dict[str, Any]) -> dict[str, DrainConfig]:
     try:
         return DrainsFile.model_validate(raw).drains
     except ValidationError as err:
         raise ConfigError(_explain(path, err)) from None
     except ValueError as err:  # raised by the allocator from inside a validator
         raise ConfigError(f"{path}: {err}") from None
-
-
-def get_drain(name: str, path: Path | str | None = None) -> DrainConfig:
-    drains = load_drains(path)
-    if name not in drains:
-        known = ", ".join(sorted(drains)) or "none"
-        raise ConfigError(f"no drain named '{name}' (configured: {known})")
-    return drains[name]
 
 
 def _without_sink_tag(loc: tuple[int | str, ...]) -> list[str]:

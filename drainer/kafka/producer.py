@@ -41,10 +41,16 @@ def synthetic_records(
         yield OutRecord(value=value, key=key.encode())
 
 
-def json_line_records(lines: Iterable[str]) -> Iterator[OutRecord]:
-    """JSON lines from stdin: an object with `value` (any JSON) and optional `key`, `headers`.
+STDIN_KEYS = ("value", "key", "headers", "timestamp_ms")
 
-    A line that is not such an object is an error naming the line, before anything is sent.
+
+def json_line_records(lines: Iterable[str]) -> Iterator[OutRecord]:
+    """JSON lines from stdin: an object with `value` (any JSON) and optional `key`, `headers`
+    (an object of header names and text) and `timestamp_ms` (epoch milliseconds).
+
+    A line that is not such an object (no `value`, an unknown key such as a misspelt one, a
+    wrong type) is an error naming the line; a line that is JSON but not an object is sent as
+    the value. The CLI reads every line before it sends one.
     """
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -53,18 +59,37 @@ def json_line_records(lines: Iterable[str]) -> Iterator[OutRecord]:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             raise ConfigError(f"stdin line {number} is not JSON: {err.msg}") from None
-        if not isinstance(obj, dict) or "value" not in obj:
+        if not isinstance(obj, dict):
             obj = {"value": obj}
-        value = obj["value"]
-        raw = value.encode() if isinstance(value, str) else json.dumps(value).encode()
-        key = obj.get("key")
-        headers = [(str(k), str(v).encode()) for k, v in (obj.get("headers") or {}).items()]
-        yield OutRecord(
-            value=raw,
-            key=None if key is None else str(key).encode(),
-            headers=headers,
-            timestamp_ms=obj.get("timestamp_ms"),
+        yield _stdin_record(number, obj)
+
+
+def _stdin_record(number: int, obj: dict[str, Any]) -> OutRecord:
+    where = f"stdin line {number}"
+    unknown = sorted(set(obj) - set(STDIN_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key {', '.join(map(repr, unknown))}: a record is an object of "
+            f"{', '.join(STDIN_KEYS)}"
+            + (" (`timestamp_ms`: epoch milliseconds)" if "timestamp" in unknown else "")
         )
+    if "value" not in obj:
+        raise ConfigError(f'{where} has no "value": write {{"key": ..., "value": ...}}')
+    value = obj["value"]
+    raw = value.encode() if isinstance(value, str) else json.dumps(value).encode()
+    key = obj.get("key")
+    headers = obj.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise ConfigError(f'{where}: "headers" must be an object of header names and text')
+    timestamp = obj.get("timestamp_ms")
+    if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)):
+        raise ConfigError(f'{where}: "timestamp_ms" must be whole epoch milliseconds')
+    return OutRecord(
+        value=raw,
+        key=None if key is None else str(key).encode(),
+        headers=[(str(k), None if v is None else str(v).encode()) for k, v in headers.items()],
+        timestamp_ms=timestamp,
+    )
 
 
 def produce_records(

@@ -221,6 +221,11 @@ class KafkaSession:
             level: sorted(p.id for p in found[name].partitions) for level, name in names.items()
         }
 
+    def partition_counts(self, topics: Iterable[str]) -> dict[str, int | None]:
+        """topic -> how many partitions it has, None for a topic that does not exist."""
+        found = self._describe(topics)
+        return {name: None if t is None else len(t.partitions) for name, t in found.items()}
+
     def topic_ids(self, topics: list[str]) -> dict[str, str]:
         """topic -> its Kafka topic id (text); a topic deleted and created again gets a new one."""
         found = self._describe(topics)

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 
 from drainer.allocation import PartitionBacklog, minimum_budget
 from drainer.allocation.timebox import (
+    THROUGHPUT_HISTORY,
     THROUGHPUT_WINDOW,
     RunThroughput,
     TimeBox,
@@ -91,7 +92,7 @@ def time_box(engine: Engine, drain: DrainConfig, levels: list[int]) -> TimeBox |
     with engine.connect() as conn:
         recent = [
             RunThroughput(*run)
-            for run in throughput.recent_throughput(conn, drain.name, THROUGHPUT_WINDOW)
+            for run in throughput.recent_throughput(conn, drain.name, THROUGHPUT_HISTORY)
         ]
     floor = minimum_budget(levels, drain.distributor)
     return timeboxed_budget(drain.run_seconds, drain.budget, recent, max(1, floor))

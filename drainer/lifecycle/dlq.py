@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from drainer.config import DrainConfig
+from drainer.errors import ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.session import KafkaSession
 from drainer.processing.headers import decode_headers
@@ -44,8 +45,14 @@ def _as_record(row: Any, extra_headers: list[tuple[str, bytes]] | None = None) -
 
 
 def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
-    """Claim dead letters (marking them retried), re-produce them, then commit the claim."""
+    """Claim dead letters (marking them retried), re-produce them, then commit the claim.
+
+    Named `ids` that are not the drain's dead letters, or were retried already, are a
+    ConfigError naming them, and nothing is re-produced.
+    """
     with get_engine().begin() as conn, KafkaSession(drain) as kafka:
+        if ids:
+            _check_ids(drain.name, ids, dead_letters.retried_of(conn, drain.name, ids))
         rows = dead_letters.claim_for_retry(conn, drain.name, ids)
         for level in sorted({r.level for r in rows}):
             produce_records(
@@ -61,6 +68,29 @@ def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
             ", ".join(str(r.id) for r in rows),
         )
     return len(rows)
+
+
+def _check_ids(drain: str, ids: list[int], known: dict[int, Any]) -> None:
+    unknown = [i for i in ids if i not in known]
+    retried = [i for i in ids if known.get(i) is not None]
+    problems = []
+    if unknown:
+        problems.append(f"{_listed(unknown)} not {_a('dead letter', unknown)} of drain '{drain}'")
+    if retried:
+        problems.append(f"{_listed(retried)} already retried")
+    if problems:
+        raise ConfigError(
+            f"dlq retry --ids: {'; '.join(problems)}: nothing was re-produced; "
+            f"`drainer dlq list {drain}` shows its dead letters and which are retried"
+        )
+
+
+def _listed(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids) + (" is" if len(ids) == 1 else " are")
+
+
+def _a(noun: str, ids: list[int]) -> str:
+    return f"a {noun}" if len(ids) == 1 else f"{noun}s"
 
 
 def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:

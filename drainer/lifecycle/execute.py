@@ -22,10 +22,11 @@ from sqlalchemy import Engine
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
-from drainer.errors import DrainBusy, FencedOut, PlanKeepsFailing, ServiceUnavailable
+from drainer.errors import ServiceUnavailable
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.commit import CommitResult, commit_run
 from drainer.lifecycle.dlq import publish_dead_letters
+from drainer.lifecycle.failures import run_failure
 from drainer.lifecycle.maintain import after_commit_upkeep
 from drainer.lifecycle.mirror import MirrorReport, mirror_offsets
 from drainer.lifecycle.planning import PartitionState, partition_states
@@ -187,14 +188,9 @@ def _record_failure(
         # a lost service fails this too: its one message already says so, this is detail
         level = logging.DEBUG if isinstance(err, ServiceUnavailable) else logging.WARNING
         log.log(level, "could not mark run %d failed: %s", stored.id, mark_err)
-    if _repeated_failure(err, attempt):
-        raise PlanKeepsFailing(
-            f"run {stored.id} of drain '{drain.name}' failed {attempt} attempts with the "
-            f"same plan; the last one: {type(err).__name__}: {_one_line(err)}. Fix the "
-            f"cause and run again, or end the plan with `drainer plan abandon "
-            f"{drain.name} --reason TEXT` (audited; commits nothing) so that the next "
-            "run plans afresh."
-        ) from err
+    failure = run_failure(drain.name, stored.id, attempt, err)
+    if failure is not None:
+        raise failure from err
 
 
 def _mirror_and_publish(
@@ -237,26 +233,6 @@ def clear_run_outputs(ctx: RunContext) -> None:
     with ctx.engine.begin() as conn:
         check_fence(conn, ctx.lease, shared=True)
         ctx.sink.prepare_attempt(conn, ctx.run, ctx.read_from)
-
-
-def _repeated_failure(err: BaseException, attempt: int) -> bool:
-    """A resumed plan failed again for a reason abandoning it could address.
-
-    Not: a first attempt, an interrupt, a lost lease, another run holding the drain, or a
-    service that is down (abandoning would not bring it back).
-    """
-    return (
-        attempt > 1
-        and isinstance(err, Exception)
-        and not isinstance(err, FencedOut | DrainBusy | ServiceUnavailable | PlanKeepsFailing)
-    )
-
-
-def _one_line(err: BaseException) -> str:
-    """The error's text on one line, shortened (a Spark error can run to hundreds of lines),
-    without the secrets drainer expanded."""
-    text = " ".join(redact(str(err)).split())
-    return text if len(text) <= 300 else text[:300] + "…"
 
 
 def _after_commit(warnings: list[str], step: str, call: Callable[[], T]) -> T | None:

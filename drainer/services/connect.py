@@ -273,6 +273,18 @@ def _code_of(settings: Settings) -> str:
     return f"env={sys.prefix} PYTHONPATH={settings.python_path or '(none)'}"
 
 
+def started_python_path(settings: Settings) -> str | None:
+    """The PYTHONPATH the local Connect server was started with (`""` for none), or None when
+    runs do not use the local server or it left no record; an import error names it."""
+    if not settings.local_spark_connect:
+        return None
+    for word in _started_with(ConnectPaths.local(settings)).split():
+        if word.startswith("PYTHONPATH="):
+            value = word.removeprefix("PYTHONPATH=")
+            return "" if value == "(none)" else value
+    return None
+
+
 def _started_with(paths: ConnectPaths) -> str:
     try:
         return paths.started_with.read_text().strip()

@@ -184,6 +184,16 @@ def pending_dead_letters(conn: Connection, drain: str) -> int:
     return int(found)
 
 
+def retried_of(conn: Connection, drain: str, ids: list[int]) -> dict[int, Any]:
+    """Of `ids`, those that are dead letters of `drain`, each with when it was retried (None:
+    not yet); ids missing from the result are not the drain's dead letters."""
+    rows = conn.execute(
+        text("SELECT id, retried_at FROM dead_letters WHERE drain = :d AND id = ANY(:ids)"),
+        {"d": drain, "ids": ids},
+    ).all()
+    return {row.id: row.retried_at for row in rows}
+
+
 def claim_for_retry(conn: Connection, drain: str, ids: list[int] | None) -> Sequence[Row[Any]]:
     """Mark dead letters not retried yet (only `ids`, when given) retried, and return them.
 

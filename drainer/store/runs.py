@@ -190,7 +190,12 @@ def mark_failed(engine: Engine, lease: Lease, run_id: int, error: str) -> None:
                 "UPDATE runs SET status = 'failed', error = :e "
                 f"WHERE id = :r AND status IN {OPEN_STATUSES} AND fence = :f"
             ),
-            {"r": run_id, "e": error[:8000], "f": lease.fence},
+            # a long Spark error keeps its end, where the worker's root cause is
+            {
+                "r": run_id,
+                "e": error if len(error) <= 8000 else error[:3000] + "\n…\n" + error[-5000:],
+                "f": lease.fence,
+            },
         )
 
 

@@ -16,13 +16,136 @@ TASK_COLUMN = "_drainer_task"
 MAX_IDENTIFIER_BYTES = 63  # Postgres truncates longer names (NAMEDATALEN - 1)
 
 
+# drainer's own tables (sql/*.sql, and the migrations' record): a sink must not write into them,
+# and an error about one must not advise migrating it. tests/unit/test_sink_names.py keeps
+# this list equal to the tables the migrations create.
+OWN_TABLES = frozenset(
+    [
+        "dead_letters",
+        "drain_topics",
+        "drains",
+        "offset_rewinds",
+        "partition_offsets",
+        "plan_abandons",
+        "record_attempts",
+        "record_failures",
+        "retention_losses",
+        "run_levels",
+        "run_ranges",
+        "run_table_commits",
+        "run_totals",
+        "runs",
+        "schema_migrations",
+    ]
+)
+# Postgres's reserved key words: usable as table names only in double quotes
+RESERVED = frozenset(
+    [
+        "all",
+        "analyse",
+        "analyze",
+        "and",
+        "any",
+        "array",
+        "as",
+        "asc",
+        "asymmetric",
+        "both",
+        "case",
+        "cast",
+        "check",
+        "collate",
+        "column",
+        "constraint",
+        "create",
+        "current_catalog",
+        "current_date",
+        "current_role",
+        "current_time",
+        "current_timestamp",
+        "current_user",
+        "default",
+        "deferrable",
+        "desc",
+        "distinct",
+        "do",
+        "else",
+        "end",
+        "except",
+        "false",
+        "fetch",
+        "for",
+        "foreign",
+        "from",
+        "grant",
+        "group",
+        "having",
+        "in",
+        "initially",
+        "intersect",
+        "into",
+        "lateral",
+        "leading",
+        "limit",
+        "localtime",
+        "localtimestamp",
+        "not",
+        "null",
+        "offset",
+        "on",
+        "only",
+        "or",
+        "order",
+        "placing",
+        "primary",
+        "references",
+        "returning",
+        "select",
+        "session_user",
+        "some",
+        "symmetric",
+        "system_user",
+        "table",
+        "then",
+        "to",
+        "trailing",
+        "true",
+        "union",
+        "unique",
+        "user",
+        "using",
+        "variadic",
+        "when",
+        "where",
+        "window",
+        "with",
+    ]
+)
+
+
 def check_table_name(table: str) -> str:
-    """A sink table name Postgres would truncate is a config error (stage names fit anyway)."""
+    """A sink table name that Postgres would truncate, that only quoted SQL can name, or that
+    is one of drainer's own tables, is a config error naming a name that works."""
     size = len(table.encode())
     if size > MAX_IDENTIFIER_BYTES:
         raise ValueError(
             f"'{table}' is {size} bytes, more than Postgres's {MAX_IDENTIFIER_BYTES}-byte "
             f"names: use at most {MAX_IDENTIFIER_BYTES} bytes"
+        )
+    if table != table.lower():
+        raise ValueError(
+            f"'{table}' has capitals, so SQL must quote it (\"{table}\") to find it: use "
+            f"'{table.lower()}'"
+        )
+    if table in OWN_TABLES:
+        raise ValueError(
+            f"'{table}' is one of drainer's own state tables: name the sink table after its "
+            f"data, e.g. '{table}_out'"
+        )
+    if table in RESERVED:
+        raise ValueError(
+            f"'{table}' is a reserved SQL word, so SQL must quote it to find it: use e.g. "
+            f"'{table}s' or '{table}_out'"
         )
     return table
 

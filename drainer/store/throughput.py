@@ -57,9 +57,10 @@ def store_slot(conn: Connection, run_id: int, seconds: float) -> None:
 
 def recent_throughput(
     conn: Connection, drain: str, window: int
-) -> list[tuple[int, float, int | None]]:
-    """`(records, seconds, bytes)` (bytes None when unmeasured) of the last `window` committed
-    runs that drained something, oldest first.
+) -> list[tuple[int, float, int | None, int | None]]:
+    """`(records, seconds, bytes, budget)` (bytes None when unmeasured; budget the record
+    budget the run was planned with) of the last `window` committed runs that drained
+    something, oldest first.
 
     `seconds` is the run's whole slot (`slot_s`: plan through commit, mirror and upkeep), or
     its pre-commit `duration_s` when the process ended before storing the slot.
@@ -71,7 +72,8 @@ def recent_throughput(
     rows = conn.execute(
         text(
             "SELECT * FROM ("
-            "  SELECT r.id, coalesce(r.slot_s, r.duration_s) AS seconds, l.records, l.bytes"
+            "  SELECT r.id, coalesce(r.slot_s, r.duration_s) AS seconds, l.records, l.bytes,"
+            "  r.budget"
             "  FROM runs r CROSS JOIN LATERAL ("
             "    SELECT coalesce(sum(rl.drained), 0) AS records, sum(rl.read_bytes) AS bytes"
             "    FROM run_levels rl WHERE rl.run_id = r.id) l"
@@ -82,7 +84,9 @@ def recent_throughput(
         ),
         {"d": drain},
     )
-    return [(int(row.records), float(row.seconds), _int(row.bytes)) for row in rows]
+    return [
+        (int(row.records), float(row.seconds), _int(row.bytes), _int(row.budget)) for row in rows
+    ]
 
 
 def record_sizes(

@@ -96,6 +96,19 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
         "re-produced 1 dead letters" in _cli("dlq", "retry", drain.name, "--ids", str(one)).stdout
     )
     assert len(_listed(drain.name)) == 4
+    # an id already retried, or not a dead letter of the drain, is named; nothing is sent
+    # (before: `re-produced 0 dead letters`, exit 0)
+    again = subprocess.run(
+        [str(DRAINER), "dlq", "retry", drain.name, "--ids", str(one), "999999999"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+    assert again.returncode == 2, again.stderr
+    assert f"{one} is already retried" in again.stderr, again.stderr
+    assert f"999999999 is not a dead letter of drain '{drain.name}'" in again.stderr
+    assert len(_listed(drain.name)) == 4
     assert "re-produced 4 dead letters" in _cli("dlq", "retry", drain.name).stdout
     assert "re-produced 0 dead letters" in _cli("dlq", "retry", drain.name).stdout
     assert _listed(drain.name) == []

@@ -105,21 +105,22 @@ def test_a_failed_dead_letter_publish_is_a_warning_on_a_committed_run(make_drain
         ("failing_udf", "ValueError: no amount in b'v0'", "_parse_amount"),
     ],
 )
-def test_a_processor_that_raises_is_one_line_and_the_users_frames(
+def test_a_processor_that_raises_is_one_line_ending_with_its_cause(
     make_drain, processor, error, user_frame
 ):
-    """Before: ~30 lines of drainer's and pyspark's stack, exit 1, no word on what happens next."""
+    """Before: ~30 lines of drainer's and pyspark's stack, exit 1, no word on what happens next;
+    then a headline followed by the user's frames, one to six lines more."""
     drain = make_drain(levels=1, partitions=1, processor=f"spark_jobs.examples:{processor}")
     produce_records(drain, [OutRecord(value=f"v{i}".encode(), key=b"k") for i in range(5)], 0)
     done = _cli("run", drain.name)
     assert done.returncode == 2, done.stderr[-3000:]
     report = done.stderr[done.stderr.index("drainer: ") :]
-    first, *frames = [line for line in report.splitlines() if line.strip()]
-    assert f"processor spark_jobs.examples:{processor} failed" in first, report
-    assert error in first and "stays open" in first, report
-    assert f"the next `drainer run {drain.name}` retries it" in first, report
-    assert len(frames) <= 6, report  # the user's frames only
-    assert any(user_frame in line for line in frames), report
+    [line] = [line for line in report.splitlines() if line.strip()]
+    assert f"processor spark_jobs.examples:{processor} failed at " in line, report
+    assert f"in {user_frame};" in line and "stays open" in line, report  # the user's frame
+    assert f"the next `drainer run {drain.name}` retries it" in line, report
+    assert f"`drainer -v run {drain.name}` shows the whole trace" in line, report
+    assert line.endswith(error), report  # the cause last, whole
     for ours in ("drainer/lifecycle", "spark_jobs/drain_job.py", "spark_jobs/modes.py", "pyspark"):
         assert ours not in done.stderr, report
     with get_engine().connect() as conn:

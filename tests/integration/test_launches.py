@@ -6,6 +6,7 @@ import pytest
 from lifecycle_helpers import assert_each_record_once
 from sqlalchemy import text
 
+from drainer.errors import RunFailed
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.lifecycle.run import drain_once
 from drainer.store import get_engine
@@ -61,7 +62,7 @@ def test_run_for_other_levels_finishes_the_open_plan_first(make_drain, spark):
     def crash(ctx):
         raise RuntimeError("executor died")
 
-    with pytest.raises(RuntimeError, match="executor died"):
+    with pytest.raises(RunFailed, match="Cause: RuntimeError: executor died"):
         drain_once(drain, crash, levels=[0, 1], trigger="test")
     open_plan = _runs(drain)[-1]
     assert open_plan.status == "failed" and list(open_plan.levels) == [0, 1]
@@ -96,7 +97,7 @@ def test_resuming_the_same_levels_stays_one_run(make_drain, spark):
     def crash(ctx):
         raise RuntimeError("executor died")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RunFailed):
         drain_once(drain, crash, levels=[1], trigger="test")
     result = drain_job.run(drain, levels=[1], trigger="test", launch_key="k1")
     assert result.resumed and result.finished is None and result.drained == 200
@@ -114,7 +115,7 @@ def test_a_launch_whose_plan_was_abandoned_plans_anew(make_drain, spark):
     def crash(ctx):
         raise RuntimeError("executor died")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RunFailed):
         drain_once(drain, crash, levels=[1], trigger="test", launch_key="backfill:b1")
     abandon_plan(drain, "the processor had a bug")
     result = drain_job.run(drain, levels=[1], trigger="test", launch_key="backfill:b1")

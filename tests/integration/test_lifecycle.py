@@ -18,7 +18,7 @@ from lifecycle_helpers import (
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from sqlalchemy import text
 
-from drainer.errors import PlanKeepsFailing, ProcessorFailed, TopicRecreated
+from drainer.errors import PlanKeepsFailing, ProcessorFailed, RunFailed, TopicRecreated
 from drainer.kafka.clients import client_config
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.session import KafkaSession
@@ -161,7 +161,7 @@ def test_finishing_another_plan_checks_its_topics_identity(make_drain, spark):
     def crash(ctx):
         raise RuntimeError("crashed after planning")
 
-    with pytest.raises(RuntimeError, match="crashed after planning"):
+    with pytest.raises(RunFailed, match="crashed after planning"):
         drain_once(drain, crash, levels=[0], trigger="test")
     recreate_topic(drain, 0)
     produce_records(drain, _keyed("new", 800), level=0, partition=0)

@@ -189,7 +189,7 @@ def test_a_password_in_an_error_is_redacted_from_every_table_and_log_line(
     import logging
 
     from drainer.config.kafka_clients import librdkafka_settings
-    from drainer.errors import PlanKeepsFailing
+    from drainer.errors import PlanKeepsFailing, RunFailed
     from drainer.lifecycle.abandon import abandon_plan
     from drainer.lifecycle.run import drain_once
 
@@ -213,7 +213,7 @@ def test_a_password_in_an_error_is_redacted_from_every_table_and_log_line(
         raise RuntimeError(f"login refused for {settings['sasl.password']} at {sasl}")
 
     caplog.set_level(logging.DEBUG)
-    with pytest.raises(RuntimeError):  # the executor's own error, raised as it is
+    with pytest.raises(RunFailed):  # the executor's own error, as its root cause
         drain_once(drain, leaky, trigger="test")
     with pytest.raises(PlanKeepsFailing) as info:  # drainer's message about it
         drain_once(drain, leaky, trigger="test")

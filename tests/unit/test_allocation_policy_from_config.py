@@ -55,7 +55,7 @@ def test_the_run_budget_sets_the_record_and_byte_budgets(tmp_path):
     assert (policy.budget, policy.budget_bytes, policy.record_bytes) == (20, 1_000, {(0, 0): 50.0})
     assert budget.summary() == (
         "run_seconds: budget 20 of 70 (2 records/s, 200 bytes/s, 2 records/s (median of the "
-        "last 1 runs)); budget_bytes: 1,000 bytes; record sizes of 1 partitions known, 1 sampled "
+        "last 1 full runs)); budget_bytes: 1,000 bytes; record sizes of 1 partitions known, 1 sampled "
         "from Kafka"
     )
     assert budget.as_dict()["record_bytes"] == [{"level": 0, "partition": 0, "avg_bytes": 50.0}]

@@ -32,7 +32,14 @@ IO_CLIENTS = ("sqlalchemy", "psycopg", "confluent_kafka", "dagster", "pyspark")
 # lowest first; a module may import its own layer and the ones below. The longest matching
 # prefix names a module's layer ("drainer" alone is the package root: its version, no code).
 LAYERS: list[tuple[str, ...]] = [
-    ("drainer", "drainer.settings", "drainer.local_secrets", "drainer.errors", "drainer.faults"),
+    (
+        "drainer",
+        "drainer.settings",
+        "drainer.local_secrets",
+        "drainer.errors",
+        "drainer.faults",
+        "drainer.error_text",
+    ),
     ("drainer.offset_map", "drainer.processing", "drainer.allocation"),
     ("drainer.store",),
     ("drainer.config",),

@@ -41,3 +41,46 @@ def test_a_name_postgres_would_truncate_is_refused():
         assert "use at most 63 bytes" in str(err)
     else:
         raise AssertionError("a 64-byte name was accepted")
+
+
+def test_drainers_own_tables_are_the_tables_its_migrations_create():
+    """So a new state table is refused as a sink table without anyone remembering to."""
+    import re
+    from pathlib import Path
+
+    import drainer
+
+    sql = Path(drainer.__file__).resolve().parent.parent / "sql"
+    created = {
+        name.lower()
+        for f in sql.glob("*.sql")
+        for name in re.findall(
+            r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", f.read_text(), re.IGNORECASE
+        )
+    }
+    assert created | {"schema_migrations"} == set(sink_names.OWN_TABLES)
+
+
+def test_a_sink_table_that_is_drainers_own_or_needs_quoting_is_refused_at_load(tmp_path):
+    """Before: `table: runs` was accepted (and its error advised migrating `runs`), and
+    `table: NbOrders` created "NbOrders", which unquoted SQL cannot find."""
+    import pytest
+    import yaml
+
+    from drainer.config import load_drains
+    from drainer.errors import ConfigError
+    from drainer.testing import drain_body
+
+    for table, fix in (
+        ("runs", "one of drainer's own state tables: name the sink table after its data"),
+        ("NbOrders", "use 'nborders'"),
+        ("order", "reserved SQL word"),
+    ):
+        path = tmp_path / "drains.yaml"
+        body = drain_body("d", sink={"type": "postgres", "table": table})
+        path.write_text(yaml.safe_dump({"drains": {"d": body}}))
+        with pytest.raises(ConfigError, match="d.sink") as info:
+            load_drains(path)
+        assert fix in str(info.value) and f"'{table}'" in str(info.value)
+    for fine in ("orders", "nb_orders", "runs_out"):
+        assert sink_names.check_table_name(fine) == fine

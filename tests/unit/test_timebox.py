@@ -95,3 +95,44 @@ def test_with_a_fixed_cost_per_run_the_budget_converges_to_the_one_that_fills_th
     for run in history[-5:]:
         assert abs(run.records - exact) <= 0.02 * exact + 1
         assert run.seconds <= slot * 1.02
+
+
+def test_runs_held_back_by_failing_records_do_not_collapse_the_budget():
+    """The observed loop (issue 31): runs that drained 1 to 4 records, the rest held back
+    behind failing ones, counted as throughput; with 3,000 records waiting the next budget was
+    87 of 1,500 and took 3 to 4 runs to recover, while real throughput was ~1,000 records/s.
+    Before: the first budget after the small runs was below 200."""
+    cap, slot = 1_500, 60.0
+
+    def seconds(records: int) -> float:
+        return 0.9 + records / 1_000  # a run's fixed cost, then ~1,000 records/s
+
+    history = [RunThroughput(cap, seconds(cap), None, cap) for _ in range(5)]
+    history += [RunThroughput(n, seconds(n), None, cap) for n in (1, 4, 2, 3, 1)]
+    waiting = 3_000
+    budgets = []
+    for _ in range(4):  # the failing records were fixed: the next runs have 3,000 waiting
+        budget = timeboxed_budget(slot, cap=cap, recent=history).budget
+        budgets.append(budget)
+        drained = min(budget, waiting)
+        history.append(RunThroughput(drained, seconds(drained), None, budget))
+    assert budgets == [cap] * 4
+
+
+@given(
+    st.lists(st.integers(1, 10_000), min_size=1, max_size=5),
+    st.lists(st.integers(1, 99), min_size=1, max_size=15),
+)
+def test_runs_smaller_than_their_budget_that_fit_the_slot_never_lower_it(full, small):
+    """Only runs that drained their whole budget measure throughput: runs cut short by the
+    backlog (or held-back records) that still fit their slot leave the budget as it was."""
+    slot = 30.0
+    measured = [RunThroughput(n, 0.5 + n / 2_000, None, n) for n in full]
+    before = timeboxed_budget(slot, cap=10**6, recent=measured).budget
+    limited = [RunThroughput(n, 0.5 + n / 2_000, None, 100) for n in small]
+    assert timeboxed_budget(slot, cap=10**6, recent=[*measured, *limited]).budget == before
+
+
+def test_a_limited_run_that_overshot_its_slot_still_lowers_the_budget():
+    box = timeboxed_budget(10, cap=10_000, recent=[RunThroughput(50, 20.0, None, 500)])
+    assert box.budget == 12  # 2.5 records/s, halved for taking twice the slot

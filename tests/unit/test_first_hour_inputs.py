@@ -1,0 +1,61 @@
+"""Inputs a newcomer gets wrong are refused with one line naming the line, key or setting
+(issue 31, item 5): pure checks, no stack."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import yaml
+
+from drainer.cli.main import main
+from drainer.config import get_drain
+from drainer.errors import ConfigError
+from drainer.kafka.producer import json_line_records
+from drainer.testing import drain_body
+
+
+def records(text: str) -> list:
+    return list(json_line_records(io.StringIO(text)))
+
+
+def test_a_stdin_object_without_value_is_refused_naming_the_line_and_the_key():
+    """Before: `{"key": "k9", "vaule": 1}` went out as a null-key record whose value was the
+    whole line."""
+    with pytest.raises(ConfigError, match="stdin line 2: unknown key 'vaule'"):
+        records('{"key": "k1", "value": 1}\n{"key": "k9", "vaule": 1}\n')
+    with pytest.raises(ConfigError, match='stdin line 1 has no "value"'):
+        records('{"key": "k9"}\n')
+
+
+def test_stdin_takes_timestamp_ms_and_headers_and_refuses_a_bare_timestamp():
+    """Before: `timestamp` was ignored, so old records could not be produced to try max_wait."""
+    [record] = records('{"key": "k", "value": {"a": 1}, "timestamp_ms": 1700000000000, '
+                       '"headers": {"trace": "abc"}}\n')  # fmt: skip
+    assert record.timestamp_ms == 1_700_000_000_000
+    assert record.headers == [("trace", b"abc")] and record.key == b"k"
+    assert record.value == b'{"a": 1}'
+    with pytest.raises(ConfigError, match="`timestamp_ms`: epoch milliseconds"):
+        records('{"value": 1, "timestamp": 1700000000000}\n')
+    with pytest.raises(ConfigError, match='"timestamp_ms" must be whole epoch milliseconds'):
+        records('{"value": 1, "timestamp_ms": "yesterday"}\n')
+
+
+def test_a_bad_drain_does_not_block_commands_about_the_others(tmp_path):
+    """Before: one bad drain in the file failed `plan` (and every command) of every drain."""
+    path = tmp_path / "drains.yaml"
+    bad = drain_body("bad", budget=1)  # too small for three levels
+    path.write_text(yaml.safe_dump({"drains": {"good": drain_body("good"), "bad": bad}}))
+    assert get_drain("good", path).name == "good"
+    with pytest.raises(ConfigError, match=r"bad\.budget|set budget >= 7"):
+        get_drain("bad", path)  # named when it is used
+    with pytest.raises(ConfigError, match=r"no drain named 'other' \(configured: bad, good\)"):
+        get_drain("other", path)
+
+
+def test_rewind_requires_a_reason(capsys):
+    """Before: a rewind, audited, could be recorded without saying why."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["rewind", "events", "--level", "0", "--to-earliest"])
+    assert exit_.value.code == 2
+    assert "--reason" in capsys.readouterr().err
