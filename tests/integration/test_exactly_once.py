@@ -27,6 +27,7 @@ from drainer.config import DrainConfig
 from drainer.errors import FencedOut
 from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
 from drainer.lifecycle.commit import commit_run
+from drainer.lifecycle.results import ExecutionResult
 from drainer.lifecycle.run import RunResult, drain_once
 from drainer.store import get_engine
 from drainer.store.leases import ensure_drain
@@ -369,7 +370,7 @@ def test_superseded_run_cannot_commit(make_drain, spark):
     with engine.begin() as conn:
         conn.execute(text("UPDATE runs SET status = 'running' WHERE id = :r"), {"r": ctx.run.id})
     with pytest.raises(FencedOut):
-        commit_run(engine, ctx.lease, drain, ctx.run, 0.0)
+        commit_run(engine, ctx.lease, drain, ctx.sink, ctx.run, 0.0, ExecutionResult())
     with engine.connect() as conn:
         assert conn.scalar(text(f'SELECT count(*) FROM "{drain.sink.table}"')) == 0
     assert all(committed == 0 for committed, _ in stored_offsets(drain).values())

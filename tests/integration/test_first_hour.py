@@ -148,7 +148,7 @@ def test_a_handler_row_postgres_cannot_store_fails_that_record_not_the_run(make_
     assert dead["offset"] == 1
     assert "column 'amount' (double precision) got str 'lots'" in dead["error"], dead
     with get_engine().connect() as conn:
-        rows = conn.execute(text(f"SELECT id FROM {drain.sink.postgres_table} ORDER BY id")).all()
+        rows = conn.execute(text(f"SELECT id FROM {drain.sink.table} ORDER BY id")).all()
     assert [r.id for r in rows] == ["a", "b"]
 
 

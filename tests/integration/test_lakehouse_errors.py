@@ -19,7 +19,7 @@ from test_exactly_once import produce_backlog, runs_of
 from test_lakehouse import BUDGET, DATAFRAME_MODE, PER_PARTITION, sink_of, table_arrow
 
 from drainer.config import DrainConfig
-from drainer.config.sinks import SinkConfig
+from drainer.config.sinks import IcebergSinkConfig
 from drainer.errors import CatalogUnavailable, ConfigError
 from drainer.settings import load_settings
 from drainer.sinks import sink_for
@@ -67,7 +67,7 @@ def test_unreachable_rest_catalog_fails_the_run_and_keeps_its_plan(make_drain, l
     assert set(stored_offsets(drain).values()) == {(0, "")}  # nothing committed
 
     # the catalog fixed (here: the embedded one), the same run resumes with the same ranges
-    fixed = drain.model_copy(update={"sink": SinkConfig(type="iceberg", table=table)})
+    fixed = drain.model_copy(update={"sink": IcebergSinkConfig(table=table)})
     result = drain_job.run(fixed, trigger="test")
     assert result.resumed and result.run_id == run.id and result.drained == BUDGET
     assert table_arrow(fixed).num_rows == BUDGET
