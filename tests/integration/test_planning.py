@@ -315,9 +315,7 @@ def test_a_budget_short_of_the_late_records_reads_the_oldest_first_across_partit
 # --- 2. level subsets (backfills) and the history window ----------------------------------------
 
 
-def test_a_run_of_levels_0_and_1_shares_the_budget_among_them_only(
-    make_drain, materialize_levels
-):
+def test_a_run_of_levels_0_and_1_shares_the_budget_among_them_only(make_drain, materialize_levels):
     drain = make_drain(budget=7000)
     for level in range(3):
         for partition in range(2):

@@ -139,3 +139,13 @@ def test_the_drains_asset_carries_its_freshness_policy(drains_file):
     asset = defs.resolve_assets_def("orders")
     assert len(asset.check_keys) == 4 and asset.backfill_policy == dg.BackfillPolicy.single_run()
     assert asset.partitions_def.get_partition_keys() == ["0", "1", "2"]
+
+
+def test_every_attribute_is_described_where_declared_and_in_docs():
+    from drainer.dagster import ResourceSettings
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "dagster.md").read_text()
+    for model in (DrainsComponent, ResourceSettings):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} has no description"
+            assert f"  {name}: " in docs, f"docs/dagster.md's defs.yaml example lacks `{name}`"
