@@ -23,52 +23,80 @@ import dagster as dg
 
 from dagster_project.assets import drain_asset
 from dagster_project.automation import drain_lag_sensor, drain_schedule
+from dagster_project.freshness import drain_freshness
 from dagster_project.maintenance import maintenance_job, maintenance_schedule
 from dagster_project.resources import DrainerResource
 from drainer.config import DrainConfig, load_drains
+from drainer.errors import ConfigError
 from drainer.settings import load_settings
 
 RESOURCE_KEY = "drainer"
 
 
-def definitions_for_drain(drain: DrainConfig, resource: DrainerResource) -> dg.Definitions:
-    """One drain's asset, checks, job `<drain>_job`, `<drain>_lag_sensor` and `<drain>_schedule`."""
+def definitions_for_drain(
+    drain: DrainConfig, resource: DrainerResource, schedules: bool = True, sensors: bool = True
+) -> dg.Definitions:
+    """One drain's asset, checks, job `<drain>_job`, `<drain>_lag_sensor` and `<drain>_schedule`.
+
+    `schedules=False` leaves out the drain's cron schedule and its daily maintenance schedule
+    (the jobs stay, to launch by hand); `sensors=False` leaves out the lag sensor.
+    """
     asset = drain_asset(drain)
+    policy = drain_freshness(drain)
+    if policy is not None:  # max_wait: evaluated by Dagster's freshness daemon
+        asset = asset.map_asset_specs(lambda spec: spec.replace_attributes(freshness_policy=policy))
     # a drain's run is one step: running it in the run's own process spares a second Python
     # process and a second import of the definitions (seconds per run)
     job = dg.define_asset_job(
         f"{drain.name}_job", selection=[asset], executor_def=dg.in_process_executor
     )
-    jobs: list[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = [job]
-    schedules = [drain_schedule(drain, job)] if drain.schedule else []
     maintenance = maintenance_job(drain)  # daily folds, history, and compaction of a table
-    jobs.append(maintenance)
-    schedules.append(maintenance_schedule(drain, maintenance))
+    jobs: list[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = [job, maintenance]
+    chosen: list[dg.ScheduleDefinition] = []
+    if schedules:
+        chosen = [drain_schedule(drain, job)] if drain.schedule else []
+        chosen.append(maintenance_schedule(drain, maintenance))
     return dg.Definitions(
         assets=[asset],
         jobs=jobs,
-        sensors=[drain_lag_sensor(drain, job)],
-        schedules=schedules,
+        sensors=[drain_lag_sensor(drain, job)] if sensors else [],
+        schedules=chosen,
         resources={RESOURCE_KEY: resource},
     )
 
 
 def drain_definitions(
-    drains_file: Path | str | None = None, resource: DrainerResource | None = None
+    drains_file: Path | str | None = None,
+    resource: DrainerResource | None = None,
+    select: list[str] | None = None,
+    schedules: bool = True,
+    sensors: bool = True,
 ) -> dg.Definitions:
     """Every drain of `drains_file` (default: DRAINER_CONFIG, else ./drains.yaml) as definitions.
 
     `resource` replaces the default `DrainerResource.from_environment(drains_file)`, e.g. to
-    name the services in code or to set `wait_seconds`. Merge the result into a code location
-    with `dg.Definitions.merge`; the resource key `drainer` must not be taken there by another
-    resource.
+    name the services in code or to set `wait_seconds`. `select` keeps only the drains it
+    names; `schedules` and `sensors` as in `definitions_for_drain`. Merge the result into a code
+    location with `dg.Definitions.merge`; the resource key `drainer` must not be taken there by
+    another resource. `drainer.dagster.DrainsComponent` calls this from a `defs.yaml`.
     """
     path = Path(drains_file) if drains_file is not None else load_settings().config_path
     drains = load_drains(path)
+    if select is not None:
+        unknown = sorted(set(select) - set(drains))
+        if unknown:
+            raise ConfigError(
+                f"select names drains {unknown} that {path} does not define (it has: "
+                f"{', '.join(sorted(drains)) or 'none'}): fix the names or the drains file"
+            )
+        drains = {name: drain for name, drain in drains.items() if name in select}
     # one instance for every drain: Definitions.merge accepts a resource key bound twice only
     # to the same object
     resource = resource or DrainerResource.from_environment(drains_file)
     return dg.Definitions.merge(
         dg.Definitions(resources={RESOURCE_KEY: resource}),
-        *(definitions_for_drain(drain, resource) for drain in drains.values()),
+        *(
+            definitions_for_drain(drain, resource, schedules=schedules, sensors=sensors)
+            for drain in drains.values()
+        ),
     )

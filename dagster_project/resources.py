@@ -67,11 +67,14 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
     )
 
     @classmethod
-    def from_environment(cls, drains_file: Path | str | None = None) -> "DrainerResource":
+    def from_environment(
+        cls, drains_file: Path | str | None = None, **settings: Any
+    ) -> "DrainerResource":
         """The resource whose connection fields are `dg.EnvVar`s of the variables that are set.
 
         A variable unset where the definitions load stays unset (None), so drainer's default
-        applies instead of Dagster refusing the run over a missing variable.
+        applies instead of Dagster refusing the run over a missing variable. `settings` (field
+        names, values or `dg.EnvVar`s) win over the environment's.
         """
         fields: dict[str, Any] = {}
         for field, name in ENV_VARIABLES.items():
@@ -79,7 +82,7 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
             fields[field] = dg.EnvVar(found) if found else None
         if drains_file is not None:
             fields["drains_file"] = str(Path(drains_file).expanduser().resolve())
-        return cls(**fields)
+        return cls(**(fields | settings))
 
     def settings(self) -> Settings:
         """drainer's settings with this resource's fields over the environment's."""

@@ -121,6 +121,7 @@ class DagsterDrains(NamedTuple):
     service: DrainConfig
     leaky: DrainConfig
     upkept: DrainConfig
+    fresh: DrainConfig
 
 
 @pytest.fixture(scope="session")
@@ -130,7 +131,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     `launches`: UI launches, backfills and the lag sensor; `cron`: its schedule fires every
     minute; `browser`: the browser test's; `service`: max_wait, run_seconds and budget_bytes;
     `leaky`: a processor that fails with a secret in its error; `upkept`: its daily
-    maintenance job is launched.
+    maintenance job is launched; `fresh`: max_wait 1m, Dagster's shortest freshness window.
     """
     import yaml
 
@@ -159,6 +160,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
         # a processor whose error carries the database password: redaction under Dagster
         "leaky": {"budget": 700, "processor": "spark_jobs.examples:leaks_the_database_url"},
         "upkept": {"budget": 700},
+        "fresh": {"budget": 700, "max_wait": "1m"},
     }
     names = {role: f"{role}_{suffix}" for role in bodies}
     drains_yaml = {
@@ -185,6 +187,8 @@ def dagster_stack(dagster_drains, tmp_path_factory):
     env = {
         **os.environ,
         "DRAINER_CONFIG": str(dagster_drains.path),
+        # the freshness daemon's loop (30 s by default): a state change seen within seconds
+        "FRESHNESS_DAEMON_INTERVAL_SECONDS": "2",
         "PYTHONPATH": os.pathsep.join(
             p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
         ),

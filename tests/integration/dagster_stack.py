@@ -332,6 +332,25 @@ class DagsterStack:
             found.append({"partition": m["partition"], "runId": m["runId"], "metadata": values})
         return found
 
+    def freshness(self, asset: str) -> tuple[dict | None, str | None]:
+        """(the asset's freshness policy, its freshness status as the UI shows it: HEALTHY,
+        WARNING, DEGRADED or UNKNOWN), from the state the freshness daemon last stored."""
+        node = self.gql(
+            "query($k: AssetKeyInput!) { assetNodeOrError(assetKey: $k) { ... on AssetNode { "
+            "internalFreshnessPolicy { __typename ... on TimeWindowFreshnessPolicy { "
+            "failWindowSeconds warnWindowSeconds } } freshnessStatusInfo { freshnessStatus } } } }",
+            k={"path": [asset]},
+        )["assetNodeOrError"]
+        status = node["freshnessStatusInfo"]
+        return node["internalFreshnessPolicy"], status["freshnessStatus"] if status else None
+
+    def wait_freshness(self, asset: str, status: str, timeout_s: float = 180) -> None:
+        def look() -> tuple[bool, Any]:
+            seen = self.freshness(asset)[1]
+            return seen == status, f"{asset}'s freshness is {seen}, not {status}"
+
+        self._poll(look, timeout_s, every_s=1)
+
     def _selector(self, kind: str, name: str) -> dict[str, str]:
         return {
             "repositoryName": self.repository,

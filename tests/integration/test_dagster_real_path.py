@@ -378,6 +378,44 @@ def test_backfill_of_levels_0_and_2_keeps_max_wait_and_the_byte_budget(
     assert throughput["bytes_per_s"] == pytest.approx(sum(read.values()) / seconds)
 
 
+def test_max_wait_is_a_freshness_policy_failed_while_late_records_wait_and_passed_once_drained(
+    dagster_stack, dagster_drains
+):
+    """A drain with `max_wait: 1m` has Dagster's time-window freshness policy (fail window 1m,
+    Dagster's shortest, so no warn window below it). A run with budget 700 leaves 300 of 1,000
+    ten-minute-old records waiting; with no run for a minute after it, the freshness daemon
+    fails the asset (Dagster times the window from the last materialization). The next run
+    drains the backlog, and the asset passes again."""
+    from dagster_project.definitions import all_levels_tags
+
+    ui, drain = dagster_stack, dagster_drains.fresh
+    policy, _ = ui.freshness(drain.name)
+    assert policy == {
+        "__typename": "TimeWindowFreshnessPolicy",
+        "failWindowSeconds": 60,
+        "warnWindowSeconds": None,
+    }
+    _produce_sized(drain, 0, 0, 1000, 9, int(time.time() * 1000) - 600_000)
+
+    first = ui.wait_run(ui.launch_run(drain.name, all_levels_tags(drain)))
+    assert first["status"] == "SUCCESS"
+    (run,) = drainer_runs(drain)
+    assert level_numbers(run.id)[0] == (700, 300)  # drained, left waiting
+    (level_0,) = [
+        m["metadata"]
+        for m in ui.materializations(drain.name)
+        if m["runId"] == first["runId"] and m["partition"] == "0"
+    ]
+    assert level_0["oldest_age_s"] >= 60  # what it left waiting is past max_wait
+    ui.wait_freshness(drain.name, "DEGRADED", timeout_s=180)
+    assert time.time() - first["endTime"] >= 55  # failed once max_wait passed without a run
+
+    second = ui.wait_run(ui.launch_run(drain.name, all_levels_tags(drain)))
+    assert second["status"] == "SUCCESS"
+    assert level_numbers(drainer_runs(drain)[-1].id)[0] == (300, 0)
+    ui.wait_freshness(drain.name, "HEALTHY", timeout_s=60)
+
+
 def test_a_failing_runs_secret_is_redacted_in_dagsters_storage_and_files(
     dagster_stack, dagster_drains
 ):

@@ -62,7 +62,7 @@ def test_lag_sensor_fires_only_above_threshold(make_drain):
         assert len(busy.run_requests) == 1
 
 
-def test_backfill_of_two_levels_runs_once_and_checks_pass(make_drain, spark):
+def test_job_run_over_a_level_range_drains_those_levels_once_and_checks_pass(make_drain, spark):
     from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
 
     drain = make_drain()

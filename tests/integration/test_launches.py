@@ -35,7 +35,7 @@ def _drained(drain) -> dict[int, int]:
         return {row.level: int(row.n) for row in rows}
 
 
-def test_backfill_of_levels_0_and_2_is_one_run_sharing_the_budget(make_drain, spark):
+def test_two_launches_with_one_launch_key_are_one_run_sharing_the_budget(make_drain, spark):
     drain = make_drain(budget=700)
     for level in range(3):
         produce_records(drain, synthetic_records(1000, seed=level), level=level)

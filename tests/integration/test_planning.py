@@ -315,9 +315,7 @@ def test_a_budget_short_of_the_late_records_reads_the_oldest_first_across_partit
 # --- 2. level subsets (backfills) and the history window ----------------------------------------
 
 
-def test_dagster_backfill_of_levels_0_and_1_shares_the_budget_among_them_only(
-    make_drain, materialize_levels
-):
+def test_a_run_of_levels_0_and_1_shares_the_budget_among_them_only(make_drain, materialize_levels):
     drain = make_drain(budget=7000)
     for level in range(3):
         for partition in range(2):
@@ -359,7 +357,7 @@ def test_dagster_backfill_of_levels_0_and_1_shares_the_budget_among_them_only(
     assert {lv: p.reserved for lv, p in full.levels.items()} == {0: 1000, 1: 2000, 2: 4000}
 
 
-def test_backfills_of_other_levels_do_not_enter_a_levels_history_window(make_drain, spark):
+def test_runs_of_other_levels_do_not_enter_a_levels_history_window(make_drain, spark):
     """history_window 3, maxout_threshold 2. Two full runs in which level 0 maxes out make it
     the level that bursts. Two level-2-only backfills follow. Level 0's window must still be its
     two full runs (not [7000, 0, 0], which would end its burst); level 2's window does include

@@ -1,6 +1,8 @@
 """The layers stay where docs/design.md puts them, enforced rather than remembered.
 
-- `drainer/` imports neither dagster nor pyspark: the CLI and tools stay light.
+- `drainer/` imports neither dagster nor pyspark: the CLI and tools stay light. The one
+  exception is `drainer.dagster`, the `dg` component's public name: the top layer, above
+  `dagster_project` whose factory it wraps, so nothing else in `drainer/` may import it.
 - The pure modules (allocation, offset map, record processing, level health) do no I/O: no database or Kafka
   client among their imports.
 - SQL text lives in `drainer/store/` only.
@@ -50,7 +52,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("drainer.cli",),
     ("spark_jobs",),
     ("dagster_project",),
+    # the `dg` component (drainer.dagster.DrainsComponent): YAML onto dagster_project's factory
+    ("drainer.dagster",),
 ]
+# the modules of drainer/ that import dagster: the component's, at the top of LAYERS
+DAGSTER_MODULES = ("drainer.dagster",)
 STORE_MAY_IMPORT = (
     "drainer.settings",
     "drainer.local_secrets",
@@ -83,7 +89,7 @@ def test_drainer_imports_neither_dagster_nor_pyspark():
     modules = [
         m.name
         for m in pkgutil.walk_packages(drainer.__path__, "drainer.")
-        if not m.name.endswith("__main__")
+        if not m.name.endswith("__main__") and m.name not in DAGSTER_MODULES
     ]
     assert {"drainer.store.runs", "drainer.cli.runs", "drainer.services.kafka"} <= set(modules)
     loaded = _imported_after(modules)
@@ -213,6 +219,10 @@ def test_the_layer_check_catches_an_upward_import():
     assert _upward_imports("drainer.store.fake", "from drainer.store import runs\n") == []
     assert _upward_imports("drainer.observe.fake", "from drainer.lifecycle import planning\n") == []
     assert _upward_imports("dagster_project.fake", "import dagster\nimport spark_jobs\n") == []
+    # the component's module is the top layer: drainer's own modules cannot reach it
+    assert _upward_imports("drainer.cli.fake", "from drainer.dagster import DrainsComponent\n")
+    assert _upward_imports("dagster_project.fake", "import drainer.dagster\n")
+    assert _upward_imports("drainer.dagster", "from dagster_project import factory\n") == []
 
 
 def test_every_module_has_a_layer():
