@@ -90,7 +90,6 @@ def drained(make_drain, lakehouse, tmp_path, monkeypatch):
 
 def test_the_docs_reading_snippets_run_as_written_against_the_local_stack(drained):
     delta, iceberg = drained
-    settings = load_settings()
     delta_path, iceberg_table = delta.sink.path, iceberg.sink.table
     assert delta_path and iceberg_table
 
@@ -117,6 +116,16 @@ def test_the_docs_reading_snippets_run_as_written_against_the_local_stack(draine
     with pytest.raises(ValueError):  # "a record that cannot be decoded fails like any other"
         handle(Record("t-0", 0, 1, 0, b"k", b"not json"))
 
+    check_the_duckdb_and_trino_blocks(delta_path, iceberg_table, metadata_location)
+    assert processor_block  # (ran above, as the Iceberg drain's processor)
+
+
+def check_the_duckdb_and_trino_blocks(
+    delta_path: str, iceberg_table: str, metadata_location: str
+) -> None:
+    """The blocks this machine cannot run name what exists: the DuckDB scans' Delta folder and
+    Iceberg metadata file, the Postgres query that finds that file, Trino's JDBC catalog."""
+    settings = load_settings()
     # DuckDB: the paths it scans, with the reader's home for /home/me
     warehouse = Path(settings.warehouse)
     sql = "\n".join(blocks("docs/lakehouse.md", "sql") + blocks("README.md", "sql"))
@@ -158,4 +167,3 @@ def test_the_docs_reading_snippets_run_as_written_against_the_local_stack(draine
     assert Path(secret_file).expanduser() == secret_path(settings.home, POSTGRES_PASSWORD)
     assert url.password == secret_path(settings.home, POSTGRES_PASSWORD).read_text().strip()
     assert props["iceberg.jdbc-catalog.default-warehouse-dir"] == f"file://{DOC_HOME_WAREHOUSE}"
-    assert processor_block  # (ran above, as the Iceberg drain's processor)
