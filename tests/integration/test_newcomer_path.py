@@ -34,7 +34,8 @@ from drainer.testing import delete_topics
 
 pytestmark = pytest.mark.slow
 
-DRAINER = [sys.executable, "-m", "spark_jobs.cli"]
+# the console script a newcomer types: `python -m` would put the folder itself on sys.path
+DRAINER = [str(Path(sys.executable).with_name("drainer"))]
 MODULE = """
 import json
 
