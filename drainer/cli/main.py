@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from drainer.cli import dlq, maintain, produce, runs, services, simulate, status
 from drainer.cli.output import err_console
@@ -36,10 +36,18 @@ MaintainerFactory: TypeAlias = "Callable[[], Callable[[DrainConfig, float, bool]
 """Returns the Spark job that compacts and expires a lakehouse table; called only by `maintain`."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with drainer's one-line errors: a missing or bad argument is one `drainer:`
+    line naming `--help` (exit 2), not argparse's usage block, which wraps to several lines."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("drainer").strip()  # "rewind", "plan abandon", ""
+        where = f"{command}: " if command else ""
+        self.exit(2, f"drainer: {where}{message}; `{self.prog} --help` shows the usage\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="drainer", description="Drain Kafka backlogs by priority, exactly once."
-    )
+    parser = _Parser(prog="drainer", description="Drain Kafka backlogs by priority, exactly once.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in GROUPS:

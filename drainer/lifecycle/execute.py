@@ -135,7 +135,11 @@ def _process(ctx: RunContext, execute: Executor, phases: dict[str, float]) -> Ex
     # earlier attempt's commit holds the run (only the executor can look); a first attempt
     # has no earlier one, so an empty run needs no Spark
     asks_sink = ctx.sink.capabilities.commit == "before_postgres" and ctx.attempt > 1
-    executed = execute(ctx) if ctx.readable_ranges() or asks_sink else ExecutionResult(read={})
+    if not (ctx.readable_ranges() or asks_sink):
+        # no Spark job: its phases say 0, not the time clearing the stage took
+        phases["spark_start"] = phases["spark_job"] = 0.0
+        return ExecutionResult(read={})
+    executed = execute(ctx)
     job_s = time.monotonic() - t0
     phases["spark_start"] = executed.spark_start_s
     phases["spark_job"] = max(0.0, job_s - phases["spark_start"])

@@ -59,3 +59,21 @@ def test_rewind_requires_a_reason(capsys):
         main(["rewind", "events", "--level", "0", "--to-earliest"])
     assert exit_.value.code == 2
     assert "--reason" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["rewind", "events", "--level", "0", "--to-earliest"], "rewind: the following arguments"),
+        (["dlq", "frob", "events"], "dlq: argument action: invalid choice: 'frob'"),
+        (["runn", "events"], "argument command: invalid choice: 'runn'"),
+    ],
+)
+def test_a_bad_argument_is_one_drainer_line_naming_help_not_a_usage_block(capsys, argv, says):
+    """Before: argparse printed rewind's usage wrapped to 3 lines, then the error: 4 lines."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("drainer: ") and says in line, line
+    assert line.endswith(" --help` shows the usage"), line
