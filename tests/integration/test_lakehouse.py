@@ -114,7 +114,8 @@ def table_run_ids(drain: DrainConfig) -> list[int]:
         parent = snapshot.parent_snapshot_id
         snapshot = table.snapshot_by_id(parent) if parent is not None else None
     waps = [p.get("wap.id") or p.get("published-wap-id") for p in reversed(line)]
-    return [int(wap.rsplit(":", 1)[1]) for wap in waps if wap and wap.startswith("drainer:")]
+    # drainer:<drain>:<run id>[:<run nonce>]
+    return [int(wap.split(":")[2]) for wap in waps if wap and wap.startswith("drainer:")]
 
 
 @pytest.mark.parametrize("mode", ["dataframe", "record"])
