@@ -27,6 +27,7 @@ from sqlalchemy import text
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.services import connect, process
 from drainer.settings import load_settings
+from drainer.spark.endpoint import client_url
 from drainer.store import get_engine
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
@@ -213,7 +214,7 @@ def test_spark_connect_server_attached_to_the_cluster(
     drain = make_drain(budget=5000, **(record if mode == "record" else {}))
     _produce(drain)
     assert any("Spark Connect server" in name for name in cluster.app_names())
-    remote = connect.client_url(connect_on_cluster, load_settings().connect_token)
+    remote = client_url(connect_on_cluster, load_settings().connect_token)
     result = _drain_in_process(drain, SPARK_REMOTE=remote)
     assert result["drained"] == sum(PRODUCED.values())
     assert f"Spark Connect {connect_on_cluster}" in result["spark"]

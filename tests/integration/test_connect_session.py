@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from drainer.services import connect, process
 from drainer.settings import load_settings
 from drainer.spark.connect_session import shared_session_id, with_session_id
+from drainer.spark.endpoint import client_url
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 from spark_jobs.session import get_spark, is_connect, session_code
 
@@ -107,7 +108,7 @@ def test_a_session_the_server_closed_is_replaced(make_drain, spark):
     endpoint = settings.spark_endpoint
     directory, code = settings.home / "spark-sessions", session_code(settings)
     closed = shared_session_id(directory, endpoint, code)  # the one the run used
-    url = with_session_id(connect.client_url(endpoint, settings.connect_token), closed)
+    url = with_session_id(client_url(endpoint, settings.connect_token), closed)
     SparkSession.builder.remote(url).create().stop()  # released
 
     _drain_once(drain, shared=True, **other)
@@ -132,7 +133,7 @@ def test_a_remote_servers_code_change_gets_a_new_session(tmp_path):
     env = {
         **os.environ,
         "PYTHONPATH": str(client),
-        "SPARK_REMOTE": connect.client_url(settings.spark_endpoint, settings.connect_token),
+        "SPARK_REMOTE": client_url(settings.spark_endpoint, settings.connect_token),
         "DRAINER_HOME": str(tmp_path / "home"),
         "DRAINER_CONFIG": str(tmp_path / "none.yaml"),
     }
