@@ -27,6 +27,7 @@ from test_lakehouse import (
 from drainer import faults
 from drainer.settings import load_settings
 from drainer.store import get_engine
+from spark_jobs import drain_job
 
 
 def _crash_after_table_commit(drain) -> int:
@@ -144,29 +145,38 @@ def test_abandon_after_the_table_commit_is_refused_and_the_run_completes_once(
 def test_a_restored_state_database_never_takes_an_old_commit_for_a_new_run(
     make_drain, lakehouse, fmt
 ):
-    """Point-in-time restore to before a committed run: runs_id_seq reissues its id. Before:
-    the new run (other ranges) matched the old commit by (drain, run id), was taken as
-    committed, and its records were lost. The run nonce tells them apart."""
+    """Point-in-time restore to before a committed run: runs_id_seq reissues its id, and the
+    new run plans other ranges (here a bigger budget). Before: the new run matched the old
+    commit by (drain, run id), was taken as committed, and the records it planned beyond the
+    old run's were lost. The run nonce tells the two runs apart."""
     drain = make_drain(sink=sink_of(fmt), budget=200, **DATAFRAME_MODE)
     total = sum(produce_backlog(drain, PER_PARTITION).values())
     assert cli("run", drain.name).returncode == 0
     (first,) = runs_of(drain)
-    with get_engine().begin() as conn:  # the restore: the run and its progress never happened
-        conn.execute(text("DELETE FROM runs WHERE id = :r"), {"r": first.id})
-        conn.execute(text("DELETE FROM partition_offsets WHERE drain = :d"), {"d": drain.name})
-        conn.execute(text("SELECT setval('runs_id_seq', :r - 1)"), {"r": first.id})
-    # the next run reissues the id, and reads the same offsets the table already holds once:
-    # the old rows stay (a restore does not undo a table), the new run's land beside them
-    again = drain_until_empty(drain)
-    assert again[0].run_id == first.id and again[0].drained == 200
-    assert table_run_ids(drain).count(first.id) == 2  # two runs, two commits: none skipped
-    assert sum(r.drained for r in again) == total
-    # nothing lost: every offset in the table, every run after the restore committed once
+    old = table_offsets(drain)
+    bigger = drain.model_copy(update={"budget": 300})
+    engine = get_engine()
+    try:
+        with engine.begin() as conn:  # the restore: the run and its progress never happened
+            conn.execute(text("DELETE FROM runs WHERE id = :r"), {"r": first.id})
+            conn.execute(text("DELETE FROM partition_offsets WHERE drain = :d"), {"d": drain.name})
+            # the sequence as the restore left it: the next run gets the old run's id
+            conn.execute(text("SELECT setval('runs_id_seq', :r - 1)"), {"r": first.id})
+        reissued = drain_job.run(bigger, trigger="test")
+    finally:  # other drains of the suite go on past every id in use
+        with engine.begin() as conn:
+            conn.execute(text("SELECT setval('runs_id_seq', (SELECT max(id) FROM runs))"))
+    assert reissued.run_id == first.id and reissued.drained == 300  # written, not skipped
+    assert table_run_ids(drain).count(first.id) == 2
+    drain_until_empty(drain)
+    # nothing lost: every offset in the table; only the old run's rows are there twice (the
+    # table outlived the restored database, which forgot they were drained)
     high = high_watermarks(drain)
-    assert set(table_offsets(drain)) == {
-        (t, p, o) for (t, p), end in high.items() for o in range(end)
-    }
-    assert [r.status for r in runs_of(drain)] == ["committed"] * len(again)
+    seen = table_offsets(drain)
+    assert set(seen) == {(t, p, o) for (t, p), end in high.items() for o in range(end)}
+    assert {k for k, n in seen.items() if n > 1} == set(old)
+    assert sum(seen.values()) == total + len(old)
+    assert all(r.status == "committed" for r in runs_of(drain))
 
 
 def test_failures_of_the_attempt_whose_write_landed_are_the_ones_committed(make_drain, lakehouse):
