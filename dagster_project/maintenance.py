@@ -28,7 +28,10 @@ def maintenance_job(drain: DrainConfig) -> dg.JobDefinition:
         from drainer.lifecycle.maintain import maintain_drain
         from spark_jobs.maintenance import maintain
 
-        upkeep = maintain_drain(drain, wait_s=LEASE_WAIT_S, table=maintain if tables else None)
+        def table(d: DrainConfig, keep_hours: float | None) -> dict[str, Any]:
+            return maintain(d, keep_hours=keep_hours)
+
+        upkeep = maintain_drain(drain, wait_s=LEASE_WAIT_S, table=table if tables else None)
         metadata: dict[str, Any] = {  # numbers and texts: Dagster wraps them
             "maintenance_partitions_before": upkeep.sink.before,
             "maintenance_partitions_after": upkeep.sink.after,

@@ -115,6 +115,11 @@ class TopicRecreated(DrainerError):
     """A level topic is not the one the drain read (new topic id, or offsets past its end)."""
 
 
+class CommitProofLost(DrainerError):
+    """A sink that commits before Postgres can no longer say whether a run's write landed (its
+    history was expired outside drainer): the run stops rather than write a second time."""
+
+
 class PlanKeepsFailing(DrainerError):
     """An open plan failed again on resume; the message counts attempts and names the way out."""
 

@@ -17,6 +17,8 @@ FOLD_POINTS = ("fold_copied", "fold_swapped")
 # a lakehouse sink's run has no Postgres stage; after_table_commit: its table holds the run,
 # Postgres does not yet
 TABLE_POINTS = ("after_plan", "during_spark", "after_table_commit", "after_commit")
+# the offsets are mirrored to Kafka; the after-commit upkeep and report have not run
+MIRROR_POINT = "after_mirror"
 EXIT_CODE = 86
 
 

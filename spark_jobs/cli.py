@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from drainer.config import DrainConfig
+    from drainer.lifecycle.abandon import CommitFinder
     from drainer.lifecycle.run import Executor
 
 
@@ -47,6 +48,14 @@ def table_maintainer() -> Callable[[DrainConfig, float, bool], dict[str, Any]]:
     return maintain
 
 
+def commit_finder() -> CommitFinder:
+    """The Spark job `plan abandon` runs for a table sink: stop the plan's attempts on the
+    server, then look for its commit in the table (spark_jobs.drain_job.find_commit)."""
+    from spark_jobs.drain_job import find_commit
+
+    return find_commit
+
+
 def callable_checker() -> Callable[[DrainConfig, bool], None]:
     """Imports a drain's processor or handler where its run will (spark_jobs.imports); Spark
     only for a handler of the user's own on a Connect server, and only when `plan` asks."""
@@ -57,7 +66,11 @@ def callable_checker() -> Callable[[DrainConfig, bool], None]:
 
 def main(argv: list[str] | None = None) -> int:
     return cli_main(
-        argv, executor=spark_executor, maintainer=table_maintainer, checker=callable_checker
+        argv,
+        executor=spark_executor,
+        maintainer=table_maintainer,
+        checker=callable_checker,
+        finder=commit_finder,
     )
 
 

@@ -6,11 +6,13 @@ import logging
 import re
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import pyspark
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType
+from sqlalchemy import Engine
 
 from drainer import faults
 from drainer.config import DrainConfig
@@ -31,8 +33,9 @@ from drainer.lifecycle.run import drain_once
 from drainer.processing.callables import load_callable
 from drainer.settings import Settings, load_settings
 from drainer.sinks import TableCommit
-from drainer.store import dead_letters
+from drainer.store import runs
 from drainer.store.leases import check_fence
+from drainer.store.runs import StoredRun
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
 from spark_jobs.session import describe, get_spark, is_connect
@@ -165,11 +168,17 @@ def _execute(ctx: RunContext) -> ExecutionResult:
     if sink.capabilities.commit == "before_postgres":
         _check_lease(ctx)  # the sink is searched for the run, and written, under the lease
         _stop_earlier_attempts(ctx, spark)
-        landed = sink.committed(spark, ctx)
+        # the proof on record in Postgres first: it outlives the table's own history
+        landed = proof_on_record(ctx) or sink.committed(spark, ctx)
+        if landed is not None:
+            record_proof(ctx, landed)
+    failures_of = ctx.attempt if landed is None else landed.attempt
     if not ctx.readable_ranges():
         # retention deleted every planned record since the plan: nothing to read or write; a
         # commit an earlier attempt made is still the run's, and goes on record with it
-        return ExecutionResult(read={}, spark_start_s=spark_start, table_commit=landed)
+        return ExecutionResult(
+            read={}, spark_start_s=spark_start, table_commit=landed, failures_attempt=failures_of
+        )
     # the tag names this run's Spark jobs (in the UI, and for spark.interruptTag); a session
     # API, so it works on Connect as well as in-process
     tag = _attempt_tag(ctx, ctx.attempt)
@@ -191,11 +200,8 @@ def _execute(ctx: RunContext) -> ExecutionResult:
                 read_bytes={key: m.bytes for key, m in counts.items()},
                 spark_start_s=spark_start,
                 table_commit=landed,
+                failures_attempt=failures_of,
             )
-        if sink.capabilities.commit == "before_postgres":
-            with ctx.engine.begin() as conn:  # failures an earlier attempt staged
-                check_fence(conn, ctx.lease, shared=True)
-                dead_letters.clear_failures(conn, ctx.run.id)
         if faults.armed("during_spark"):
             sink.crash_while_writing(ctx)
         # record mode never prunes the read, so its observation is there; were it missing, the
@@ -203,6 +209,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         df, measure = counted(df, ctx.run.ranges, recount=drain.mode == "dataframe")
         commit = _write(ctx, spark, sink, df)
         if commit is not None:
+            record_proof(ctx, commit)  # on record before anything else can fail
             log.info(
                 "run %d of drain %s: %s commit %d, %d files (%d bytes) added",
                 ctx.run.id,
@@ -219,6 +226,8 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             read_bytes={key: m.bytes for key, m in measured.items()},
             spark_start_s=spark_start,
             table_commit=commit,
+            # the attempt whose write landed (an earlier one's, when it won a race)
+            failures_attempt=ctx.attempt if commit is None else commit.attempt,
         )
     finally:
         spark.removeTag(tag)
@@ -305,6 +314,38 @@ def _user_frame_lines(lines: list[str]) -> list[str]:
         if keep and line.strip(" ^~"):
             kept.append(line)
     return kept
+
+
+def find_commit(
+    drain: DrainConfig, run: StoredRun, settings: Settings, engine: Engine
+) -> TableCommit | None:
+    """For `plan abandon`: stop what the plan's attempts left running on the Connect server,
+    then look for the plan's commit in its table (a CommitFinder)."""
+    spark = get_spark(settings, check=True)
+    sink = spark_sink_for(drain.sink, settings)
+    sink.prepare(spark, drain.name)
+    # as the next attempt would see it: attempts 1..n are the plan's, all to be stopped
+    ctx = RunContext(run, drain, settings, engine, run.attempts + 1)
+    _stop_earlier_attempts(ctx, spark)
+    return sink.committed(spark, ctx)
+
+
+def proof_on_record(ctx: RunContext) -> TableCommit | None:
+    """The run's table commit as recorded in Postgres when an attempt saw it, or None."""
+    with ctx.engine.connect() as conn:
+        found = runs.table_proof(conn, ctx.run.id)
+    if found is None:
+        return None
+    attempt, data = found
+    commit = TableCommit.from_dict(data)
+    return None if commit is None else replace(commit, attempt=attempt)
+
+
+def record_proof(ctx: RunContext, commit: TableCommit) -> None:
+    """Put the run's table commit on record (fenced: a zombie's write proves nothing new)."""
+    with ctx.engine.begin() as conn:
+        check_fence(conn, ctx.lease, shared=True)
+        runs.record_table_proof(conn, ctx.run.id, commit.attempt, commit.as_dict())
 
 
 def _attempt_tag(ctx: RunContext, attempt: int) -> str:

@@ -26,8 +26,10 @@ def maintain(
     retention_hours: float = MIN_RETENTION_HOURS,
     force: bool = False,
     settings: Settings | None = None,
+    keep_hours: float | None = None,
 ) -> dict[str, Any]:
-    """Compact the drain's table and expire what is older than `retention_hours`.
+    """Compact the drain's table and expire what is older than `retention_hours`, but never
+    what the last `keep_hours` committed (an open plan's table commit: its proof).
 
     Below 7 days only with `force` (readers of older versions lose their files). Returns what
     was done, for the CLI and the Dagster job.
@@ -46,4 +48,7 @@ def maintain(
         )
     spark = get_spark(settings)
     sink.prepare(spark, drain.name)
-    return sink.maintain_table(spark, retention_hours, force)
+    kept = max(retention_hours, keep_hours or 0.0)
+    done = sink.maintain_table(spark, kept, force)
+    done["open_plan_kept_hours"] = None if keep_hours is None else round(keep_hours, 2)
+    return done

@@ -83,6 +83,7 @@ class RecordJob:
     columns: list[tuple[str, str]]
     # Postgres sink: its target, so each chunk's rows are staged with the chunk's failures
     stage_table: str | None = None
+    attempt: int = 0  # the run's attempt: its staged failures are its own
     chunk_records: int = CHUNK_RECORDS
 
     @classmethod
@@ -107,6 +108,7 @@ class RecordJob:
             [name for name, _ in columns],
             columns,
             stage_table,
+            attempt=ctx.attempt,
         )
 
 
@@ -142,9 +144,11 @@ def handle_records(
         with psycopg.connect(job.url) as conn:
             check_fence(conn, job.lease, shared=True)
             if job.stage_table is None:
-                clear_partition_failures(conn, job.run_id, topic, partition)
+                clear_partition_failures(conn, job.run_id, topic, partition, job.attempt)
             else:  # the rows' chunk keys may differ between attempts: the partition's, all
-                clear_task_partition(conn, job.stage_table, job.run_id, topic, partition)
+                clear_task_partition(
+                    conn, job.stage_table, job.run_id, topic, partition, job.attempt
+                )
             conn.commit()
             for outcomes in process_in_chunks(
                 records, handler, job.ordering, job.concurrency, job.chunk_records
@@ -155,7 +159,7 @@ def handle_records(
                 if job.stage_table is not None:
                     task = f"{topic}:{partition}:{outcomes[0].record.offset}"
                     write_staged(conn, job.stage_table, job.names, job.run_id, task, rows)
-                _stage_failures(conn, job.run_id, topic, partition, not_done)
+                _stage_failures(conn, job.run_id, topic, partition, not_done, job.attempt)
                 conn.commit()
                 chunk_failed = sum(1 for o in not_done if not o.held_back)
                 done.ok += len(outcomes) - len(not_done)
@@ -337,7 +341,12 @@ def _as_tuple(row: Any, names: list[str]) -> tuple[Any, ...]:
 
 
 def _stage_failures(
-    conn: psycopg.Connection[Any], run_id: int, topic: str, partition: int, not_done: list[Outcome]
+    conn: psycopg.Connection[Any],
+    run_id: int,
+    topic: str,
+    partition: int,
+    not_done: list[Outcome],
+    attempt: int,
 ) -> None:
     rows = (
         (
@@ -351,4 +360,4 @@ def _stage_failures(
         )
         for o in not_done
     )
-    stage_failures(conn, run_id, topic, partition, rows)
+    stage_failures(conn, run_id, topic, partition, rows, attempt)

@@ -21,6 +21,7 @@ from drainer.errors import DrainerError
 
 if TYPE_CHECKING:  # the run's machinery is imported only by `drainer run` itself
     from drainer.config import DrainConfig
+    from drainer.lifecycle.abandon import CommitFinder
     from drainer.lifecycle.run import Executor
 
 GROUPS = (services, produce, runs, status, dlq, simulate, maintain)
@@ -32,7 +33,10 @@ CheckerFactory: TypeAlias = "Callable[[], Callable[[DrainConfig, bool], None]]"
 """Returns the check that imports a drain's processor or handler where its run will (`plan`
 checks the driver and the Spark tasks, `run` the driver only); raises ConfigError."""
 
-MaintainerFactory: TypeAlias = "Callable[[], Callable[[DrainConfig, float, bool], dict[str, Any]]]"
+FinderFactory: TypeAlias = "Callable[[], CommitFinder]"
+"""Returns the Spark job that looks for an open plan's table commit; called only by `abandon`."""
+
+MaintainerFactory: TypeAlias = "Callable[[], Callable[..., dict[str, Any]]]"
 """Returns the Spark job that compacts and expires a lakehouse table; called only by `maintain`."""
 
 
@@ -60,14 +64,17 @@ def main(
     executor: ExecutorFactory | None = None,
     maintainer: MaintainerFactory | None = None,
     checker: CheckerFactory | None = None,
+    finder: FinderFactory | None = None,
 ) -> int:
     """Run one command; `executor` supplies the Spark job for `drainer run`, `maintainer` the
     one that `drainer maintain` runs on a lakehouse table, `checker` the import check of a
-    drain's code (`plan`, `run`)."""
+    drain's code (`plan`, `run`), `finder` the search of a table for an open plan's commit
+    (`plan abandon`)."""
     args = build_parser().parse_args(argv)
     args.executor = executor
     args.maintainer = maintainer
     args.checker = checker
+    args.finder = finder
     _configure_logging(args.verbose)
     from sqlalchemy.exc import OperationalError
 

@@ -57,8 +57,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
             raise ConfigError("table maintenance needs Spark: run it through the `drainer` command")
         job = args.maintainer()
 
-        def table_job(d: DrainConfig) -> dict[str, Any]:
-            done: dict[str, Any] = job(d, args.retention_hours, args.force)
+        def table_job(d: DrainConfig, keep_hours: float | None) -> dict[str, Any]:
+            done: dict[str, Any] = job(d, args.retention_hours, args.force, None, keep_hours)
             return done
 
     report = maintain_drain(drain, wait_s=args.wait, table=table_job, settings=settings)

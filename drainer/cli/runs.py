@@ -130,7 +130,7 @@ def cmd_plan_abandon(args: argparse.Namespace) -> int:
     drain = get_drain(args.abandon_drain)
     if args.levels:
         raise ConfigError("`plan abandon` ends the drain's one open plan, whatever its levels")
-    run = abandon_plan(drain, args.reason or "")
+    run = abandon_plan(drain, args.reason or "", finder=args.finder() if args.finder else None)
     if args.json:
         body = {
             "drain": drain.name,

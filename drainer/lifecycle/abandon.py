@@ -11,18 +11,38 @@ committed offsets: fix the cause first, or the new plan meets the same records.
 from __future__ import annotations
 
 import getpass
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, Engine
 
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
 from drainer.settings import Settings, load_settings
-from drainer.sinks import sink_for
+from drainer.sinks import Sink, TableCommit, sink_for
 from drainer.store import get_engine, runs
 from drainer.store.leases import drain_lease
 from drainer.store.runs import StoredRun
 
+CommitFinder = Callable[[DrainConfig, StoredRun, Settings, Engine], TableCommit | None]
+"""Stops an open plan's attempts on Spark, then finds its commit in the table (injected from
+spark_jobs: this package imports no pyspark)."""
 
-def abandon_plan(drain: DrainConfig, reason: str, settings: Settings | None = None) -> StoredRun:
-    """End the drain's open plan; returns it as it was. Raises DrainBusy while a run holds it."""
+
+def abandon_plan(
+    drain: DrainConfig,
+    reason: str,
+    settings: Settings | None = None,
+    finder: CommitFinder | None = None,
+) -> StoredRun:
+    """End the drain's open plan; returns it as it was. Raises DrainBusy while a run holds it.
+
+    A plan whose sink commits before Postgres may already be in its table: an attempt that
+    crashed after its table commit, or a write the Connect server finished for a dead client.
+    Abandoning it would let the next plan write those rows again, so abandon first asks: the
+    proof on record in Postgres, then (with `finder`, after stopping the plan's Spark
+    operations) the table itself; a landed commit refuses the abandon with what to do.
+    """
     if not reason or not reason.strip():
         raise ConfigError(
             "--reason is required: say why the plan is abandoned, for the audit trail"
@@ -37,6 +57,31 @@ def abandon_plan(drain: DrainConfig, reason: str, settings: Settings | None = No
                 f"drain '{drain.name}' has no open plan: nothing to abandon "
                 f"(`drainer status {drain.name}` shows its runs)"
             )
+        if sink.capabilities.commit == "before_postgres":
+            _refuse_if_committed(drain, run, sink, settings, engine, conn, finder)
         runs.abandon(conn, lease, run, getpass.getuser(), reason.strip())
         sink.discard(conn, run.id)
     return run
+
+
+def _refuse_if_committed(
+    drain: DrainConfig,
+    run: StoredRun,
+    sink: Sink[Any],
+    settings: Settings,
+    engine: Engine,
+    conn: Connection,
+    finder: CommitFinder | None,
+) -> None:
+    proof = runs.table_proof(conn, run.id)
+    landed = TableCommit.from_dict(proof[1]) if proof else None
+    if landed is None and finder is not None:
+        landed = finder(drain, run, settings, engine)
+    if landed is None:
+        return
+    raise ConfigError(
+        f"run {run.id} of drain '{drain.name}' already committed to {sink.describe()} "
+        f"({sink.capabilities.commit_id} {landed.version}): abandoning it would let the next "
+        f"plan write those rows again. Run `drainer run {drain.name}` instead: it finds the "
+        "commit and commits the offsets, writing nothing twice. Nothing was abandoned"
+    )

@@ -64,7 +64,7 @@ def commit_run(
             raise CommitConflict(f"run {run.id} is {status}, not running: not committing it twice")
         present, read_bytes = executed.read, executed.read_bytes
         published = sink.publish(conn, run.id, executed.table_commit)
-        failures = dead_letters.run_failures(conn, run.id)
+        failures = dead_letters.run_failures(conn, run.id, executed.failures_attempt)
         topic_ids = topics.topic_ids(conn, drain.name)  # recorded when the plan was made
         levels = {level: LevelOutcome() for level in run.levels}
         lost_in_plan = _skip_retention_losses(conn, drain.name, run, levels)

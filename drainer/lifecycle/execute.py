@@ -76,6 +76,7 @@ def execute_plan(
     # the run is committed: what fails from here on is a warning, retried by the next run
     warnings: list[str] = []
     mirror = _mirror_and_publish(engine, kafka, drain, stored, warnings, phases)
+    faults.crash_point(faults.MIRROR_POINT)
     t0 = time.monotonic()
     _after_commit(
         warnings, "keeping the drain bounded", lambda: after_commit_upkeep(engine, drain, ctx.sink)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine
@@ -22,7 +23,7 @@ from sqlalchemy import Engine
 from drainer.config import DrainConfig
 from drainer.settings import Settings, load_settings
 from drainer.sinks import Sink, UpkeepReport, sink_for
-from drainer.store import get_engine, pruning
+from drainer.store import get_engine, pruning, runs
 from drainer.store.leases import drain_lease
 
 log = logging.getLogger(__name__)
@@ -78,8 +79,9 @@ def after_commit_upkeep(engine: Engine, drain: DrainConfig, sink: Sink[Any]) -> 
     prune_history(engine, drain, hourly=True)
 
 
-TableMaintainer = Callable[[DrainConfig], dict[str, Any]]
-"""Compacts and expires a table on Spark (spark_jobs.maintenance), injected: no pyspark here."""
+TableMaintainer = Callable[[DrainConfig, float | None], dict[str, Any]]
+"""Compacts and expires a table on Spark (spark_jobs.maintenance), injected: no pyspark here.
+Its second argument is the hours it must keep at least (an open plan's commit), or None."""
 
 
 @dataclass
@@ -110,5 +112,20 @@ def maintain_drain(
     with drain_lease(engine, drain.row(), wait_s):
         folded = sink.maintain(engine)
         history = prune_history(engine, drain)
-        done = table(drain) if table is not None and sink.capabilities.table_maintenance else None
+        done = None
+        if table is not None and sink.capabilities.table_maintenance:
+            done = table(drain, _hours_to_keep(engine, drain))
         return MaintainReport(drain.name, folded, history, done)
+
+
+def _hours_to_keep(engine: Engine, drain: DrainConfig) -> float | None:
+    """Hours back to the drain's open plan, whose table commit (an attempt's, before the
+    crash that left the plan open) is the proof its resumed run looks for: no compaction or
+    expiry may remove what was committed since. None without an open plan."""
+    with engine.connect() as conn:
+        found = runs.oldest_open_plan(conn, drain.name)
+    if found is None:
+        return None
+    _, planned_at = found
+    # an hour's margin for clocks and the time maintenance itself takes
+    return (datetime.now(UTC) - planned_at).total_seconds() / 3600 + 1.0

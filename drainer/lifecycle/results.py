@@ -66,6 +66,8 @@ class ExecutionResult:
     read_bytes: Mapping[tuple[str, int], int] | None = None
     spark_start_s: float = 0.0
     table_commit: TableCommit | None = None
+    # whose staged failures the commit takes: the attempt whose write landed (None: all)
+    failures_attempt: int | None = None
 
 
 Executor = Callable[[RunContext], ExecutionResult]

@@ -69,15 +69,20 @@ class TableCommit:
     files_added: int
     bytes_added: int
     rows_added: int
+    # the attempt of the run whose write this is: its staged failures are the commit's
+    attempt: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The commit as recorded and shown (`run_table_commits`, status, Dagster metadata)."""
+        data = asdict(self)
+        del data["attempt"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> TableCommit | None:
         if not data:
             return None
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 @dataclass

@@ -16,26 +16,36 @@ from sqlalchemy import Connection, Row, text
 
 
 def stage_failures(
-    conn: Any, run_id: int, topic: str, partition: int, rows: Iterable[tuple[Any, ...]]
+    conn: Any,
+    run_id: int,
+    topic: str,
+    partition: int,
+    rows: Iterable[tuple[Any, ...]],
+    attempt: int = 0,
 ) -> None:
-    """In a Spark task's transaction (psycopg): add not-done records of one Kafka partition.
+    """In a Spark task's transaction (psycopg): add not-done records of one Kafka partition,
+    as the run's attempt `attempt` found them.
 
     Each row is (offset, held_back, key, value, headers, ts, error). The task cleared the
-    partition's earlier attempt first (`drainer.store.sinks.clear_task_partition`).
+    partition's earlier try in this attempt first (`clear_partition_failures`).
     """
     with conn.cursor().copy(
-        'COPY record_failures (run_id, topic, partition, "offset", held_back, key, value, headers, ts, error) '
-        "FROM STDIN"
+        'COPY record_failures (run_id, attempt, topic, partition, "offset", held_back, key, '
+        "value, headers, ts, error) FROM STDIN"
     ) as copy:
         for row in rows:
-            copy.write_row((run_id, topic, partition, *row))
+            copy.write_row((run_id, attempt, topic, partition, *row))
 
 
-def clear_partition_failures(conn: Any, run_id: int, topic: str, partition: int) -> None:
-    """In a Spark task (psycopg): drop the failures an earlier attempt staged for a partition."""
+def clear_partition_failures(
+    conn: Any, run_id: int, topic: str, partition: int, attempt: int = 0
+) -> None:
+    """In a Spark task (psycopg): drop the failures an earlier try of this task (in attempt
+    `attempt`) staged for a partition; other attempts' stay theirs."""
     conn.execute(
-        "DELETE FROM record_failures WHERE run_id = %s AND topic = %s AND partition = %s",
-        (run_id, topic, partition),
+        "DELETE FROM record_failures WHERE run_id = %s AND attempt = %s AND topic = %s "
+        "AND partition = %s",
+        (run_id, attempt, topic, partition),
     )
 
 
@@ -57,15 +67,19 @@ def clear_failures_below(
     )
 
 
-def run_failures(conn: Connection, run_id: int) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    """(topic, partition) -> the run's not-done records in offset order."""
+def run_failures(
+    conn: Connection, run_id: int, attempt: int | None = None
+) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """(topic, partition) -> the not-done records of attempt `attempt` of the run (None: of
+    every attempt), in offset order."""
     found: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     rows = conn.execute(
         text(
             'SELECT topic, partition, "offset", held_back, key, value, headers, ts, error '
-            'FROM record_failures WHERE run_id = :r ORDER BY topic, partition, "offset"'
+            "FROM record_failures WHERE run_id = :r AND (CAST(:a AS integer) IS NULL OR attempt = :a) "
+            'ORDER BY topic, partition, "offset"'
         ),
-        {"r": run_id},
+        {"r": run_id, "a": attempt},
     )
     for row in rows.mappings():
         found[(row["topic"], row["partition"])].append(dict(row))
@@ -123,7 +137,9 @@ def insert_dead_letter(
 ) -> int:
     """Move a record to the dead letters (done from now on) and forget its attempts.
 
-    The same record dead-lettered again (after a rewind) replaces its earlier dead letter.
+    The same record dead-lettered again (after a rewind) replaces its earlier dead letter,
+    and is published to the DLQ topic again: it is a new dead letter, whatever the old one's
+    publication.
     """
     dead_id = conn.scalar(
         text(
@@ -133,7 +149,7 @@ def insert_dead_letter(
             'ON CONFLICT (drain, topic, topic_id, partition, "offset") '
             "DO UPDATE SET run_id = :r, level = :l, key = :k, value = :v, "
             "headers = CAST(:h AS jsonb), ts = :ts, error = :e, attempts = :a, "
-            "retried_at = NULL, created_at = now() RETURNING id"
+            "retried_at = NULL, dlq_published_at = NULL, created_at = now() RETURNING id"
         ),
         {
             "d": drain,

@@ -49,6 +49,7 @@ def drain_lease(engine: Engine, drain: DrainRow, wait_s: float = 0.0) -> Iterato
     try:
         ensure_drain(engine, drain)
         deadline = time.monotonic() + wait_s
+        refused = 0
         while not conn.scalar(
             text("SELECT pg_try_advisory_lock(hashtextextended('drainer:' || :n, 0))"),
             {"n": drain.name},
@@ -56,6 +57,11 @@ def drain_lease(engine: Engine, drain: DrainRow, wait_s: float = 0.0) -> Iterato
             conn.rollback()
             if time.monotonic() >= deadline:
                 raise DrainBusy(_busy_message(engine, drain.name, wait_s))
+            if not refused:  # once: a run that waits says so (the Dagster step's log shows it)
+                log.info(
+                    "drain %s is held by another run: waiting up to %.0f s", drain.name, wait_s
+                )
+            refused += 1
             time.sleep(0.5)
         conn.commit()
         with engine.begin() as tx:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, text
@@ -44,6 +45,9 @@ class StoredRun:
     mode: str
     attempts: int
     ranges: list[StoredRange]
+    # the run's identity in its table commits' markers (None: planned before nonces existed)
+    nonce: str | None = None
+    planned_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ class PlannedLevel:
     planned: int
 
 
-_RUN_COLUMNS = "id, drain, status, levels, budget, mode, attempts"
+_RUN_COLUMNS = "id, drain, status, levels, budget, mode, attempts, nonce, planned_at"
 # a plan in one of these states is the drain's next run (resumed, never replaced); 'committed'
 # and 'abandoned' (`drainer plan abandon`) end it
 OPEN_STATUSES = "('planned', 'running', 'failed')"
@@ -92,7 +96,16 @@ def _load_run(conn: Connection, row: Any) -> StoredRun:
         )
     ]
     return StoredRun(
-        row.id, row.drain, row.status, list(row.levels), row.budget, row.mode, row.attempts, ranges
+        row.id,
+        row.drain,
+        row.status,
+        list(row.levels),
+        row.budget,
+        row.mode,
+        row.attempts,
+        ranges,
+        row.nonce,
+        row.planned_at,
     )
 
 
@@ -370,6 +383,9 @@ def latest_committed_dead_lettered(conn: Connection, drain: str) -> int:
     return int(row.dead) if row else 0
 
 
+_COMMIT_FIELDS = ("format", "location", "version", "files_added", "bytes_added", "rows_added")
+
+
 def store_table_commit(conn: Connection, run_id: int, commit: dict[str, Any]) -> None:
     """Record the lakehouse table commit of a run, inside the run's Postgres commit."""
     conn.execute(
@@ -378,5 +394,37 @@ def store_table_commit(conn: Connection, run_id: int, commit: dict[str, Any]) ->
             "bytes_added, rows_added) VALUES (:run_id, :format, :location, :version, "
             ":files_added, :bytes_added, :rows_added) ON CONFLICT (run_id) DO NOTHING"
         ),
-        {"run_id": run_id, **commit},
+        {"run_id": run_id, **{k: commit[k] for k in _COMMIT_FIELDS}},
     )
+
+
+def record_table_proof(conn: Connection, run_id: int, attempt: int, commit: dict[str, Any]) -> None:
+    """The run's table commit, on record the moment it is seen (before the Postgres commit):
+    the proof no snapshot expiry or log clean-up can remove. The first one seen stays."""
+    conn.execute(
+        text(
+            "INSERT INTO run_table_proofs (run_id, attempt, commit) "
+            "VALUES (:r, :a, CAST(:c AS jsonb)) ON CONFLICT (run_id) DO NOTHING"
+        ),
+        {"r": run_id, "a": attempt, "c": json.dumps(commit)},
+    )
+
+
+def table_proof(conn: Connection, run_id: int) -> tuple[int, dict[str, Any]] | None:
+    """(attempt, commit) of the run's table commit as first seen, or None."""
+    row = conn.execute(
+        text("SELECT attempt, commit FROM run_table_proofs WHERE run_id = :r"), {"r": run_id}
+    ).first()
+    return None if row is None else (int(row.attempt), dict(row.commit))
+
+
+def oldest_open_plan(conn: Connection, drain: str) -> tuple[int, datetime] | None:
+    """(run id, planned_at) of the drain's open plan, whose table commit maintenance must keep."""
+    row = conn.execute(
+        text(
+            f"SELECT id, planned_at FROM runs WHERE drain = :d AND status IN {OPEN_STATUSES} "
+            "ORDER BY planned_at LIMIT 1"
+        ),
+        {"d": drain},
+    ).first()
+    return None if row is None else (int(row.id), row.planned_at)

@@ -33,6 +33,7 @@ OWN_TABLES = frozenset(
         "run_levels",
         "run_ranges",
         "run_table_commits",
+        "run_table_proofs",
         "run_totals",
         "runs",
         "schema_migrations",

@@ -279,7 +279,9 @@ def drop_staged(conn: Connection, table: str, run_id: int) -> None:
     _clear_legacy(conn, table, run_id)
 
 
-def clear_task_partition(conn: Any, table: str, run_id: int, topic: str, partition: int) -> None:
+def clear_task_partition(
+    conn: Any, table: str, run_id: int, topic: str, partition: int, attempt: int = 0
+) -> None:
     """In a Spark task (psycopg): drop what an earlier attempt staged for one Kafka partition.
 
     Record mode stages a partition in chunks whose task keys start `topic:partition:`; the
@@ -289,7 +291,7 @@ def clear_task_partition(conn: Any, table: str, run_id: int, topic: str, partiti
         f"DELETE FROM {quote(stage_name(table, run_id))} WHERE starts_with({quote(TASK_COLUMN)}, %s)",
         (f"{topic}:{partition}:",),
     )
-    clear_partition_failures(conn, run_id, topic, partition)
+    clear_partition_failures(conn, run_id, topic, partition, attempt)
 
 
 def staged_rows(conn: Connection, table: str, run_id: int) -> int:

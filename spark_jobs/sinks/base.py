@@ -32,6 +32,8 @@ from drainer.sinks import Sink, TableCommit
 
 RUN_PROPERTY = "drainer.run-id"
 DRAIN_PROPERTY = "drainer.drain"
+NONCE_PROPERTY = "drainer.run-nonce"  # the run's identity that a restored database never reissues
+ATTEMPT_PROPERTY = "drainer.attempt"  # whose staged failures the commit takes
 # an output column of the first type fits a table column of the second: cast, not an error
 _WIDENINGS: set[tuple[type[DataType], type[DataType]]] = {
     (ByteType, ShortType),
@@ -82,9 +84,18 @@ class SparkSink(Sink[Any]):
         """Fault injection: end the process once the Spark job writes its results."""
 
 
-def marker(drain: str, run_id: int) -> str:
-    """The run's identity as the table commit carries it."""
-    return json.dumps({DRAIN_PROPERTY: drain, RUN_PROPERTY: run_id}, separators=(",", ":"))
+def marker(drain: str, run_id: int, nonce: str | None = None, attempt: int = 0) -> str:
+    """The run's identity as the table commit carries it (a run planned before nonces: drain
+    and run id only, as its commits were written)."""
+    data: dict[str, Any] = {DRAIN_PROPERTY: drain, RUN_PROPERTY: run_id}
+    if nonce is not None:
+        data |= {NONCE_PROPERTY: nonce, ATTEMPT_PROPERTY: attempt}
+    return json.dumps(data, separators=(",", ":"))
+
+
+def run_of(ctx: RunContext) -> tuple[str, int, str | None, int]:
+    """(drain, run id, nonce, attempt): what a table commit's marker names."""
+    return ctx.drain.name, ctx.run.id, ctx.run.nonce, ctx.attempt
 
 
 def missing_table(err: Exception) -> bool:

@@ -15,11 +15,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from drainer.errors import ConfigError
+from drainer.errors import CommitProofLost, ConfigError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import TableCommit
 from drainer.sinks.delta import DeltaSink
-from spark_jobs.sinks.base import SparkSink, check_extension, fit_schema, marker, missing_table
+from spark_jobs.sinks.base import (
+    ATTEMPT_PROPERTY,
+    NONCE_PROPERTY,
+    SparkSink,
+    check_extension,
+    fit_schema,
+    marker,
+    missing_table,
+    run_of,
+)
 from spark_jobs.sinks.faults import crash_once_files_appear
 
 log = logging.getLogger(__name__)
@@ -36,8 +45,10 @@ _DELTA_CONFLICTS = ("Concurrent", "concurrent update")
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 
-def app_id(drain: str) -> str:
-    return f"drainer:{drain}"
+def app_id(drain: str, nonce: str | None = None) -> str:
+    """Delta's transaction app id: per run (its nonce), so the table's own record of the run's
+    transaction, which log clean-up keeps in every checkpoint, proves that run alone."""
+    return f"drainer:{drain}" if nonce is None else f"drainer:{drain}:{nonce}"
 
 
 class DeltaSparkSink(DeltaSink, SparkSink):
@@ -46,10 +57,11 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         self.check_writable()
 
     def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
-        return self._commit_of(spark, ctx.drain.name, ctx.run.id)
+        return self._commit_of(spark, *run_of(ctx)[:3])
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit:
-        where, drain, run_id = self.location(), ctx.drain.name, ctx.run.id
+        where = self.location()
+        drain, run_id, nonce, attempt = run_of(ctx)
         out = fit_schema(out, self._schema(spark), where)
         for attempt in range(1, DELTA_RETRIES + 1):
             try:
@@ -57,9 +69,9 @@ class DeltaSparkSink(DeltaSink, SparkSink):
                     out.write.format("delta")
                     .mode("append")
                     .option("mergeSchema", "true")
-                    .option("txnAppId", app_id(drain))
+                    .option("txnAppId", app_id(drain, nonce))
                     .option("txnVersion", str(run_id))
-                    .option("userMetadata", marker(drain, run_id))
+                    .option("userMetadata", marker(drain, run_id, nonce, attempt))
                     .save(where)
                 )
                 break
@@ -68,7 +80,19 @@ class DeltaSparkSink(DeltaSink, SparkSink):
                     raise
                 log.warning("Delta conflict writing %s (attempt %d): retrying", where, attempt)
                 time.sleep(0.5 * attempt)
-        done = self._commit_of(spark, drain, run_id)
+        done = self._commit_of(spark, drain, run_id, nonce)
+        if done is None and nonce is not None:
+            # Delta skipped the write: this run's own transaction is on the table, so an
+            # earlier attempt landed, but the history that named its version is gone
+            raise CommitProofLost(
+                f"Delta skipped run {run_id}'s write to {where}: the table already records this "
+                f"run's transaction (app id {app_id(drain, nonce)}), so an earlier attempt's "
+                "write landed, but the table's history no longer shows it (log clean-up, "
+                "delta.logRetentionDuration) and drainer has no record of it. Nothing was "
+                "written twice. Check the table for rows of this run's ranges; `drainer status` "
+                "shows them. Run again once the table's history is restored, or abandon the "
+                "plan only if its rows are not in the table"
+            )
         if done is None:
             raise ConfigError(
                 f"Delta skipped the write of run {run_id} to {where}: its transaction for app "
@@ -119,11 +143,26 @@ class DeltaSparkSink(DeltaSink, SparkSink):
                 return None
             raise
 
-    def _commit_of(self, spark: SparkSession, drain: str, run_id: int) -> TableCommit | None:
+    def _commit_of(
+        self, spark: SparkSession, drain: str, run_id: int, nonce: str | None = None
+    ) -> TableCommit | None:
         history = self._history(spark)
         if history is None:
             return None
-        rows = history.where(F.col("userMetadata") == marker(drain, run_id)).collect()
+        meta = F.col("userMetadata")
+        if nonce is None:  # planned before nonces: its commit's marker names drain and run
+            found = meta == marker(drain, run_id)
+        else:
+            found = F.get_json_object(meta, f"$['{NONCE_PROPERTY}']") == nonce
+        rows = (
+            history.where(found)
+            .select(
+                "version",
+                "operationMetrics",
+                F.get_json_object(meta, f"$['{ATTEMPT_PROPERTY}']").alias("attempt"),
+            )
+            .collect()
+        )
         if not rows:
             return None
         row = rows[0]
@@ -135,6 +174,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             int(metrics.get("numFiles", 0) or 0),
             int(metrics.get("numOutputBytes", 0) or 0),
             int(metrics.get("numOutputRows", 0) or 0),
+            int(row["attempt"] or 0),
         )
 
     def _schema(self, spark: SparkSession) -> StructType | None:

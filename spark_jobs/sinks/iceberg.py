@@ -21,17 +21,20 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from drainer.config.kafka_clients import redact
-from drainer.errors import CatalogUnavailable, ServiceError
+from drainer.errors import CatalogUnavailable, CommitProofLost, ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import TableCommit
 from drainer.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.base import (
+    ATTEMPT_PROPERTY,
     DRAIN_PROPERTY,
+    NONCE_PROPERTY,
     RUN_PROPERTY,
     SparkSink,
     check_extension,
     fit_schema,
     missing_table,
+    run_of,
 )
 from spark_jobs.sinks.faults import crash_once_files_appear
 
@@ -46,9 +49,10 @@ _REST_UNREACHABLE = re.compile(r"RESTException\W+Error occurred while processing
 _REST_CAUSE = re.compile(r"Caused by: [\w.$]*?(\w+Exception: [^\n]*)")
 
 
-def wap_id(drain: str, run_id: int) -> str:
-    """The run's write-audit-publish id: Iceberg publishes a given id at most once."""
-    return f"drainer:{drain}:{run_id}"
+def wap_id(drain: str, run_id: int, nonce: str | None = None) -> str:
+    """The run's write-audit-publish id: Iceberg publishes a given id at most once; the nonce
+    keeps a run id that a restored database reissues from matching an old one."""
+    return f"drainer:{drain}:{run_id}" + ("" if nonce is None else f":{nonce}")
 
 
 class IcebergSparkSink(IcebergSink, SparkSink):
@@ -59,10 +63,43 @@ class IcebergSparkSink(IcebergSink, SparkSink):
                 spark.conf.set(key, value)
 
     def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
-        return self._commit_of(spark, ctx.drain.name, ctx.run.id)
+        found = self._commit_of(spark, *run_of(ctx)[:3])
+        if found is None and ctx.attempt > 1 and ctx.run.planned_at is not None:
+            self._check_history_reaches(spark, ctx)
+        return found
+
+    def _check_history_reaches(self, spark: SparkSession, ctx: RunContext) -> None:
+        """No commit of the run on `main`: trustworthy only while the table's history since
+        the plan is whole. A snapshot whose parent is gone and that is younger than the plan
+        means something expired snapshots the run might have published (a catalog's own
+        expiry: drainer's maintenance keeps an open plan's): stop, never write again."""
+        try:
+            snapshots = spark.table(f"{self.location()}.snapshots")
+            live = snapshots.select(F.col("snapshot_id").alias("parent_id"))
+            cut = (
+                snapshots.where(F.col("parent_id").isNotNull())
+                .join(live, "parent_id", "left_anti")
+                .where(F.col("committed_at") > F.lit(ctx.run.planned_at))
+                .limit(1)
+                .collect()
+            )
+        except Exception as err:
+            if missing_table(err):
+                return
+            raise
+        if cut:
+            raise CommitProofLost(
+                f"run {ctx.run.id} of drain '{ctx.drain.name}' may have published to "
+                f"{self.location()} in an earlier attempt, but snapshots younger than its plan "
+                "were expired outside drainer (a catalog's own snapshot expiry?), so the table "
+                "cannot say. Nothing was written twice: check the table for rows of the run's "
+                "ranges before you run again or abandon the plan, and keep snapshots of open "
+                "plans (docs/lakehouse.md)"
+            )
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit:
-        table, drain, run_id = self.location(), ctx.drain.name, ctx.run.id
+        table = self.location()
+        drain, run_id, nonce, attempt = run_of(ctx)
         existing = self._schema(spark)
         if existing is None:
             namespace = table.rsplit(".", 1)[0]
@@ -82,8 +119,8 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({columns})")
             existing = spark.table(table).schema
             out = fit_schema(out, existing, table)
-        self._publish_once(spark, drain, run_id, out)
-        done = self._commit_of(spark, drain, run_id)
+        self._publish_once(spark, ctx, out)
+        done = self._commit_of(spark, drain, run_id, nonce)
         if done is None:
             raise ServiceError(
                 f"run {run_id}'s snapshot of {table} was published, but is not on the table's "
@@ -143,12 +180,16 @@ class IcebergSparkSink(IcebergSink, SparkSink):
     def crash_while_writing(self, ctx: RunContext) -> None:
         crash_once_files_appear(self.data_folder())
 
-    def _commit_of(self, spark: SparkSession, drain: str, run_id: int) -> TableCommit | None:
+    def _commit_of(
+        self, spark: SparkSession, drain: str, run_id: int, nonce: str | None = None
+    ) -> TableCommit | None:
         """The run's published snapshot: on `main`'s line, by its WAP id (or, for snapshots
         written before WAP publishing, by its run property); a staged or branch snapshot does
         not count."""
-        table, wap = self.location(), wap_id(drain, run_id)
+        table, wap = self.location(), wap_id(drain, run_id, nonce)
         summary = F.col("summary")
+        # a run planned before nonces also matches its commit's run property (older commits)
+        legacy = (summary[RUN_PROPERTY] == str(run_id)) & (summary[DRAIN_PROPERTY] == drain)
         try:  # loaded from the catalog itself (not a listing): a table another client made too
             spark.catalog.refreshTable(table)
             rows = (
@@ -158,7 +199,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
                 .where(
                     (summary[WAP_ID] == wap)
                     | (summary[PUBLISHED_WAP_ID] == wap)
-                    | ((summary[RUN_PROPERTY] == str(run_id)) & (summary[DRAIN_PROPERTY] == drain))
+                    | (legacy if nonce is None else F.lit(False))
                 )
                 .select("snapshot_id", "summary")
                 .collect()
@@ -177,6 +218,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             int(found.get("added-data-files", 0) or 0),
             int(found.get("added-files-size", 0) or 0),
             int(found.get("added-records", 0) or 0),
+            int(found.get(ATTEMPT_PROPERTY, 0) or 0),
         )
 
     def _schema(self, spark: SparkSession) -> StructType | None:
@@ -187,14 +229,15 @@ class IcebergSparkSink(IcebergSink, SparkSink):
                 return None
             raise
 
-    def _publish_once(self, spark: SparkSession, drain: str, run_id: int, out: DataFrame) -> None:
+    def _publish_once(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> None:
         """Append on a branch of this attempt's own, then cherry-pick it onto main, once.
 
         The attempt's branch keeps a write the Connect server finishes for a dead client off
         main; the cherry-pick is where Iceberg checks that the run's WAP id is not published
         yet, in the commit itself, so two attempts of a run cannot both land.
         """
-        table, wap = self.location(), wap_id(drain, run_id)
+        drain, run_id, nonce, attempt = run_of(ctx)
+        table, wap = self.location(), wap_id(drain, run_id, nonce)
         branch = f"{RUN_BRANCH_PREFIX}{run_id}_{uuid.uuid4().hex[:8]}"
         alter_iceberg(spark, table, f"CREATE BRANCH {branch}")
         (
@@ -202,6 +245,8 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             .option(f"snapshot-property.{WAP_ID}", wap)
             .option(f"snapshot-property.{RUN_PROPERTY}", str(run_id))
             .option(f"snapshot-property.{DRAIN_PROPERTY}", drain)
+            .option(f"snapshot-property.{NONCE_PROPERTY}", nonce or "")
+            .option(f"snapshot-property.{ATTEMPT_PROPERTY}", str(attempt))
             .append()
         )
         refs = spark.table(f"{table}.refs")

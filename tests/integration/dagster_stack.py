@@ -237,6 +237,15 @@ class DagsterStack:
         assert data["__typename"] == "LaunchRunSuccess", data
         return data["run"]["runId"]
 
+    def run_messages(self, run_id: str) -> list[str]:
+        """The messages of a run's event log, as the run's page in the UI lists them."""
+        found = self.gql(
+            "query($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { "
+            "events { ... on MessageEvent { message } } } } }",
+            id=run_id,
+        )["logsForRun"]
+        return [e["message"] for e in found.get("events") or [] if e.get("message")]
+
     def observations(self, asset: str) -> list[dict[str, Any]]:
         """The asset's observations' metadata (numbers and texts), newest first."""
         data = self.gql(

@@ -10,6 +10,14 @@ on until the backlog is 0. Every (topic, partition, offset) must be in the sink 
 (distinct offsets, not sums), and the Kafka group offsets must equal the end offsets. The seed is
 printed (and can be set with CHAOS_SEED) so a failure can be replayed; CHAOS_KILLS and
 CHAOS_SERVER_KILLS raise the number of kills (the suite: 10 and 1 per sink).
+
+Issue 26 adds what could erase a table's proof of a run, or the run's footing: `drainer maintain
+--retention-hours 0 --force` between kills, Postgres stopped immediately (no clean disconnect)
+once during a run and the broker killed once during a run, each then started again. Each kill
+is put down to the phase it landed in, read from the state it left (plan, spark, table commit,
+postgres commit, mirror); a phase the random kills missed is then hit by a crash injected
+there (`DRAINER_FAULT`, the process ending as a kill ends it), so every phase is hit for every
+sink, and the sink still holds every offset exactly once.
 """
 
 from __future__ import annotations
@@ -27,15 +35,19 @@ from typing import IO, Any
 import pytest
 from lifecycle_helpers import CLI, sink_records
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
+from sqlalchemy import text
 from test_lakehouse import sink_of, table_offsets
 
+from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
-from drainer.services import connect, process
+from drainer.services import connect, kafka, postgres, process
+from drainer.services.pg_layout import layout
 from drainer.settings import load_settings
 from drainer.sinks import sink_for
 from drainer.spark.net import port_open
 from drainer.store import get_engine, runs, sinks
+from drainer.store.runs import StoredRun
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
@@ -45,7 +57,7 @@ KILLS = int(os.environ.get("CHAOS_KILLS") or 10)  # of the run's process group
 # and a failed run (about 30 s), so the suite kills it once per sink; more with the variable
 SERVER_KILLS = int(os.environ.get("CHAOS_SERVER_KILLS") or 1)
 LEVELS, PARTITIONS = 2, 2
-BUDGET = 15_000  # many runs' worth of backlog: kills land in fresh plans and resumed ones alike
+BUDGET = 12_000  # many runs' worth of backlog: kills land in fresh plans and resumed ones alike
 SINKS: dict[str, dict[str, Any]] = {
     "postgres": {
         "mode": "record",
@@ -56,14 +68,27 @@ SINKS: dict[str, dict[str, Any]] = {
     "delta": {"mode": "dataframe", "processor": "spark_jobs.examples:one_row_per_record"},
     "iceberg": {"mode": "dataframe", "processor": "spark_jobs.examples:one_row_per_record"},
 }
+MAINTAIN_EVERY = 3  # rounds between `drainer maintain --retention-hours 0 --force`
+# where a kill can land, and the crash point that lands one there when random kills did not
+PHASES = {
+    "plan": "after_plan",
+    "spark": "during_spark",
+    "table commit": "after_table_commit",
+    "postgres commit": "after_commit",
+    "mirror": faults.MIRROR_POINT,
+}
 
 
 def _backlog(drain: DrainConfig) -> int:
     return sum(p.backlog for p in states(drain, list(range(LEVELS))))
 
 
-def _start_run(drain: DrainConfig, log: IO[str]) -> subprocess.Popen[bytes]:
+def _start_run(
+    drain: DrainConfig, log: IO[str], fault: str | None = None
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "DRAINER_FAULT"}
+    if fault is not None:
+        env["DRAINER_FAULT"] = fault
     return subprocess.Popen(
         [*CLI, "run", drain.name],
         env=env,
@@ -146,6 +171,88 @@ def _kill_server_mid_write(
     return True
 
 
+def _latest_run(drain: DrainConfig) -> StoredRun | None:
+    with get_engine().connect() as conn:
+        latest = runs.recent_runs(conn, drain.name, 1)
+        return runs.get_run(conn, latest[0].id) if latest else None
+
+
+def _phase_of_kill(drain: DrainConfig, before: StoredRun | None) -> str:
+    """The phase a killed run was in, read from what it left behind."""
+    run = _latest_run(drain)
+    if run is None or (
+        before is not None
+        and run.id == before.id
+        and run.attempts == before.attempts
+        and run.status == before.status
+    ):
+        return "plan"  # nothing stored or started since: killed planning (or before it)
+    if run.status == "planned":
+        return "plan"
+    if run.status in ("running", "failed"):
+        with get_engine().connect() as conn:
+            proof = conn.scalar(
+                text("SELECT count(*) FROM run_table_proofs WHERE run_id = :r"), {"r": run.id}
+            )
+        return "table commit" if proof else "spark"
+    # committed: the kill came after the Postgres commit; mirrored to Kafka yet or not
+    with get_engine().connect() as conn:
+        behind = conn.scalar(
+            text(
+                "SELECT count(*) FROM partition_offsets WHERE drain = :d "
+                "AND mirrored_offset IS DISTINCT FROM committed"
+            ),
+            {"d": drain.name},
+        )
+    return "postgres commit" if behind else "mirror"
+
+
+def _maintain(drain: DrainConfig) -> None:
+    """What an operator's maintenance does between runs: zero retention, forced."""
+    done = subprocess.run(
+        [*CLI, "maintain", drain.name, "--retention-hours", "0", "--force"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _lose_service_mid_run(
+    drain: DrainConfig, proc: subprocess.Popen[bytes], service: str, wait_s: float
+) -> bool:
+    """Stop Postgres immediately, or kill the broker, while the run writes; start it again.
+
+    False (the run killed instead) if the run ended or wrote nothing within `wait_s`."""
+    if not _wait_for_writes(drain, proc, wait_s):
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        return False
+    settings = load_settings()
+    if service == "postgres":
+        pid = process.read_pid(layout(settings.home, create=False).data / "postmaster.pid")
+        assert pid is not None
+        os.kill(pid, signal.SIGQUIT)  # the postmaster's immediate shutdown: no clean goodbye
+        while process.is_alive(pid):
+            time.sleep(0.1)
+        postgres.up(settings, echo=lambda *_: None)
+    else:
+        pid = process.our_pid(kafka.KafkaPaths.under(settings.home).pid_file, kafka.MARKER)
+        assert pid is not None, "the broker the tests share is not running"
+        os.kill(pid, signal.SIGKILL)
+        while process.is_alive(pid):
+            time.sleep(0.1)
+        kafka.up(settings, echo=lambda *_: None)
+    try:  # the run fails on the lost service (its plan stays open), or finishes
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    print(f"lost {service} while the run wrote; started again (run exit {proc.returncode})")
+    return True
+
+
 def _sink_offsets(drain: DrainConfig) -> Counter:
     return sink_records(drain) if drain.sink.type == "postgres" else table_offsets(drain)
 
@@ -168,8 +275,17 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
             produce_records(drain, records, level=level, partition=partition)
     assert _backlog(drain) == RECORDS
 
-    rounds = KILLS + SERVER_KILLS
-    server_rounds = set(rng.sample(range(1, rounds), SERVER_KILLS))  # never the first round
+    settings = load_settings()
+    # special rounds, never the first: the Connect server mid-write, and (our own services
+    # only) Postgres and the broker mid-run
+    specials = ["server"] * SERVER_KILLS
+    specials += ["postgres"] if settings.local_postgres else []
+    specials += ["broker"] if settings.local_kafka else []
+    rounds = KILLS + len(specials)
+    pending = dict(zip(rng.sample(range(1, rounds + 1), len(specials)), specials, strict=True))
+    phases: Counter[str] = Counter()
+    lost: Counter[str] = Counter()
+    wanted = [p for p in PHASES if sink != "postgres" or p != "table commit"]
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as log:
         # an undisturbed run tells how long a run takes here; kills then fall anywhere in it
@@ -177,27 +293,43 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
         proc = _start_run(drain, log)
         assert proc.wait(timeout=600) == 0, _tail(log)
         duration = time.monotonic() - started
-        kills, server_kills, missed, completed, round_ = 0, 0, 0, 1, 0
+        kills, missed, completed, round_ = 0, 0, 1, 0
         try:
-            while kills < KILLS or server_kills < SERVER_KILLS:
+            while kills < KILLS or pending or set(wanted) - set(phases):
                 assert _backlog(drain) > 0, "the backlog ran out before the kills: lower BUDGET"
-                # mostly killed, now and then done; `duration` follows the last completed run
+                round_ += 1
+                if round_ % MAINTAIN_EVERY == 0:
+                    _maintain(drain)  # between kills: what an open plan committed must stay
+                before = _latest_run(drain)
+                special = pending.pop(round_, None)
+                if special is not None and kills == 0:  # a run killed first: the footing
+                    pending[round_ + 1], special = special, None
+                if special is None and kills >= KILLS and not pending:
+                    # the random kills missed a phase: crash there, as a kill would end it
+                    phase = next(p for p in wanted if p not in phases)
+                    proc = _start_run(drain, log, fault=PHASES[phase])
+                    code = proc.wait(timeout=600)
+                    assert code == faults.EXIT_CODE, _tail(log)
+                    phases[_phase_of_kill(drain, before)] += 1
+                    print(f"crashed at {PHASES[phase]}: a kill in phase {phase}")
+                    continue
                 delay = rng.uniform(0.2, duration * 1.1)
                 started = time.monotonic()
                 proc = _start_run(drain, log)
-                this, round_ = round_, round_ + 1
-                if this in server_rounds and server_kills < SERVER_KILLS:
-                    if _kill_server_mid_write(drain, proc, wait_s=max(60.0, 3 * duration)):
-                        server_kills += 1
-                        print(f"killed the Connect server while the run wrote (round {this})")
+                if special is not None:
+                    wait_s = max(60.0, 3 * duration)
+                    hit = (
+                        _kill_server_mid_write(drain, proc, wait_s)
+                        if special == "server"
+                        else _lose_service_mid_run(drain, proc, special, wait_s)
+                    )
+                    if hit:
+                        lost[special] += 1
+                        print(f"lost the {special} while the run wrote (round {round_})")
                     else:  # the run ended, or wrote nothing: not a kill mid-write, try again
                         missed += 1
-                        assert missed <= 3, (
-                            f"{missed} runs ended or wrote nothing before the Connect server "
-                            "could be killed while they wrote"
-                        )
-                        print(f"round {this}: no write to kill the Connect server in; again")
-                        server_rounds.add(round_)
+                        assert missed <= 3, f"{missed} runs ended before the {special} was lost"
+                        pending[round_ + 1] = special
                     continue
                 try:
                     code = proc.wait(timeout=delay)
@@ -205,16 +337,24 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=60)
                     kills += 1
-                    print(f"killed run process after {delay:.1f} s")
+                    phase = _phase_of_kill(drain, before)
+                    phases[phase] += 1
+                    print(f"killed run process after {delay:.1f} s, in phase {phase}")
                     continue
-                assert code == 0, _tail(log)
+                # after a lost service a run may still fail on it once (exit 2; plan kept)
+                assert code == 0 or (code == 2 and lost), _tail(log)
                 completed += 1
                 duration = time.monotonic() - started
                 print(f"run process finished within {delay:.1f} s (took {duration:.1f} s)")
-                if round_ >= rounds and server_kills < SERVER_KILLS:
-                    server_rounds.add(round_)  # the random rounds ran out: kill it next
-        finally:  # the rest of the suite shares this server
+        finally:  # the rest of the suite shares these services
+            postgres.up(settings, echo=lambda *_: None)
+            kafka.up(settings, echo=lambda *_: None)
             connect.up(load_settings(), echo=lambda *_: None, formats=("delta", "iceberg"))
+    server_kills = lost["server"]
+    print(f"kills by phase: {dict(phases)}; services lost mid-run: {dict(lost)}")
+    assert set(wanted) <= set(phases), f"phases never hit: {set(wanted) - set(phases)}"
+    assert lost["postgres"] == int(settings.local_postgres)
+    assert lost["broker"] == int(settings.local_kafka)
     print(
         f"{kills} run kills, {server_kills} Connect server kills mid-write, {completed} completed "
         f"runs in {time.monotonic() - t0:.1f} s; one run takes {duration:.1f} s"

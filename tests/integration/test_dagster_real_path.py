@@ -243,9 +243,18 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
             if len(runs) == 2 and all(_step_started(ui, r["runId"]) for r in runs):
                 break
             time.sleep(0.5)
-        # both steps have started: from there a step loads settings and asks for the lease
-        # at once (drainer.lifecycle.run.drain_once), so both wait on the held drain
-        time.sleep(3)
+        # both steps have started and ask for the lease: the race happened only once each
+        # says, in its step's log, that it waits on the held drain (drainer.store.leases)
+        waited: set[str] = set()
+        deadline = time.monotonic() + 120
+        while len(waited) < 2 and time.monotonic() < deadline:
+            waited |= {
+                r["runId"]
+                for r in runs
+                if any("is held by another run" in m for m in ui.run_messages(r["runId"]))
+            }
+            time.sleep(0.5)
+        assert len(waited) == 2, f"only {len(waited)} of the backfill's 2 steps waited"
         release.set()
         split = ui.wait_backfill(backfill)
     finally:

@@ -252,3 +252,42 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
     retried = got[0]
     assert (retried.key(), retried.value()) == (key, value)
     assert retried.headers() == headers  # the same list, byte for byte, nothing added
+
+
+def test_a_record_dead_lettered_again_after_a_rewind_is_published_again(make_drain, spark):
+    """Before: the second dead letter of the same record kept the first one's
+    dlq_published_at, so the DLQ topic never saw it again."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from drainer.kafka.clients import client_config
+    from drainer.lifecycle.rewind import rewind
+
+    suffix = os.urandom(4).hex()
+    drain = make_drain(
+        mode="record",
+        handler="spark_jobs.examples:poison_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        max_attempts=1,
+        dlq_topic=f"dlq_{suffix}",
+        partitions=1,
+    )
+    values = [b"poison b" if i == 3 else b"fine" for i in range(6)]
+    produce_records(drain, [OutRecord(value=v, key=b"k") for v in values], level=0)
+    drain_job.run(drain, trigger="test")
+    rewind(drain, 0, to_offset=0, reason="replay after a fix that did not hold")
+    drain_job.run(drain, trigger="test")  # the same record dead-lettered a second time
+
+    consumer = Consumer(
+        client_config(drain, **{"group.id": f"check-{suffix}", "enable.auto.commit": False})
+    )
+    consumer.assign([TopicPartition(drain.dlq_topic, 0, 0)])
+    got = []
+    for _ in range(40):
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message)
+        if len(got) == 2:
+            break
+    consumer.close()
+    sources = [dict(m.headers())["drainer-source"] for m in got]
+    assert sources == [f"{drain.level_topic(0)}/0/3".encode()] * 2  # published twice

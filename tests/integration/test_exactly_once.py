@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -473,11 +474,30 @@ def test_task_writes_hold_off_a_takeover_and_are_refused_after_it(make_drain, st
         check_fence(task, Lease(drain.name, fence), shared=True)  # a task of the run, mid-write
         taker = threading.Thread(target=take_over)
         taker.start()
-        assert not bumped.wait(1.0)  # the takeover waits for the task's transaction
+        # the race happened: the takeover's UPDATE is seen waiting for the task's lock
+        assert _waits_for_lock("UPDATE drains SET fence", timeout_s=30)
+        assert not bumped.is_set()
     taker.join(10)
     assert bumped.is_set()
     with psycopg.connect(url) as task, pytest.raises(FencedOut, match="a newer run took over"):
         check_fence(task, Lease(drain.name, fence), shared=True)  # the old run's next task
+
+
+def _waits_for_lock(query_start: str, timeout_s: float) -> bool:
+    """True once a session running a query that starts with `query_start` waits on a lock."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with get_engine().connect() as conn:
+            if conn.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND starts_with(query, :q)"
+                ),
+                {"q": query_start},
+            ):
+                return True
+        time.sleep(0.05)
+    return False
 
 
 # ---------------------------------------------------------------- 4. the Kafka mirror

@@ -114,7 +114,8 @@ def table_run_ids(drain: DrainConfig) -> list[int]:
         parent = snapshot.parent_snapshot_id
         snapshot = table.snapshot_by_id(parent) if parent is not None else None
     waps = [p.get("wap.id") or p.get("published-wap-id") for p in reversed(line)]
-    return [int(wap.rsplit(":", 1)[1]) for wap in waps if wap and wap.startswith("drainer:")]
+    # drainer:<drain>:<run id>[:<run nonce>]
+    return [int(wap.split(":")[2]) for wap in waps if wap and wap.startswith("drainer:")]
 
 
 @pytest.mark.parametrize("mode", ["dataframe", "record"])
@@ -184,8 +185,9 @@ def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, s
     sink = spark_sink_for(drain.sink, load_settings())
     sink.prepare(spark, drain.name)
     run_id = 10_000_000 + uuid.uuid4().int % 1_000_000
-    # what a table sink's write reads of the run's context: the drain and the run's id
-    ctx: Any = SimpleNamespace(drain=drain, run=SimpleNamespace(id=run_id))
+    # what a table sink's write reads of the run's context: the drain, the run, the attempt
+    run = SimpleNamespace(id=run_id, nonce=uuid.uuid4().hex, planned_at=None)
+    ctx: Any = SimpleNamespace(drain=drain, run=run, attempt=1)
     rows = spark.range(2_000).selectExpr("'t' AS topic", "0 AS partition", "id AS offset")
     start = threading.Barrier(3)
     commits: list[Any] = []

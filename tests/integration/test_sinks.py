@@ -283,13 +283,15 @@ def test_two_attempts_of_one_task_leave_one_attempts_rows():
     b = threading.Thread(target=attempt, args=([("b", 10), ("b", 20)],))
     b.start()
     # B either finishes at once (no lock: the defect) or waits on A's lock
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while b.is_alive() and not _waits_on_advisory_lock() and time.monotonic() < deadline:
         time.sleep(0.05)
+    blocked = b.is_alive() and _waits_on_advisory_lock()
     release_a.set()
     a.join(10)
     b.join(10)
     assert not errors, errors
+    assert blocked, "attempt B never waited on attempt A's lock: the race did not happen"
     # the later attempt's rows only
     assert _rows(sink_names.stage_name(table, 7)) == [("b", 10), ("b", 20)]
 

@@ -1,0 +1,215 @@
+"""The proof that a run already committed to its table survives what could erase it (issue 26):
+drainer's own maintenance, Delta's log clean-up, an abandon, a racing attempt, a state database
+restored to an earlier point. Each test crashes a run after its table commit (the window where
+the table holds the run and Postgres does not) and proves every offset lands exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from lifecycle_helpers import cli
+from offsets import high_watermarks
+from sqlalchemy import text
+from test_exactly_once import RECORD_MODE, drain_until_empty, produce_backlog, runs_of
+from test_lakehouse import (
+    BUDGET,
+    DATAFRAME_MODE,
+    PER_PARTITION,
+    assert_each_record_once,
+    sink_of,
+    table_offsets,
+    table_run_ids,
+)
+
+from drainer import faults
+from drainer.settings import load_settings
+from drainer.store import get_engine
+from spark_jobs import drain_job
+
+
+def _crash_after_table_commit(drain) -> int:
+    crashed = cli("run", drain.name, fault="after_table_commit")
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+    run = runs_of(drain)[-1]
+    assert run.status == "running" and run.id in table_run_ids(drain)
+    return run.id
+
+
+def _forget_postgres_proof(run_id: int) -> None:
+    """As if the crash came before the proof was on record: only the table knows."""
+    with get_engine().begin() as conn:  # (an older drainer has no such record to forget)
+        if conn.scalar(text("SELECT to_regclass('run_table_proofs')")) is not None:
+            conn.execute(text("DELETE FROM run_table_proofs WHERE run_id = :r"), {"r": run_id})
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_maintain_with_zero_retention_keeps_an_open_plans_commit_so_the_resume_writes_once(
+    make_drain, lakehouse, fmt
+):
+    """Before: `drainer maintain --retention-hours 0 --force` rewrote Iceberg's files and
+    expired the run's snapshot; the resumed run found no commit and wrote the run again.
+    Now maintenance keeps what an open plan committed, and the proof is in Postgres too."""
+    drain = make_drain(sink=sink_of(fmt), budget=200, **DATAFRAME_MODE)
+    total = sum(produce_backlog(drain, PER_PARTITION).values())
+    for _ in range(2):  # committed runs: small files and snapshots for maintenance to take
+        assert cli("run", drain.name).returncode == 0
+    run_id = _crash_after_table_commit(drain)
+    _forget_postgres_proof(run_id)  # the table's own history must still hold the proof
+    done = cli("maintain", drain.name, "--retention-hours", "0", "--force", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout[done.stdout.index("{") :])
+    assert report["table"]["open_plan_kept_hours"] is not None  # it saw the open plan
+    drain_until_empty(drain)
+    assert table_run_ids(drain).count(run_id) == 1
+    assert_each_record_once(drain, total)
+
+
+def test_delta_log_clean_up_loses_the_runs_history_but_not_its_proof(make_drain, lakehouse):
+    """Delta's log clean-up removes the run's entry from DESCRIBE HISTORY. Before: the resumed
+    run found no commit, Delta skipped its write by txnVersion and the run failed with
+    'database reset?' (advising abandon, which then wrote it twice). Now the proof is on
+    record in Postgres the moment the table commit is seen."""
+    from deltalake import DeltaTable
+
+    drain = make_drain(sink=sink_of("delta"), budget=BUDGET, **DATAFRAME_MODE)
+    total = sum(produce_backlog(drain, PER_PARTITION).values())
+    run_id = _crash_after_table_commit(drain)
+    folder = Path(load_settings().warehouse) / drain.sink.path
+    # what log clean-up leaves: the run's commit no longer in the history (its JSON gone,
+    # replaced by a checkpoint); here the entry is rewritten without its marker
+    log = folder / "_delta_log"
+    for entry in sorted(log.glob("*.json")):
+        lines = entry.read_text().splitlines()
+        kept = [ln for ln in lines if "userMetadata" not in ln or str(run_id) not in ln]
+        stripped = []
+        for line in kept:
+            action = json.loads(line)
+            action.get("commitInfo", {}).pop("userMetadata", None)
+            stripped.append(json.dumps(action))
+        entry.write_text("\n".join(stripped) + "\n")
+        (entry.parent / f".{entry.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum
+    history = DeltaTable(str(folder)).history()
+    assert not any(str(run_id) in (h.get("userMetadata") or "") for h in history)
+    drain_until_empty(drain)
+    assert_each_record_once(drain, total)
+
+
+def test_delta_without_history_or_record_stops_in_one_line_and_writes_nothing_twice(
+    make_drain, lakehouse
+):
+    """The proof truly gone from history and Postgres: Delta's transaction for this run (its
+    own app id) still skips the write; the run stops naming what to check."""
+    drain = make_drain(sink=sink_of("delta"), budget=BUDGET, **DATAFRAME_MODE)
+    produce_backlog(drain, PER_PARTITION)
+    run_id = _crash_after_table_commit(drain)
+    _forget_postgres_proof(run_id)
+    log = Path(load_settings().warehouse) / drain.sink.path / "_delta_log"
+    for entry in sorted(log.glob("*.json")):
+        actions = [json.loads(ln) for ln in entry.read_text().splitlines()]
+        for action in actions:
+            action.get("commitInfo", {}).pop("userMetadata", None)
+        entry.write_text("\n".join(json.dumps(a) for a in actions) + "\n")
+        (entry.parent / f".{entry.name}.crc").unlink(missing_ok=True)  # Hadoop's checksum
+    proc = cli("run", drain.name)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "already records this run's transaction" in proc.stderr
+    assert table_run_ids(drain) == []  # markers stripped above; and no second commit:
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(log.parent)).to_pyarrow_table().num_rows
+    assert rows == BUDGET
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_abandon_after_the_table_commit_is_refused_and_the_run_completes_once(
+    make_drain, lakehouse, fmt
+):
+    """Before: `drainer plan abandon` printed 'nothing was committed'; the next plan wrote the
+    run's rows again (1,000 rows for 500 offsets)."""
+    drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
+    total = sum(produce_backlog(drain, PER_PARTITION).values())
+    run_id = _crash_after_table_commit(drain)
+    _forget_postgres_proof(run_id)  # abandon must ask the table itself
+    refused = cli("plan", "abandon", drain.name, "--reason", "looks stuck")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "already committed" in refused.stderr and f"drainer run {drain.name}" in refused.stderr
+    assert runs_of(drain)[-1].status == "running"  # not abandoned
+    drain_until_empty(drain)
+    assert_each_record_once(drain, total)
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_restored_state_database_never_takes_an_old_commit_for_a_new_run(
+    make_drain, lakehouse, fmt
+):
+    """Point-in-time restore to before a committed run: runs_id_seq reissues its id, and the
+    new run plans other ranges (here a bigger budget). Before: the new run matched the old
+    commit by (drain, run id), was taken as committed, and the records it planned beyond the
+    old run's were lost. The run nonce tells the two runs apart."""
+    drain = make_drain(sink=sink_of(fmt), budget=200, **DATAFRAME_MODE)
+    total = sum(produce_backlog(drain, PER_PARTITION).values())
+    assert cli("run", drain.name).returncode == 0
+    (first,) = runs_of(drain)
+    old = table_offsets(drain)
+    bigger = drain.model_copy(update={"budget": 300})
+    engine = get_engine()
+    try:
+        with engine.begin() as conn:  # the restore: the run and its progress never happened
+            conn.execute(text("DELETE FROM runs WHERE id = :r"), {"r": first.id})
+            conn.execute(text("DELETE FROM partition_offsets WHERE drain = :d"), {"d": drain.name})
+            # the sequence as the restore left it: the next run gets the old run's id
+            conn.execute(text("SELECT setval('runs_id_seq', :r - 1)"), {"r": first.id})
+        reissued = drain_job.run(bigger, trigger="test")
+    finally:  # other drains of the suite go on past every id in use
+        with engine.begin() as conn:
+            conn.execute(text("SELECT setval('runs_id_seq', (SELECT max(id) FROM runs))"))
+    assert reissued.run_id == first.id and reissued.drained == 300  # written, not skipped
+    assert table_run_ids(drain).count(first.id) == 2
+    drain_until_empty(drain)
+    # nothing lost: every offset in the table; only the old run's rows are there twice (the
+    # table outlived the restored database, which forgot they were drained)
+    high = high_watermarks(drain)
+    seen = table_offsets(drain)
+    assert set(seen) == {(t, p, o) for (t, p), end in high.items() for o in range(end)}
+    assert {k for k, n in seen.items() if n > 1} == set(old)
+    assert sum(seen.values()) == total + len(old)
+    assert all(r.status == "committed" for r in runs_of(drain))
+
+
+def test_failures_of_the_attempt_whose_write_landed_are_the_ones_committed(make_drain, lakehouse):
+    """Attempt keys: failures staged by two attempts of one run stay apart, and the commit
+    takes those of the attempt its table commit names (an earlier attempt's, when its write
+    won the race). Before: the commit counted whatever this attempt staged (or none)."""
+    from drainer.store import dead_letters
+
+    drain = make_drain(sink=sink_of("iceberg"), budget=BUDGET, **RECORD_MODE)
+    produce_backlog(drain, PER_PARTITION)
+    run_id = _crash_after_table_commit(drain)
+    with get_engine().begin() as conn:
+        landed = conn.execute(
+            text("SELECT attempt, commit FROM run_table_proofs WHERE run_id = :r"), {"r": run_id}
+        ).one()
+        assert landed.attempt == 1
+        staged = dead_letters.run_failures(conn, run_id, 1)
+        # a second attempt's differing outcome for the same run, staged beside the first's
+        conn.execute(
+            text(
+                'INSERT INTO record_failures (run_id, attempt, topic, partition, "offset", '
+                'held_back, error) SELECT run_id, 2, topic, partition, "offset" + 1000, '
+                "false, 'attempt 2' FROM record_failures WHERE run_id = :r AND attempt = 1"
+            ),
+            {"r": run_id},
+        )
+        assert dead_letters.run_failures(conn, run_id, 1) == staged
+    drain_until_empty(drain)
+    with get_engine().connect() as conn:
+        errors = conn.execute(
+            text(
+                "SELECT count(*) FROM record_attempts WHERE drain = :d AND last_error = 'attempt 2'"
+            ),
+            {"d": drain.name},
+        ).scalar()
+    assert errors == 0  # attempt 2's staged outcome never counted
