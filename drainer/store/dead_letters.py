@@ -14,6 +14,15 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, text
 
+# a staged failure's error starts so when its value did not decode with the declared format:
+# another attempt cannot decode it either, so it goes to the dead letters at once
+UNDECODABLE = "undecodable: "
+
+
+def undecodable(error: str | None) -> bool:
+    """A staged failure of a record that does not decode (`bad_records: dead_letter`)."""
+    return bool(error) and str(error).startswith(UNDECODABLE)
+
 
 def stage_failures(
     conn: Any, run_id: int, topic: str, partition: int, rows: Iterable[tuple[Any, ...]]
