@@ -14,11 +14,12 @@ that stops the run before anything is written.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import BinaryType, DataType, StringType, StructField, StructType
 
 from drainer.config import DrainConfig
 from drainer.config.formats import METADATA_COLUMNS, RecordFormat
@@ -102,7 +103,7 @@ def _json(fmt: RecordFormat, raw: DataFrame) -> tuple[Column, Column, list[str] 
         raise ConfigError(f"value.schema {ddl!r} is not a Spark DDL struct: {err}") from None
     if not isinstance(schema, StructType):
         raise ConfigError(f"value.schema {ddl!r} must list columns, e.g. 'id string'")
-    with_corrupt = StructType([*schema.fields, StructField(_CORRUPT, "string")])  # type: ignore[arg-type]
+    with_corrupt = StructType([*schema.fields, StructField(_CORRUPT, StringType())])
     parsed = F.from_json(
         F.col("value").cast("string"),
         with_corrupt,
@@ -118,7 +119,26 @@ def _avro_file(fmt: RecordFormat, raw: DataFrame) -> tuple[Column, Column, list[
     assert path is not None  # the config's validation asks avro for a schema or a registry
     schema_text = path.read_text()
     decoded = from_avro(F.col("value"), schema_text, {"mode": "PERMISSIVE"})
-    return decoded, F.lit(None).cast("string"), _struct_fields(raw, decoded, str(path))
+    fields = _struct_fields(raw, decoded, str(path))
+    missing = _required_missing(F.col(_DECODED), schema_text)
+    why = F.when(missing, F.lit("the payload does not decode with its Avro schema"))
+    return decoded, why, fields
+
+
+def _required_missing(decoded: Column, schema_text: str) -> Column:
+    """True when a decoded Avro record lacks a required field: what `from_avro` in PERMISSIVE
+    mode returns for a payload it cannot read is a record of nulls, not a null."""
+    try:
+        fields = json.loads(schema_text).get("fields", [])
+    except (ValueError, AttributeError):
+        fields = []
+    required = [
+        f["name"] for f in fields if not (isinstance(f.get("type"), list) and "null" in f["type"])
+    ]
+    missing = decoded.isNull()
+    for name in required:
+        missing = missing | decoded.getField(name).isNull()
+    return missing
 
 
 def _struct_fields(raw: DataFrame, decoded: Column, where: str) -> list[str]:
@@ -131,17 +151,11 @@ def _struct_fields(raw: DataFrame, decoded: Column, where: str) -> list[str]:
 def _error_of(fmt: RecordFormat, decoded: Column, first: Column) -> Column:
     """Why a record's value did not decode; null when it did (a null value is a tombstone)."""
     value = F.col("value")
-    if fmt.registry is not None:  # the wire format's reasons are all in `first`
+    if fmt.format != "json":  # avro: `first` says it
         return F.when(value.isNotNull(), first)
-    if fmt.format == "json":
-        bad = decoded.isNull() | decoded.getField(_CORRUPT).isNotNull()
-        why = F.lit("malformed JSON for the value's schema")
-    else:
-        bad = decoded.isNull()
-        why = F.lit("the payload does not decode with its Avro schema")
-    return F.when(value.isNull(), F.lit(None).cast("string")).otherwise(
-        F.coalesce(first, F.when(bad, why))
-    )
+    bad = decoded.isNull() | decoded.getField(_CORRUPT).isNotNull()
+    why = F.lit("malformed JSON for the value's schema")
+    return F.when(value.isNull(), F.lit(None).cast("string")).otherwise(F.when(bad, why))
 
 
 def _wire_avro(fmt: RecordFormat, raw: DataFrame) -> tuple[Column, Column, list[str] | None]:
@@ -175,7 +189,8 @@ def _wire_avro(fmt: RecordFormat, raw: DataFrame) -> tuple[Column, Column, list[
                 for f in merged.fields
             ]
         )
-        struct = F.when(schema_id == i, F.when(decoded.isNotNull(), aligned)).otherwise(struct)
+        readable = ~_required_missing(decoded, known[i])
+        struct = F.when(schema_id == i, F.when(readable, aligned)).otherwise(struct)
     unknown = ~schema_id.isin(list(known)) if known else F.lit(True)
     decoded = F.col(_DECODED)
     error = (
@@ -211,5 +226,5 @@ def _merged(types: dict[int, DataType]) -> StructType:
                     "was committed: make the change a new optional field, or drain it apart"
                 )
     if not fields:  # no record with a known writer schema: the run's rows are all bad ones
-        return StructType([StructField("value", DataType.fromDDL("binary"))])
+        return StructType([StructField("value", BinaryType())])
     return StructType([field for _, field in fields.values()])
