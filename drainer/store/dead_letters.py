@@ -193,6 +193,18 @@ def pending_dead_letters(conn: Connection, drain: str) -> int:
     return int(found)
 
 
+def pending_by_level(conn: Connection, drain: str) -> dict[int, int]:
+    """Dead letters not retried yet, per level (`drainer status`)."""
+    rows = conn.execute(
+        text(
+            "SELECT level, count(*) AS n FROM dead_letters WHERE drain = :d "
+            "AND retried_at IS NULL GROUP BY level"
+        ),
+        {"d": drain},
+    ).all()
+    return {int(row.level): int(row.n) for row in rows}
+
+
 def retried_of(conn: Connection, drain: str, ids: list[int]) -> dict[int, Any]:
     """Of `ids`, those that are dead letters of `drain`, each with when it was retried (None:
     not yet); ids missing from the result are not the drain's dead letters."""

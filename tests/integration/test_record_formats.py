@@ -25,6 +25,7 @@ from drainer.config import DrainConfig
 from drainer.config.formats import RegistryConfig
 from drainer.errors import BadRecord, ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
+from drainer.observe.status import drain_status
 from drainer.records.registry import frame, register
 from drainer.settings import load_settings
 from drainer.store import get_engine
@@ -115,6 +116,12 @@ def assert_offsets_unmoved(drain: DrainConfig) -> None:
     """Every partition's committed offset is still 0 with an empty offset map (the plan that
     failed stored where it starts, nothing more)."""
     assert set(stored_offsets(drain).values()) <= {(0, "")}
+
+
+def assert_no_table_commit(drain: DrainConfig) -> None:
+    """The Delta table has no commit (a failed job may leave data files, never a version)."""
+    log = Path(load_settings().warehouse) / (drain.sink.path or "") / "_delta_log"
+    assert not list(log.glob("*.json")) if log.exists() else True
 
 
 def dead_letters_of(drain: DrainConfig) -> list[dict[str, Any]]:
@@ -247,7 +254,7 @@ def test_an_incompatible_change_stops_the_run_naming_the_field_and_commits_nothi
         drain_job.run(drain.name, trigger="test")
     assert "\n" not in str(err.value)
     assert_offsets_unmoved(drain)
-    assert not (Path(load_settings().warehouse) / (drain.sink.path or "")).exists()
+    assert_no_table_commit(drain)
 
 
 # ---------------------------------------------------------------- bad records
@@ -293,7 +300,7 @@ def test_a_bad_record_fails_the_run_naming_it_with_nothing_committed(lakehouse, 
         drain_job.run(drain.name, trigger="test")
     assert "\n" not in str(err.value) and "bad_records: dead_letter" in str(err.value)
     assert_offsets_unmoved(drain)
-    assert not (Path(load_settings().warehouse) / (drain.sink.path or "")).exists()
+    assert_no_table_commit(drain)
 
 
 @pytest.mark.parametrize("kind", ["postgres", "delta"])
@@ -320,6 +327,18 @@ def test_bad_records_of_every_kind_go_to_the_dead_letters_with_their_raw_bytes(
     assert "wrong magic byte 0x07" in reasons["wrong_magic"]
     assert "unknown schema id 987654" in reasons["unknown_id"]
     assert "does not decode with writer schema" in reasons["short_payload"]
+    # counted per level: `drainer status` and the runs' level outcomes (Dagster's metadata)
+    status = drain_status(drain)
+    assert {lv["level"]: lv["dead_letters"] for lv in status["levels"]} == {0: 0, 1: 5, 2: 0}
+    with get_engine().connect() as conn:
+        per_level = conn.execute(
+            text(
+                "SELECT rl.level, sum(rl.dead_lettered) FROM run_levels rl JOIN runs r "
+                "ON r.id = rl.run_id WHERE r.drain = :d GROUP BY rl.level"
+            ),
+            {"d": drain.name},
+        ).all()
+    assert dict(per_level)[1] == 5
 
 
 def test_malformed_json_goes_to_the_dead_letters_and_the_rest_is_written(lakehouse, make_drain):
