@@ -24,7 +24,7 @@ from drainer.lifecycle.results import RunContext
 from drainer.processing.headers import encode_headers
 from drainer.store import dead_letters
 from drainer.store.leases import check_fence
-from spark_jobs.decode import ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE
+from spark_jobs.decode import BARRIER, ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE, barrier
 
 _PREFIX = "drainer bad record "
 _RAISED = re.compile(re.escape(_PREFIX) + r"([^\s\[]+)\[(\d+)\]@(\d+): ([^\n\"]*)")
@@ -35,7 +35,7 @@ def guarded(decoded: DataFrame, mode: str) -> DataFrame:
     fails the job (`fail`) or is left out (`dead_letter`, staged by `stage_bad_records`)."""
     error = F.col(ERROR)
     if mode == "dead_letter":
-        kept = decoded.where(error.isNull())
+        kept = decoded.where(error.isNull() & barrier())
     else:
         message = F.concat(
             F.lit(_PREFIX),
@@ -47,8 +47,8 @@ def guarded(decoded: DataFrame, mode: str) -> DataFrame:
             F.lit(": "),
             error,
         )
-        kept = decoded.where(F.when(error.isNotNull(), F.raise_error(message)).otherwise(True))
-    return kept.drop(ERROR, RAW_KEY, RAW_VALUE, RAW_HEADERS)
+        kept = decoded.where(F.when(error.isNotNull(), F.raise_error(message)).otherwise(barrier()))
+    return kept.drop(ERROR, RAW_KEY, RAW_VALUE, RAW_HEADERS, BARRIER)
 
 
 def known_bad_record(err: BaseException, drain: str, run_id: int) -> BadRecord | None:
@@ -71,7 +71,7 @@ def stage_bad_records(ctx: RunContext, decoded: DataFrame) -> int:
     """Stage the run's bad records as its failures, replacing what an earlier attempt staged;
     returns how many. One Spark job that brings only the bad records to the driver."""
     rows = (
-        decoded.where(F.col(ERROR).isNotNull())
+        decoded.where(F.col(ERROR).isNotNull() & barrier())
         .select(
             "_topic", "_partition", "_offset", RAW_KEY, RAW_VALUE, RAW_HEADERS, "_timestamp", ERROR
         )
