@@ -16,7 +16,7 @@ Connect server, each path reads all N from Kafka and appends them to a fresh Del
   timed from building the read to the write returning (no plan, no commit, no mirror).
 
 Every path is warmed by a run of its own on a 10,000-record topic first; each table is read
-back with deltalake and must hold N rows.
+back with deltalake and must hold N rows. The topics are deleted afterwards unless `--keep`.
 """
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=10_000)
+    parser.add_argument("--keep", action="store_true", help="keep the topics afterwards")
     args = parser.parse_args()
     OUT.mkdir(exist_ok=True)
     avsc = OUT / "order.avsc"
@@ -154,6 +155,11 @@ def main() -> int:
     for name, seen in times.items():
         median = statistics.median(seen)
         print(f"| {name} | {median:.2f} | {args.records / median:,.0f} |")
+    if not args.keep:
+        from drainer.testing import delete_topics
+
+        for drain in topics.values():
+            delete_topics(drain)
     return 0
 
 

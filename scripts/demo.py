@@ -27,7 +27,7 @@ PRODUCE = {0: 30_000, 1: 20_000, 2: 10_000}  # records per level: 60,000 < the 7
 LAKE_DRAIN = "events_lake"  # drains.yaml: the same topics, into the Delta table events_lake
 SHOWN_ROWS = 5
 # the decoded value's fields (but its padding) and the metadata that names each record
-SHOWN_COLUMNS = ("seq", "key", "_topic", "_partition", "_offset", "_level", "_timestamp")
+SHOWN_COLUMNS = ("seq", "key", "_topic", "_partition", "_offset", "_level", "_key")
 
 console = Console()
 
