@@ -25,6 +25,7 @@ from drainer.config import DrainConfig
 from drainer.config.formats import RegistryConfig
 from drainer.errors import BadRecord, ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
+from drainer.lifecycle.dlq import retry_dead_letters
 from drainer.observe.status import drain_status
 from drainer.records.registry import frame, register
 from drainer.settings import load_settings
@@ -339,6 +340,27 @@ def test_bad_records_of_every_kind_go_to_the_dead_letters_with_their_raw_bytes(
             {"d": drain.name},
         ).all()
     assert dict(per_level)[1] == 5
+
+
+def test_a_dead_letter_of_an_unknown_schema_id_decodes_once_retried_after_the_schema_exists(
+    lakehouse, make_drain
+):
+    """`drainer dlq retry` once the schema is fixed: here the writer's schema was registered
+    only after its first record was drained (mock registries number schemas from 1)."""
+    drain, registry = registry_drain(make_drain, "postgres", bad_records="dead_letter")
+    v1 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V1))
+    early = frame(v1 + 1, avro_bytes(ORDER_V2, {**order(1, 0, 9), "note": "early"}))
+    produce_records(drain, [OutRecord(value=early, key=b"early")], 1, None, 0)
+    produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
+    drain_until_empty(drain)
+    [letter] = dead_letters_of(drain)
+    assert f"unknown schema id {v1 + 1}" in letter["error"]
+    assert register(registry, f"{drain.topic}-value", json.dumps(ORDER_V2)) == v1 + 1
+    assert retry_dead_letters(drain) == 1
+    drain_until_empty(drain)
+    [row] = [r for r in rows_of(drain) if r["note"] is not None]
+    assert (row["id"], row["note"], row["_key"]) == ("1-0-9", "early", "early")
+    assert_each_offset_once(drain, rows_of(drain), extra=1)  # the dead letter's own offset
 
 
 def test_malformed_json_goes_to_the_dead_letters_and_the_rest_is_written(lakehouse, make_drain):
