@@ -121,3 +121,38 @@ def test_the_mock_registry_serves_each_writer_schema_by_id_and_knows_no_other():
     found = writer_schemas(registry, [first, 999_999])
     assert json.loads(found[first] or "")["name"] == "Order" and found[999_999] is None
     assert frame(first, b"xy") == b"\x00" + first.to_bytes(4, "big") + b"xy"
+
+
+def test_produce_encodes_synthetic_avro_that_reads_back_with_its_schema(tmp_path):
+    import io
+
+    import fastavro
+
+    from drainer.records.encode import encoder, synthetic_values
+
+    avsc = tmp_path / "order.avsc"
+    schema = {
+        **ORDER_AVSC,
+        "fields": [*ORDER_AVSC["fields"], {"name": "note", "type": ["null", "string"]}],
+    }
+    avsc.write_text(json.dumps(schema))
+    fmt = RecordFormat.model_validate({"format": "avro", "schema": str(avsc)})
+    encode, fields = encoder(fmt, "orders-0")
+    assert fields == [("id", "string"), ("amount", "double"), ("note", "string")]
+    values = list(synthetic_values(fields, 3, seed=10))
+    decoded = [
+        fastavro.schemaless_reader(io.BytesIO(encode(v)), fastavro.parse_schema(schema))
+        for v in values
+    ]
+    assert decoded[2] == {"id": "id-12", "amount": 18.0, "note": "note-12"}
+
+
+def test_produce_encodes_synthetic_json_following_a_ddl_schema():
+    from drainer.records.encode import encoder, synthetic_values
+
+    fmt = RecordFormat.model_validate(
+        {"format": "json", "schema": "seq bigint, key string, ok boolean"}
+    )
+    encode, fields = encoder(fmt, "orders-0")
+    [value] = synthetic_values(fields, 1, seed=4)
+    assert json.loads(encode(value)) == {"seq": 4, "key": "key-4", "ok": True}
