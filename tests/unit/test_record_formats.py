@@ -156,3 +156,18 @@ def test_produce_encodes_synthetic_json_following_a_ddl_schema():
     encode, fields = encoder(fmt, "orders-0")
     [value] = synthetic_values(fields, 1, seed=4)
     assert json.loads(encode(value)) == {"seq": 4, "key": "key-4", "ok": True}
+
+
+def test_produce_in_the_wire_format_registers_the_schema_and_frames_each_value(tmp_path):
+    from drainer.records.encode import encoder
+
+    avsc = tmp_path / "order.avsc"
+    avsc.write_text(json.dumps(ORDER_AVSC))
+    fmt = RecordFormat.model_validate(
+        {"format": "avro", "schema": str(avsc), "registry": {"url": "mock://unit-produce"}}
+    )
+    encode, _ = encoder(fmt, "orders-1")
+    framed = encode({"id": "a", "amount": 1.0})
+    assert fmt.registry is not None
+    schema_id = registry_client(fmt.registry).get_latest_version("orders-1-value").schema_id
+    assert framed[:5] == b"\x00" + schema_id.to_bytes(4, "big")
