@@ -151,18 +151,22 @@ def _avro_file(fmt: RecordFormat, raw: DataFrame) -> Decoding:
     return Decoding(decoded, why, fields)
 
 
-def _required_missing(decoded: Column, schema_text: str) -> Column:
-    """True when a decoded Avro record lacks a required field: what `from_avro` in PERMISSIVE
-    mode returns for a payload it cannot read is a record of nulls, not a null."""
+def _required(schema_text: str) -> list[str]:
+    """The fields of an Avro record schema that are not a union with null."""
     try:
         fields = json.loads(schema_text).get("fields", [])
     except (ValueError, AttributeError):
         fields = []
-    required = [
+    return [
         f["name"] for f in fields if not (isinstance(f.get("type"), list) and "null" in f["type"])
     ]
+
+
+def _required_missing(decoded: Column, schema_text: str) -> Column:
+    """True when a decoded Avro record lacks a required field: what `from_avro` in PERMISSIVE
+    mode returns for a payload it cannot read is a record of nulls, not a null."""
     missing = decoded.isNull()
-    for name in required:
+    for name in _required(schema_text):
         missing = missing | decoded.getField(name).isNull()
     return missing
 
@@ -207,6 +211,7 @@ def _wire_avro(fmt: RecordFormat, raw: DataFrame) -> Decoding:
     pre = {f"_drainer_writer_{i}": F.when(schema_id == i, d) for i, d in decoders.items()}
     decoders = {i: F.col(f"_drainer_writer_{i}") for i in decoders}
     merged = _merged(types)
+    _check_required(types, {i: _required(text) for i, text in known.items()})
     struct: Column = F.lit(None).cast(merged)
     for i, decoded in decoders.items():
         mine = types[i]
@@ -235,6 +240,21 @@ def _wire_avro(fmt: RecordFormat, raw: DataFrame) -> Decoding:
         )
     )
     return Decoding(struct, error, merged.fieldNames(), pre)
+
+
+def _check_required(types: dict[int, DataType], required: dict[int, list[str]]) -> None:
+    """A field required by one writer schema of the run and missing from another is a removed
+    required field: an incompatible change (ConfigError naming it)."""
+    for i, names in required.items():
+        for j, kind in types.items():
+            have = kind.fieldNames() if isinstance(kind, StructType) else []
+            gone = [name for name in names if name not in have]
+            if gone:
+                raise ConfigError(
+                    f"incompatible schema change: field {gone[0]} is required in writer schema "
+                    f"{i} but missing from writer schema {j}; nothing was committed: keep the "
+                    "field (or make it optional with a default first), or drain it apart"
+                )
 
 
 def _merged(types: dict[int, DataType]) -> StructType:

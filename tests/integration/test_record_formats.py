@@ -258,6 +258,21 @@ def test_an_incompatible_change_stops_the_run_naming_the_field_and_commits_nothi
     assert_no_table_commit(drain)
 
 
+def test_a_removed_required_field_stops_the_run_naming_the_field(lakehouse, make_drain):
+    drain, registry = registry_drain(make_drain, "postgres")
+    v1 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V1))
+    without_qty = {**ORDER_V1, "fields": ORDER_V1["fields"][:2]}
+    v4 = register(registry, f"{drain.topic}-other", json.dumps(without_qty))
+    produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
+    produce_orders(drain, lambda o: frame(v4, avro_bytes(without_qty, o)))
+    with pytest.raises(ConfigError, match="field qty is required in writer schema") as err:
+        drain_job.run(drain.name, trigger="test")
+    assert "\n" not in str(err.value)
+    assert_offsets_unmoved(drain)
+    with get_engine().connect() as conn:
+        assert conn.scalar(text("SELECT to_regclass(:t)"), {"t": drain.sink.table}) is None
+
+
 # ---------------------------------------------------------------- bad records
 
 
