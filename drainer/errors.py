@@ -134,6 +134,11 @@ class ProcessorFailed(DrainerError):
     """The drain's processor raised: its error and frames, the plan kept for the next run."""
 
 
+class BadRecord(DrainerError):
+    """A record's value did not decode with the drain's declared format (`bad_records: fail`):
+    its topic, partition and offset and the reason; nothing was committed."""
+
+
 class RedactedError(DrainerError):
     """An error on its way to storage drainer does not control (Dagster's event log): the
     original's type and message, and those of its causes, with every known secret redacted.

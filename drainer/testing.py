@@ -30,6 +30,10 @@ def drain_body(name: str, **overrides: Any) -> dict[str, Any]:
         "schedule": None,
         "sink": {"type": "postgres", "table": f"{name}_out"},
     }
+    if overrides.get("mode", "dataframe") == "dataframe" and "value" not in overrides:
+        # the tests' drains aggregate, as drains did before one without a processor wrote
+        # one row per record
+        body["processor"] = "spark_jobs.examples:time_buckets"
     body.update(overrides)
     return body
 

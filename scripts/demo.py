@@ -3,8 +3,9 @@
 Brings the services up, creates the `events` topics, produces a fresh backlog at every level,
 materializes the `events` asset for all levels through Dagster (the run is kept in
 .dagster_home, so `make dagster` shows it) and prints what each level drained. Then the
-`events_lake` drain reads the same topics, one row per record, into a Delta table, and the demo
-reads that table back without Spark (deltalake) and checks it against what was drained.
+`events_lake` drain reads the same topics into a Delta table, one typed row per record (its JSON
+values decoded in Spark into columns, no processor), and the demo reads that table back without
+Spark (deltalake) and checks it against what was drained.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 PRODUCE = {0: 30_000, 1: 20_000, 2: 10_000}  # records per level: 60,000 < the 70,000 budget
 LAKE_DRAIN = "events_lake"  # drains.yaml: the same topics, into the Delta table events_lake
 SHOWN_ROWS = 5
+# the decoded value's fields (but its padding) and the metadata that names each record
+SHOWN_COLUMNS = ("seq", "key", "_topic", "_partition", "_offset", "_level", "_key")
 
 console = Console()
 
@@ -138,13 +141,15 @@ def read_back(metadata: dict[str, Any]) -> bool:
     console.print(f"  [bold]{location}[/]")
     console.print(f"  version {version}: run {tagged}'s commit, {added:,} rows added {verdict}")
     console.print(f"  {rows.num_rows:,} rows in all")
-    urgent_first = [("level", "descending"), ("partition", "ascending"), ("offset", "ascending")]
+    types = ", ".join(f"{f.name} {f.type}" for f in rows.schema if f.name in SHOWN_COLUMNS)
+    console.print(f"  typed columns: {types}")
+    urgent_first = [("_level", "descending"), ("_partition", "ascending"), ("_offset", "ascending")]
     shown = rows.sort_by(urgent_first)
     sample = Table(title=f"its first {SHOWN_ROWS} rows, most urgent level first")
-    for column in rows.column_names:
-        sample.add_column(column, justify="left" if column in ("topic", "key") else "right")
+    for column in SHOWN_COLUMNS:
+        sample.add_column(column, justify="left" if column in ("_topic", "key") else "right")
     for row in shown.slice(0, SHOWN_ROWS).to_pylist():
-        sample.add_row(*(str(row[c]) for c in rows.column_names))
+        sample.add_row(*(str(row[c]) for c in SHOWN_COLUMNS))
     console.print(sample)
     return ok
 

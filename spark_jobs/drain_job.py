@@ -36,6 +36,8 @@ from drainer.sinks import TableCommit
 from drainer.store import runs
 from drainer.store.leases import check_fence
 from drainer.store.runs import StoredRun
+from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
+from spark_jobs.decode import decode
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
 from spark_jobs.session import describe, get_spark, is_connect
@@ -195,6 +197,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
                 landed.version,
             )
             counts = count_read(df, ctx.run.ranges)
+            _stage_bad_records(ctx, df)  # the commit that landed left them out: stage again
             return ExecutionResult(
                 read={key: m.records for key, m in counts.items()},
                 read_bytes={key: m.bytes for key, m in counts.items()},
@@ -204,6 +207,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             )
         if faults.armed("during_spark"):
             sink.crash_while_writing(ctx)
+        _stage_bad_records(ctx, df)
         # record mode never prunes the read, so its observation is there; were it missing, the
         # bytes stay unmeasured rather than read twice
         df, measure = counted(df, ctx.run.ranges, recount=drain.mode == "dataframe")
@@ -237,15 +241,42 @@ def _write(
     ctx: RunContext, spark: SparkSession, sink: SparkSink, df: DataFrame
 ) -> TableCommit | None:
     """The processing mode's output, written by the sink."""
-    if ctx.drain.mode == "record":
-        return sink.write_records(spark, ctx, df, _output_schema(ctx.drain))
+    drain = ctx.drain
+    if drain.mode == "record":
+        return sink.write_records(spark, ctx, df, _output_schema(drain))
+    if _decodes(drain):  # records as typed rows: the processor (if any) gets them decoded
+        df = guarded(decode(drain, df), drain.bad_records)
     try:
-        out = load_callable(ctx.drain.processor, "processor")(df)
+        out = df if drain.processor is None else load_callable(drain.processor, "processor")(df)
         return sink.write(spark, ctx, out)
     except Exception as err:
-        if isinstance(err, DrainerError) or known_failure(err, ctx.drain, sink) is not None:
+        if isinstance(err, DrainerError) or known_failure(err, drain, sink) is not None:
+            raise
+        bad = known_bad_record(err, drain.name, ctx.run.id)
+        if bad is not None:
+            log.debug("run %d: %s; the Spark error was:", ctx.run.id, bad, exc_info=True)
+            raise bad from None
+        if drain.processor is None:
             raise
         raise processor_failed(ctx, err) from err
+
+
+def _decodes(drain: DrainConfig) -> bool:
+    """A drain with a declared value format, or without a processor: typed rows (the value
+    as bytes when no format is declared) plus the metadata columns."""
+    return drain.mode == "dataframe" and (drain.value is not None or drain.processor is None)
+
+
+def _stage_bad_records(ctx: RunContext, df: DataFrame) -> None:
+    if _decodes(ctx.drain) and ctx.drain.bad_records == "dead_letter":
+        staged = stage_bad_records(ctx, decode(ctx.drain, df))
+        if staged:
+            log.warning(
+                "run %d of drain %s: %d records do not decode; they go to the dead letters",
+                ctx.run.id,
+                ctx.drain.name,
+                staged,
+            )
 
 
 _WORKER_TRACEBACK = "Traceback (most recent call last):"

@@ -38,7 +38,8 @@ def check_callables(
     """
     settings = settings or load_settings()
     if drain.mode == "dataframe":
-        _load_here("processor", drain.processor, settings)
+        if drain.processor is not None:
+            _load_here("processor", drain.processor, settings)
         return
     if not in_tasks or drain.handler is None or _module(drain.handler).split(".")[0] in _OURS:
         return

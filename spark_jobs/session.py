@@ -190,7 +190,7 @@ def session_modules(settings: Settings) -> list[str]:
     modules = ["drainer", "spark_jobs"]
     try:
         for drain in load_drains(settings.config_path).values():
-            modules += [drain.processor, drain.handler or ""]
+            modules += [drain.processor or "", drain.handler or ""]
     except DrainerError:
         pass  # the run itself reports a broken drains file
     return modules

@@ -29,7 +29,7 @@ def stack() -> None:
     """
     from drainer import services
 
-    services.up(echo=lambda *_: None, formats=("delta", "iceberg"))
+    services.up(echo=lambda *_: None, formats=("delta", "iceberg", "avro"))
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def lakehouse(stack) -> Iterator[Path]:
     warehouse.mkdir(parents=True, exist_ok=True)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("DRAINER_WAREHOUSE", str(warehouse))
-        connect.up(load_settings(), echo=lambda *_: None, formats=("delta", "iceberg"))
+        connect.up(load_settings(), echo=lambda *_: None, formats=("delta", "iceberg", "avro"))
         yield warehouse
 
 

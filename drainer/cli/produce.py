@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from drainer.cli.args import Subcommands, add_command
 from drainer.cli.output import console, progress
 from drainer.config import get_drain
+from drainer.errors import ConfigError
 
 if TYPE_CHECKING:
+    from drainer.config.formats import RecordFormat
     from drainer.kafka.producer import OutRecord
 
 
@@ -34,6 +36,21 @@ def register(sub: Subcommands) -> None:
         help='read JSON lines from stdin instead: {"value": ..., "key": ..., '
         '"headers": {"name": "text"}, "timestamp_ms": epoch milliseconds}, `value` required',
     )
+    p.add_argument(
+        "--format",
+        choices=["json", "avro", "string"],
+        help="encode values so (synthetic ones follow --schema; stdin values are encoded); "
+        "default: the drain's declared `value` format, else synthetic JSON",
+    )
+    p.add_argument(
+        "--schema",
+        help="json: a Spark DDL string or JSON Schema file; avro: the writer schema (.avsc)",
+    )
+    p.add_argument(
+        "--registry",
+        metavar="URL",
+        help="avro in the Confluent wire format: register --schema under <topic>-value here",
+    )
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -42,16 +59,22 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
     drain = get_drain(args.drain)
     drain.check_level(args.level)
+    topic = drain.level_topic(args.level)
+    fmt = _format(args, drain.value)
     records: Iterable[OutRecord]
     if args.stdin:
         records = list(json_line_records(sys.stdin))  # every line checked before one is sent
+        if fmt is not None:
+            records = _in_format(records, fmt, topic)
         total: int | None = len(records)
+    elif fmt is not None:
+        records = _synthetic_in_format(args, fmt, topic)
+        total = args.count
     else:
         records = synthetic_records(
             args.count, keys=args.keys, value_size=args.value_size, seed=args.seed
         )
         total = args.count
-    topic = drain.level_topic(args.level)
     with KafkaSession(drain) as kafka:
         kafka.partitions([args.level])  # a missing topic: one line now, not a 30 s wait
         with progress() as bar:
@@ -65,3 +88,47 @@ def cmd_produce(args: argparse.Namespace) -> int:
             )
     console.print(f"produced {sent:,} records to {topic} (level {args.level})")
     return 0
+
+
+def _format(args: argparse.Namespace, declared: RecordFormat | None) -> RecordFormat | None:
+    """The format values are produced in: the flags', else the drain's declared json/avro."""
+    from drainer.config.formats import RecordFormat
+
+    if args.format is None:
+        if args.schema or args.registry:
+            raise ConfigError("--schema and --registry go with --format json|avro")
+        return declared if declared is not None and declared.format in ("json", "avro") else None
+    body: dict[str, object] = {"format": args.format}
+    if args.schema:
+        body["schema"] = args.schema
+    if args.registry:
+        body["registry"] = {"url": args.registry}
+    try:
+        return RecordFormat.model_validate(body)
+    except ValueError as err:
+        raise ConfigError(f"--format {args.format}: {err}") from None
+
+
+def _in_format(records: list[OutRecord], fmt: RecordFormat, topic: str) -> list[OutRecord]:
+    import dataclasses
+    import json
+
+    from drainer.records.encode import encoder
+
+    encode, _ = encoder(fmt, topic)
+    return [
+        dataclasses.replace(r, value=None if r.value is None else encode(json.loads(r.value)))
+        for r in records
+    ]
+
+
+def _synthetic_in_format(
+    args: argparse.Namespace, fmt: RecordFormat, topic: str
+) -> Iterator[OutRecord]:
+    from drainer.kafka.producer import OutRecord
+    from drainer.records.encode import encoder, synthetic_values
+
+    encode, fields = encoder(fmt, topic)
+    for seq, value in enumerate(synthetic_values(fields, args.count, args.seed)):
+        key = f"key-{(seq * 7919 + args.seed) % max(args.keys, 1)}"
+        yield OutRecord(value=encode(value), key=key.encode())

@@ -158,7 +158,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             ],
             justify="left",
         )
-    console.print(f"dead letters: {report['dead_letters']:,}")
+    per_level = ", ".join(
+        f"level {lv['level']}: {lv['dead_letters']:,}"
+        for lv in report["levels"]
+        if lv.get("dead_letters")
+    )
+    console.print(
+        f"dead letters: {report['dead_letters']:,}" + (f" ({per_level})" if per_level else "")
+    )
     if report["run_budget"]["summary"] is not None:
         console.print(f"next run's budget: {report['run_budget']['summary']}", highlight=False)
     return 0

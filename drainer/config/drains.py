@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from drainer.allocation import reserved_shares
+from drainer.config.formats import RecordFormat, check_schema_files
 from drainer.config.kafka_clients import check_blocks
 from drainer.config.sinks import SINK_MODELS, SinkConfig
 from drainer.config.units import duration_ms, size_bytes
@@ -142,9 +143,26 @@ class DrainConfig(BaseModel):
         description="`dataframe`: `processor` transforms the run's records as one DataFrame; "
         "`record`: `handler` is called per record inside the Spark tasks",
     )
-    processor: str = Field(
-        default="spark_jobs.examples:time_buckets",
-        description="dataframe mode: 'package.module:function', `transform(df) -> df`",
+    processor: str | None = Field(
+        default=None,
+        description="dataframe mode: 'package.module:function', `transform(df) -> df`, given "
+        "the decoded records (`value` declared) or the raw ones; none: one row per record, "
+        "the value's fields (or the raw value) plus the reserved metadata columns",
+    )
+    value: RecordFormat | None = Field(
+        default=None,
+        description="dataframe mode: the values' declared format, decoded in Spark into typed "
+        "columns (see `value.*`); none: the value stays bytes",
+    )
+    key: RecordFormat | None = Field(
+        default=None,
+        description="the keys' format in the `_key` column: `string` or `bytes` (the default)",
+    )
+    bad_records: Literal["fail", "dead_letter"] = Field(
+        default="fail",
+        description="a record whose value does not decode: `fail` stops the run naming its "
+        "topic, partition and offset (nothing committed); `dead_letter` writes it to the "
+        "drain's dead letters with the reason and its raw bytes, and the run goes on",
     )
     handler: str | None = Field(
         default=None,
@@ -246,6 +264,7 @@ class DrainConfig(BaseModel):
                 "'topic string, partition int, offset long'"
             )
         check_blocks(self.kafka, self.kafka_librdkafka, self.kafka_java)
+        self._check_formats()
         if isinstance(self.max_wait, dict):
             unknown = sorted(level for level in self.max_wait if not 0 <= level < self.levels)
             if unknown:
@@ -256,6 +275,18 @@ class DrainConfig(BaseModel):
         # reserved shares must give every level at least one record: checked by the allocator
         reserved_shares(self.levels, self.budget, self.distributor)
         return self
+
+    def _check_formats(self) -> None:
+        if self.mode == "record" and self.value is not None:
+            raise ValueError(
+                "`value` declares a format for dataframe mode; record mode's handler gets the "
+                "raw record: drop `value`, or use mode 'dataframe'"
+            )
+        if self.key is not None and self.key.format not in ("string", "bytes"):
+            raise ValueError("`key.format` may be `string` or `bytes`")
+        for fmt in (self.value, self.key):
+            if fmt is not None:
+                check_schema_files(fmt, Path.cwd())
 
     def level_topic(self, level: int) -> str:
         return f"{self.topic}-{level}"
@@ -327,7 +358,20 @@ def _read(path: Path | str | None) -> tuple[Path, dict[str, Any]]:
     for name, body in raw["drains"].items():
         if isinstance(body, dict):
             body.setdefault("name", name)
+            _anchor_schema_files(body, path.parent)
     return path, raw
+
+
+def _anchor_schema_files(body: dict[str, Any], base: Path) -> None:
+    """A schema file named relative to the drains file, made absolute (runs start anywhere)."""
+    for side in ("value", "key"):
+        fmt = body.get(side)
+        if not isinstance(fmt, dict):
+            continue
+        schema = fmt.get("schema")
+        if isinstance(schema, str) and schema.strip().endswith((".json", ".avsc")):
+            path = Path(schema.strip()).expanduser()
+            fmt["schema"] = str(path if path.is_absolute() else (base / path).resolve())
 
 
 def _validate(path: Path, raw: dict[str, Any]) -> dict[str, DrainConfig]:

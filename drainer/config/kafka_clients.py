@@ -297,3 +297,9 @@ def redacted_error(err: BaseException) -> RedactedError:
             None if current.__suppress_context__ else current.__context__
         )
     return RedactedError(redact("\n".join(lines)))
+
+
+def expanded(block: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A settings block with its `${NAME}` references read from the environment; secret
+    values are remembered so that `redact` blanks them out of any text printed later."""
+    return _expand(block, settings)

@@ -48,6 +48,9 @@ _log = logging.getLogger("drainer.librdkafka")
 _LEVELS = {0: 50, 1: 50, 2: 50, 3: 40, 4: 30, 5: 20, 6: 20, 7: 10}
 # librdkafka retries these by itself; the operation that gives up reports them
 _RETRIED = re.compile(r"Connect to .* failed|Connection refused|brokers are down|Disconnected")
+# a just-started broker's transient answers, retried by librdkafka at once (the idempotent
+# producer's GETPID while the transaction coordinator loads): detail, at any level
+_TRANSIENT = re.compile(r"Coordinator load in progress|COORDINATOR_LOAD_IN_PROGRESS")
 _NUMBERS = re.compile(r"\d+")
 
 
@@ -65,7 +68,7 @@ class _LibrdkafkaLog:
 
     def log(self, level: int, fmt: str, *args: Any) -> None:
         text = redact(fmt % args if args else fmt)
-        if level >= logging.ERROR and _RETRIED.search(text):
+        if (level >= logging.ERROR and _RETRIED.search(text)) or _TRANSIENT.search(text):
             level = logging.DEBUG
         if level < logging.WARNING and not _log.isEnabledFor(level):
             return

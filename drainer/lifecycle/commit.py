@@ -153,7 +153,7 @@ def _count_attempt(
     attempts = dead_letters.count_attempt(
         conn, drain.name, rng.topic, topic_id, rng.partition, failure["offset"], failure["error"]
     )
-    if attempts < drain.max_attempts:
+    if attempts < drain.max_attempts and not dead_letters.undecodable(failure["error"]):
         return False
     headers = failure["headers"]
     dead_letters.insert_dead_letter(

@@ -29,6 +29,7 @@ def drain_status(
         history_by_level = history.level_history(conn, drain.name, levels, drain.history_window)
         recent_runs = runs.recent_runs(conn, drain.name, recent)
         dead = dead_letters.pending_dead_letters(conn, drain.name)
+        dead_by_level = dead_letters.pending_by_level(conn, drain.name)
         lost_by_level = retention.total_lost(conn, drain.name)
         losses = retention.committed_losses(conn, drain.name)
         abandoned = runs.abandons(conn, drain.name)[:recent]
@@ -56,6 +57,8 @@ def drain_status(
                 "history": history_by_level[level],
                 # offsets Kafka deleted before the drain read them, over its committed runs
                 "lost_to_retention": lost_by_level.get(level, 0),
+                # dead letters not retried yet (failed handlers, records that do not decode)
+                "dead_letters": dead_by_level.get(level, 0),
                 "health": health_report(health[level]),
                 "partitions": [
                     {

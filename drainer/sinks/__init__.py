@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from drainer.config import DrainConfig, load_drains
+from drainer.config.formats import DECODER_JARS
 from drainer.config.sinks import SINK_MODELS
 from drainer.errors import DrainerError
 from drainer.settings import Settings
@@ -33,9 +34,14 @@ def sink_for(config: Any, settings: Settings) -> Sink[Any]:
 
 
 def spark_formats(drains: Iterable[DrainConfig]) -> tuple[str, ...]:
-    """The sink types among `drains` that the Spark server needs jars for, in a fixed order."""
+    """The sink types among `drains` that the Spark server needs jars for, in a fixed order,
+    then the record formats it needs jars to decode (`avro`)."""
+    drains = list(drains)
     used = {d.sink.type for d in drains}
-    return tuple(t for t, cls in SINKS.items() if t in used and cls.capabilities.jars)
+    decoded = {d.value.format for d in drains if d.value is not None}
+    return tuple(t for t, cls in SINKS.items() if t in used and cls.capabilities.jars) + tuple(
+        f for f in DECODER_JARS if f in decoded
+    )
 
 
 def configured_formats(settings: Settings) -> tuple[str, ...]:
@@ -48,7 +54,7 @@ def configured_formats(settings: Settings) -> tuple[str, ...]:
 
 def server_conf(formats: Iterable[str]) -> dict[str, str]:
     """Static Spark settings a session needs for `formats` (set when the JVM starts)."""
-    caps = [SINKS[f].capabilities for f in formats]
+    caps = [SINKS[f].capabilities for f in formats if f in SINKS]
     extensions = [c.spark_extension for c in caps if c.spark_extension]
     conf = {"spark.sql.extensions": ",".join(extensions)} if extensions else {}
     for c in caps:
@@ -60,7 +66,7 @@ def format_jars(formats: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """Maven coordinates per format, keyed `<format>-<version>` (where they are cached)."""
     out = {}
     for f in formats:
-        jars = SINKS[f].capabilities.jars
+        jars = SINKS[f].capabilities.jars if f in SINKS else DECODER_JARS[f]
         out[f"{f}-{jars[0].rsplit(':', 1)[-1]}"] = jars
     return out
 

@@ -14,6 +14,15 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, text
 
+# a staged failure's error starts so when its value did not decode with the declared format:
+# another attempt cannot decode it either, so it goes to the dead letters at once
+UNDECODABLE = "undecodable: "
+
+
+def undecodable(error: str | None) -> bool:
+    """A staged failure of a record that does not decode (`bad_records: dead_letter`)."""
+    return bool(error) and str(error).startswith(UNDECODABLE)
+
 
 def stage_failures(
     conn: Any,
@@ -198,6 +207,18 @@ def pending_dead_letters(conn: Connection, drain: str) -> int:
         {"d": drain},
     )
     return int(found)
+
+
+def pending_by_level(conn: Connection, drain: str) -> dict[int, int]:
+    """Dead letters not retried yet, per level (`drainer status`)."""
+    rows = conn.execute(
+        text(
+            "SELECT level, count(*) AS n FROM dead_letters WHERE drain = :d "
+            "AND retried_at IS NULL GROUP BY level"
+        ),
+        {"d": drain},
+    ).all()
+    return {int(row.level): int(row.n) for row in rows}
 
 
 def retried_of(conn: Connection, drain: str, ids: list[int]) -> dict[int, Any]:

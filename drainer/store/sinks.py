@@ -35,6 +35,7 @@ per-(run, task) transaction lock, so the stage holds one attempt's rows.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -53,6 +54,8 @@ from drainer.store.sink_names import (
     stage_comment,
     stage_name,
 )
+
+log = logging.getLogger(__name__)
 
 LEGACY_STAGING_SUFFIX = "_staging"  # the one shared staging table of earlier versions
 PUBLISH_MODES = ("attach", "copy")
@@ -93,8 +96,8 @@ def ensure_sink_tables(
     """Create the target (when missing) and the run's stage table, from (name, type) pairs.
 
     A new target is partitioned by run when `partitioned` (`sink.publish: attach`), plain
-    otherwise; an existing one is left as it is. An existing target whose columns differ from
-    the output is a clear error, not a silent mismatch at commit time. The stage is made
+    otherwise; an existing one gains the output's new columns (`_evolve`), and a column whose
+    type changed is a clear error, not a silent mismatch at commit time. The stage is made
     `LIKE` the target, so its columns and types are the target's exactly, as attaching needs.
     """
     # the types come from drainer's own Spark-to-Postgres table, never from user text
@@ -107,14 +110,62 @@ def ensure_sink_tables(
                 f"({ddl}, {quote(RUN_COLUMN)} bigint NOT NULL){partition}"
             )
         )
-        existing = table_columns(conn, table)
-        wanted = [name for name, _ in columns]
-        if existing != wanted:
-            raise ConfigError(
-                f"sink table {table} has columns {existing} but the processor outputs {wanted}: "
-                f"rename the sink table (sink.table) or migrate {table} to the new columns"
+        added = _evolve(conn, table, columns)
+        if added:
+            log.warning(
+                "sink table %s: added columns %s (new fields of the output)",
+                table,
+                ", ".join(added),
             )
         _create_stage(conn, table, run_id)
+
+
+# a column of the first type is stored in a table column of the second without loss
+_WIDER = {("integer", "bigint"), ("smallint", "integer"), ("smallint", "bigint")}
+_WIDER |= {("real", "double precision")}
+# drainer's names for Postgres types, as format_type() spells them
+_SPELLED = {
+    "timestamptz": "timestamp with time zone",
+    "timestamp": "timestamp without time zone",
+}
+
+
+def _evolve(conn: Connection, table: str, columns: list[tuple[str, str]]) -> list[str]:
+    """Additive schema evolution: output columns the table lacks are added (nullable, so its
+    earlier rows read null); a column the output lacks stays, null in the new rows. An output
+    column whose type the table's column cannot hold is a ConfigError naming it, before
+    anything is staged. Returns the added columns' names."""
+    existing = table_column_types(conn, table)
+    for name, pg_type in columns:
+        have = existing.get(name)
+        want = _SPELLED.get(pg_type, pg_type)
+        if have is not None and have != want and (want, have) not in _WIDER:
+            raise ConfigError(
+                f"output column {name} is {want}, but the sink table {table} stores it as "
+                f"{have}: an incompatible change; nothing was committed: cast it to {have} in "
+                "the processor, or write to a new table (sink.table)"
+            )
+    added = [(name, pg_type) for name, pg_type in columns if name not in existing]
+    for name, pg_type in added:
+        # the types come from drainer's own Spark-to-Postgres table, never from user text
+        conn.execute(text(f"ALTER TABLE {quote(table)} ADD COLUMN {quote(name)} {pg_type}"))
+    return [name for name, _ in added]
+
+
+def table_column_types(conn: Connection, table: str) -> dict[str, str]:
+    """The sink columns of a table (without drainer's own) and their types as Postgres
+    spells them (`format_type`); empty when the table does not exist."""
+    rows = conn.execute(
+        text(
+            "SELECT a.attname AS name, format_type(a.atttypid, a.atttypmod) AS type "
+            "FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relname = :t AND n.nspname = current_schema() AND a.attnum > 0 "
+            "AND NOT a.attisdropped ORDER BY a.attnum"
+        ),
+        {"t": table},
+    )
+    return {r.name: r.type for r in rows if r.name not in (RUN_COLUMN, TASK_COLUMN)}
 
 
 def _has_drainer_columns(conn: Connection, name: str) -> bool:

@@ -82,14 +82,22 @@ def drained(make_drain, lakehouse, tmp_path, monkeypatch):
         processor=f"{module}:transform",
         sink={"type": "iceberg", "table": f"drains.docs_{suffix}"},
     )
-    for drain in (delta, iceberg):
+    # the README's: the demo's typed drain, one row per record with its metadata columns
+    typed = make_drain(
+        levels=1,
+        partitions=1,
+        processor=None,
+        value={"format": "string"},
+        sink={"type": "delta", "path": f"docs_typed_{suffix}"},
+    )
+    for drain in (delta, iceberg, typed):
         produce_records(drain, [OutRecord(value=b"x" * 10, key=k) for k in KEYS], 0)
         assert drain_job.run(drain).drained == len(KEYS)
-    return delta, iceberg
+    return delta, iceberg, typed
 
 
 def test_the_docs_reading_snippets_run_as_written_against_the_local_stack(drained):
-    delta, iceberg = drained
+    delta, iceberg, typed = drained
     delta_path, iceberg_table = delta.sink.path, iceberg.sink.table
     assert delta_path and iceberg_table
 
@@ -105,8 +113,8 @@ def test_the_docs_reading_snippets_run_as_written_against_the_local_stack(draine
     metadata_location = found["table"].metadata_location
 
     [readme_block] = blocks("README.md", "python")
-    readme_df = run_block(readme_block, events_lake=delta_path)["df"]
-    assert set(readme_df.groupby("level").size().index) == {0}
+    readme_df = run_block(readme_block, events_typed=typed.sink.path)["df"]
+    assert set(readme_df.groupby("_level").size().index) == {0}
 
     # docs/configuration.md: the processor ran as the Iceberg drain's above; the handler here
     processor_block, handler_block = blocks("docs/configuration.md", "python")
@@ -130,7 +138,7 @@ def check_the_duckdb_and_trino_blocks(
     warehouse = Path(settings.warehouse)
     sql = "\n".join(blocks("docs/lakehouse.md", "sql") + blocks("README.md", "sql"))
     [delta_scan, readme_scan] = re.findall(r"delta_scan\('([^']+)'\)", sql)
-    assert readme_scan == f"{DOC_HOME_WAREHOUSE}/events_lake"
+    assert readme_scan == f"{DOC_HOME_WAREHOUSE}/events_typed"
     scanned = Path(
         delta_scan.replace(DOC_HOME_WAREHOUSE, str(warehouse)).replace("events_buckets", delta_path)
     )

@@ -57,3 +57,23 @@ def test_an_unreachable_cluster_is_one_error_with_its_code(tmp_path, monkeypatch
     assert time.monotonic() - started < 5  # the first contact gives up early: nothing listens
     assert "Kafka at 127.0.0.1:1 did not answer" in str(info.value)
     assert info.value.code is not None and info.value.code.startswith("_")
+
+
+def test_a_just_started_brokers_coordinator_load_is_logged_as_detail_not_printed(caplog):
+    """librdkafka's `GETPID ... Coordinator load in progress: retrying` goes through drainer's
+    logging at DEBUG (shown with -v), not into a command's or the demo's output."""
+    import logging
+
+    from drainer.kafka.clients import _LibrdkafkaLog
+
+    librdkafka = _LibrdkafkaLog()
+    with caplog.at_level(logging.DEBUG, logger="drainer.librdkafka"):
+        librdkafka.log(
+            logging.WARNING,
+            "%s",
+            "GETPID [rdkafka#producer-1] [thrd:main]: Failed to acquire transactional PID "
+            "from broker TxnCoordinator/1: Broker: Coordinator load in progress: retrying",
+        )
+        librdkafka.log(logging.WARNING, "%s", "a warning that matters")
+    levels = {r.getMessage()[:6]: r.levelno for r in caplog.records}
+    assert levels == {"GETPID": logging.DEBUG, "a warn": logging.WARNING}

@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("drainer.config",),
     ("drainer.sinks",),
     ("drainer.spark",),
-    ("drainer.kafka", "drainer.services"),
+    ("drainer.kafka", "drainer.services", "drainer.records"),
     ("drainer.lifecycle", "drainer.observe", "drainer.testing"),
     ("drainer.cli",),
     ("spark_jobs",),

@@ -1,0 +1,1 @@
+"""Records as data: the driver's half of declared formats (schema files, the registry)."""

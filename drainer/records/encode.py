@@ -1,0 +1,102 @@
+"""Values in a declared format, for `drainer produce` (test data, smoke tests, the demo).
+
+Synthetic values follow the schema: every field gets a value of its type that varies with the
+record's sequence number, so a drain's typed table shows something to check. JSON lines from
+stdin are encoded as they are (Avro checks each against the schema).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from drainer.config.formats import RecordFormat
+from drainer.errors import ConfigError
+from drainer.records.json_schema import ddl_of_file
+from drainer.records.registry import frame, register
+
+Encoder = Callable[[Any], bytes]
+# top-level `name type` pairs of a Spark DDL string (nested types: their values are null)
+_DDL_FIELD = re.compile(r"`?([A-Za-z_][A-Za-z0-9_]*)`?\s+([A-Za-z]+)(<[^,]*>)?")
+
+
+def encoder(fmt: RecordFormat, topic: str) -> tuple[Encoder, list[tuple[str, str]]]:
+    """How values of `fmt` are encoded, and the (field, type) list synthetic values follow;
+    a registry format registers its schema under `<topic>-value` first."""
+    if fmt.format == "json":
+        return (lambda value: json.dumps(value).encode()), _json_fields(fmt)
+    if fmt.format == "avro":
+        return _avro(fmt, topic)
+    if fmt.format == "string":
+        return (lambda value: str(value).encode()), [("value", "string")]
+    raise ConfigError(f"`drainer produce --format` takes json or avro, not {fmt.format}")
+
+
+def synthetic_values(fields: list[tuple[str, str]], count: int, seed: int) -> Iterator[Any]:
+    """`count` values of the schema's fields, varying with their sequence number."""
+    for seq in range(count):
+        n = seq + seed
+        row = {name: _value_of(kind, name, n) for name, kind in fields}
+        yield row["value"] if [name for name, _ in fields] == ["value"] else row
+
+
+def _value_of(kind: str, name: str, n: int) -> Any:
+    kind = kind.lower()
+    if kind in ("string", "text"):
+        return f"{name}-{n}"
+    if kind in ("int", "integer", "long", "bigint", "smallint", "tinyint"):
+        return n
+    if kind in ("double", "float", "number", "decimal"):
+        return n * 1.5
+    if kind == "boolean":
+        return n % 2 == 0
+    return None
+
+
+def _json_fields(fmt: RecordFormat) -> list[tuple[str, str]]:
+    path = fmt.schema_path(Path.cwd())
+    ddl = ddl_of_file(path) if path is not None else fmt.schema_ or ""
+    return [(m.group(1), "" if m.group(3) else m.group(2)) for m in _DDL_FIELD.finditer(ddl)]
+
+
+def _avro(fmt: RecordFormat, topic: str) -> tuple[Encoder, list[tuple[str, str]]]:
+    import fastavro
+
+    path = fmt.schema_path(Path.cwd())
+    if path is None:
+        raise ConfigError("producing Avro needs the writer schema: --schema FILE.avsc")
+    text = path.read_text()
+    try:
+        parsed = fastavro.parse_schema(json.loads(text))
+    except (ValueError, fastavro.schema.SchemaParseException) as err:
+        raise ConfigError(f"{path} is not an Avro schema: {err}") from None
+    schema_id = None if fmt.registry is None else register(fmt.registry, f"{topic}-value", text)
+
+    def encode(value: Any) -> bytes:
+        out = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(out, parsed, value)
+        except (ValueError, TypeError, KeyError) as err:
+            raise ConfigError(f"{value!r} does not fit the Avro schema {path}: {err}") from None
+        body = out.getvalue()
+        return body if schema_id is None else frame(schema_id, body)
+
+    fields = [(f["name"], _avro_scalar(f["type"])) for f in json.loads(text).get("fields", [])]
+    return encode, fields
+
+
+def _avro_scalar(kind: Any) -> str:
+    """An Avro field type's scalar name (a nullable union's other branch); '' for the rest."""
+    if isinstance(kind, list):
+        others = [k for k in kind if k != "null"]
+        return _avro_scalar(others[0]) if len(others) == 1 else ""
+    return kind if isinstance(kind, str) else ""
+
+
+def encoded(values: Iterable[Any], encode: Encoder) -> Iterator[bytes]:
+    for value in values:
+        yield encode(value)

@@ -1,0 +1,100 @@
+"""Records whose value does not decode (`bad_records`): never written, never silently dropped.
+
+`fail` (the default): the write's own Spark job raises on the first bad record, naming its
+topic, partition and offset, so nothing is written and nothing committed (`known_bad_record`
+turns Spark's error back into that one line). `dead_letter`: the bad records, raw key, value
+and headers included, are staged as the run's failures before the write, and the commit moves
+them to the dead letters at once (an attempt more could not decode them either); the write
+leaves them out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from datetime import datetime
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from drainer.config.kafka_clients import redact
+from drainer.errors import BadRecord
+from drainer.lifecycle.results import RunContext
+from drainer.processing.headers import encode_headers
+from drainer.store import dead_letters
+from drainer.store.leases import check_fence
+from spark_jobs.decode import BARRIER, ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE, barrier
+
+_PREFIX = "drainer bad record "
+_RAISED = re.compile(re.escape(_PREFIX) + r"([^\s\[]+)\[(\d+)\]@(\d+): ([^\n\"]*)")
+
+
+def guarded(decoded: DataFrame, mode: str) -> DataFrame:
+    """The decoded rows the sink gets: without `ERROR` and the raw columns; a bad record
+    fails the job (`fail`) or is left out (`dead_letter`, staged by `stage_bad_records`)."""
+    error = F.col(ERROR)
+    if mode == "dead_letter":
+        kept = decoded.where(error.isNull() & barrier())
+    else:
+        message = F.concat(
+            F.lit(_PREFIX),
+            F.col("_topic"),
+            F.lit("["),
+            F.col("_partition").cast("string"),
+            F.lit("]@"),
+            F.col("_offset").cast("string"),
+            F.lit(": "),
+            error,
+        )
+        kept = decoded.where(F.when(error.isNotNull(), F.raise_error(message)).otherwise(barrier()))
+    return kept.drop(ERROR, RAW_KEY, RAW_VALUE, RAW_HEADERS, BARRIER)
+
+
+def known_bad_record(err: BaseException, drain: str, run_id: int) -> BadRecord | None:
+    """A Spark error raised by `guarded` as one line naming the record; else None."""
+    found = _RAISED.search(str(err))
+    if found is None:
+        return None
+    topic, partition, offset, why = found.groups()
+    return BadRecord(
+        redact(
+            f"record {topic}[{partition}]@{offset} does not decode ({why.strip()}); run "
+            f"{run_id} of drain '{drain}' committed nothing and stays open: fix the producer "
+            "or the drain's `value` schema and run again, or set `bad_records: dead_letter` "
+            "to keep such records in the dead letters and go on"
+        )
+    )
+
+
+def stage_bad_records(ctx: RunContext, decoded: DataFrame) -> int:
+    """Stage the run's bad records as its failures, replacing what an earlier attempt staged;
+    returns how many. One Spark job that brings only the bad records to the driver."""
+    rows = (
+        decoded.where(F.col(ERROR).isNotNull() & barrier())
+        .select(
+            "_topic", "_partition", "_offset", RAW_KEY, RAW_VALUE, RAW_HEADERS, "_timestamp", ERROR
+        )
+        .collect()
+    )
+    by_partition: dict[tuple[str, int], list[tuple[Any, ...]]] = defaultdict(list)
+    for row in rows:
+        ts = row["_timestamp"]
+        by_partition[(row["_topic"], row["_partition"])].append(
+            (
+                row["_offset"],
+                False,  # held back: no, failed
+                row[RAW_KEY],
+                row[RAW_VALUE],
+                encode_headers((h["key"], h["value"]) for h in row[RAW_HEADERS] or ()),
+                ts.astimezone() if isinstance(ts, datetime) and ts.tzinfo is None else ts,
+                dead_letters.UNDECODABLE + row[ERROR],
+            )
+        )
+    with ctx.engine.begin() as conn:
+        check_fence(conn, ctx.lease, shared=True)
+        dead_letters.clear_failures(conn, ctx.run.id)
+        driver = conn.connection.driver_connection
+        for (topic, partition), failures in by_partition.items():
+            dead_letters.stage_failures(driver, ctx.run.id, topic, partition, failures)
+    return len(rows)

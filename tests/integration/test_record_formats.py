@@ -1,0 +1,405 @@
+"""Records as data on the real stack: declared formats decoded in Spark into typed rows.
+
+Each sink is read back without Spark (psycopg through SQLAlchemy, deltalake, pyiceberg); every
+row names its source (`_topic`, `_partition`, `_offset`), so "exactly once" is checked record by
+record. The Confluent wire format uses confluent-kafka's in-process registry (`mock://`): the
+test registers the writer schemas in the same client object the run's driver asks.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from offsets import high_watermarks, stored_offsets
+from sqlalchemy import text
+from test_exactly_once import drain_until_empty
+
+from drainer.config import DrainConfig
+from drainer.config.formats import RegistryConfig
+from drainer.errors import BadRecord, ConfigError
+from drainer.kafka.producer import OutRecord, produce_records
+from drainer.lifecycle.dlq import retry_dead_letters
+from drainer.observe.status import drain_status
+from drainer.records.registry import frame, register
+from drainer.settings import load_settings
+from drainer.store import get_engine
+from spark_jobs import drain_job
+
+ORDER_DDL = "id string, amount double, qty int"
+ORDER_V1 = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "qty", "type": "int"},
+    ],
+}
+# v2: a new optional field (null by default), what a compatible evolution adds
+ORDER_V2 = {
+    **ORDER_V1,
+    "fields": [*ORDER_V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}],
+}
+# v3: `amount` changes type, an incompatible change
+ORDER_V3 = {
+    **ORDER_V1,
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "amount", "type": "string"},
+        {"name": "qty", "type": "int"},
+    ],
+}
+PER_LEVEL = 20  # records per (level, partition)
+
+
+def order(level: int, partition: int, i: int) -> dict[str, Any]:
+    return {"id": f"{level}-{partition}-{i}", "amount": i * 1.5, "qty": i}
+
+
+def avro_bytes(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def produce_orders(drain: DrainConfig, encode) -> int:
+    """PER_LEVEL orders to every (level, partition), each value made by `encode(dict)`."""
+    total = 0
+    for level in range(drain.levels):
+        for partition in range(drain.partitions):
+            records = [
+                OutRecord(
+                    value=encode(order(level, partition, i)),
+                    key=f"k{i % 3}".encode(),
+                    headers=[("source", b"test")],
+                )
+                for i in range(PER_LEVEL)
+            ]
+            total += produce_records(drain, records, level=level, partition=partition)
+    return total
+
+
+def rows_of(drain: DrainConfig) -> list[dict[str, Any]]:
+    """The sink's rows as dicts, read without Spark."""
+    settings = load_settings()
+    if drain.sink.type == "postgres":
+        with get_engine().connect() as conn:
+            found = conn.execute(text(f'SELECT * FROM "{drain.sink.table}"')).mappings()
+            return [dict(row) for row in found]
+    if drain.sink.type == "delta":
+        from deltalake import DeltaTable
+
+        path = Path(settings.warehouse) / (drain.sink.path or "")
+        return list(DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("drainer", uri=settings.database_url)
+    return list(catalog.load_table(drain.sink.table).scan().to_arrow().to_pylist())
+
+
+def assert_each_offset_once(drain: DrainConfig, rows: list[dict[str, Any]], extra: int = 0) -> None:
+    seen = Counter((r["_topic"], r["_partition"], r["_offset"]) for r in rows)
+    assert max(seen.values()) == 1, "a record was written twice"
+    high = high_watermarks(drain)
+    expected = {(t, p, o) for (t, p), end in high.items() for o in range(end)}
+    assert len(seen) + extra == len(expected)
+    assert set(seen) <= expected
+
+
+def assert_offsets_unmoved(drain: DrainConfig) -> None:
+    """Every partition's committed offset is still 0 with an empty offset map (the plan that
+    failed stored where it starts, nothing more)."""
+    assert set(stored_offsets(drain).values()) <= {(0, "")}
+
+
+def assert_no_table_commit(drain: DrainConfig) -> None:
+    """The Delta table has no commit (a failed job may leave data files, never a version)."""
+    log = Path(load_settings().warehouse) / (drain.sink.path or "") / "_delta_log"
+    assert not list(log.glob("*.json")) if log.exists() else True
+
+
+def dead_letters_of(drain: DrainConfig) -> list[dict[str, Any]]:
+    with get_engine().connect() as conn:
+        found = conn.execute(
+            text(
+                'SELECT topic, partition, "offset", level, key, value, headers, error '
+                'FROM dead_letters WHERE drain = :d ORDER BY topic, partition, "offset"'
+            ),
+            {"d": drain.name},
+        ).mappings()
+        return [dict(row) for row in found]
+
+
+def sink_for(kind: str) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:8]
+    if kind == "postgres":
+        return {"type": "postgres", "table": f"orders_{suffix}"}
+    if kind == "delta":
+        return {"type": "delta", "path": f"orders_{suffix}"}
+    return {"type": "iceberg", "table": f"drains.orders_{suffix}"}
+
+
+def assert_typed(rows: list[dict[str, Any]]) -> None:
+    row = next(r for r in rows if r["id"].endswith("-7"))
+    assert (row["amount"], row["qty"]) == (7 * 1.5, 7)
+    assert isinstance(row["amount"], float) and isinstance(row["qty"], int)
+    assert row["_key"] == "k1" and row["_level"] == int(row["id"].split("-")[0])
+    assert json.loads(row["_headers"])[0]["key"] == "source"
+
+
+# ---------------------------------------------------------------- formats x sinks
+
+
+@pytest.mark.parametrize("kind", ["postgres", "delta", "iceberg"])
+def test_json_values_become_typed_rows_in_each_sink_each_offset_once(lakehouse, make_drain, kind):
+    drain = make_drain(
+        value={"format": "json", "schema": ORDER_DDL},
+        key={"format": "string"},
+        sink=sink_for(kind),
+    )
+    produced = produce_orders(drain, lambda o: json.dumps(o).encode())
+    drain_until_empty(drain)
+    rows = rows_of(drain)
+    assert len(rows) == produced
+    assert_each_offset_once(drain, rows)
+    assert_typed(rows)
+
+
+@pytest.mark.parametrize("kind", ["postgres", "delta", "iceberg"])
+def test_avro_values_from_an_avsc_become_typed_rows_in_each_sink(
+    lakehouse, make_drain, tmp_path, kind
+):
+    avsc = tmp_path / f"order_{uuid.uuid4().hex[:6]}.avsc"
+    avsc.write_text(json.dumps(ORDER_V1))
+    drain = make_drain(
+        value={"format": "avro", "schema": str(avsc)},
+        key={"format": "string"},
+        sink=sink_for(kind),
+    )
+    produced = produce_orders(drain, lambda o: avro_bytes(ORDER_V1, o))
+    drain_until_empty(drain)
+    rows = rows_of(drain)
+    assert len(rows) == produced
+    assert_each_offset_once(drain, rows)
+    assert_typed(rows)
+
+
+def registry_drain(make_drain, kind: str, **overrides: Any) -> tuple[DrainConfig, RegistryConfig]:
+    registry = {"url": f"mock://drainer-{uuid.uuid4().hex[:8]}"}
+    drain = make_drain(
+        value={"format": "avro", "registry": registry},
+        key={"format": "string"},
+        sink=sink_for(kind),
+        **overrides,
+    )
+    assert drain.value is not None and drain.value.registry is not None
+    return drain, drain.value.registry
+
+
+@pytest.mark.parametrize("kind", ["postgres", "delta", "iceberg"])
+def test_wire_format_values_decode_with_the_registry_writer_schema_in_each_sink(
+    lakehouse, make_drain, kind
+):
+    drain, registry = registry_drain(make_drain, kind)
+    v1 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V1))
+    produced = produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
+    drain_until_empty(drain)
+    rows = rows_of(drain)
+    assert len(rows) == produced
+    assert_each_offset_once(drain, rows)
+    assert_typed(rows)
+
+
+# ---------------------------------------------------------------- schema evolution
+
+
+@pytest.mark.parametrize("kind", ["postgres", "delta"])
+def test_a_new_optional_field_mid_backlog_adds_a_column_with_nulls_for_older_rows(
+    lakehouse, make_drain, kind
+):
+    drain, registry = registry_drain(make_drain, kind)
+    v1 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V1))
+    v2 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V2))
+    older = produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
+    drain_until_empty(drain)  # the table exists without `note`
+    assert "note" not in rows_of(drain)[0]
+    newer = produce_orders(
+        drain, lambda o: frame(v2, avro_bytes(ORDER_V2, {**o, "note": f"n{o['qty']}"}))
+    )
+    # and a range holding both writer schemas: v1 records after v2 ones in one run
+    mixed = produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
+    drain_until_empty(drain)
+    rows = rows_of(drain)
+    assert len(rows) == older + newer + mixed
+    assert_each_offset_once(drain, rows)
+    notes = Counter(r["note"] is None for r in rows)
+    assert notes == {True: older + mixed, False: newer}
+
+
+def test_an_incompatible_change_stops_the_run_naming_the_field_and_commits_nothing(
+    lakehouse, make_drain
+):
+    drain, registry = registry_drain(make_drain, "delta")
+    v1 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V1))
+    v3 = register(registry, f"{drain.topic}-other", json.dumps(ORDER_V3))
+    produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
+    produce_orders(drain, lambda o: frame(v3, avro_bytes(ORDER_V3, {**o, "amount": "x"})))
+    with pytest.raises(ConfigError, match="field amount is double") as err:
+        drain_job.run(drain.name, trigger="test")
+    assert "\n" not in str(err.value)
+    assert_offsets_unmoved(drain)
+    assert_no_table_commit(drain)
+
+
+def test_a_removed_required_field_stops_the_run_naming_the_field(lakehouse, make_drain):
+    drain, registry = registry_drain(make_drain, "postgres")
+    v1 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V1))
+    without_qty = {**ORDER_V1, "fields": ORDER_V1["fields"][:2]}
+    v4 = register(registry, f"{drain.topic}-other", json.dumps(without_qty))
+    produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
+    produce_orders(drain, lambda o: frame(v4, avro_bytes(without_qty, o)))
+    with pytest.raises(ConfigError, match="field qty is required in writer schema") as err:
+        drain_job.run(drain.name, trigger="test")
+    assert "\n" not in str(err.value)
+    assert_offsets_unmoved(drain)
+    with get_engine().connect() as conn:
+        assert conn.scalar(text("SELECT to_regclass(:t)"), {"t": drain.sink.table}) is None
+
+
+# ---------------------------------------------------------------- bad records
+
+
+def bad_values(v1: int | None) -> dict[str, bytes]:
+    values = {
+        "malformed": b'{"id": "x", "amount": ',
+        "truncated": b"\x00\x00",
+        "wrong_magic": b"\x07" + b"\x00\x00\x00\x01" + b"zz",
+        "unknown_id": frame(987_654, b"\x02x"),
+    }
+    if v1 is not None:  # a known id whose payload is cut short
+        values["short_payload"] = frame(v1, avro_bytes(ORDER_V1, order(0, 0, 1))[:3])
+    return values
+
+
+def produce_with_bad(drain: DrainConfig, good, bad: dict[str, bytes]) -> tuple[int, dict]:
+    """Good records with the bad ones in the middle of level 1's partition 0; returns the
+    total and each bad kind's offset."""
+    total = produce_orders(drain, good)
+    offsets = {}
+    for kind, value in bad.items():
+        offsets[kind] = high_watermarks(drain)[(drain.level_topic(1), 0)]
+        total += produce_records(drain, [OutRecord(value=value, key=kind.encode())], 1, None, 0)
+    total += produce_orders(drain, good)
+    return total, offsets
+
+
+@pytest.mark.parametrize("fmt", ["json", "wire"])
+def test_a_bad_record_fails_the_run_naming_it_with_nothing_committed(lakehouse, make_drain, fmt):
+    if fmt == "json":
+        drain = make_drain(value={"format": "json", "schema": ORDER_DDL}, sink=sink_for("delta"))
+        good, bad = (lambda o: json.dumps(o).encode()), {"malformed": bad_values(None)["malformed"]}
+    else:
+        drain, registry = registry_drain(make_drain, "delta")
+        v1 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V1))
+        good = lambda o: frame(v1, avro_bytes(ORDER_V1, o))  # noqa: E731
+        bad = {k: v for k, v in bad_values(v1).items() if k != "malformed"}
+    _, offsets = produce_with_bad(drain, good, {k: bad[k] for k in list(bad)[:1]})
+    ((kind, offset),) = offsets.items()
+    with pytest.raises(BadRecord, match=rf"{drain.level_topic(1)}\[0\]@{offset}") as err:
+        drain_job.run(drain.name, trigger="test")
+    assert "\n" not in str(err.value) and "bad_records: dead_letter" in str(err.value)
+    assert_offsets_unmoved(drain)
+    assert_no_table_commit(drain)
+
+
+@pytest.mark.parametrize("kind", ["postgres", "delta"])
+def test_bad_records_of_every_kind_go_to_the_dead_letters_with_their_raw_bytes(
+    lakehouse, make_drain, kind
+):
+    drain, registry = registry_drain(make_drain, kind, bad_records="dead_letter")
+    v1 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V1))
+    bad = bad_values(v1)
+    total, offsets = produce_with_bad(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)), bad)
+    drain_until_empty(drain)
+    rows, dead = rows_of(drain), dead_letters_of(drain)
+    # nothing lost: sink rows + dead letters = records drained, by distinct offsets
+    assert len(rows) + len(dead) == total
+    assert_each_offset_once(drain, rows, extra=len(dead))
+    by_offset = {d["offset"]: d for d in dead}
+    assert set(by_offset) == set(offsets.values())
+    for name, offset in offsets.items():
+        letter = by_offset[offset]
+        assert bytes(letter["value"]) == bad[name] and bytes(letter["key"]) == name.encode()
+        assert letter["error"].startswith("undecodable: ") and letter["level"] == 1
+    reasons = {name: by_offset[offset]["error"] for name, offset in offsets.items()}
+    assert "truncated" in reasons["truncated"]
+    assert "wrong magic byte 0x07" in reasons["wrong_magic"]
+    assert "unknown schema id 987654" in reasons["unknown_id"]
+    assert "does not decode with writer schema" in reasons["short_payload"]
+    # counted per level: `drainer status` and the runs' level outcomes (Dagster's metadata)
+    status = drain_status(drain)
+    assert {lv["level"]: lv["dead_letters"] for lv in status["levels"]} == {0: 0, 1: 5, 2: 0}
+    with get_engine().connect() as conn:
+        per_level = conn.execute(
+            text(
+                "SELECT rl.level, sum(rl.dead_lettered) FROM run_levels rl JOIN runs r "
+                "ON r.id = rl.run_id WHERE r.drain = :d GROUP BY rl.level"
+            ),
+            {"d": drain.name},
+        ).all()
+    assert dict(per_level)[1] == 5
+
+
+def test_a_dead_letter_of_an_unknown_schema_id_decodes_once_retried_after_the_schema_exists(
+    lakehouse, make_drain
+):
+    """`drainer dlq retry` once the schema is fixed: here the writer's schema was registered
+    only after its first record was drained (mock registries number schemas from 1)."""
+    drain, registry = registry_drain(make_drain, "postgres", bad_records="dead_letter")
+    v1 = register(registry, f"{drain.topic}-value", json.dumps(ORDER_V1))
+    early = frame(v1 + 1, avro_bytes(ORDER_V2, {**order(1, 0, 9), "note": "early"}))
+    produce_records(drain, [OutRecord(value=early, key=b"early")], 1, None, 0)
+    produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
+    drain_until_empty(drain)
+    [letter] = dead_letters_of(drain)
+    assert f"unknown schema id {v1 + 1}" in letter["error"]
+    assert register(registry, f"{drain.topic}-value", json.dumps(ORDER_V2)) == v1 + 1
+    assert retry_dead_letters(drain) == 1
+    drain_until_empty(drain)
+    [row] = [r for r in rows_of(drain) if r["note"] is not None]
+    assert (row["id"], row["note"], row["_key"]) == ("1-0-9", "early", "early")
+    assert_each_offset_once(drain, rows_of(drain), extra=1)  # the dead letter's own offset
+
+
+def test_malformed_json_goes_to_the_dead_letters_and_the_rest_is_written(lakehouse, make_drain):
+    drain = make_drain(
+        value={"format": "json", "schema": ORDER_DDL},
+        bad_records="dead_letter",
+        sink=sink_for("postgres"),
+    )
+    bad = {"malformed": bad_values(None)["malformed"], "not_json": b"\xff\xfe"}
+    total, offsets = produce_with_bad(drain, lambda o: json.dumps(o).encode(), bad)
+    drain_until_empty(drain)
+    rows, dead = rows_of(drain), dead_letters_of(drain)
+    assert len(rows) + len(dead) == total
+    assert {d["offset"] for d in dead} == set(offsets.values())
+    assert all("malformed JSON" in d["error"] for d in dead)
+
+
+def test_a_drain_with_neither_value_nor_processor_writes_raw_records_with_metadata(
+    lakehouse, make_drain
+):
+    drain = make_drain(processor=None, sink=sink_for("postgres"))
+    produced = produce_orders(drain, lambda o: json.dumps(o).encode())
+    drain_until_empty(drain)
+    rows = rows_of(drain)
+    assert len(rows) == produced
+    assert_each_offset_once(drain, rows)
+    assert json.loads(bytes(rows[0]["value"]))["id"] and isinstance(rows[0]["_key"], bytes)
