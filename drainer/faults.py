@@ -17,6 +17,12 @@ FOLD_POINTS = ("fold_copied", "fold_swapped")
 # a lakehouse sink's run has no Postgres stage; after_table_commit: its table holds the run,
 # Postgres does not yet
 TABLE_POINTS = ("after_plan", "during_spark", "after_table_commit", "after_commit")
+# a Kafka sink's run: mid_produce, inside its open Kafka transaction; after_table_commit: the
+# transaction is committed, Postgres is not
+KAFKA_POINTS = ("after_plan", "during_spark", "mid_produce", "after_table_commit", "after_commit")
+# `pause_after_produce`: the process stops itself (SIGSTOP) with its transaction produced but not
+# committed, as a paused zombie would
+PAUSE_POINTS = ("pause_after_produce",)
 EXIT_CODE = 86
 
 
@@ -29,3 +35,13 @@ def crash_point(point: str) -> None:
         sys.stderr.write(f"drainer: injected fault at {point}: exiting now\n")
         sys.stderr.flush()
         os._exit(EXIT_CODE)
+
+
+def pause_point(point: str) -> None:
+    """Stop this process (SIGSTOP) at `pause_<point>`; it goes on when sent SIGCONT."""
+    if armed(f"pause_{point}"):
+        import signal
+
+        sys.stderr.write(f"drainer: injected pause at {point}: stopping now\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)

@@ -69,6 +69,8 @@ class TableCommit:
     files_added: int
     bytes_added: int
     rows_added: int
+    # format-specific facts to show (a Kafka sink: records per topic, the transactional id)
+    details: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,7 +79,7 @@ class TableCommit:
     def from_dict(cls, data: Mapping[str, Any] | None) -> TableCommit | None:
         if not data:
             return None
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 @dataclass

@@ -261,6 +261,19 @@ def lock_status(conn: Connection, run_id: int) -> str | None:
     return None if status is None else str(status)
 
 
+def run_nonce(conn: Connection, run_id: int) -> str:
+    """What tells this run from another of the same id (a restored or reset state database):
+    when its plan was made, to the microsecond. Sinks put it in their commit markers."""
+    planned = conn.scalar(
+        text(
+            "SELECT to_char(planned_at AT TIME ZONE 'UTC', 'YYYYMMDD\"T\"HH24MISSUS') "
+            "FROM runs WHERE id = :r"
+        ),
+        {"r": run_id},
+    )
+    return str(planned)
+
+
 def mark_committed(conn: Connection, run_id: int, duration_s: float) -> None:
     conn.execute(
         text(
