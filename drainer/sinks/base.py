@@ -73,7 +73,10 @@ class TableCommit:
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        if not self.details:  # a table format's commit: no details, none stored
+            del data["details"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> TableCommit | None:

@@ -357,8 +357,9 @@ def recent_runs(conn: Connection, drain: str, limit: int) -> Sequence[Row[Any]]:
             "r.slot_s, coalesce(sum(rl.drained), 0) AS drained, "
             "coalesce(sum(rl.lost_to_retention), 0) AS lost_to_retention, r.error, "
             "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills, "
-            "(SELECT to_jsonb(tc) - 'run_id' FROM run_table_commits tc WHERE tc.run_id = r.id) "
-            "AS table_commit "
+            "(SELECT to_jsonb(tc) - 'run_id' || coalesce((SELECT jsonb_build_object("
+            "'details', d.details) FROM run_commit_details d WHERE d.run_id = r.id), '{}') "
+            "FROM run_table_commits tc WHERE tc.run_id = r.id) AS table_commit "
             "FROM (SELECT * FROM runs WHERE drain = :d ORDER BY id DESC LIMIT :n) r "
             "LEFT JOIN run_levels rl ON rl.run_id = r.id "
             "GROUP BY r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, "
@@ -391,5 +392,13 @@ def store_table_commit(conn: Connection, run_id: int, commit: dict[str, Any]) ->
             "bytes_added, rows_added) VALUES (:run_id, :format, :location, :version, "
             ":files_added, :bytes_added, :rows_added) ON CONFLICT (run_id) DO NOTHING"
         ),
-        {"run_id": run_id, **commit},
+        {"run_id": run_id, **{k: v for k, v in commit.items() if k != "details"}},
     )
+    if commit.get("details"):  # a Kafka sink's: records per topic, transactional id
+        conn.execute(
+            text(
+                "INSERT INTO run_commit_details (run_id, details) VALUES (:r, :d) "
+                "ON CONFLICT (run_id) DO NOTHING"
+            ),
+            {"r": run_id, "d": json.dumps(commit["details"])},
+        )

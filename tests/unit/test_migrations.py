@@ -26,4 +26,7 @@ def test_numbering_gaps_are_only_the_documented_ones():
     """A new gap is a typo in a file name; 006 and 008 are explained in sql/README.md."""
     versions = [version for version, _ in migrations()]
     missing = sorted(set(range(1, max(versions) + 1)) - set(versions))
-    assert missing == [6, 8], f"numbers {missing} are missing from sql/: use the next free number"
+    # 017 belongs to issue 26's branch (sql/README.md); once both are merged only 6 and 8 remain
+    assert set(missing) <= {6, 8, 17} and {6, 8} <= set(missing), (
+        f"numbers {missing} are missing from sql/: use the next free number"
+    )
