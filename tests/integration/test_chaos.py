@@ -14,6 +14,7 @@ CHAOS_SERVER_KILLS raise the number of kills (the suite: 10 and 1 per sink).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kafka_output import admin, output_topic, sources
 from lifecycle_helpers import CLI, sink_records
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from test_lakehouse import sink_of, table_offsets
@@ -32,6 +35,7 @@ from test_lakehouse import sink_of, table_offsets
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.services import connect, process
+from drainer.services import kafka as kafka_service
 from drainer.settings import load_settings
 from drainer.sinks import sink_for
 from drainer.spark.net import port_open
@@ -55,7 +59,11 @@ SINKS: dict[str, dict[str, Any]] = {
     },
     "delta": {"mode": "dataframe", "processor": "spark_jobs.examples:one_row_per_record"},
     "iceberg": {"mode": "dataframe", "processor": "spark_jobs.examples:one_row_per_record"},
+    "kafka": {"mode": "dataframe", "processor": "spark_jobs.examples:kafka_passthrough"},
 }
+# the Kafka variant restarts the broker once, but only a broker that is the test's own to restart
+# (CHAOS_RESTART_BROKER=1): on a shared development machine other runs depend on it
+RESTART_BROKER = os.environ.get("CHAOS_RESTART_BROKER") == "1"
 
 
 def _backlog(drain: DrainConfig) -> int:
@@ -89,6 +97,8 @@ def _wait_for_writes(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: 
     """Wait until the run's output is being written: rows staged since the last look (Postgres:
     a stage a killed attempt left does not grow), or new data files in the table (lakehouse).
     False if the run ended first or nothing was written within `wait_s`."""
+    if drain.sink.type == "kafka":  # records arriving inside the run's open transaction
+        return _wait_for_produce(drain, proc, wait_s)
     table = drain.sink.type != "postgres"
     files = _parquet_files(drain) if table else set()
     rows = 0 if table else _staged(drain)
@@ -103,6 +113,32 @@ def _wait_for_writes(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: 
                 return proc.poll() is None
             rows = now  # lower once the attempt cleared what a killed one staged
         time.sleep(0.02)
+    return False
+
+
+def _output_end(drain: DrainConfig) -> int:
+    """The sum of the output topic's high watermarks: records produced, committed or not."""
+    client = admin()
+    topic = drain.sink.topic
+    consumer = Consumer(
+        {"bootstrap.servers": load_settings().bootstrap_servers, "group.id": "chaos-watch"}
+    )
+    try:
+        parts = client.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts
+        )
+    finally:
+        consumer.close()
+
+
+def _wait_for_produce(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float) -> bool:
+    before = _output_end(drain)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if _output_end(drain) > before:
+            return proc.poll() is None
+        time.sleep(0.05)
     return False
 
 
@@ -147,7 +183,23 @@ def _kill_server_mid_write(
 
 
 def _sink_offsets(drain: DrainConfig) -> Counter:
+    if drain.sink.type == "kafka":  # distinct source coordinates, read_committed
+        return Counter(
+            {
+                (t, int(p), int(o)): n
+                for src, n in sources(drain.sink.topic).items()
+                if src
+                for t, p, o in [src.split("/")]
+            }
+        )
     return sink_records(drain) if drain.sink.type == "postgres" else table_offsets(drain)
+
+
+def _restart_broker() -> None:
+    """Stop the local broker and start it again (only when it is this test's to restart)."""
+    settings = load_settings()
+    kafka_service.stop(settings, echo=lambda *_: None)
+    kafka_service.up(settings, echo=lambda *_: None)
 
 
 @pytest.mark.slow
@@ -156,10 +208,20 @@ def _sink_offsets(drain: DrainConfig) -> Counter:
 def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
     make_drain, spark, lakehouse, sink
 ):
+    with contextlib.ExitStack() as cleanup:
+        _chaos(make_drain, sink, cleanup)
+
+
+def _chaos(make_drain: Any, sink: str, cleanup: contextlib.ExitStack) -> None:
     seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
     print(f"chaos seed: {seed} (replay with CHAOS_SEED={seed})")
     rng = random.Random(seed)
-    table = {} if sink == "postgres" else {"sink": sink_of(sink)}
+    # the Kafka sink: twice, as its open transaction outlives the server it streams from
+    server_target = max(SERVER_KILLS, 2) if sink == "kafka" else SERVER_KILLS
+    if sink == "kafka":
+        table = {"sink": {"type": "kafka", "topic": cleanup.enter_context(output_topic(2))}}
+    else:
+        table = {} if sink == "postgres" else {"sink": sink_of(sink)}
     drain = make_drain(levels=LEVELS, partitions=PARTITIONS, budget=BUDGET, **table, **SINKS[sink])
     per_partition = RECORDS // (LEVELS * PARTITIONS)
     for level in range(LEVELS):
@@ -168,8 +230,8 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
             produce_records(drain, records, level=level, partition=partition)
     assert _backlog(drain) == RECORDS
 
-    rounds = KILLS + SERVER_KILLS
-    server_rounds = set(rng.sample(range(1, rounds), SERVER_KILLS))  # never the first round
+    rounds = KILLS + server_target
+    server_rounds = set(rng.sample(range(1, rounds), server_target))  # never the first round
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as log:
         # an undisturbed run tells how long a run takes here; kills then fall anywhere in it
@@ -179,14 +241,14 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
         duration = time.monotonic() - started
         kills, server_kills, missed, completed, round_ = 0, 0, 0, 1, 0
         try:
-            while kills < KILLS or server_kills < SERVER_KILLS:
+            while kills < KILLS or server_kills < server_target:
                 assert _backlog(drain) > 0, "the backlog ran out before the kills: lower BUDGET"
                 # mostly killed, now and then done; `duration` follows the last completed run
                 delay = rng.uniform(0.2, duration * 1.1)
                 started = time.monotonic()
                 proc = _start_run(drain, log)
                 this, round_ = round_, round_ + 1
-                if this in server_rounds and server_kills < SERVER_KILLS:
+                if this in server_rounds and server_kills < server_target:
                     if _kill_server_mid_write(drain, proc, wait_s=max(60.0, 3 * duration)):
                         server_kills += 1
                         print(f"killed the Connect server while the run wrote (round {this})")
@@ -211,7 +273,7 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
                 completed += 1
                 duration = time.monotonic() - started
                 print(f"run process finished within {delay:.1f} s (took {duration:.1f} s)")
-                if round_ >= rounds and server_kills < SERVER_KILLS:
+                if round_ >= rounds and server_kills < server_target:
                     server_rounds.add(round_)  # the random rounds ran out: kill it next
         finally:  # the rest of the suite shares this server
             connect.up(load_settings(), echo=lambda *_: None, formats=("delta", "iceberg"))
@@ -219,8 +281,11 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
         f"{kills} run kills, {server_kills} Connect server kills mid-write, {completed} completed "
         f"runs in {time.monotonic() - t0:.1f} s; one run takes {duration:.1f} s"
     )
-    assert kills >= KILLS and server_kills >= SERVER_KILLS
+    assert kills >= KILLS and server_kills >= server_target
     t0 = time.monotonic()
+
+    if sink == "kafka":
+        _broker_restart_mid_run(drain)
 
     # the rest in this process (its session replaced: the server it knew was killed): first
     # whatever plan the last kill left open (resumed as planned), then one run for all the rest
@@ -244,6 +309,10 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
     missing = expected - set(seen)
     assert not missing, f"{len(missing)} records never written, e.g. {sorted(missing)[:5]}"
     assert set(seen) == expected
+    if sink == "kafka":  # the kills landed inside transactions: their aborted records exist
+        uncommitted = sum(sources(drain.sink.topic, "read_uncommitted").values())
+        print(f"output: {sum(seen.values())} committed, {uncommitted} read_uncommitted")
+        assert uncommitted > sum(seen.values())
     ends = high_watermarks(drain)
     assert stored_offsets(drain) == {key: (end, "") for key, end in ends.items()}
     assert kafka_offsets(drain) == {key: (end, "") for key, end in ends.items()}
@@ -252,3 +321,17 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
 def _tail(log: IO[str]) -> str:
     log.seek(0)
     return log.read()[-4000:]
+
+
+def _broker_restart_mid_run(drain: DrainConfig) -> None:
+    """Restart the broker while a run produces; the run fails or finishes, never half-commits."""
+    if not RESTART_BROKER:
+        print("broker restart skipped: the broker is shared (CHAOS_RESTART_BROKER=1 to restart)")
+        return
+    with tempfile.TemporaryFile("w+") as log:
+        proc = _start_run(drain, log)
+        if _wait_for_produce(drain, proc, wait_s=120):
+            _restart_broker()
+            print("restarted the broker while the run produced")
+        code = proc.wait(timeout=600)
+        print(f"the run during the broker restart ended with exit {code}")
