@@ -21,6 +21,7 @@ from kafka_output import (
     read_output,
     sources,
 )
+from lifecycle_helpers import cli
 from offsets import high_watermarks, stored_offsets
 from sqlalchemy import text
 from test_exactly_once import (
@@ -79,6 +80,9 @@ def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark
         assert commit["details"]["aborted_attempts"] == 0
         report = drain_status(drain)
         assert {r["id"]: r["table_commit"] for r in report["runs"]}[last.run_id] == commit
+        shown = cli("status", drain.name)
+        assert shown.returncode == 0, shown.stderr
+        assert "produced per run" in shown.stdout and transactional_id(drain.name) in shown.stdout
         metadata = run_metadata(last)
         assert metadata[f"kafka_produced_{out}"].value == last.drained
         assert metadata["kafka_transactional_id"].value == transactional_id(drain.name)
