@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
@@ -31,6 +32,7 @@ from drainer.sinks import TableCommit
 from drainer.sinks.kafka import KafkaSink
 from drainer.store import runs
 from drainer.store.leases import check_fence
+from spark_jobs.session import is_connect
 from spark_jobs.sinks.base import SparkSink
 
 SOURCE_COLUMN = "_drainer_source"
@@ -168,16 +170,45 @@ def kafka_rows(out: DataFrame) -> DataFrame:
 
 
 def _out_rows(staged: DataFrame) -> Iterator[OutRow]:
-    """The stage's rows, streamed one Spark partition at a time."""
-    for row in staged.toLocalIterator():
-        yield OutRow(
-            value=None if row.value is None else bytes(row.value),
-            key=None if row.key is None else bytes(row.key),
-            headers=[_header(h) for h in row.headers or ()],
-            partition=row.partition,
-            topic=row.topic,
-            source=row.source,
-        )
+    """The stage's rows, streamed one Spark partition at a time.
+
+    On Spark Connect the rows arrive as the Arrow tables the server streams (converted column by
+    column: several times faster than building a Row per record); elsewhere as Rows.
+    """
+    tables = _arrow_stream(staged)
+    if tables is None:
+        for row in staged.toLocalIterator():
+            yield _out_row(row.value, row.key, row.headers, row.partition, row.topic, row.source)
+        return
+    for table in tables:
+        columns = [table.column(name).to_pylist() for name in _COLUMNS]
+        for value, key, headers, partition, topic, src in zip(*columns, strict=True):
+            yield _out_row(value, key, headers, partition, topic, src)
+
+
+_COLUMNS = ("value", "key", "headers", "partition", "topic", "source")
+
+
+def _out_row(value: Any, key: Any, headers: Any, partition: Any, topic: Any, src: Any) -> OutRow:
+    return OutRow(
+        value=None if value is None else bytes(value),
+        key=None if key is None else bytes(key),
+        headers=[_header(h) for h in headers or ()],
+        partition=partition,
+        topic=topic,
+        source=src,
+    )
+
+
+def _arrow_stream(staged: DataFrame) -> Iterator[Any] | None:
+    """The Connect client's own stream of Arrow tables (what its toLocalIterator reads), or None
+    on a classic session."""
+    if not is_connect(staged.sparkSession):
+        return None
+    connect: Any = staged  # a pyspark.sql.connect DataFrame: its client and plan
+    client, plan = connect._session.client, connect._plan
+    stream = client.to_table_as_iterator(plan.to_proto(client), plan.observations)
+    return (t for t in stream if isinstance(t, pa.Table))
 
 
 def _header(h: Any) -> tuple[str, bytes | None]:

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kafka_output import admin, output_topic, sources
+from kafka_output import output_topic, sources
 from lifecycle_helpers import CLI, sink_records
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from test_lakehouse import sink_of, table_offsets
@@ -116,30 +116,35 @@ def _wait_for_writes(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: 
     return False
 
 
-def _output_end(drain: DrainConfig) -> int:
-    """The sum of the output topic's high watermarks: records produced, committed or not."""
-    client = admin()
+def _wait_for_produce(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float) -> bool:
+    """Wait until records arrive in the output topic (the run's transaction is open); False if
+    the run ended first. One consumer, polled every few ms: the produce step is short."""
     topic = drain.sink.topic
-    consumer = Consumer(
-        {"bootstrap.servers": load_settings().bootstrap_servers, "group.id": "chaos-watch"}
+    consumer = Consumer(  # read_uncommitted: the end offset moves as records arrive, not at commit
+        {
+            "bootstrap.servers": load_settings().bootstrap_servers,
+            "group.id": "chaos-watch",
+            "isolation.level": "read_uncommitted",
+        }
     )
     try:
-        parts = client.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts
-        )
+        parts = [
+            TopicPartition(topic, p)
+            for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ]
+
+        def end() -> int:
+            return sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts)
+
+        before = end()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            if end() > before:
+                return proc.poll() is None
+            time.sleep(0.005)
+        return False
     finally:
         consumer.close()
-
-
-def _wait_for_produce(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float) -> bool:
-    before = _output_end(drain)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        if _output_end(drain) > before:
-            return proc.poll() is None
-        time.sleep(0.05)
-    return False
 
 
 def _kill_server_mid_write(
@@ -261,6 +266,14 @@ def _chaos(make_drain: Any, sink: str, cleanup: contextlib.ExitStack) -> None:
                         print(f"round {this}: no write to kill the Connect server in; again")
                         server_rounds.add(round_)
                     continue
+                if sink == "kafka" and kills % 2 == 1:  # the kill lands mid-produce
+                    if _wait_for_produce(drain, proc, wait_s=max(60.0, 3 * duration)):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait(timeout=60)
+                        kills += 1
+                        print("killed run process while it produced")
+                        continue
+                    delay = 0.0  # the run ended first: it counts as completed below
                 try:
                     code = proc.wait(timeout=delay)
                 except subprocess.TimeoutExpired:
