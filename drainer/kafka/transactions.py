@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -34,6 +35,7 @@ from drainer.errors import ConfigError, DrainerError, FencedOut, KafkaUnavailabl
 from drainer.kafka.clients import make_client
 
 MARKER_TOPIC = "drainer-sink-markers"
+TRANSACTION_TIMEOUT_S = 60  # the coordinator aborts a transaction open longer than this
 MARKER_PARTITIONS = 8  # drains spread over them: one drain's open transaction delays few others
 RUN_HEADER = "drainer.run"
 DRAIN_HEADER = "drainer.drain"
@@ -149,7 +151,7 @@ class RunTransaction:
                 "linger.ms": 20,
                 "batch.size": 1_000_000,
                 "compression.type": "lz4",
-                "transaction.timeout.ms": 60_000,
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_S * 1000,
             },
         )
         try:
@@ -209,8 +211,41 @@ class RunTransaction:
     # the proof
 
     def find_marker(self, timeout_s: float = 60.0) -> RunMarker | None:
-        """The run's marker if a committed transaction carries it (read after `open()`, so no
-        transaction of the drain is still open to hold the read back)."""
+        """The run's marker if a committed transaction carries it.
+
+        Read after `open()`, so no transaction of this drain is still open. Another drain
+        sharing the marker partition may have one open (its marker produced, its commit not yet
+        made), which holds the partition's last stable offset below markers committed after it:
+        the read waits until the last stable offset reaches the end the partition had when the
+        read began (that transaction ends within `transaction.timeout.ms`), so a committed
+        marker of this run is never missed.
+        """
+        tp = TopicPartition(MARKER_TOPIC, marker_partition(self.drain))
+        end = self._end_offset(tp, "read_uncommitted", timeout_s)
+        deadline = time.monotonic() + 2 * TRANSACTION_TIMEOUT_S
+        while self._end_offset(tp, "read_committed", timeout_s) < end:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(
+                    f"{MARKER_TOPIC}[{tp.partition}] holds a transaction open for longer than "
+                    f"{2 * TRANSACTION_TIMEOUT_S} s, so whether run {self.run_id} committed "
+                    "cannot be read yet. Nothing was committed: rerun"
+                )
+            time.sleep(0.5)
+        return self._read_markers(tp, timeout_s)
+
+    def _end_offset(self, tp: TopicPartition, isolation: str, timeout_s: float) -> int:
+        """The partition's end as a consumer with `isolation` sees it (read_committed: the last
+        stable offset)."""
+        consumer = make_client(
+            Consumer,
+            {**_plain(self.config), "group.id": "drainer-markers", "isolation.level": isolation},
+        )
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)[1])
+        finally:
+            consumer.close()
+
+    def _read_markers(self, tp: TopicPartition, timeout_s: float) -> RunMarker | None:
         consumer = make_client(
             Consumer,
             {
@@ -223,7 +258,6 @@ class RunTransaction:
         )
         found: RunMarker | None = None
         try:
-            tp = TopicPartition(MARKER_TOPIC, marker_partition(self.drain))
             low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
             if high <= low:
                 return None
