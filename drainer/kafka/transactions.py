@@ -150,6 +150,10 @@ class RunTransaction:
                 "transactional.id": self.tid,
                 "linger.ms": 20,
                 "batch.size": 1_000_000,
+                # a delivery report per failed record only: a Python callback per record costs
+                # more than producing it
+                "delivery.report.only.error": True,
+                "queue.buffering.max.messages": 1_000_000,
                 "compression.type": "lz4",
                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_S * 1000,
             },
@@ -357,18 +361,19 @@ class RunTransaction:
                 if n == 100 and faults.armed("mid_produce"):
                     producer.flush(30)  # records on the broker, inside the open transaction
                     faults.crash_point("mid_produce")
+            producer.flush(120)  # every row delivered (or its error known) before the marker
+            if errors:
+                raise self._produce_failed(*errors[0])
             marker = RunMarker(self.drain, self.run_id, self.nonce, attempt, produced, size)
-            offsets: list[int] = []
+            before = self._end_offset(
+                TopicPartition(MARKER_TOPIC, marker_partition(self.drain)), "read_uncommitted", 30
+            )
             producer.produce(
                 MARKER_TOPIC,
                 marker.value(),
                 self.drain.encode(),
                 partition=marker_partition(self.drain),
-                on_delivery=lambda err, msg: (
-                    errors.append((err, None, MARKER_TOPIC))
-                    if err is not None
-                    else offsets.append(msg.offset())
-                ),
+                on_delivery=delivered(None, MARKER_TOPIC),
             )
             producer.flush(120)
             if errors:
@@ -388,7 +393,7 @@ class RunTransaction:
             attempt,
             marker.produced,
             size,
-            offsets[0] if offsets else -1,
+            before,  # at or just below the marker's offset (other drains share the partition)
         )
 
     def _produce_failed(self, err: KafkaError, source: str | None, topic: str) -> DrainerError:
