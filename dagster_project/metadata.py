@@ -66,6 +66,14 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
         metadata["table_version"] = dg.MetadataValue.int(commit["version"])
         metadata["table_files_added"] = dg.MetadataValue.int(commit["files_added"])
         metadata["table_bytes_added"] = dg.MetadataValue.int(commit["bytes_added"])
+        details = commit.get("details") or {}
+        # a Kafka sink: records produced per output topic, its transactional id, and the
+        # attempts before the one that committed (each one's transaction aborted or fenced)
+        for topic, count in (details.get("produced") or {}).items():
+            metadata[f"kafka_produced_{topic}"] = dg.MetadataValue.int(int(count))
+        if "transactional_id" in details:
+            metadata["kafka_transactional_id"] = dg.MetadataValue.text(details["transactional_id"])
+            metadata["kafka_aborted_attempts"] = dg.MetadataValue.int(details["aborted_attempts"])
     # steps after the commit that failed (mirror, dead-letter publish, backlog lookup): the run
     # succeeded, and the next run retries them
     metadata["run_warnings"] = dg.MetadataValue.int(len(result.warnings))

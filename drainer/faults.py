@@ -19,6 +19,12 @@ FOLD_POINTS = ("fold_copied", "fold_swapped")
 TABLE_POINTS = ("after_plan", "during_spark", "after_table_commit", "after_commit")
 # the offsets are mirrored to Kafka; the after-commit upkeep and report have not run
 MIRROR_POINT = "after_mirror"
+# a Kafka sink's run: mid_produce, inside its open Kafka transaction; after_table_commit: the
+# transaction is committed, Postgres is not
+KAFKA_POINTS = ("after_plan", "during_spark", "mid_produce", "after_table_commit", "after_commit")
+# `pause_after_produce`: the process stops itself (SIGSTOP) with its transaction produced but not
+# committed, as a paused zombie would
+PAUSE_POINTS = ("pause_after_produce",)
 EXIT_CODE = 86
 
 
@@ -31,3 +37,13 @@ def crash_point(point: str) -> None:
         sys.stderr.write(f"drainer: injected fault at {point}: exiting now\n")
         sys.stderr.flush()
         os._exit(EXIT_CODE)
+
+
+def pause_point(point: str) -> None:
+    """Stop this process (SIGSTOP) at `pause_<point>`; it goes on when sent SIGCONT."""
+    if armed(f"pause_{point}"):
+        import signal
+
+        sys.stderr.write(f"drainer: injected pause at {point}: stopping now\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)

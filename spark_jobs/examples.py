@@ -135,3 +135,26 @@ def amount_or_lots(record: Record) -> dict[str, Any]:
 def amount_and_a_note(record: Record) -> dict[str, Any]:
     """A handler whose rows carry a key that is not a column of AMOUNT_SCHEMA."""
     return {"id": (record.value or b"").decode(), "amount": 1.0, "note": "dropped?"}
+
+
+# Kafka sink examples: output rows in Spark's Kafka sink schema (`value`, `key`, `headers`, …)
+KAFKA_ROW_SCHEMA = "key binary, value binary"
+
+
+def kafka_passthrough(df: DataFrame) -> DataFrame:
+    """Each record to the sink topic as it is; keeps the source columns, so every output record
+    names its source record in the `drainer.source` header."""
+    return df.select("topic", "partition", "offset", "key", "value", "headers")
+
+
+def kafka_echo(record: Record) -> dict[str, Any]:
+    """Record mode: the record's key and value, produced to the sink topic."""
+    return {"key": record.key, "value": record.value}
+
+
+def kafka_one_oversized(df: DataFrame) -> DataFrame:
+    """`kafka_passthrough`, but the record at offset 3 becomes a value over 1 MB (too large)."""
+    big = F.repeat(F.lit("x"), 1_100_000).cast("binary")
+    return kafka_passthrough(df).withColumn(
+        "value", F.when(F.col("offset") == 3, big).otherwise(F.col("value"))
+    )

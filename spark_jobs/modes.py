@@ -127,13 +127,14 @@ class PartitionDone:
 
 def handle_records(
     batches: Iterable[pa.RecordBatch], job: RecordJob
-) -> Iterator[tuple[PartitionDone, list[tuple[Any, ...]]]]:
+) -> Iterator[tuple[PartitionDone, list[tuple[Any, ...]], list[str]]]:
     """Record mode's one task loop: the handler over each Kafka partition's records in chunks.
 
     Each chunk's failures (and, for a Postgres sink, its rows) are staged in one fenced
     transaction before the chunk's rows are handed on; a retried task first drops what an
     earlier attempt of it staged for the partition. Yields each chunk's rows with its
-    partition's running account; a partition with no record yields nothing.
+    partition's running account and each row's source record (`topic/partition/offset`); a
+    partition with no record yields nothing.
     """
     # a row that cannot be written fails its record (attempts, dead letters), not the run
     handler = checked_rows(load_callable(job.handler, "handler"), job.columns)
@@ -154,6 +155,13 @@ def handle_records(
                 records, handler, job.ordering, job.concurrency, job.chunk_records
             ):
                 rows = [_as_tuple(row, job.names) for o in outcomes if o.ok for row in o.rows]
+                # where each row came from, parallel to `rows` (a Kafka sink's headers)
+                sources = [
+                    f"{topic}/{partition}/{o.record.offset}"
+                    for o in outcomes
+                    if o.ok
+                    for _ in o.rows
+                ]
                 not_done = [o for o in outcomes if not o.ok]
                 check_fence(conn, job.lease, shared=True)
                 if job.stage_table is not None:
@@ -166,7 +174,7 @@ def handle_records(
                 done.failed += chunk_failed
                 done.held_back += len(not_done) - chunk_failed
                 done.seconds = time.perf_counter() - done.started
-                yield done, rows
+                yield done, rows, sources
 
 
 def run_record_mode(
@@ -183,7 +191,7 @@ def run_record_mode(
 
     def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         last: PartitionDone | None = None
-        for done, _ in handle_records(batches, job):
+        for done, _, _ in handle_records(batches, job):
             if last is not None and last is not done:
                 yield _counts_batch(last)
             last = done
@@ -207,26 +215,34 @@ def _counts_batch(done: PartitionDone) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([row], _RECORD_ARROW)
 
 
-def record_mode_rows(ctx: RunContext, df: DataFrame, output_schema: StructType) -> DataFrame:
+def record_mode_rows(
+    ctx: RunContext, df: DataFrame, output_schema: StructType, source_column: str | None = None
+) -> DataFrame:
     """Record mode for a sink that writes a frame: the handler's rows as a DataFrame.
 
     Failures are staged in Postgres a chunk at a time (fenced, and cleared per Kafka partition
     when a task is retried); output rows leave the task as Arrow batches of `output_schema`,
-    so the sink's write consumes them without a Postgres stage.
+    so the sink's write consumes them without a Postgres stage. With `source_column`, each row
+    also names its source record (`topic/partition/offset`) in that string column, last.
     """
     job = RecordJob.of(ctx, output_schema)
-    arrow_schema = to_arrow_schema(output_schema)
+    schema = output_schema
+    if source_column is not None:
+        schema = StructType([*output_schema.fields]).add(source_column, "string")
+    arrow_schema = to_arrow_schema(schema)
 
     def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for _, rows in handle_records(batches, job):
+        for _, rows, sources in handle_records(batches, job):
             if rows:
+                if source_column is not None:
+                    rows = [(*row, src) for row, src in zip(rows, sources, strict=True)]
                 columns = [list(column) for column in zip(*rows, strict=True)]
                 yield pa.RecordBatch.from_arrays(
                     [pa.array(c, type=f.type) for c, f in zip(columns, arrow_schema, strict=True)],
                     schema=arrow_schema,
                 )
 
-    return _record_columns(df).mapInArrow(process_partition, output_schema)
+    return _record_columns(df).mapInArrow(process_partition, schema)
 
 
 def arrow_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[Any, ...]]:

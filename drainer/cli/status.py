@@ -158,6 +158,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             ],
             justify="left",
         )
+        _commit_details(commits)
     per_level = ", ".join(
         f"level {lv['level']}: {lv['dead_letters']:,}"
         for lv in report["levels"]
@@ -239,3 +240,25 @@ def _seconds(run: dict[str, Any]) -> str:
     up to its commit."""
     seconds = run["slot_s"] if run.get("slot_s") is not None else run["duration_s"]
     return "" if seconds is None else f"{seconds:.1f} s"
+
+
+def _commit_details(commits: list[dict[str, Any]]) -> None:
+    """What a sink recorded beyond the table (a Kafka sink: records per output topic, its
+    transactional id, the attempts aborted before the one that committed)."""
+    rows = [
+        [
+            str(r["id"]),
+            ", ".join(f"{t}: {n:,}" for t, n in sorted(d.get("produced", {}).items())),
+            str(d.get("transactional_id", "")),
+            d.get("aborted_attempts", 0),
+        ]
+        for r in commits
+        if (d := r["table_commit"].get("details"))
+    ]
+    if rows:
+        print_table(
+            "produced per run",
+            ["run", "records per topic", "transactional id", "aborted attempts"],
+            rows,
+            justify="left",
+        )

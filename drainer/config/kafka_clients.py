@@ -187,6 +187,16 @@ def _expand(block: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     return expanded
 
 
+def own_cluster_settings(block: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A sink's own cluster block (`sink.kafka:`) for librdkafka: `${NAME}` expanded, secrets
+    remembered for `redact`, the SASL mechanism upper-cased as the drain's block is."""
+    own = _expand(block, settings)
+    if "sasl.mechanism" in own:
+        own["sasl.mechanism"] = str(own["sasl.mechanism"]).upper()
+    own.pop("isolation.level", None)
+    return own
+
+
 def librdkafka_settings(drain: Any) -> dict[str, Any]:
     """The drain's settings for librdkafka: the common block as is, then its own extras."""
     common = _expand("kafka", drain.kafka)

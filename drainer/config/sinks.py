@@ -24,6 +24,8 @@ from drainer.store.sink_names import check_table_name
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ICEBERG_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+# Kafka's own rule for topic names (at most 249 of these characters)
+_KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 DEFAULT_SINK_TYPE = "postgres"
 
 
@@ -86,7 +88,9 @@ class _SinkModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     # every key any sink type takes, so a misplaced one is told apart from a typo
-    _ALL_KEYS: ClassVar[frozenset[str]] = frozenset({"table", "publish", "path", "catalog"})
+    _ALL_KEYS: ClassVar[frozenset[str]] = frozenset(
+        {"table", "publish", "path", "catalog", "topic", "kafka"}
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -187,10 +191,59 @@ class IcebergSinkConfig(_SinkModel):
         return data
 
 
+class KafkaSinkConfig(_SinkModel):
+    """A Kafka topic, produced to in one Kafka transaction per run before the Postgres commit.
+
+    Output rows follow Spark's Kafka sink schema: `value` (string or binary, required), optional
+    `key`, `headers` (array of key/value structs), `partition`, and a per-row `topic` that
+    routes the row to another topic. docs/kafka-sink.md says why the result is exactly once.
+    """
+
+    type: Literal["kafka"] = Field(default="kafka", description="`kafka`")
+    topic: str = Field(
+        description="kafka only: the topic every output row goes to unless the row names its "
+        "own `topic` (created beforehand: `drainer topics create` or your cluster's tooling)"
+    )
+    kafka: dict[str, Any] | None = Field(
+        default=None,
+        description="kafka only: an output cluster of its own: `bootstrap.servers` plus the "
+        "common settings of a drain's `kafka:` block (security.protocol, sasl.*, ssl.*), values "
+        "may be ${NAME} references to the environment. Default: the drain's own cluster and "
+        "`kafka:` block, for producing as for reading",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _has_topic(cls, data: Any) -> Any:
+        topic = data.get("topic") if isinstance(data, dict) else None
+        if not isinstance(topic, str) or not _KAFKA_TOPIC.match(topic):
+            raise ValueError(
+                "a kafka sink needs `topic: NAME` (letters, digits, '.', '_', '-'; at most 249)"
+            )
+        return data
+
+    @field_validator("kafka")
+    @classmethod
+    def _cluster_block(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        from drainer.config.kafka_clients import check_blocks
+
+        if not str(value.get("bootstrap.servers") or "").strip():
+            raise ValueError(
+                "sink.kafka needs `bootstrap.servers: host:port[,host:port]` (the output "
+                "cluster); leave out the block to produce to the drain's own cluster"
+            )
+        common = {k: v for k, v in value.items() if k != "bootstrap.servers"}
+        check_blocks(common, {}, {})
+        return value
+
+
 SINK_MODELS: dict[str, type[_SinkModel]] = {
     "postgres": PostgresSinkConfig,
     "delta": DeltaSinkConfig,
     "iceberg": IcebergSinkConfig,
+    "kafka": KafkaSinkConfig,
 }
 
 
@@ -204,11 +257,12 @@ def _sink_type(value: Any) -> str:
 SinkConfig = Annotated[
     Annotated[PostgresSinkConfig, Tag("postgres")]
     | Annotated[DeltaSinkConfig, Tag("delta")]
-    | Annotated[IcebergSinkConfig, Tag("iceberg")],
+    | Annotated[IcebergSinkConfig, Tag("iceberg")]
+    | Annotated[KafkaSinkConfig, Tag("kafka")],
     Discriminator(
         _sink_type,
         custom_error_type="sink_type",
-        custom_error_message="sink.type must be one of: postgres, delta, iceberg",
+        custom_error_message="sink.type must be one of: postgres, delta, iceberg, kafka",
     ),
 ]
 """A drain's `sink:` block: the model of its `type`."""

@@ -18,12 +18,14 @@ from drainer.settings import Settings
 from drainer.sinks.base import Capabilities, Sink, TableCommit, TableSink, UpkeepReport
 from drainer.sinks.delta import DeltaSink
 from drainer.sinks.iceberg import IcebergSink
+from drainer.sinks.kafka import KafkaSink
 from drainer.sinks.postgres import PostgresSink
 
 SINKS: dict[str, type[Sink[Any]]] = {
     PostgresSink.type: PostgresSink,
     DeltaSink.type: DeltaSink,
     IcebergSink.type: IcebergSink,
+    KafkaSink.type: KafkaSink,
 }
 assert set(SINKS) == set(SINK_MODELS), "every configurable sink type has a sink"
 

@@ -71,11 +71,15 @@ class TableCommit:
     rows_added: int
     # the attempt of the run whose write this is: its staged failures are the commit's
     attempt: int = 0
+    # format-specific facts to show (a Kafka sink: records per topic, the transactional id)
+    details: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """The commit as recorded and shown (`run_table_commits`, status, Dagster metadata)."""
         data = asdict(self)
         del data["attempt"]
+        if not self.details:  # a table format's commit: no details, none stored
+            del data["details"]
         return data
 
     @classmethod

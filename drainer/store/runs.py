@@ -274,6 +274,20 @@ def lock_status(conn: Connection, run_id: int) -> str | None:
     return None if status is None else str(status)
 
 
+def run_nonce(conn: Connection, run_id: int) -> str:
+    """What tells this run from another of the same id (a restored or reset state database):
+    its nonce (`runs.nonce`); a run planned before nonces, when its plan was made, to the
+    microsecond. Sinks put it in their commit markers."""
+    planned = conn.scalar(
+        text(
+            "SELECT coalesce(nonce, to_char(planned_at AT TIME ZONE 'UTC', "
+            "'YYYYMMDD\"T\"HH24MISSUS')) FROM runs WHERE id = :r"
+        ),
+        {"r": run_id},
+    )
+    return str(planned)
+
+
 def mark_committed(conn: Connection, run_id: int, duration_s: float) -> None:
     conn.execute(
         text(
@@ -357,8 +371,9 @@ def recent_runs(conn: Connection, drain: str, limit: int) -> Sequence[Row[Any]]:
             "r.slot_s, coalesce(sum(rl.drained), 0) AS drained, "
             "coalesce(sum(rl.lost_to_retention), 0) AS lost_to_retention, r.error, "
             "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills, "
-            "(SELECT to_jsonb(tc) - 'run_id' FROM run_table_commits tc WHERE tc.run_id = r.id) "
-            "AS table_commit "
+            "(SELECT to_jsonb(tc) - 'run_id' || coalesce((SELECT jsonb_build_object("
+            "'details', d.details) FROM run_commit_details d WHERE d.run_id = r.id), '{}') "
+            "FROM run_table_commits tc WHERE tc.run_id = r.id) AS table_commit "
             "FROM (SELECT * FROM runs WHERE drain = :d ORDER BY id DESC LIMIT :n) r "
             "LEFT JOIN run_levels rl ON rl.run_id = r.id "
             "GROUP BY r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, "
@@ -396,6 +411,14 @@ def store_table_commit(conn: Connection, run_id: int, commit: dict[str, Any]) ->
         ),
         {"run_id": run_id, **{k: commit[k] for k in _COMMIT_FIELDS}},
     )
+    if commit.get("details"):  # a Kafka sink's: records per topic, transactional id
+        conn.execute(
+            text(
+                "INSERT INTO run_commit_details (run_id, details) VALUES (:r, :d) "
+                "ON CONFLICT (run_id) DO NOTHING"
+            ),
+            {"r": run_id, "d": json.dumps(commit["details"])},
+        )
 
 
 def record_table_proof(conn: Connection, run_id: int, attempt: int, commit: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ OWN_TABLES = frozenset(
         "record_attempts",
         "record_failures",
         "retention_losses",
+        "run_commit_details",
         "run_levels",
         "run_ranges",
         "run_table_commits",

@@ -13,10 +13,11 @@ from drainer.sinks import SINKS
 from spark_jobs.sinks.base import SparkSink
 from spark_jobs.sinks.delta import DeltaSparkSink
 from spark_jobs.sinks.iceberg import IcebergSparkSink
+from spark_jobs.sinks.kafka import KafkaSparkSink
 from spark_jobs.sinks.postgres import PostgresSparkSink
 
 SPARK_SINKS: dict[str, type[SparkSink]] = {
-    cls.type: cls for cls in (PostgresSparkSink, DeltaSparkSink, IcebergSparkSink)
+    cls.type: cls for cls in (PostgresSparkSink, DeltaSparkSink, IcebergSparkSink, KafkaSparkSink)
 }
 assert set(SPARK_SINKS) == set(SINKS), "every sink has its Spark half"
 

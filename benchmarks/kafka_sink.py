@@ -1,0 +1,245 @@
+"""drainer's Kafka sink against Spark's own Kafka sink and a confluent-kafka transactional loop
+(issue 27).
+
+  .venv/bin/python benchmarks/kafka_sink.py      # --records 1000000 --repeat 1
+
+N records (100-byte values over 1,000 keys, 3 levels x 4 partitions) are produced once; each path
+copies them into an output topic of its own (4 partitions):
+
+- `drainer`: a drain with `sink: {type: kafka}`, dataframe mode, `kafka_passthrough` (every
+  record as it is, with drainer's run and source headers), budget = N so one run drains it all;
+  timed: `spark_jobs.drain_job.run` whole (plan, Spark, the driver's one transaction, Postgres
+  commit, Kafka mirror). Exactly once for `read_committed` consumers.
+- `spark_kafka_sink`: the same read (`assign` + numeric offsets, as drainer reads) and
+  `df.write.format("kafka")` on the same warm Connect session: at-least-once (a retried task
+  produces again), no transaction, no offsets kept anywhere.
+- `txn_loop`: the consume-process-produce loop Kafka's own exactly-once tutorials show, in one
+  Python process with confluent-kafka: a consumer group reading `read_committed`, a
+  transactional producer, `send_offsets_to_transaction` and a commit every 100,000 records.
+
+Each path is warmed by a small run first (`--warmup` records, its own topics). Output record
+counts are checked against N (end offsets of the output topics minus the commit markers a
+transactional path writes: read back `read_committed`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from common import OUT, fresh_drain, produce
+
+PROCESSOR = "spark_jobs.examples:kafka_passthrough"
+COMMIT_EVERY = 100_000
+
+
+def _bootstrap() -> str:
+    from drainer.settings import load_settings
+
+    return load_settings().bootstrap_servers
+
+
+def create_topic(partitions: int = 4) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"bench_out_{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": _bootstrap()})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[
+        name
+    ].result(30)
+    return name
+
+
+def committed_count(topic: str) -> int:
+    """Records a `read_committed` consumer sees in `topic`."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": _bootstrap(),
+            "group.id": f"count-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
+    parts = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    open_parts, count = set(parts), 0
+    while open_parts:
+        for msg in consumer.consume(10_000, 10):
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    open_parts.discard(msg.partition())
+                continue
+            count += 1
+    consumer.close()
+    return count
+
+
+def source(records: int) -> Any:
+    drain = fresh_drain(records, name=f"bench_kfk_{uuid.uuid4().hex[:8]}")
+    produce(drain, records)
+    return drain
+
+
+def run_drainer(src: Any, records: int) -> dict[str, Any]:
+    from spark_jobs import drain_job
+
+    out = create_topic()
+    drain = fresh_drain(
+        records,
+        name=f"bench_kfk_{uuid.uuid4().hex[:8]}",
+        topic=src.topic,
+        processor=PROCESSOR,
+        sink={"type": "kafka", "topic": out},
+    )
+    started = time.perf_counter()
+    result = drain_job.run(drain, trigger="bench")
+    wall = time.perf_counter() - started
+    assert result.drained == records, f"drained {result.drained} of {records}"
+    return {"wall_s": round(wall, 2), "phases": result.phases, "out": out}
+
+
+def run_spark_sink(src: Any, records: int) -> dict[str, Any]:
+    from drainer.kafka.session import KafkaSession
+    from spark_jobs.session import get_spark
+
+    spark = get_spark()
+    out = create_topic()
+    with KafkaSession(src) as kafka:
+        marks = kafka.watermarks(kafka.partitions(range(src.levels)))
+    assign: dict[str, list[int]] = {}
+    start: dict[str, dict[str, int]] = {}
+    end: dict[str, dict[str, int]] = {}
+    for (level, partition), w in marks.items():
+        topic = src.level_topic(level)
+        assign.setdefault(topic, []).append(partition)
+        start.setdefault(topic, {})[str(partition)] = w.low
+        end.setdefault(topic, {})[str(partition)] = w.high
+    started = time.perf_counter()
+    (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", _bootstrap())
+        .option("assign", json.dumps(assign))
+        .option("startingOffsets", json.dumps(start))
+        .option("endingOffsets", json.dumps(end))
+        .option("includeHeaders", "true")
+        .option("kafka.fetch.max.wait.ms", "10")
+        .load()
+        .select("key", "value", "headers")
+        .write.format("kafka")
+        .option("kafka.bootstrap.servers", _bootstrap())
+        .option("topic", out)
+        .save()
+    )
+    wall = time.perf_counter() - started
+    return {"wall_s": round(wall, 2), "out": out}
+
+
+def run_txn_loop(src: Any, records: int) -> dict[str, Any]:
+    """Kafka's transactional consume-process-produce loop, in one Python process."""
+    from confluent_kafka import Consumer, Producer
+
+    out = create_topic()
+    group = f"bench-loop-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": _bootstrap(),
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": _bootstrap(),
+            "transactional.id": group,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+        }
+    )
+    started = time.perf_counter()
+    producer.init_transactions(30)
+    consumer.subscribe([src.level_topic(level) for level in range(src.levels)])
+    producer.begin_transaction()
+    done = since_commit = 0
+    while done < records:
+        for msg in consumer.consume(10_000, 1.0):
+            if msg.error():
+                continue
+            while True:
+                try:
+                    producer.produce(out, msg.value(), msg.key(), headers=msg.headers())
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            done += 1
+            since_commit += 1
+        if since_commit >= COMMIT_EVERY or done >= records:
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata()
+            )
+            producer.commit_transaction()
+            since_commit = 0
+            if done < records:
+                producer.begin_transaction()
+    wall = time.perf_counter() - started
+    consumer.close()
+    return {"wall_s": round(wall, 2), "out": out}
+
+
+PATHS = {"drainer": run_drainer, "spark_kafka_sink": run_spark_sink, "txn_loop": run_txn_loop}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--warmup", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    warm = source(args.warmup)
+    for path in PATHS.values():
+        path(warm, args.warmup)
+    src = source(args.records)
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
+    for round_ in range(args.repeat):
+        names = list(PATHS)
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            got = PATHS[name](src, args.records)
+            count = committed_count(got["out"])
+            assert count >= args.records, f"{name}: {count} of {args.records} records"
+            got["records_out"] = count
+            results[name].append(got)
+            print(name, got["wall_s"], "s", flush=True)
+    summary = {
+        name: {
+            "median_s": statistics.median(r["wall_s"] for r in rs),
+            "records_per_s": round(args.records / statistics.median(r["wall_s"] for r in rs)),
+            "runs": rs,
+        }
+        for name, rs in results.items()
+    }
+    base = summary["spark_kafka_sink"]["median_s"]
+    for s in summary.values():
+        s["vs_spark_kafka_sink"] = round(s["median_s"] / base, 2)
+    OUT.mkdir(exist_ok=True)
+    report = {"at": datetime.now(UTC).isoformat(), "records": args.records, "paths": summary}
+    (OUT / "kafka_sink.json").write_text(json.dumps(report, indent=2, default=str))
+    print("| path | wall (s) | records/s | vs Spark's Kafka sink |")
+    print("|---|---|---|---|")
+    for name, s in summary.items():
+        print(
+            f"| {name} | {s['median_s']} | {s['records_per_s']:,} | {s['vs_spark_kafka_sink']}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()

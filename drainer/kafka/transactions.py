@@ -1,0 +1,458 @@
+"""A run's output produced to Kafka in one transaction, with a marker that proves the commit.
+
+The driver is the one producer of a run's output (Spark tasks cannot share a Kafka
+transaction). Its `transactional.id` is the drain's (`drainer-<drain>`): `init_transactions`
+of a newer attempt bumps the producer epoch, which aborts whatever transaction an older attempt
+left open and fences that attempt, so a paused process that wakes after a takeover can neither
+produce nor commit. The same transaction carries a marker record (drain, run, nonce) on the
+marker topic; a resumed run reads that topic `read_committed`, so a marker it finds is a
+committed transaction, and the run is not produced twice (docs/kafka-sink.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from drainer import faults
+from drainer.config.kafka_clients import redact
+from drainer.errors import ConfigError, DrainerError, FencedOut, KafkaUnavailable
+from drainer.kafka.clients import make_client
+
+MARKER_TOPIC = "drainer-sink-markers"
+TRANSACTION_TIMEOUT_S = 60  # the coordinator aborts a transaction open longer than this
+MARKER_PARTITIONS = 8  # drains spread over them: one drain's open transaction delays few others
+RUN_HEADER = "drainer.run"
+DRAIN_HEADER = "drainer.drain"
+ATTEMPT_HEADER = "drainer.attempt"
+SOURCE_HEADER = "drainer.source"
+# librdkafka's and the broker's error codes that mean "a newer producer took over"
+_FENCED = {
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.INVALID_PRODUCER_ID_MAPPING,
+}
+_DENIED = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+}
+_MISSING = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE}
+
+
+def transactional_id(drain: str) -> str:
+    """One per drain: a newer attempt of any run of the drain fences every older one."""
+    return f"drainer-{drain}"
+
+
+def source_of(topic: str, partition: int, offset: int) -> str:
+    """The `drainer.source` header: where the output row came from (topic names hold no '/')."""
+    return f"{topic}/{partition}/{offset}"
+
+
+@dataclass(frozen=True)
+class OutRow:
+    """One output record, as Spark's Kafka sink schema describes it."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    partition: int | None = None
+    topic: str | None = None
+    source: str | None = None  # `topic/partition/offset` of the record it came from
+
+
+@dataclass(frozen=True)
+class RunMarker:
+    """What the run's transaction carries on the marker topic, and where it landed."""
+
+    drain: str
+    run_id: int
+    nonce: str
+    attempt: int
+    produced: Mapping[str, int]  # records per output topic
+    size: int  # key + value bytes produced
+    offset: int = -1  # of the marker itself, once found or delivered
+
+    def value(self) -> bytes:
+        data = {
+            "drain": self.drain,
+            "run": self.run_id,
+            "nonce": self.nonce,
+            "attempt": self.attempt,
+            "produced": dict(self.produced),
+            "bytes": self.size,
+        }
+        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def parse(cls, raw: bytes, offset: int) -> RunMarker | None:
+        try:
+            data = json.loads(raw)
+            return cls(
+                data["drain"],
+                int(data["run"]),
+                str(data["nonce"]),
+                int(data["attempt"]),
+                {str(k): int(v) for k, v in data["produced"].items()},
+                int(data["bytes"]),
+                offset,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None  # not ours: someone else wrote to the topic
+
+
+def marker_partition(drain: str) -> int:
+    return zlib.crc32(drain.encode()) % MARKER_PARTITIONS
+
+
+class RunTransaction:
+    """The drain's transactional producer for one attempt of a run.
+
+    `open()` fences every older producer of the drain (aborting an open transaction of a
+    crashed or paused attempt); `find_marker()` then reads what is committed; `produce()` sends
+    the run's rows and its marker in one transaction and commits it.
+    """
+
+    def __init__(self, config: Mapping[str, Any], drain: str, run_id: int, nonce: str) -> None:
+        self.config = dict(config)
+        self.drain, self.run_id, self.nonce = drain, run_id, nonce
+        self.tid = transactional_id(drain)
+        self._producer: Any = None
+
+    # fencing
+
+    def open(self, timeout_s: float = 60.0) -> None:
+        """init_transactions: from here on no older attempt of the drain can commit."""
+        if self._producer is not None:
+            return
+        producer = make_client(
+            Producer,
+            {
+                **self.config,
+                "transactional.id": self.tid,
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+                # a delivery report per failed record only: a Python callback per record costs
+                # more than producing it
+                "delivery.report.only.error": True,
+                "queue.buffering.max.messages": 1_000_000,
+                "compression.type": "lz4",
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_S * 1000,
+            },
+        )
+        try:
+            producer.init_transactions(timeout_s)
+        except KafkaException as err:
+            raise self._init_failed(err) from None
+        self._producer = producer
+
+    def _init_failed(self, err: KafkaException) -> DrainerError:
+        code = err.args[0].code()
+        if code in _DENIED:
+            return ConfigError(
+                f"the Kafka sink's producer is not authorised to use the transactional id "
+                f"{self.tid!r} ({redact(err.args[0].str())}): grant it WRITE and DESCRIBE on "
+                f"TransactionalId:{self.tid} and WRITE on the output topics and "
+                f"{MARKER_TOPIC}. Nothing was produced or committed"
+            )
+        if code in (KafkaError._TIMED_OUT, KafkaError.COORDINATOR_NOT_AVAILABLE):
+            return KafkaUnavailable(
+                f"the Kafka sink's transactions could not start ({redact(err.args[0].str())}): "
+                "the broker has no transaction coordinator; on a cluster with fewer brokers than "
+                "transaction.state.log.replication.factor (default 3) or "
+                "transaction.state.log.min.isr, lower those broker settings (1 on a one-node "
+                "broker) and restart it. Nothing was produced or committed"
+            )
+        if code in _FENCED:
+            return FencedOut(f"a newer attempt of drain {self.drain!r} took over its producer")
+        return KafkaUnavailable(
+            f"the Kafka sink's transactions could not start: {redact(err.args[0].str())}. "
+            "Nothing was committed: rerun; the run resumes with the same ranges"
+        )
+
+    def ensure_marker_topic(self) -> None:
+        """The marker topic, created when missing: compacted by drain, kept forever."""
+        admin = make_client(AdminClient, _plain(self.config))
+        if MARKER_TOPIC in admin.list_topics(timeout=30).topics:
+            return
+        topic = NewTopic(
+            MARKER_TOPIC,
+            num_partitions=MARKER_PARTITIONS,
+            config={"cleanup.policy": "compact", "retention.ms": "-1"},
+        )
+        try:
+            admin.create_topics([topic])[MARKER_TOPIC].result(30)
+        except KafkaException as err:
+            if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ConfigError(
+                    f"the Kafka sink's marker topic {MARKER_TOPIC} is missing and could not be "
+                    f"created ({redact(err.args[0].str())}): create it (compacted, "
+                    f"{MARKER_PARTITIONS} partitions) or grant CREATE. Nothing was committed"
+                ) from None
+
+    def existing_topics(self) -> set[str]:
+        admin = make_client(AdminClient, _plain(self.config))
+        return set(admin.list_topics(timeout=30).topics)
+
+    # the proof
+
+    def find_marker(self, timeout_s: float = 60.0) -> RunMarker | None:
+        """The run's marker if a committed transaction carries it.
+
+        Read after `open()`, so no transaction of this drain is still open. Another drain
+        sharing the marker partition may have one open (its marker produced, its commit not yet
+        made), which holds the partition's last stable offset below markers committed after it:
+        the read waits until the last stable offset reaches the end the partition had when the
+        read began (that transaction ends within `transaction.timeout.ms`), so a committed
+        marker of this run is never missed.
+        """
+        tp = TopicPartition(MARKER_TOPIC, marker_partition(self.drain))
+        end = self._end_offset(tp, "read_uncommitted", timeout_s)
+        deadline = time.monotonic() + 2 * TRANSACTION_TIMEOUT_S
+        while self._end_offset(tp, "read_committed", timeout_s) < end:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(
+                    f"{MARKER_TOPIC}[{tp.partition}] holds a transaction open for longer than "
+                    f"{2 * TRANSACTION_TIMEOUT_S} s, so whether run {self.run_id} committed "
+                    "cannot be read yet. Nothing was committed: rerun"
+                )
+            time.sleep(0.5)
+        return self._read_markers(tp, timeout_s)
+
+    def _end_offset(self, tp: TopicPartition, isolation: str, timeout_s: float) -> int:
+        """The partition's end as a consumer with `isolation` sees it (read_committed: the last
+        stable offset)."""
+        consumer = make_client(
+            Consumer,
+            {**_plain(self.config), "group.id": "drainer-markers", "isolation.level": isolation},
+        )
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)[1])
+        finally:
+            consumer.close()
+
+    def _read_markers(self, tp: TopicPartition, timeout_s: float) -> RunMarker | None:
+        consumer = make_client(
+            Consumer,
+            {
+                **_plain(self.config),
+                "group.id": f"drainer-markers-{self.drain}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            },
+        )
+        found: RunMarker | None = None
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            if high <= low:
+                return None
+            consumer.assign([TopicPartition(tp.topic, tp.partition, low)])
+            while True:
+                msg = consumer.poll(timeout_s)
+                if msg is None:
+                    raise KafkaUnavailable(
+                        f"reading {MARKER_TOPIC} for run {self.run_id}'s marker timed out after "
+                        f"{timeout_s:.0f} s. Nothing was committed: rerun"
+                    )
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        return found
+                    raise KafkaUnavailable(f"reading {MARKER_TOPIC}: {msg.error().str()}")
+                marker = RunMarker.parse(msg.value() or b"", msg.offset())
+                if marker is not None and (marker.drain, marker.run_id, marker.nonce) == (
+                    self.drain,
+                    self.run_id,
+                    self.nonce,
+                ):
+                    found = marker
+        finally:
+            consumer.close()
+
+    # the run's transaction
+
+    def produce(
+        self,
+        rows: Iterable[OutRow],
+        default_topic: str,
+        attempt: int,
+        still_ours: Callable[[], None],
+    ) -> RunMarker:
+        """Produce every row and the run's marker in one transaction, and commit it.
+
+        `still_ours()` raises if the run's Postgres lease was lost; it is asked once the
+        producer is fenced-in, so an attempt that was paused before `open()` cannot produce a
+        run another attempt already committed. Any failure aborts the transaction: nothing of it
+        becomes visible to `read_committed` consumers.
+        """
+        self.open()
+        still_ours()
+        producer = self._producer
+        known = self.existing_topics()
+        produced: Counter[str] = Counter()
+        errors: list[tuple[KafkaError, str | None, str]] = []
+        size = 0
+        run_headers = [
+            (DRAIN_HEADER, self.drain.encode()),
+            (RUN_HEADER, f"{self.run_id}:{self.nonce}".encode()),
+            (ATTEMPT_HEADER, str(attempt).encode()),
+        ]
+
+        def delivered(source: str | None, topic: str) -> Callable[[Any, Any], None]:
+            def on_delivery(err: Any, _msg: Any) -> None:
+                if err is not None:
+                    errors.append((err, source, topic))
+
+            return on_delivery
+
+        producer.begin_transaction()
+        try:
+            for n, row in enumerate(rows, 1):
+                topic = row.topic or default_topic
+                if topic not in known:
+                    raise missing_topic(topic, row.source)
+                if row.value is None:
+                    raise ConfigError(
+                        f"an output row{_from(row.source)} has no `value`: Kafka sink rows need a "
+                        "value (string or binary); set it in the processor or handler. Nothing "
+                        "was committed"
+                    )
+                headers = [*row.headers, *run_headers]
+                if row.source is not None:
+                    headers.append((SOURCE_HEADER, row.source.encode()))
+                kwargs = {} if row.partition is None else {"partition": row.partition}
+                while True:
+                    try:
+                        producer.produce(
+                            topic,
+                            row.value,
+                            row.key,
+                            headers=headers,
+                            on_delivery=delivered(row.source, topic),
+                            **kwargs,
+                        )
+                        break
+                    except BufferError:  # the local queue is full: deliver, then retry
+                        producer.poll(0.1)
+                    except KafkaException as err:
+                        raise self._produce_failed(err.args[0], row.source, topic) from None
+                produced[topic] += 1
+                size += len(row.value) + len(row.key or b"")
+                if errors:
+                    raise self._produce_failed(*errors[0])
+                if n == 100 and faults.armed("mid_produce"):
+                    producer.flush(30)  # records on the broker, inside the open transaction
+                    faults.crash_point("mid_produce")
+            producer.flush(120)  # every row delivered (or its error known) before the marker
+            if errors:
+                raise self._produce_failed(*errors[0])
+            marker = RunMarker(self.drain, self.run_id, self.nonce, attempt, produced, size)
+            before = self._end_offset(
+                TopicPartition(MARKER_TOPIC, marker_partition(self.drain)), "read_uncommitted", 30
+            )
+            producer.produce(
+                MARKER_TOPIC,
+                marker.value(),
+                self.drain.encode(),
+                partition=marker_partition(self.drain),
+                on_delivery=delivered(None, MARKER_TOPIC),
+            )
+            producer.flush(120)
+            if errors:
+                raise self._produce_failed(*errors[0])
+            faults.pause_point("after_produce")
+            try:
+                producer.commit_transaction(120)
+            except KafkaException as err:
+                raise self._produce_failed(err.args[0], None, default_topic) from None
+        except BaseException:
+            _abort(producer)
+            raise
+        return RunMarker(
+            marker.drain,
+            marker.run_id,
+            marker.nonce,
+            attempt,
+            marker.produced,
+            size,
+            before,  # at or just below the marker's offset (other drains share the partition)
+        )
+
+    def _produce_failed(self, err: KafkaError, source: str | None, topic: str) -> DrainerError:
+        code = err.code()
+        if code in _FENCED:
+            return FencedOut(
+                f"run {self.run_id} of drain {self.drain!r}: a newer attempt took over the "
+                f"producer {self.tid!r}; this attempt's transaction is aborted, nothing of it "
+                "is visible"
+            )
+        if code in _MISSING:
+            return missing_topic(topic, source)
+        if code in _DENIED:
+            return ConfigError(
+                f"the Kafka sink may not write topic {topic} ({err.str()}): grant WRITE on it "
+                f"(and on TransactionalId:{self.tid}). Nothing was committed"
+            )
+        if code in _TOO_LARGE:
+            return ConfigError(
+                f"an output record{_from(source)} for topic {topic} is larger than the broker "
+                f"accepts (max.message.bytes; {err.str()}): make it smaller in the processor or "
+                "handler, or raise the topic's max.message.bytes and the producer's "
+                "message.max.bytes (`kafka_librdkafka:`). Nothing was committed"
+            )
+        return KafkaUnavailable(
+            f"producing run {self.run_id}'s output to {topic} failed ({redact(err.str())}); "
+            "its transaction is aborted. Nothing was committed: rerun; the run resumes with "
+            "the same ranges"
+        )
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(0)
+            self._producer = None
+
+
+def missing_topic(topic: str, source: str | None = None) -> ConfigError:
+    return ConfigError(
+        f"the Kafka sink's output topic {topic} does not exist{_for(source)}: create it, e.g. "
+        f"`kafka-topics.sh --bootstrap-server HOST:PORT --create --topic {topic} "
+        "--partitions N`. Nothing was committed"
+    )
+
+
+def _from(source: str | None) -> str:
+    return f" (from source record {source})" if source else ""
+
+
+def _for(source: str | None) -> str:
+    return f" (output of source record {source})" if source else ""
+
+
+def _plain(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The producer's connection settings, for an admin client or a consumer."""
+    producer_only = ("transactional.id", "linger.ms", "batch.size", "compression.type")
+    return {k: v for k, v in config.items() if k not in producer_only}
+
+
+def _abort(producer: Any) -> None:
+    """Abort the open transaction; a fenced or dead producer's is aborted by the coordinator."""
+    with contextlib.suppress(KafkaException):
+        producer.abort_transaction(30)

@@ -1,0 +1,227 @@
+"""Issue 27 on the real stack: a Kafka topic sink, exactly once for `read_committed` consumers.
+
+Every output record names its source record in the `drainer.source` header, so "exactly once"
+is checked by distinct source coordinates, not by counts. Crashes are real `drainer run`
+processes that exit 86 at an injected point; the zombie is a real process stopped (SIGSTOP)
+with its transaction produced but not committed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kafka_output import (
+    assert_each_source_once,
+    output_topic,
+    read_output,
+    sources,
+)
+from lifecycle_helpers import cli
+from offsets import high_watermarks, stored_offsets
+from sqlalchemy import text
+from test_exactly_once import (
+    DRAINER,
+    _lock_holder,
+    cli_run,
+    drain_until_empty,
+    produce_backlog,
+    runs_of,
+)
+
+from dagster_project.metadata import run_metadata
+from drainer import faults
+from drainer.errors import ConfigError
+from drainer.kafka.transactions import transactional_id
+from drainer.observe.status import drain_status
+from drainer.store import get_engine
+from spark_jobs import drain_job
+
+pytestmark = pytest.mark.slow
+
+PER_PARTITION = {0: 150, 1: 100, 2: 50}  # 3 levels x 2 partitions: 600 records
+BUDGET = 400  # less than the backlog: a crashed plan is followed by a fresh one
+MODES = {
+    "dataframe": {"mode": "dataframe", "processor": "spark_jobs.examples:kafka_passthrough"},
+    "record": {
+        "mode": "record",
+        "handler": "spark_jobs.examples:kafka_echo",
+        "output_schema": "key binary, value binary",
+        "ordering": "partition",
+    },
+}
+
+
+@pytest.mark.parametrize("mode", ["dataframe", "record"])
+def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark, mode):
+    with output_topic() as out:
+        drain = make_drain(sink={"type": "kafka", "topic": out}, budget=BUDGET, **MODES[mode])
+        total = sum(produce_backlog(drain, PER_PARTITION).values())
+        results = drain_until_empty(drain)
+        assert sum(r.drained for r in results) == total and len(results) == 2
+        high = high_watermarks(drain)
+        assert_each_source_once(out, high)
+        assert stored_offsets(drain) == {k: (end, "") for k, end in high.items()}
+        # each record names the run whose transaction produced it
+        records = read_output(out)
+        by_run = {r.run.split(":")[0] for r in records if r.run}
+        assert by_run == {str(r.run_id) for r in results}
+        assert all(r.attempt == 1 for r in records)
+        # the run's result, `drainer status` and Dagster's metadata name what it produced
+        last = results[-1]
+        commit = last.table_commit
+        assert commit["format"] == "kafka" and commit["location"] == out
+        assert commit["details"]["produced"] == {out: last.drained}
+        assert commit["details"]["transactional_id"] == transactional_id(drain.name)
+        assert commit["details"]["aborted_attempts"] == 0
+        report = drain_status(drain)
+        assert {r["id"]: r["table_commit"] for r in report["runs"]}[last.run_id] == commit
+        shown = cli("status", drain.name)
+        assert shown.returncode == 0, shown.stderr
+        assert "produced per run" in shown.stdout and transactional_id(drain.name) in shown.stdout
+        metadata = run_metadata(last)
+        assert metadata[f"kafka_produced_{out}"].value == last.drained
+        assert metadata["kafka_transactional_id"].value == transactional_id(drain.name)
+        assert metadata["kafka_aborted_attempts"].value == 0
+
+
+@pytest.mark.parametrize("point", faults.KAFKA_POINTS)
+@pytest.mark.parametrize("mode", ["dataframe", "record"])
+def test_crash_then_resume_is_exactly_once(make_drain, spark, mode, point):
+    if mode == "record" and point in ("after_plan", "after_commit"):
+        pytest.skip("the same in both modes: the dataframe case covers it")
+    with output_topic() as out:
+        drain = make_drain(sink={"type": "kafka", "topic": out}, budget=BUDGET, **MODES[mode])
+        total = sum(produce_backlog(drain, PER_PARTITION).values())
+        crashed = cli_run(drain, point)
+        assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+        assert f"injected fault at {point}" in crashed.stderr
+        (run,) = runs_of(drain)
+        committed = sum(sources(out).values())
+        if point in ("after_table_commit", "after_commit"):
+            assert committed == BUDGET  # the Kafka transaction committed before the crash
+        elif point != "during_spark":  # during_spark: before any transaction began
+            assert committed == 0
+        if point == "mid_produce":  # the kill landed inside the open transaction
+            assert sum(sources(out, "read_uncommitted").values()) >= 100
+
+        results = drain_until_empty(drain)
+        first = results[0]
+        if point == "after_commit":
+            assert not first.resumed and first.run_id != run.id
+        else:
+            assert first.run_id == run.id and first.drained == BUDGET
+        if point == "after_table_commit":  # found the marker: produced nothing again
+            assert first.table_commit["details"]["attempt"] == 1
+        assert sum(r.drained for r in results) + (BUDGET if point == "after_commit" else 0) == (
+            total
+        )
+        assert_each_source_once(out, high_watermarks(drain))
+
+
+def _stopped(pid: int) -> bool:
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state == "T"
+
+
+def test_a_paused_zombie_attempt_never_becomes_visible(make_drain, spark):
+    """Attempt A is stopped (SIGSTOP) with its run produced in an open transaction; B takes the
+    drain over and commits the run; A is resumed: its transaction is fenced, never visible."""
+    with output_topic() as out:
+        drain = make_drain(sink={"type": "kafka", "topic": out}, **MODES["dataframe"])
+        total = sum(produce_backlog(drain, PER_PARTITION).values())
+        env = {**os.environ, "DRAINER_FAULT": "pause_after_produce"}
+        a = subprocess.Popen(
+            [str(DRAINER), "run", drain.name, "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 240
+            while not _stopped(a.pid):
+                assert a.poll() is None, a.communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "attempt A never reached its pause"
+                time.sleep(0.2)
+            # A's records are on the broker, in its open transaction
+            assert sum(sources(out, "read_uncommitted").values()) == total
+            assert sum(sources(out).values()) == 0
+            # the network drops A's lock connection: B may take the drain over
+            with get_engine().connect() as conn:
+                holder = _lock_holder(drain)
+                assert holder is not None
+                assert conn.scalar(text("SELECT pg_terminate_backend(:p)"), {"p": holder})
+            b = drain_job.run(drain.name, trigger="test", wait_s=60)
+            assert b.drained == total and b.attempt == 2
+            assert b.table_commit["details"]["aborted_attempts"] == 1
+        finally:
+            os.kill(a.pid, signal.SIGCONT)
+            _, a_err = a.communicate(timeout=120)
+        assert a.returncode != 0, "the zombie attempt must not succeed"
+        assert "injected pause at after_produce" in a_err
+        # read_committed: B's records, each source once; none of A's (attempt 1)
+        assert_each_source_once(out, high_watermarks(drain))
+        assert {r.attempt for r in read_output(out)} == {2}
+        # read_uncommitted: A's aborted records are there, proof the fence landed in its txn
+        assert {r.attempt for r in read_output(out, "read_uncommitted")} == {1, 2}
+        (run,) = runs_of(drain)
+        assert run.status == "committed"
+
+
+def _nothing_committed(drain, out: str) -> None:
+    (run,) = runs_of(drain)
+    assert run.status == "failed"
+    assert sum(sources(out).values()) == 0
+    assert all(offset == 0 for offset, _ in stored_offsets(drain).values())
+
+
+def test_a_missing_output_topic_is_named_with_the_command_that_creates_it(make_drain, spark):
+    drain = make_drain(sink={"type": "kafka", "topic": "no_such_topic_27"}, **MODES["dataframe"])
+    produce_backlog(drain, {0: 5, 1: 5, 2: 5})
+    with pytest.raises(ConfigError, match="output topic no_such_topic_27 does not exist") as err:
+        drain_job.run(drain.name, trigger="test")
+    assert "kafka-topics.sh" in str(err.value) and "--create --topic no_such_topic_27" in str(
+        err.value
+    )
+    assert "\n" not in str(err.value)
+    (run,) = runs_of(drain)
+    assert run.status == "failed"
+    assert all(offset == 0 for offset, _ in stored_offsets(drain).values())
+
+
+def test_an_output_without_value_is_one_line_and_commits_nothing(make_drain, spark):
+    with output_topic() as out:
+        drain = make_drain(
+            sink={"type": "kafka", "topic": out},
+            mode="dataframe",
+            processor="spark_jobs.examples:one_row_per_record",
+        )
+        produce_backlog(drain, {0: 5, 1: 5, 2: 5})
+        with pytest.raises(ConfigError, match="the output has no `value` column"):
+            drain_job.run(drain.name, trigger="test")
+        _nothing_committed(drain, out)
+
+
+def test_a_record_over_the_size_limit_names_its_source_offset_and_commits_nothing(
+    make_drain, spark
+):
+    with output_topic() as out:
+        drain = make_drain(
+            sink={"type": "kafka", "topic": out},
+            mode="dataframe",
+            processor="spark_jobs.examples:kafka_one_oversized",
+            levels=1,
+            partitions=1,
+        )
+        produce_backlog(drain, {0: 10})
+        with pytest.raises(ConfigError, match="larger than the broker accepts") as err:
+            drain_job.run(drain.name, trigger="test")
+        assert f"source record {drain.level_topic(0)}/0/3" in str(err.value)
+        _nothing_committed(drain, out)
+        # the records produced before it were aborted with the transaction
+        assert sum(sources(out, "read_uncommitted").values()) <= 3
