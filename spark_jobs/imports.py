@@ -15,14 +15,17 @@ import importlib
 import importlib.util
 import re
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
-from drainer.config import DrainConfig
 from drainer.errors import ConfigError
 from drainer.processing.callables import load_callable
 from drainer.services.connect import started_python_path
 from drainer.settings import Settings, load_settings
+
+if TYPE_CHECKING:  # pyarrow only in the Spark task that probes a handler: `plan` stays light
+    import pyarrow as pa
+
+    from drainer.config import DrainConfig
 
 _OURS = ("drainer", "spark_jobs")  # installed with drainer: every server that runs it has them
 
@@ -76,6 +79,8 @@ def _probe(batches: Iterable[pa.RecordBatch], path: str) -> Iterator[pa.RecordBa
         failure = f"import\t{err}"
     except ConfigError as err:
         failure = f"other\t{err}"
+    import pyarrow as pa
+
     yield pa.RecordBatch.from_pylist([{"failure": failure}])
 
 

@@ -7,9 +7,8 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from drainer.cli.args import Subcommands, add_command
+from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, progress
-from drainer.config import get_drain
 
 if TYPE_CHECKING:
     from drainer.kafka.producer import OutRecord
