@@ -35,7 +35,7 @@ from drainer.store import dead_letters
 from drainer.store.leases import check_fence
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
-from spark_jobs.session import describe, get_spark, is_connect
+from spark_jobs.session import cores, describe, get_spark, is_connect
 from spark_jobs.sinks import SparkSink, spark_sink_for
 
 log = logging.getLogger(__name__)
@@ -175,7 +175,14 @@ def _execute(ctx: RunContext) -> ExecutionResult:
     tag = _attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
     try:
-        df = read_ranges(spark, drain, settings.bootstrap_servers, ctx.run.ranges, ctx.read_from)
+        df = read_ranges(
+            spark,
+            drain,
+            settings.bootstrap_servers,
+            ctx.run.ranges,
+            ctx.read_from,
+            min_partitions=cores(spark) if drain.mode == "dataframe" else None,
+        )
         if landed is not None:
             log.warning(
                 "run %d of drain %s: %s already holds its commit (version %d); "
