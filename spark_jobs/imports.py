@@ -11,10 +11,12 @@ one fix: usually `drainer services up` from the shell whose PYTHONPATH has it.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import re
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from drainer.errors import ConfigError
@@ -41,7 +43,8 @@ def check_callables(
     """
     settings = settings or load_settings()
     if drain.mode == "dataframe":
-        _load_here("processor", drain.processor, settings)
+        if not _ours_and_defined(drain.processor):
+            _load_here("processor", drain.processor, settings)
         return
     if not in_tasks or drain.handler is None or _module(drain.handler).split(".")[0] in _OURS:
         return
@@ -126,6 +129,24 @@ def _load_here(setting: str, path: str, settings: Settings) -> None:
 
 def _module(path: str) -> str:
     return path.partition(":")[0]
+
+
+def _ours_and_defined(path: str | None) -> bool:
+    """True for a function of drainer's own modules (`spark_jobs.examples:…`) that its source
+    defines at top level: installed with drainer, it imports wherever drainer runs, so `plan`
+    checks it without importing it (a processor's module imports pyspark: seconds of a `plan`
+    that starts no Spark). Anything else is imported, and fails with its fix."""
+    if path is None or _module(path).split(".")[0] not in _OURS:
+        return False
+    module, _, name = path.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return False
+    tree = ast.parse(Path(spec.origin).read_text())
+    return any(isinstance(node, ast.FunctionDef) and node.name == name for node in tree.body)
 
 
 def _local_server_up(settings: Settings) -> bool:

@@ -328,12 +328,17 @@ def test_help_imports_no_config_database_rich_or_spark():
 
 def test_plan_and_status_paths_import_no_spark():
     """What `drainer plan` and `drainer status` import (the config, the store, the planner, the
-    Kafka session, the import check of a drain's code) brings no pyspark, Dagster or Spark job."""
+    Kafka session, the import check of a drain's code) brings no pyspark, Dagster or Spark job;
+    drainer's own processors (`spark_jobs.examples`, which import pyspark) are checked from their
+    source."""
     loaded = _loaded_by(
         "import sys\n"
         "import spark_jobs.cli, spark_jobs.imports, drainer.config\n"
         "import drainer.lifecycle.planning, drainer.observe.status, drainer.kafka.session\n"
         "from drainer.store import get_engine, runs\n"
+        "from spark_jobs.imports import _ours_and_defined\n"
+        "assert _ours_and_defined('spark_jobs.examples:one_row_per_record')\n"
+        "assert not _ours_and_defined('spark_jobs.examples:no_such_processor')\n"
         "print(' '.join(sys.modules))"
     )
     assert not {m.split(".")[0] for m in loaded} & set(HEAVY)
