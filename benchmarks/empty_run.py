@@ -12,7 +12,9 @@ times as a subprocess, each a fresh interpreter. Reported, medians over the repe
 - **run**: the run's `duration_s` (after the lease: plan, Spark, commit, mirror) and its
   `phases` from `--json`;
 - **rest**: process - start + CLI imports - run: the run command's own imports, loading the drains
-  file, the executor's set-up, the lease, the engine, printing.
+  file, the executor's set-up, the lease, the engine, printing;
+- **plan** and **status**: `drainer plan <drain> --json` and `drainer status <drain>` as whole
+  processes (issue 30: the commands that read no records import no Spark, no Dagster).
 
 `--code LABEL=DIR` runs the CLI from a checkout (its directory on PYTHONPATH), e.g. the code
 before a change: `git archive <commit> | tar -x -C /tmp/before`, then
@@ -49,9 +51,13 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
 
 
 def measure(cli: list[str], run: list[str], env: dict[str, str], code: Path) -> dict[str, float]:
-    """One repetition: the interpreter alone, the CLI's start, then the run as a whole."""
+    """One repetition: the interpreter alone, the CLI's start, `plan` and `status`, then the run
+    as a whole."""
     interpreter, _ = timed([sys.executable, "-c", "pass"], env, code)
     start, _ = timed([*cli, "--help"], env, code)
+    drain = run[run.index("run") + 1]
+    plan, _ = timed([*cli, "plan", drain, "--json"], env, code)
+    status, _ = timed([*cli, "status", drain], env, code)
     wall, out = timed(run, env, code)
     result = json.loads(out[out.index("{") : out.rindex("}") + 1])
     assert result["drained"] == 0, result
@@ -59,6 +65,8 @@ def measure(cli: list[str], run: list[str], env: dict[str, str], code: Path) -> 
         "process": wall,
         "interpreter": interpreter,
         "start_and_cli_imports": start,
+        "plan": plan,
+        "status": status,
         "run": result["duration_s"],
         **{f"phase_{name}": result["phases"].get(name, 0.0) for name in PHASES},
     }

@@ -40,7 +40,7 @@ from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
 from spark_jobs.decode import decode
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
-from spark_jobs.session import describe, get_spark, is_connect
+from spark_jobs.session import cores, describe, get_spark, is_connect
 from spark_jobs.sinks import SparkSink, spark_sink_for
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,14 @@ def _execute(ctx: RunContext) -> ExecutionResult:
     tag = _attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
     try:
-        df = read_ranges(spark, drain, settings.bootstrap_servers, ctx.run.ranges, ctx.read_from)
+        df = read_ranges(
+            spark,
+            drain,
+            settings.bootstrap_servers,
+            ctx.run.ranges,
+            ctx.read_from,
+            min_partitions=cores(spark) if drain.mode == "dataframe" else None,
+        )
         if landed is not None:
             log.warning(
                 "run %d of drain %s: %s already holds its commit (version %d); "

@@ -11,18 +11,23 @@ one fix: usually `drainer services up` from the shell whose PYTHONPATH has it.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import re
 from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
-from drainer.config import DrainConfig
 from drainer.errors import ConfigError
 from drainer.processing.callables import load_callable
 from drainer.services.connect import started_python_path
 from drainer.settings import Settings, load_settings
+
+if TYPE_CHECKING:  # pyarrow only in the Spark task that probes a handler: `plan` stays light
+    import pyarrow as pa
+
+    from drainer.config import DrainConfig
 
 _OURS = ("drainer", "spark_jobs")  # installed with drainer: every server that runs it has them
 
@@ -38,7 +43,7 @@ def check_callables(
     """
     settings = settings or load_settings()
     if drain.mode == "dataframe":
-        if drain.processor is not None:
+        if drain.processor is not None and not _ours_and_defined(drain.processor):
             _load_here("processor", drain.processor, settings)
         return
     if not in_tasks or drain.handler is None or _module(drain.handler).split(".")[0] in _OURS:
@@ -77,6 +82,8 @@ def _probe(batches: Iterable[pa.RecordBatch], path: str) -> Iterator[pa.RecordBa
         failure = f"import\t{err}"
     except ConfigError as err:
         failure = f"other\t{err}"
+    import pyarrow as pa
+
     yield pa.RecordBatch.from_pylist([{"failure": failure}])
 
 
@@ -122,6 +129,24 @@ def _load_here(setting: str, path: str, settings: Settings) -> None:
 
 def _module(path: str) -> str:
     return path.partition(":")[0]
+
+
+def _ours_and_defined(path: str | None) -> bool:
+    """True for a function of drainer's own modules (`spark_jobs.examples:…`) that its source
+    defines at top level: installed with drainer, it imports wherever drainer runs, so `plan`
+    checks it without importing it (a processor's module imports pyspark: seconds of a `plan`
+    that starts no Spark). Anything else is imported, and fails with its fix."""
+    if path is None or _module(path).split(".")[0] not in _OURS:
+        return False
+    module, _, name = path.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return False
+    tree = ast.parse(Path(spec.origin).read_text())
+    return any(isinstance(node, ast.FunctionDef) and node.name == name for node in tree.body)
 
 
 def _local_server_up(settings: Settings) -> bool:

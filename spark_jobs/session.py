@@ -123,6 +123,22 @@ def describe(spark: SparkSession) -> str:
     return f"in-process Spark {spark.version} on {master}"
 
 
+def cores(spark: SparkSession) -> int | None:
+    """The cores that run a job's tasks, where the session says (`spark.default.parallelism`,
+    or a `local[N]` / `local[*]` master: this machine's, as a local Connect server's); None for a
+    cluster that does not say, whose reads then keep one task per Kafka partition."""
+    parallelism = spark.conf.get("spark.default.parallelism", None)
+    if parallelism:
+        return int(parallelism)
+    master = str(spark.conf.get("spark.master", ""))
+    if master == "local":
+        return 1
+    if master.startswith("local[") and master.endswith("]"):
+        threads = master[len("local[") : -1].split(",")[0]
+        return os.cpu_count() if threads == "*" else int(threads) if threads.isdigit() else None
+    return None
+
+
 def is_connect(spark: SparkSession) -> bool:
     """True for a Spark Connect client session (no SparkContext, no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:
+    from drainer.config import DrainConfig
 
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What `add_subparsers` returns, which each command group's `register` adds its commands to."""
@@ -28,3 +31,11 @@ def add_command(
     parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=help_text)
     parser.set_defaults(func=func)
     return parser
+
+
+def get_drain(name: str) -> DrainConfig:
+    """The named drain of the drains file. The config (pydantic, YAML) is imported here, by the
+    command that reads it, so `drainer --help` and parsing the arguments never import it."""
+    from drainer.config import get_drain as load
+
+    return load(name)

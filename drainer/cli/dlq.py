@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from drainer.cli.args import Subcommands, add_command
+from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, print_table
-from drainer.config import get_drain
 
 
 def register(sub: Subcommands) -> None:

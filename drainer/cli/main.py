@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
 from drainer.cli import dlq, maintain, produce, runs, services, simulate, status
-from drainer.cli.output import err_console
+from drainer.cli.output import err_console, real_console
 from drainer.config.kafka_clients import redact
 from drainer.errors import DrainerError
 
@@ -124,7 +124,7 @@ class _Redact(logging.Filter):
 def _configure_logging(verbose: bool) -> None:
     from rich.logging import RichHandler
 
-    handler = RichHandler(console=err_console, show_path=False)
+    handler = RichHandler(console=real_console(err_console), show_path=False)
     handler.addFilter(_Redact())
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

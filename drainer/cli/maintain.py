@@ -12,13 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from drainer.cli.args import Subcommands, add_command
+from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, print_table
-from drainer.config import DrainConfig, get_drain
 from drainer.errors import ConfigError
 from drainer.settings import load_settings
+
+if TYPE_CHECKING:
+    from drainer.config import DrainConfig
 
 DEFAULT_RETENTION_HOURS = 7 * 24
 

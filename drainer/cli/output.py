@@ -4,18 +4,47 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
 UNLIMITED_WIDTH = 100_000
 
-# stdout that is not a terminal (a pipe, a file, CI) gets no width limit: Rich would otherwise
-# cut tables to 80 columns (`lev…`, `2026-11-…`); tables take only the width they need
-console = Console(width=None if sys.stdout.isatty() else UNLIMITED_WIDTH)
-err_console = Console(stderr=True)
+
+class _LazyConsole:
+    """A rich Console made on its first use: `drainer --help` and the commands' parsing never
+    import rich (tens of milliseconds of a process that may print nothing)."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def real(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            if self._stderr:
+                self._console = Console(stderr=True)
+            else:
+                # stdout that is not a terminal (a pipe, a file, CI) gets no width limit: Rich
+                # would otherwise cut tables to 80 columns (`lev…`, `2026-11-…`); tables take
+                # only the width they need
+                self._console = Console(width=None if sys.stdout.isatty() else UNLIMITED_WIDTH)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+
+console = cast("Console", _LazyConsole(stderr=False))
+err_console = cast("Console", _LazyConsole(stderr=True))
+
+
+def real_console(lazy: Console) -> Console:
+    """The rich Console behind `console` or `err_console`, for rich classes that take one."""
+    return cast(_LazyConsole, lazy).real() if isinstance(lazy, _LazyConsole) else lazy
 
 
 def cell(value: Any) -> str:
@@ -50,6 +79,8 @@ def print_table(
     justify: str = "right",
 ) -> None:
     """A rich table from column names and rows of values (formatted by `cell`)."""
+    from rich.table import Table
+
     table = Table(title=title)
     for column in columns:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
@@ -62,11 +93,19 @@ def print_table(
 
 def progress() -> Progress:
     """A progress bar on stderr, so stdout stays clean for `--json` and pipes."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err_console,
+        console=real_console(err_console),
         transient=False,
     )

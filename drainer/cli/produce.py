@@ -7,9 +7,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from drainer.cli.args import Subcommands, add_command
+from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, progress
-from drainer.config import get_drain
 from drainer.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from drainer.cli.args import Subcommands, add_command, levels
+from drainer.cli.args import Subcommands, add_command, get_drain, levels
 from drainer.cli.output import console, err_console, human_duration, print_table
-from drainer.config import DrainConfig, get_drain
 from drainer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from drainer.config import DrainConfig
 
 
 def register(sub: Subcommands) -> None:

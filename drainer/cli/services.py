@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from drainer.cli.args import Subcommands, add_command
+from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, err_console
-from drainer.config import get_drain
 
 
 def register(sub: Subcommands) -> None:

@@ -12,6 +12,7 @@ import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drainer.allocation.simulate import (
     COLUMNS,
@@ -22,11 +23,12 @@ from drainer.allocation.simulate import (
     table,
 )
 from drainer.allocation.traces import TRACES, builtin_trace, parse_trace
-from drainer.cli.args import Subcommands, add_command
+from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import human_duration, print_table
-from drainer.config import DrainConfig, get_drain
-from drainer.config.units import duration_ms
 from drainer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from drainer.config import DrainConfig
 
 DEFAULT_MAX_WAIT = "30m"
 
@@ -91,6 +93,8 @@ def register(sub: Subcommands) -> None:
 def simulated_drain(drain: DrainConfig, max_wait: str | None = None) -> Drain:
     """The drain's allocation settings; its max_wait, else `max_wait` for every level."""
     try:
+        from drainer.config.units import duration_ms
+
         fallback = duration_ms(max_wait or DEFAULT_MAX_WAIT)
     except ValueError as err:
         raise ConfigError(f"--max-wait {err}") from None

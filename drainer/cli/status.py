@@ -6,11 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from rich.markup import escape
-
-from drainer.cli.args import Subcommands, add_command
+from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, print_table
-from drainer.config import get_drain
 from drainer.error_text import cause_in_text
 from drainer.errors import ConfigError
 
@@ -130,6 +127,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             ],
             justify="left",
         )
+    from rich.markup import escape
+
     for r in report["runs"]:
         if r["status"] in ("planned", "running", "failed") and r["error"]:
             console.print(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import (
@@ -29,7 +29,9 @@ from drainer.config.units import duration_ms, size_bytes
 from drainer.errors import ConfigError
 from drainer.processing.callables import check_import_path
 from drainer.settings import load_settings
-from drainer.store.leases import DrainRow
+
+if TYPE_CHECKING:  # the store's row, imported with SQLAlchemy only when a run asks for it
+    from drainer.store.leases import DrainRow
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Kafka's legal topic characters, minus '-' (our level separator)
@@ -293,6 +295,8 @@ class DrainConfig(BaseModel):
 
     def row(self) -> DrainRow:
         """The drain as the store's `drains` table keeps it (name, topic, group, levels)."""
+        from drainer.store.leases import DrainRow
+
         return DrainRow(self.name, self.topic, self.group, self.levels)
 
     def level_group(self, level: int) -> str:

@@ -16,6 +16,21 @@ lifecycle (`drainer.lifecycle.run`, `drainer.lifecycle.commit`) decides what com
 this package holds SQL text (a unit test checks it).
 """
 
-from drainer.store.engine import get_engine, migrate
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from drainer.store.engine import get_engine, migrate
 
 __all__ = ["get_engine", "migrate"]
+
+
+def __getattr__(name: str) -> Any:
+    """`get_engine` and `migrate` on first use: importing a light module of the store
+    (`sink_names`, `leases`' row) does not import SQLAlchemy's engine."""
+    if name in __all__:
+        from drainer.store import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'drainer.store' has no attribute {name!r}")

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 
-from psycopg import sql
-
 RUN_COLUMN = "_drainer_run_id"
 TASK_COLUMN = "_drainer_task"
 MAX_IDENTIFIER_BYTES = 63  # Postgres truncates longer names (NAMEDATALEN - 1)
@@ -167,11 +165,15 @@ def fit_name(base: str, suffix: str) -> str:
 
 def quote(*names: str) -> str:
     """Names quoted as SQL identifiers, comma-separated."""
+    from psycopg import sql
+
     return sql.SQL(", ").join(sql.Identifier(n) for n in names).as_string(None)
 
 
 def literal(value: str) -> str:
     """A string as an SQL literal, for DDL (COMMENT ON …), which takes no parameters."""
+    from psycopg import sql
+
     return sql.Literal(value).as_string(None)
 
 

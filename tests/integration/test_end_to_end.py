@@ -112,3 +112,29 @@ def test_invalid_config_names_the_setting(tmp_path, monkeypatch):
     )
     assert cli.returncode == 2
     assert "orders.ordering" in cli.stderr
+
+
+def test_a_plan_of_fewer_ranges_than_cores_is_read_in_split_tasks_exactly_once(make_drain, spark):
+    """One partition per level and more cores than ranges: the dataframe read splits each range
+    into several Spark tasks (Kafka's minPartitions, issue 30); every record still lands once and
+    the read's counts per partition are exact."""
+    from spark_jobs import drain_job
+    from spark_jobs.session import cores
+
+    drain = make_drain(
+        levels=1, partitions=1, processor="spark_jobs.examples:one_row_per_record", budget=10_000
+    )
+    produce_records(drain, synthetic_records(5000, keys=7, seed=3), level=0)
+    assert (cores(spark) or 1) > 1, "this machine's local Spark has one core: nothing to split"
+    result = drain_job.run(drain)
+    assert result.drained == 5000
+    assert_each_record_once(drain, high_watermarks(drain))
+    with get_engine().connect() as conn:
+        read = conn.execute(
+            text(
+                "SELECT rr.read_records, rr.read_bytes FROM run_ranges rr"
+                " JOIN runs r ON r.id = rr.run_id WHERE r.drain = :d"
+            ),
+            {"d": drain.name},
+        ).one()
+    assert read.read_records == 5000 and read.read_bytes > 5000 * 100

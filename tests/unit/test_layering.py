@@ -300,3 +300,46 @@ def test_no_module_is_over_500_lines():
         if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert long == {}, f"split these (lines): {long}"
+
+
+# what a command that reads no records must not import (issue 30: the process's fixed cost)
+HEAVY = ("pyspark", "dagster", "pyarrow", "pandas", "grpc")
+
+
+def _loaded_by(code: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(done.stdout.split())
+
+
+def test_help_imports_no_config_database_rich_or_spark():
+    """`drainer --help` parses arguments: no pydantic model, no SQLAlchemy, no Kafka client,
+    no rich, no Spark."""
+    loaded = _loaded_by(
+        "import contextlib, io, sys\n"
+        "from spark_jobs.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--help'])\n"
+        "print(' '.join(sys.modules))"
+    )
+    heavy = {"pydantic", "yaml", "sqlalchemy", "psycopg", "confluent_kafka", "rich", *HEAVY}
+    assert not {m.split(".")[0] for m in loaded} & heavy
+    assert "spark_jobs.drain_job" not in loaded
+
+
+def test_plan_and_status_paths_import_no_spark():
+    """What `drainer plan` and `drainer status` import (the config, the store, the planner, the
+    Kafka session, the import check of a drain's code) brings no pyspark, Dagster or Spark job;
+    drainer's own processors (`spark_jobs.examples`, which import pyspark) are checked from their
+    source."""
+    loaded = _loaded_by(
+        "import sys\n"
+        "import spark_jobs.cli, spark_jobs.imports, drainer.config\n"
+        "import drainer.lifecycle.planning, drainer.observe.status, drainer.kafka.session\n"
+        "from drainer.store import get_engine, runs\n"
+        "from spark_jobs.imports import _ours_and_defined\n"
+        "assert _ours_and_defined('spark_jobs.examples:one_row_per_record')\n"
+        "assert not _ours_and_defined('spark_jobs.examples:no_such_processor')\n"
+        "print(' '.join(sys.modules))"
+    )
+    assert not {m.split(".")[0] for m in loaded} & set(HEAVY)
+    assert "spark_jobs.drain_job" not in loaded
