@@ -13,7 +13,7 @@ import pytest
 from lifecycle_helpers import cli
 from offsets import high_watermarks
 from sqlalchemy import text
-from test_exactly_once import RECORD_MODE, drain_until_empty, produce_backlog, runs_of
+from test_exactly_once import drain_until_empty, produce_backlog, runs_of
 from test_lakehouse import (
     BUDGET,
     DATAFRAME_MODE,
@@ -180,36 +180,71 @@ def test_a_restored_state_database_never_takes_an_old_commit_for_a_new_run(
 
 
 def test_failures_of_the_attempt_whose_write_landed_are_the_ones_committed(make_drain, lakehouse):
-    """Attempt keys: failures staged by two attempts of one run stay apart, and the commit
-    takes those of the attempt its table commit names (an earlier attempt's, when its write
-    won the race). Before: the commit counted whatever this attempt staged (or none)."""
-    from drainer.store import dead_letters
+    """Attempt keys. Attempt 1 wrote the table (its poison records failed, staged as its own)
+    and crashed; attempt 2 of the same run staged other outcomes (here: a failure for every
+    record after a poison one, all of which are rows in the table). Before: the commit
+    counted whatever was staged last, so records in the table were dead-lettered too and the
+    landed attempt's failures could go missing. Now: sink rows + dead letters = records, by
+    distinct offsets, none in both."""
+    from test_retention import POISON_ECHO, _records
 
-    drain = make_drain(sink=sink_of("iceberg"), budget=BUDGET, **RECORD_MODE)
-    produce_backlog(drain, PER_PARTITION)
+    from drainer.kafka.producer import produce_records
+
+    poison = {3, 11}
+    drain = make_drain(
+        sink=sink_of("iceberg"),
+        levels=1,
+        partitions=1,
+        budget=1000,
+        **{**POISON_ECHO, "max_attempts": 1},
+    )
+    topic = drain.level_topic(0)
+    produce_records(drain, _records(20, poison_at=poison), level=0, partition=0)
     run_id = _crash_after_table_commit(drain)
     with get_engine().begin() as conn:
         landed = conn.execute(
-            text("SELECT attempt, commit FROM run_table_proofs WHERE run_id = :r"), {"r": run_id}
-        ).one()
-        assert landed.attempt == 1
-        staged = dead_letters.run_failures(conn, run_id, 1)
-        # a second attempt's differing outcome for the same run, staged beside the first's
+            text("SELECT attempt FROM run_table_proofs WHERE run_id = :r"), {"r": run_id}
+        ).scalar()
+        assert landed == 1
+        # a later attempt's differing outcome, staged beside the landed one's
         conn.execute(
             text(
                 'INSERT INTO record_failures (run_id, attempt, topic, partition, "offset", '
-                'held_back, error) SELECT run_id, 2, topic, partition, "offset" + 1000, '
-                "false, 'attempt 2' FROM record_failures WHERE run_id = :r AND attempt = 1"
+                'held_back, error) SELECT run_id, 2, topic, partition, "offset" + 1, false, '
+                "'attempt 2 failed it' FROM record_failures WHERE run_id = :r AND attempt = 1"
             ),
             {"r": run_id},
         )
-        assert dead_letters.run_failures(conn, run_id, 1) == staged
     drain_until_empty(drain)
+    rows = {o for (t, p, o) in table_offsets(drain) if (t, p) == (topic, 0)}
     with get_engine().connect() as conn:
-        errors = conn.execute(
-            text(
-                "SELECT count(*) FROM record_attempts WHERE drain = :d AND last_error = 'attempt 2'"
-            ),
-            {"d": drain.name},
-        ).scalar()
-    assert errors == 0  # attempt 2's staged outcome never counted
+        dead = {
+            r.offset
+            for r in conn.execute(
+                text('SELECT "offset" FROM dead_letters WHERE drain = :d'), {"d": drain.name}
+            )
+        }
+    assert dead == poison  # the landed attempt's failures, not attempt 2's
+    assert rows | dead == set(range(20)) and not rows & dead
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_abandon_while_a_killed_attempts_write_still_runs_on_the_server_writes_nothing_twice(
+    make_drain, lakehouse, fmt
+):
+    """The client died as the table's files appeared (`during_spark`); the Connect server goes
+    on with its write. Abandon right then: it stops the plan's tagged operations first, then
+    looks for the commit, so the write cannot land after the look. Before: abandon looked at
+    nothing, and a write that landed after it was written again by the next plan."""
+    drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
+    total = sum(produce_backlog(drain, PER_PARTITION).values())
+    crashed = cli("run", drain.name, fault="during_spark")
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+    abandon = cli("plan", "abandon", drain.name, "--reason", "the client died mid-write")
+    # either it found the write landed (refused: run again completes it) or it abandoned a
+    # plan whose write can no longer land
+    assert abandon.returncode in (0, 2), abandon.stderr[-3000:]
+    if abandon.returncode == 2:
+        assert "already committed" in abandon.stderr
+    drain_until_empty(drain)
+    assert_each_record_once(drain, total)
