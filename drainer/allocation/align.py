@@ -153,6 +153,11 @@ class Aligner:
                 low, high = 0, max(p.backlog for p in own)
                 water[level] = high
                 if total(level) <= amount:
+                    # it reads all alignment lets it, within its amount: keep its shares at
+                    # what it reads, or a later level's raise (levels aligned together) lets
+                    # it read past its amount with the shares it could not use now
+                    reads = run()[0]
+                    fixed.update((key_of(p), reads[key_of(p)]) for p in own)
                     continue
                 while low < high:  # the highest water level whose total fits
                     water[level] = (low + high + 1) // 2

@@ -893,6 +893,30 @@ def test_alignment_reads_nothing_past_the_gap_behind_older_partitions(
     assert result.total_planned <= total
 
 
+def test_a_level_aligned_with_later_levels_never_reads_past_its_amount() -> None:
+    """The property's minimal counterexample (`align: drain`, max_gap 0, budget 44, backlog
+    47). Level 0 fits its amount at first with every share at its backlog, because partition 1
+    (no known time, last in event time) waits behind the others; the later sweep over levels 1
+    and 2 lets it read on, and the unused shares let level 0 read 24 of its 23: the plan was 45.
+    A level's shares stay at what it reads when it is fitted, so the plan stays in budget."""
+    bases = {(0, 0): 0, (0, 1): 0, (1, 0): 5, (1, 2): 0, (2, 1): 0, (2, 2): 12}
+    partitions = [
+        PartitionBacklog(0, 0, 0, 12, next_timestamp=0),
+        PartitionBacklog(0, 1, 0, 12, next_timestamp=None),
+        PartitionBacklog(1, 0, 0, 7, next_timestamp=5),
+        PartitionBacklog(1, 2, 0, 13, next_timestamp=0),
+        PartitionBacklog(2, 1, 0, 2, next_timestamp=None),
+        PartitionBacklog(2, 2, 0, 1, next_timestamp=12),
+    ]
+    result = AllocationPolicy(
+        44, levels=range(3), max_gap_ms=0, align="drain", **timed(bases, step_ms=1)
+    ).plan(partitions)
+    assert_ranges_valid(result, partitions)
+    assert_sources_add_up(result)
+    assert result.total_planned == 44  # the whole budget, not 45
+    assert {lvl: lp.planned for lvl, lp in result.levels.items()} == {0: 23, 1: 19, 2: 2}
+
+
 @HEAVY
 @given(timed_backlogs())
 def test_with_level_alignment_a_level_never_waits_for_another_levels_data(
