@@ -148,11 +148,27 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
     }
 
 
-def test_dead_letters_are_published_to_the_dlq_topic(make_drain, spark):
+def _dlq_messages(drain, count: int) -> list:
+    """Up to `count` messages of the drain's DLQ topic, from its start (20 s at most)."""
     from confluent_kafka import Consumer, TopicPartition
 
     from drainer.kafka.clients import client_config
 
+    group = f"check-{os.urandom(4).hex()}"
+    consumer = Consumer(client_config(drain, **{"group.id": group, "enable.auto.commit": False}))
+    consumer.assign([TopicPartition(drain.dlq_topic, p, 0) for p in range(drain.partitions)])
+    got = []
+    for _ in range(40):
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message)
+        if len(got) == count:
+            break
+    consumer.close()
+    return got
+
+
+def test_dead_letters_are_published_to_the_dlq_topic(make_drain, spark):
     suffix = os.urandom(4).hex()
     drain = make_drain(
         mode="record",
@@ -167,18 +183,7 @@ def test_dead_letters_are_published_to_the_dlq_topic(make_drain, spark):
     produce_records(drain, [OutRecord(value=v, key=b"k") for v in values], level=1)
     drain_job.run(drain, trigger="test")
 
-    consumer = Consumer(
-        client_config(drain, **{"group.id": f"check-{suffix}", "enable.auto.commit": False})
-    )
-    consumer.assign([TopicPartition(drain.dlq_topic, p, 0) for p in range(drain.partitions)])
-    got = []
-    for _ in range(40):
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            got.append(message)
-        if len(got) == 2:
-            break
-    consumer.close()
+    got = _dlq_messages(drain, 2)
     headers = [dict(m.headers()) for m in got]
     assert sorted(h["drainer-source"] for h in headers) == [
         f"{drain.level_topic(1)}/0/2".encode(),
@@ -257,9 +262,6 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
 def test_a_record_dead_lettered_again_after_a_rewind_is_published_again(make_drain, spark):
     """Before: the second dead letter of the same record kept the first one's
     dlq_published_at, so the DLQ topic never saw it again."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from drainer.kafka.clients import client_config
     from drainer.lifecycle.rewind import rewind
 
     suffix = os.urandom(4).hex()
@@ -277,17 +279,6 @@ def test_a_record_dead_lettered_again_after_a_rewind_is_published_again(make_dra
     rewind(drain, 0, to_offset=0, reason="replay after a fix that did not hold")
     drain_job.run(drain, trigger="test")  # the same record dead-lettered a second time
 
-    consumer = Consumer(
-        client_config(drain, **{"group.id": f"check-{suffix}", "enable.auto.commit": False})
-    )
-    consumer.assign([TopicPartition(drain.dlq_topic, 0, 0)])
-    got = []
-    for _ in range(40):
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            got.append(message)
-        if len(got) == 2:
-            break
-    consumer.close()
+    got = _dlq_messages(drain, 2)
     sources = [dict(m.headers())["drainer-source"] for m in got]
     assert sources == [f"{drain.level_topic(0)}/0/3".encode()] * 2  # published twice
