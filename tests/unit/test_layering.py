@@ -343,3 +343,11 @@ def test_plan_and_status_paths_import_no_spark():
     )
     assert not {m.split(".")[0] for m in loaded} & set(HEAVY)
     assert "spark_jobs.drain_job" not in loaded
+
+
+def test_test_modules_have_unique_basenames():
+    """pytest imports tests by basename (rootdir-relative, no packages): two test files of one
+    name in unit/ and integration/ stop the whole suite at collection."""
+    tests = ROOT / "tests"
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
