@@ -45,7 +45,7 @@ from drainer.services import connect, kafka, postgres, process
 from drainer.services.pg_layout import layout
 from drainer.settings import load_settings
 from drainer.sinks import sink_for
-from drainer.spark.net import port_open
+from drainer.spark.net import host_port, port_open
 from drainer.store import get_engine, runs, sinks
 from drainer.store.runs import StoredRun
 from spark_jobs import drain_job
@@ -241,7 +241,10 @@ def _lose_service_mid_run(
         pid = process.our_pid(kafka.KafkaPaths.under(settings.home).pid_file, kafka.MARKER)
         assert pid is not None, "the broker the tests share is not running"
         os.kill(pid, signal.SIGKILL)
-        while process.is_alive(pid):
+        gone = time.monotonic() + 60
+        # its listeners close a moment after the process: `up` would take the port for another's
+        while process.is_alive(pid) or port_open(*host_port(settings.bootstrap_servers, 9092)):
+            assert time.monotonic() < gone, f"the killed broker {pid} still holds its port"
             time.sleep(0.1)
         kafka.up(settings, echo=lambda *_: None)
     try:  # the run fails on the lost service (its plan stays open), or finishes
