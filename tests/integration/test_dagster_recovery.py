@@ -46,7 +46,7 @@ def test_a_check_that_raises_after_the_commit_fails_only_the_check(make_drain, s
     drain = make_drain()
     produce_records(drain, synthetic_records(300), level=1)
 
-    def offsets_never_backwards(_drain):
+    def offsets_never_backwards(_drain, _settings):
         raise RuntimeError("the checks' database connection went away")
 
     monkeypatch.setattr(assets, "CHECKS", (*assets.CHECKS[:2], offsets_never_backwards))
