@@ -67,9 +67,10 @@ def known_bad_record(err: BaseException, drain: str, run_id: int) -> BadRecord |
     )
 
 
-def stage_bad_records(ctx: RunContext, decoded: DataFrame) -> int:
-    """Stage the run's bad records as its failures, replacing what an earlier attempt staged;
-    returns how many. One Spark job that brings only the bad records to the driver."""
+def stage_bad_records(ctx: RunContext, decoded: DataFrame, attempt: int) -> int:
+    """Stage the run's bad records as failures of `attempt` (the one whose write lands or
+    landed), replacing the bad records staged for it before; returns how many. One Spark job
+    that brings only the bad records to the driver."""
     rows = (
         decoded.where(F.col(ERROR).isNotNull() & barrier())
         .select(
@@ -93,8 +94,8 @@ def stage_bad_records(ctx: RunContext, decoded: DataFrame) -> int:
         )
     with ctx.engine.begin() as conn:
         check_fence(conn, ctx.lease, shared=True)
-        dead_letters.clear_failures(conn, ctx.run.id)
+        dead_letters.clear_undecodable(conn, ctx.run.id, attempt)
         driver = conn.connection.driver_connection
         for (topic, partition), failures in by_partition.items():
-            dead_letters.stage_failures(driver, ctx.run.id, topic, partition, failures)
+            dead_letters.stage_failures(driver, ctx.run.id, topic, partition, failures, attempt)
     return len(rows)

@@ -204,7 +204,8 @@ def _execute(ctx: RunContext) -> ExecutionResult:
                 landed.version,
             )
             counts = count_read(df, ctx.run.ranges)
-            _stage_bad_records(ctx, df)  # the commit that landed left them out: stage again
+            # the commit that landed left them out: stage again, as the landed attempt's
+            _stage_bad_records(ctx, df, failures_of)
             return ExecutionResult(
                 read={key: m.records for key, m in counts.items()},
                 read_bytes={key: m.bytes for key, m in counts.items()},
@@ -214,7 +215,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             )
         if faults.armed("during_spark"):
             sink.crash_while_writing(ctx)
-        _stage_bad_records(ctx, df)
+        _stage_bad_records(ctx, df, ctx.attempt)
         # record mode never prunes the read, so its observation is there; were it missing, the
         # bytes stay unmeasured rather than read twice
         df, measure = counted(df, ctx.run.ranges, recount=drain.mode == "dataframe")
@@ -274,9 +275,10 @@ def _decodes(drain: DrainConfig) -> bool:
     return drain.mode == "dataframe" and (drain.value is not None or drain.processor is None)
 
 
-def _stage_bad_records(ctx: RunContext, df: DataFrame) -> None:
+def _stage_bad_records(ctx: RunContext, df: DataFrame, attempt: int) -> None:
+    """Bad records as failures of `attempt`: the commit counts the landed attempt's."""
     if _decodes(ctx.drain) and ctx.drain.bad_records == "dead_letter":
-        staged = stage_bad_records(ctx, decode(ctx.drain, df))
+        staged = stage_bad_records(ctx, decode(ctx.drain, df), attempt)
         if staged:
             log.warning(
                 "run %d of drain %s: %d records do not decode; they go to the dead letters",

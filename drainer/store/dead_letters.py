@@ -62,6 +62,17 @@ def clear_failures(conn: Connection, run_id: int) -> None:
     conn.execute(text("DELETE FROM record_failures WHERE run_id = :r"), {"r": run_id})
 
 
+def clear_undecodable(conn: Connection, run_id: int, attempt: int) -> None:
+    """Drop the records an attempt staged as undecodable (they are staged again whole)."""
+    conn.execute(
+        text(
+            "DELETE FROM record_failures WHERE run_id = :r AND attempt = :a "
+            "AND starts_with(error, :u)"
+        ),
+        {"r": run_id, "a": attempt, "u": UNDECODABLE},
+    )
+
+
 def clear_failures_below(
     conn: Connection, run_id: int, topic: str, partition: int, offset: int
 ) -> None:

@@ -312,6 +312,9 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
                     phase = next(p for p in wanted if p not in phases)
                     proc = _start_run(drain, log, fault=PHASES[phase])
                     code = proc.wait(timeout=600)
+                    if code == 0:  # it never passed that point (a resumed run whose table
+                        print(f"the run passed no {PHASES[phase]}: again")  # commit had landed)
+                        continue
                     assert code == faults.EXIT_CODE, _tail(log)
                     phases[_phase_of_kill(drain, before)] += 1
                     print(f"crashed at {PHASES[phase]}: a kill in phase {phase}")

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
+from drainer.errors import RunFailed
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.lifecycle.abandon import abandon_plan
 from drainer.lifecycle.run import drain_once
@@ -35,8 +36,10 @@ def _stage_then_crash(drain: DrainConfig) -> int:
         seen["run"] = ctx.run.id
         raise Crash("the process died after staging")
 
-    with pytest.raises(Crash):
+    # the first attempt's failure is one RunFailed line, the crash its cause (issue 31)
+    with pytest.raises(RunFailed) as failed:
         drain_once(drain, stage_then_crash, trigger="test")
+    assert isinstance(failed.value.__cause__, Crash)
     return seen["run"]
 
 

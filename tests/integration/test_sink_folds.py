@@ -22,8 +22,8 @@ from sqlalchemy.exc import OperationalError
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
-from drainer.lifecycle import maintain
 from drainer.lifecycle.maintain import maintain_drain
+from drainer.sinks import postgres_folds
 from drainer.sinks.postgres_folds import FANOUT, fold_sink
 from drainer.store import get_engine, sink_partitions
 from drainer.store.sink_names import stage_name
@@ -311,7 +311,7 @@ def test_a_fold_gives_up_behind_a_long_reader_and_the_next_run_does_it(
     """A reader's open transaction holds the target: the run's commit still attaches (readers do
     not block it), its upkeep's fold waits `lock_timeout`, gives up with nothing changed and
     leaves a warning; once the reader is gone, the next run's upkeep folds."""
-    monkeypatch.setattr(maintain, "LOCK_TIMEOUT_S", 1.0)  # the mechanism, not the 5 s wait
+    monkeypatch.setattr(postgres_folds, "LOCK_TIMEOUT_S", 1.0)  # the mechanism, not the 5 s wait
     drain = make_drain(
         levels=1,
         partitions=1,
