@@ -131,6 +131,16 @@ def _wait_for_writes(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: 
     return False
 
 
+def _writing_or_killed(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float) -> bool:
+    """True once the run writes its output; else the run is killed (if still alive) and False."""
+    if _wait_for_writes(drain, proc, wait_s):
+        return True
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    return False
+
+
 def _kill_server_mid_write(
     drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float
 ) -> bool:
@@ -141,10 +151,7 @@ def _kill_server_mid_write(
     If the run ended or wrote nothing within `wait_s`, the server is left alone and the run is
     killed instead (not counted: the round is tried again).
     """
-    if not _wait_for_writes(drain, proc, wait_s):
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+    if not _writing_or_killed(drain, proc, wait_s):
         return False
     settings = load_settings()
     pid = process.our_pid(connect.ConnectPaths.local(settings).pid_file, connect.MARKER)
@@ -224,10 +231,7 @@ def _lose_service_mid_run(
     """Stop Postgres immediately, or kill the broker, while the run writes; start it again.
 
     False (the run killed instead) if the run ended or wrote nothing within `wait_s`."""
-    if not _wait_for_writes(drain, proc, wait_s):
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+    if not _writing_or_killed(drain, proc, wait_s):
         return False
     settings = load_settings()
     if service == "postgres":
