@@ -75,6 +75,11 @@ def read_ranges(
     # the session redacts secret option values from plan text (spark_jobs.session)
     for key, value in java_settings(drain).items():
         reader = reader.option(f"kafka.{key}", value)
+    # Spark pools its executors' consumers by (group id, partition) and makes a new group id per
+    # query, so every run connected a new consumer per task; one group id per drain lets a run
+    # reuse the consumers the drain's last run left in the Connect server's pool. The reads
+    # `assign` partitions and commit nothing, so the group never has members or offsets.
+    reader = reader.option("kafka.group.id", spark_group(drain))
     if min_partitions is not None and min_partitions > sum(len(p) for p in assign.values()):
         reader = reader.option("minPartitions", str(min_partitions))
     df = reader.load().withColumn(
@@ -89,6 +94,12 @@ def read_ranges(
         skip = spark.createDataFrame(done, "topic string, partition int, offset long")
         df = df.join(F.broadcast(skip), ["topic", "partition", "offset"], "left_anti")
     return df
+
+
+def spark_group(drain: DrainConfig) -> str:
+    """The group id of a drain's Spark reads: not a level's (`{group}-{level}`), which the
+    mirror commits to."""
+    return f"{drain.group}-spark"
 
 
 class Read(NamedTuple):
