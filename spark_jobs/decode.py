@@ -97,8 +97,11 @@ def decode(drain: DrainConfig, raw: DataFrame) -> DataFrame:
     key_column = None
     if key is not None:
         assert drain.key is not None
-        key_column = F.col(_decoded("key"))
-        key_error = _error_of(drain.key, key_column, key.why, "key")
+        decoded_key = F.col(_decoded("key"))
+        key_error = _error_of(drain.key, decoded_key, key.why, "key")
+        # the key's declared fields only (JSON's struct also holds its corrupt-record text)
+        key_fields = [decoded_key.getField(name).alias(name) for name in key.fields or []]
+        key_column = F.when(decoded_key.isNotNull(), F.struct(*key_fields))
         error = F.coalesce(error, F.concat(F.lit("key: "), key_error))
     return staged.select(*columns, *_metadata(drain, key_column), *_raw(error), F.col(BARRIER))
 
