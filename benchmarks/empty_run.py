@@ -20,7 +20,10 @@ times as a subprocess, each a fresh interpreter. Reported, medians over the repe
 before a change: `git archive <commit> | tar -x -C /tmp/before`, then
 `--code before=/tmp/before --code after=.`; the repetitions alternate between the checkouts, so a
 machine that gets busier weighs on both alike. The drain is created by this checkout's code; all
-read the same drains file. Raw numbers go to `benchmarks/out/empty_run.json`.
+read the same drains file. Each checkout's bytecode is compiled first (`compileall`), as any Python
+that may write it has it after one run (PYTHONDONTWRITEBYTECODE, set on this machine, would
+otherwise make every process compile drainer from source: ~70 ms). Raw numbers go to
+`benchmarks/out/empty_run.json`.
 """
 
 from __future__ import annotations
@@ -94,6 +97,9 @@ def main() -> None:
     cli = [sys.executable, "-m", "spark_jobs.cli"]
     run = [*cli, "run", drain.name, "--json"]
     envs = {label: {**os.environ, "PYTHONPATH": str(code)} for label, code in codes.items()}
+    for code in codes.values():  # as a Python that may write bytecode has it after one run
+        packages = [str(code / name) for name in ("drainer", "spark_jobs")]
+        subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True)
     for label, code in codes.items():  # warm-up: the first run creates offsets and topic ids
         timed(run, envs[label], code)
     samples: dict[str, list[dict[str, float]]] = {label: [] for label in codes}

@@ -174,23 +174,25 @@ def _level_of(topic: str) -> int:
 
 def record_bytes() -> Column:
     """A record's key, value and header bytes (header keys as UTF-8), what a byte budget
-    counts; the planner's Kafka sample counts the same (`drainer.kafka.record_reads`)."""
-    header = F.aggregate(
-        "headers",
-        F.lit(0),
-        lambda total, h: (
-            total
-            + F.coalesce(F.octet_length(h["key"]), F.lit(0))
-            + F.coalesce(F.length(h["value"]), F.lit(0))
-        ),
+    counts; the planner's Kafka sample counts the same (`drainer.kafka.record_reads`).
+
+    Header bytes are the octet length of all header keys joined, plus that of all values
+    joined (a binary cast to string keeps its bytes; nulls are skipped, as 0 bytes): built-in
+    expressions Spark compiles. A lambda fold over the headers (`aggregate`) is evaluated
+    without generated code and took the whole stage with it: issue 30's profile measured it as
+    most of the per-row count's cost (1M records: 1.9 s read, 3.0 s counted with the fold,
+    2.0 s counted without it).
+    """
+    headers = F.col("headers")
+    header_keys = F.octet_length(F.array_join(headers.getField("key"), ""))
+    header_values = F.octet_length(
+        F.array_join(headers.getField("value").cast("array<string>"), "")
     )
-    # the fold is a lambda Spark evaluates without generated code: only for records that have
-    # headers (most have none: null, or an empty array)
-    headers = F.when(F.size("headers") > 0, header).otherwise(F.lit(0))
     return (
         F.coalesce(F.length("key"), F.lit(0))
         + F.coalesce(F.length("value"), F.lit(0))
-        + F.coalesce(headers, F.lit(0))
+        + F.coalesce(header_keys, F.lit(0))
+        + F.coalesce(header_values, F.lit(0))
     )
 
 

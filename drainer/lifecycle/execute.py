@@ -208,11 +208,12 @@ def _mirror_and_publish(
 ) -> MirrorReport:
     """Mirror offsets to Kafka and publish dead letters; failures become the run's warnings."""
     t0 = time.monotonic()
-    # every covered level's group gets a commit, moved or not: lag monitors see a live consumer
+    # a covered level with records waiting gets a commit, moved or not: lag monitors see a live
+    # consumer (`drainer.lifecycle.mirror` says why an empty one waits for REFRESH_S)
     mirror = _after_commit(
         warnings,
         "mirroring offsets to Kafka",
-        lambda: mirror_offsets(engine, drain, kafka, levels=stored.levels),
+        lambda: mirror_offsets(engine, drain, kafka, levels=stored.levels, run_id=stored.id),
     )
     if mirror is None:
         mirror = MirrorReport(error=warnings[-1])

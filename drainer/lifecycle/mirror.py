@@ -3,10 +3,14 @@
 Postgres stays the source of truth; the mirror lets standard lag tools see the drain. Every
 partition whose mirror lags behind Postgres is mirrored, so a failed mirror heals next run.
 
-After a committed run, every partition of every level the run covered is committed again even
-when its offset did not move: a level throttled on purpose (its budget share used, records still
-waiting) then shows a fresh commit to lag monitors (Burrow calls a group whose offsets stop while
-lag stays "stalled") rather than a dead consumer. The mirror never moves a group's offset
+After a committed run, every partition of a level the run covered is committed again even when
+its offset did not move, if the level still has records waiting: a level throttled on purpose
+(its budget share used) then shows a fresh commit to lag monitors (Burrow calls a group whose
+offsets stop while lag stays "stalled") rather than a dead consumer. A level the run left empty
+has no lag to stall on (Burrow's first rule: any zero lag in the window is OK), so it is committed
+again only once its last mirror is `REFRESH_S` old: often enough that Kafka never expires the
+group's offsets (a group without members keeps them `offsets.retention.minutes`, 7 days by
+default, after its last commit), and an empty run makes no Kafka round trip for it. The mirror never moves a group's offset
 backwards: only an audited `drainer rewind` (which moves Postgres's committed offset below what
 was mirrored) may; any other group offset ahead of Postgres is left alone and reported.
 
@@ -33,6 +37,9 @@ from drainer.store import offsets
 
 log = logging.getLogger(__name__)
 
+REFRESH_S = 3600
+"""An empty level's group offsets are committed again when their last mirror is this old."""
+
 
 @dataclass
 class MirrorReport:
@@ -44,12 +51,17 @@ class MirrorReport:
 
 
 def mirror_offsets(
-    engine: Engine, drain: DrainConfig, kafka: KafkaSession, levels: list[int] | None = None
+    engine: Engine,
+    drain: DrainConfig,
+    kafka: KafkaSession,
+    levels: list[int] | None = None,
+    run_id: int | None = None,
 ) -> MirrorReport:
-    """Mirror what lags behind Postgres; with `levels`, every partition of those levels too."""
+    """Mirror what lags behind Postgres; with `levels`, also every partition of those levels
+    that run `run_id` left records waiting in, or that was last mirrored `REFRESH_S` ago."""
     report = MirrorReport()
     with engine.connect() as conn:
-        rows = offsets.unmirrored(conn, drain.name, levels or [])
+        rows = offsets.unmirrored(conn, drain.name, levels or [], run_id, REFRESH_S)
     if not rows:
         return report
     rows = _not_backwards(drain, kafka, rows, report)

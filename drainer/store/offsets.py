@@ -75,8 +75,12 @@ def compare_and_set(
     return updated == 1
 
 
-def unmirrored(conn: Connection, drain: str, levels: list[int]) -> Sequence[Row[Any]]:
-    """Partitions whose Kafka group offset differs from Postgres, and all partitions of `levels`.
+def unmirrored(
+    conn: Connection, drain: str, levels: list[int], run_id: int | None = None, refresh_s: int = 0
+) -> Sequence[Row[Any]]:
+    """Partitions whose Kafka group offset differs from Postgres, and the partitions of
+    `levels` that run `run_id` left records waiting in or that were last mirrored over
+    `refresh_s` seconds ago (or never).
 
     `rewound` is true where a rewind moved the committed offset below what was mirrored, so
     moving the group back is what the audited rewind asked for.
@@ -86,9 +90,12 @@ def unmirrored(conn: Connection, drain: str, levels: list[int]) -> Sequence[Row[
             "SELECT topic, level, partition, committed, offset_map, "
             "coalesce(mirrored_offset > committed, false) AS rewound FROM partition_offsets "
             "WHERE drain = :d AND (mirrored_offset IS DISTINCT FROM committed "
-            "OR mirrored_map IS DISTINCT FROM offset_map OR level = ANY(:levels))"
+            "OR mirrored_map IS DISTINCT FROM offset_map OR (level = ANY(:levels) AND ("
+            "  mirrored_at IS NULL OR mirrored_at < now() - make_interval(secs => :refresh) "
+            "  OR level IN (SELECT level FROM run_levels "
+            "               WHERE run_id = :r AND backlog_before > planned))))"
         ),
-        {"d": drain, "levels": list(levels)},
+        {"d": drain, "levels": list(levels), "r": run_id, "refresh": refresh_s},
     ).all()
 
 
@@ -96,7 +103,8 @@ def mark_mirrored(conn: Connection, drain: str, topic: str, partition: int, offs
     """Record that Kafka has `offset` (unless Postgres moved on meanwhile)."""
     conn.execute(
         text(
-            "UPDATE partition_offsets SET mirrored_offset = :c, mirrored_map = offset_map "
+            "UPDATE partition_offsets SET mirrored_offset = :c, mirrored_map = offset_map, "
+            "mirrored_at = now() "
             "WHERE drain = :d AND topic = :t AND partition = :p AND committed = :c"
         ),
         {"c": offset, "d": drain, "t": topic, "p": partition},

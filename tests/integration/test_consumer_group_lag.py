@@ -9,10 +9,13 @@ import subprocess
 import sys
 
 import pytest
+from sqlalchemy import text
 
 from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.lifecycle.mirror import REFRESH_S
 from drainer.services import kafka
 from drainer.settings import load_settings
+from drainer.store import get_engine
 from spark_jobs import drain_job
 from tests.integration.offsets import consumer_group_lag, mirrored_offsets
 
@@ -29,15 +32,42 @@ def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
         assert len(lag) == 2, lag  # both partitions of the level's topic have a committed offset
         assert sum(lag.values()) == lv.backlog_after, (lv, lag)
     assert sum(lv.backlog_after for lv in partial.levels) == 1000
+    # Burrow calls a group whose offset stops while lag stays "stalled": mirroring again after
+    # the run commits a level it left waiting, though nothing moved, and not an emptied one
+    from drainer.kafka.session import KafkaSession
+    from drainer.lifecycle.mirror import mirror_offsets
+
+    waiting = [lv.level for lv in partial.levels if lv.backlog_after > 0]
+    emptied = [lv.level for lv in partial.levels if lv.backlog_after == 0]
+    assert waiting and emptied, partial.levels
+    with KafkaSession(drain) as kafka:
+        again = mirror_offsets(get_engine(), drain, kafka, levels=waiting, run_id=partial.run_id)
+        assert again.partitions == 2 * len(waiting)
+        quiet = mirror_offsets(get_engine(), drain, kafka, levels=emptied, run_id=partial.run_id)
+        assert quiet.partitions == 0
 
     full = drain_job.run(drain, trigger="test")
     assert full.drained == 1000
     for level in range(3):
         assert set(consumer_group_lag(drain, level).values()) == {0}
-    # every partition of every covered level was committed again, moved or not (level 2 was
-    # already empty after the first run), so monitors see a live consumer, not a dead one
-    assert full.mirror.partitions == 3 * 2
+    # what moved was mirrored; level 2, empty since the first run, has no lag to stall on and was
+    # mirrored moments ago: not committed again
+    assert full.mirror.partitions == 2 * 2
     assert full.mirror.not_moved_back == 0
+
+    # an empty run makes no group commit, until an empty level's last mirror is REFRESH_S old
+    assert drain_job.run(drain, trigger="test").mirror.partitions == 0
+    with get_engine().begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE partition_offsets SET mirrored_at = now() - make_interval(secs => :s) "
+                "WHERE drain = :d AND level = 1"
+            ),
+            {"s": REFRESH_S + 60, "d": drain.name},
+        )
+    refreshed = drain_job.run(drain, trigger="test")
+    assert refreshed.mirror.partitions == 2  # level 1's two partitions, so Kafka never expires them
+    assert set(consumer_group_lag(drain, 1).values()) == {0}
 
 
 def test_mirror_never_moves_a_group_backwards_without_a_rewind(make_drain, spark):
