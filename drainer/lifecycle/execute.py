@@ -106,6 +106,7 @@ def execute_plan(
         phases={k: round(v, 3) for k, v in phases.items()},
         warnings=warnings,
         table_commit=executed.table_commit.as_dict() if executed.table_commit else {},
+        columns_added=list(executed.columns_added),
     )
 
 

@@ -68,6 +68,8 @@ class ExecutionResult:
     table_commit: TableCommit | None = None
     # whose staged failures the commit takes: the attempt whose write landed (None: all)
     failures_attempt: int | None = None
+    # the columns the write added to the sink table (new fields of the records), in order
+    columns_added: tuple[str, ...] = ()
 
 
 Executor = Callable[[RunContext], ExecutionResult]
@@ -112,6 +114,8 @@ class RunResult:
     # a lakehouse sink's table commit of this run (format, location, version, files and bytes
     # added); empty for a Postgres sink
     table_commit: dict[str, Any] = field(default_factory=dict)
+    # the columns this run added to its sink table (audited with the run)
+    columns_added: list[str] = field(default_factory=list)
 
     @property
     def drained(self) -> int:

@@ -92,8 +92,9 @@ def ensure_sink_tables(
     columns: list[tuple[str, str]],
     run_id: int,
     partitioned: bool = True,
-) -> None:
-    """Create the target (when missing) and the run's stage table, from (name, type) pairs.
+) -> list[str]:
+    """Create the target (when missing) and the run's stage table, from (name, type) pairs;
+    returns the columns an existing target gained.
 
     A new target is partitioned by run when `partitioned` (`sink.publish: attach`), plain
     otherwise; an existing one gains the output's new columns (`_evolve`), and a column whose
@@ -118,6 +119,7 @@ def ensure_sink_tables(
                 ", ".join(added),
             )
         _create_stage(conn, table, run_id)
+    return added
 
 
 # a column of the first type is stored in a table column of the second without loss

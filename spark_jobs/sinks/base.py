@@ -56,9 +56,13 @@ class SparkSink(Sink[Any]):
         """The run's commit if the sink already holds it (a sink committing before Postgres)."""
         return None
 
+    # the columns the last write added to the table (schema evolution), for the run's audit
+    columns_added: tuple[str, ...] = ()
+
     @abc.abstractmethod
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit | None:
-        """Write the run's output once; a table sink returns the commit it made."""
+        """Write the run's output once; a table sink returns the commit it made (and sets
+        `columns_added` to the columns the write added to an existing table)."""
 
     def write_records(
         self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: StructType

@@ -62,7 +62,12 @@ class DeltaSparkSink(DeltaSink, SparkSink):
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit:
         where = self.location()
         drain, run_id, nonce, attempt = run_of(ctx)
-        out = fit_schema(out, self._schema(spark), where)
+        existing = self._schema(spark)
+        out = fit_schema(out, existing, where)
+        if existing is not None:  # mergeSchema adds them with the append
+            self.columns_added = tuple(
+                name for name in out.schema.fieldNames() if name not in existing.fieldNames()
+            )
         for attempt in range(1, DELTA_RETRIES + 1):
             try:
                 (

@@ -116,10 +116,12 @@ class PostgresSparkSink(PostgresSink, SparkSink):
 
     def _ensure_tables(self, ctx: RunContext, columns: list[tuple[str, str]]) -> None:
         """The target and this run's stage table, before any task writes."""
-        ensure_sink_tables(
-            ctx.engine,
-            self.table,
-            columns,
-            ctx.run.id,
-            partitioned=self.config.publish == "attach",
+        self.columns_added = tuple(
+            ensure_sink_tables(
+                ctx.engine,
+                self.table,
+                columns,
+                ctx.run.id,
+                partitioned=self.config.publish == "attach",
+            )
         )

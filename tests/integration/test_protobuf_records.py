@@ -28,10 +28,12 @@ from test_record_formats import (
     sink_for,
 )
 
+from dagster_project.metadata import run_metadata
 from drainer.cli.main import main as drainer_cli
 from drainer.config import DrainConfig
 from drainer.config.formats import RegistryConfig
 from drainer.errors import BadRecord
+from drainer.observe.status import drain_status
 from drainer.records.protobuf import register_protobuf, wire_frame
 from spark_jobs import drain_job
 
@@ -129,7 +131,7 @@ def test_protobuf_wire_format_decodes_with_the_registry_writer_schema_in_each_si
 
 @pytest.mark.parametrize("kind", ["postgres", "delta", "iceberg"])
 def test_a_new_optional_protobuf_field_mid_backlog_adds_a_column_null_in_older_rows(
-    lakehouse, make_drain, kind
+    lakehouse, make_drain, kind, capsys
 ):
     drain, registry = registry_drain(make_drain, kind)
     v1 = register_protobuf(registry, f"{drain.topic}-value", order_file("flat"))
@@ -139,11 +141,23 @@ def test_a_new_optional_protobuf_field_mid_backlog_adds_a_column_null_in_older_r
     assert "note" not in rows_of(drain)[0]
     newer = produce_orders(drain, framed(v2, "with_note", note="n"))
     mixed = produce_orders(drain, framed(v1, "flat"))  # v1 after v2 within one run
-    drain_until_empty(drain)
+    results = drain_until_empty(drain)
     rows = rows_of(drain)
     assert len(rows) == older + newer + mixed
     assert_each_offset_once(drain, rows)
     assert Counter(r["note"] for r in rows) == {None: older + mixed, "n": newer}
+    # the addition is audited with the run that made it: its result, Dagster, status
+    adding = [r for r in results if r.columns_added]
+    assert [r.columns_added for r in adding] == [["note"]]
+    metadata = run_metadata(adding[0])
+    assert metadata["run_columns_added_names"].value == "note"
+    assert metadata["run_columns_added"].value == 1
+    runs = {r["id"]: r for r in drain_status(drain)["runs"]}
+    assert runs[adding[0].run_id]["columns_added"] == ["note"]
+    assert all(r["columns_added"] == [] for i, r in runs.items() if i != adding[0].run_id)
+    capsys.readouterr()
+    assert drainer_cli(["status", drain.name]) == 0
+    assert f"run {adding[0].run_id}: columns added: note" in capsys.readouterr().out
 
 
 def bad_values(v1: int) -> dict[str, bytes]:
