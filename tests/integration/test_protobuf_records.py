@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from proto_orders import order_file, order_message, write_descriptor_set
 from test_exactly_once import drain_until_empty
 from test_record_formats import (
     PER_LEVEL,
@@ -35,6 +34,7 @@ from drainer.config.formats import RegistryConfig
 from drainer.errors import BadRecord
 from drainer.observe.status import drain_status
 from drainer.records.protobuf import register_protobuf, wire_frame
+from drainer.testing import order_file, order_message, write_descriptor_set
 from spark_jobs import drain_job
 
 MESSAGE = "shop.Order"

@@ -11,7 +11,6 @@ import uuid
 from typing import Any
 
 import pytest
-from proto_orders import write_descriptor_set
 from test_exactly_once import drain_until_empty
 from test_record_formats import (
     ORDER_DDL,
@@ -28,6 +27,7 @@ from test_record_formats import (
 from drainer.config import DrainConfig
 from drainer.errors import BadRecord
 from drainer.kafka.producer import OutRecord, produce_records
+from drainer.testing import order_class, write_descriptor_set
 from spark_jobs import drain_job
 
 KEY_AVRO = {
@@ -51,7 +51,6 @@ def key_format(kind: str, tmp_path) -> tuple[dict[str, Any], Any]:
         avsc = tmp_path / f"key_{uuid.uuid4().hex[:6]}.avsc"
         avsc.write_text(json.dumps(KEY_AVRO))
         return {"format": "avro", "schema": str(avsc)}, (lambda k: avro_bytes(KEY_AVRO, k))
-    from proto_orders import order_class
 
     desc = write_descriptor_set(tmp_path / f"key_{uuid.uuid4().hex[:6]}.desc", "flat")
     cls = order_class("flat")  # shop.Order as a key: id, amount, qty

@@ -3,9 +3,7 @@ serializer (its `mock://` registry, in process): what it frames, drainer reads b
 
 from __future__ import annotations
 
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -22,9 +20,7 @@ from drainer.records.protobuf import (
     wire_frame,
     writer_descriptor_sets,
 )
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "integration"))
-from proto_orders import order_class, order_file, order_message, write_descriptor_set  # noqa: E402
+from drainer.testing import order_class, order_file, order_message, write_descriptor_set
 
 
 @given(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=6))
