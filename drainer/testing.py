@@ -137,7 +137,8 @@ def typed_drain(value: dict[str, Any] | None, sink: dict[str, Any], **more: Any)
 def order_file(version: str, package: str = "shop") -> Any:
     """The `shop.Order` Protobuf file (a `FileDescriptor`, built from `descriptor_pb2`: no
     protoc here) of `version`: `flat` (id, amount, qty), `with_note` (a proto3 `optional`
-    string more), `full` (an enum, a nested, a repeated message, a map, a Timestamp). Each has a
+    string more), `full` (an enum, a nested, a repeated message, a map, a Timestamp),
+    `amount_text` (`amount` a string: an incompatible change). Each has a
     second message, `Refund`, so an index array may name another message."""
     from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2
 
@@ -154,7 +155,8 @@ def order_file(version: str, package: str = "shop") -> Any:
 
     order = proto.message_type.add(name="Order")
     add(order, "id", 1, fd.TYPE_STRING)
-    add(order, "amount", 2, fd.TYPE_DOUBLE)
+    # amount_text: `amount` changes type, an incompatible change
+    add(order, "amount", 2, fd.TYPE_STRING if version == "amount_text" else fd.TYPE_DOUBLE)
     add(order, "qty", 3, fd.TYPE_INT32)
     if version == "with_note":  # proto3 `optional`: a synthetic oneof gives it presence
         add(order, "note", 4, fd.TYPE_STRING, proto3_optional=True, oneof_index=0)

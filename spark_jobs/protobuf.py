@@ -154,7 +154,18 @@ def to_row(message: Any) -> dict[str, Any]:
     return row
 
 
+# each field's converter, made once per process (an enum's names, say), not once per record
+_CONVERTERS: dict[Any, Callable[[Any], Any]] = {}
+
+
 def _converter(field: Any) -> Callable[[Any], Any]:
+    found = _CONVERTERS.get(field)
+    if found is None:
+        found = _CONVERTERS[field] = _make_converter(field)
+    return found
+
+
+def _make_converter(field: Any) -> Callable[[Any], Any]:
     from google.protobuf.descriptor import FieldDescriptor as FD
 
     if field.type == FD.TYPE_ENUM:

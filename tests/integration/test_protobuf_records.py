@@ -31,10 +31,11 @@ from dagster_project.metadata import run_metadata
 from drainer.cli.main import main as drainer_cli
 from drainer.config import DrainConfig
 from drainer.config.formats import RegistryConfig
-from drainer.errors import BadRecord
+from drainer.errors import BadRecord, ConfigError
+from drainer.kafka.producer import OutRecord, produce_records
 from drainer.observe.status import drain_status
 from drainer.records.protobuf import register_protobuf, wire_frame
-from drainer.testing import order_file, order_message, write_descriptor_set
+from drainer.testing import order_class, order_file, order_message, write_descriptor_set
 from spark_jobs import drain_job
 
 MESSAGE = "shop.Order"
@@ -227,3 +228,29 @@ def test_drainer_produce_writes_protobuf_from_a_descriptor_set(lakehouse, make_d
     assert len(rows) == PER_LEVEL
     assert {r["id"] for r in rows} == {f"id-{n}" for n in range(PER_LEVEL)}
     assert {r["qty"] for r in rows} == set(range(PER_LEVEL)) and rows[0]["lines"] == []
+
+
+def test_drainer_produce_writes_protobuf_in_the_wire_format_through_a_registry(
+    lakehouse, make_drain, tmp_path
+):
+    desc = write_descriptor_set(tmp_path / "order.desc", "flat")
+    drain, registry = registry_drain(make_drain, "postgres")
+    args = ["produce", drain.name, "--count", str(PER_LEVEL), "--format", "protobuf"]
+    args += ["--schema", str(desc), "--message", MESSAGE, "--registry", registry.url]
+    assert drainer_cli(args) == 0  # registers the file under <topic>-value, in this process
+    drain_until_empty(drain)
+    assert sorted(r["qty"] for r in rows_of(drain)) == list(range(PER_LEVEL))
+
+
+def test_an_incompatible_protobuf_change_stops_the_run_naming_the_field(lakehouse, make_drain):
+    drain, registry = registry_drain(make_drain, "delta")
+    v1 = register_protobuf(registry, f"{drain.topic}-value", order_file("flat"))
+    v3 = register_protobuf(registry, f"{drain.topic}-other", order_file("amount_text"))
+    produce_orders(drain, framed(v1, "flat"))
+    changed = order_class("amount_text")(id="x", amount="lots", qty=1).SerializeToString()
+    produce_records(drain, [OutRecord(value=wire_frame(v3, [0], changed))], 1, None, 0)
+    with pytest.raises(ConfigError, match="field amount is double in writer schema") as err:
+        drain_job.run(drain.name, trigger="test")
+    assert "\n" not in str(err.value)
+    assert_offsets_unmoved(drain)
+    assert_no_table_commit(drain)

@@ -91,3 +91,50 @@ def test_a_recursive_message_is_refused_naming_it():
     assert spark_type(order_file("flat").message_types_by_name["Order"]).simpleString() == (
         "struct<id:string,amount:double,qty:int>"
     )
+
+
+def test_well_known_types_map_to_their_spark_types_and_values():
+    pytest.importorskip("pyspark")
+    from google.protobuf import (
+        descriptor_pb2,
+        descriptor_pool,
+        struct_pb2,
+        timestamp_pb2,
+        wrappers_pb2,
+    )
+    from google.protobuf.message_factory import GetMessageClass
+
+    from spark_jobs.protobuf import spark_type, to_row
+
+    proto = descriptor_pb2.FileDescriptorProto(name="wkt.proto", package="w", syntax="proto3")
+    proto.dependency.extend(
+        ["google/protobuf/wrappers.proto", "google/protobuf/struct.proto"]
+        + ["google/protobuf/timestamp.proto"]
+    )
+    msg = proto.message_type.add(name="M")
+    for number, (name, type_name) in enumerate(
+        [
+            ("label", ".google.protobuf.StringValue"),
+            ("big", ".google.protobuf.UInt64Value"),
+            ("attrs", ".google.protobuf.Struct"),
+            ("at", ".google.protobuf.Timestamp"),
+        ],
+        start=1,
+    ):
+        msg.field.add(name=name, number=number, type=11, label=1, type_name=type_name)
+    msg.field.add(name="count", number=5, type=4, label=1)  # uint64
+    pool = descriptor_pool.DescriptorPool()
+    for module in (wrappers_pb2, struct_pb2, timestamp_pb2):
+        pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
+    pool.Add(proto)
+    descriptor = pool.FindMessageTypeByName("w.M")
+    assert spark_type(descriptor).simpleString() == (
+        "struct<label:string,big:decimal(20,0),attrs:string,at:timestamp,count:decimal(20,0)>"
+    )
+    cls = GetMessageClass(descriptor)
+    message = cls(count=2**64 - 1)
+    message.label.value = "x"
+    message.attrs.update({"a": 1})
+    row = to_row(message)
+    assert row["label"] == "x" and row["big"] is None and row["at"] is None  # unset: null
+    assert row["attrs"] == '{"a": 1.0}' and row["count"] == 2**64 - 1
