@@ -240,7 +240,6 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             table_commit=commit,
             # the attempt whose write landed (an earlier one's, when it won a race)
             failures_attempt=ctx.attempt if commit is None else commit.attempt,
-            columns_added=sink.columns_added,
         )
     finally:
         spark.removeTag(tag)

@@ -107,8 +107,6 @@ def commit_run(
             )
         throughput.store_read(conn, run.id, measured)
         dead_letters.clear_failures(conn, run.id)
-        if executed.columns_added:
-            runs.store_columns_added(conn, run.id, executed.columns_added)
         if executed.table_commit:  # a sink's table commit, made before this transaction
             runs.store_table_commit(conn, run.id, executed.table_commit.as_dict())
         runs.mark_committed(conn, run.id, duration_s)

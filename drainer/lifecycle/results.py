@@ -68,8 +68,6 @@ class ExecutionResult:
     table_commit: TableCommit | None = None
     # whose staged failures the commit takes: the attempt whose write landed (None: all)
     failures_attempt: int | None = None
-    # the columns the write added to the sink table (new fields of the records), in order
-    columns_added: tuple[str, ...] = ()
 
 
 Executor = Callable[[RunContext], ExecutionResult]
@@ -132,6 +130,7 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
     with engine.connect() as conn:
         summary = launches.run_summary(conn, run_id)
         phases = launches.load_phases(conn, run_id)
+        added = runs.columns_added(conn, run_id)
     return RunResult(
         run_id=run_id,
         drain=drain,
@@ -142,6 +141,7 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
         published_rows=0,
         phases=phases,
         shared=shared,
+        columns_added=added,
     )
 
 

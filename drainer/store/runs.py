@@ -403,11 +403,23 @@ def latest_committed_dead_lettered(conn: Connection, drain: str) -> int:
 _COMMIT_FIELDS = ("format", "location", "version", "files_added", "bytes_added", "rows_added")
 
 
-def store_columns_added(conn: Connection, run_id: int, columns: Sequence[str]) -> None:
-    """The columns the run added to its sink table (its audit: status, Dagster metadata)."""
+def note_columns_added(conn: Connection, run_id: int, columns: Sequence[str]) -> None:
+    """Add to the columns the run added to its sink table (its audit: status, Dagster
+    metadata), in order, each once: noted when the table changes, so an attempt that added
+    them and then failed leaves them on record for the attempt that commits."""
     conn.execute(
-        text("UPDATE runs SET columns_added = :c WHERE id = :r"), {"c": list(columns), "r": run_id}
+        text(
+            "UPDATE runs SET columns_added = columns_added || ARRAY(SELECT c FROM "
+            "unnest(CAST(:c AS text[])) WITH ORDINALITY AS n(c, i) "
+            "WHERE c <> ALL(columns_added) ORDER BY i) WHERE id = :r"
+        ),
+        {"c": list(columns), "r": run_id},
     )
+
+
+def columns_added(conn: Connection, run_id: int) -> list[str]:
+    found = conn.scalar(text("SELECT columns_added FROM runs WHERE id = :r"), {"r": run_id})
+    return list(found or [])
 
 
 def store_table_commit(conn: Connection, run_id: int, commit: dict[str, Any]) -> None:

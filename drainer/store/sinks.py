@@ -44,6 +44,7 @@ from sqlalchemy import Connection, Engine, text
 from drainer.errors import ConfigError
 from drainer.store import sink_partitions
 from drainer.store.dead_letters import clear_partition_failures
+from drainer.store.runs import note_columns_added
 from drainer.store.sink_names import (
     MAX_IDENTIFIER_BYTES,
     RUN_COLUMN,
@@ -92,9 +93,8 @@ def ensure_sink_tables(
     columns: list[tuple[str, str]],
     run_id: int,
     partitioned: bool = True,
-) -> list[str]:
-    """Create the target (when missing) and the run's stage table, from (name, type) pairs;
-    returns the columns an existing target gained.
+) -> None:
+    """Create the target (when missing) and the run's stage table, from (name, type) pairs.
 
     A new target is partitioned by run when `partitioned` (`sink.publish: attach`), plain
     otherwise; an existing one gains the output's new columns (`_evolve`), and a column whose
@@ -112,14 +112,14 @@ def ensure_sink_tables(
             )
         )
         added = _evolve(conn, table, columns)
-        if added:
+        if added:  # on record with the change itself (same transaction)
+            note_columns_added(conn, run_id, added)
             log.warning(
                 "sink table %s: added columns %s (new fields of the output)",
                 table,
                 ", ".join(added),
             )
         _create_stage(conn, table, run_id)
-    return added
 
 
 # a column of the first type is stored in a table column of the second without loss

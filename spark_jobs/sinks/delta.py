@@ -27,6 +27,7 @@ from spark_jobs.sinks.base import (
     fit_schema,
     marker,
     missing_table,
+    note_columns_added,
     run_of,
 )
 from spark_jobs.sinks.faults import crash_once_files_appear
@@ -65,9 +66,8 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         existing = self._schema(spark)
         out = fit_schema(out, existing, where)
         if existing is not None:  # mergeSchema adds them with the append
-            self.columns_added = tuple(
-                name for name in out.schema.fieldNames() if name not in existing.fieldNames()
-            )
+            have = existing.fieldNames()
+            note_columns_added(ctx, [n for n in out.schema.fieldNames() if n not in have])
         for attempt in range(1, DELTA_RETRIES + 1):
             try:
                 (

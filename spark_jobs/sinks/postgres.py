@@ -116,12 +116,10 @@ class PostgresSparkSink(PostgresSink, SparkSink):
 
     def _ensure_tables(self, ctx: RunContext, columns: list[tuple[str, str]]) -> None:
         """The target and this run's stage table, before any task writes."""
-        self.columns_added = tuple(
-            ensure_sink_tables(
-                ctx.engine,
-                self.table,
-                columns,
-                ctx.run.id,
-                partitioned=self.config.publish == "attach",
-            )
+        ensure_sink_tables(  # notes the columns it adds on the run, with the change
+            ctx.engine,
+            self.table,
+            columns,
+            ctx.run.id,
+            partitioned=self.config.publish == "attach",
         )
