@@ -59,6 +59,10 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
     if result.finished is not None:
         metadata["finished_run_id"] = dg.MetadataValue.int(result.finished.run_id)
         metadata["finished_run_drained"] = dg.MetadataValue.int(result.finished.drained)
+    # the sink table's new columns (new optional fields of the records), audited per run
+    metadata["run_columns_added"] = dg.MetadataValue.int(len(result.columns_added))
+    if result.columns_added:
+        metadata["run_columns_added_names"] = dg.MetadataValue.text(", ".join(result.columns_added))
     commit = result.table_commit
     if commit:  # a lakehouse sink: the table commit this run made (or found, when resumed)
         metadata["table_format"] = dg.MetadataValue.text(commit["format"])

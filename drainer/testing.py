@@ -1,4 +1,5 @@
-"""Temporary drains for tests, benchmarks and experiments on a live stack.
+"""Temporary drains for tests, benchmarks and experiments on a live stack, and the `Order`
+records (Avro and Protobuf) that the record-format tests and benchmarks drain.
 
 `temporary_drain` writes a one-drain YAML file, points DRAINER_CONFIG at it (so the CLI and
 Dagster see the drain too), creates its topics, and afterwards deletes the topics again, so a
@@ -72,3 +73,145 @@ def delete_topics(drain: DrainConfig) -> None:
         for future in kafka.admin.delete_topics(topics, operation_timeout=10).values():
             with contextlib.suppress(Exception):
                 future.result(timeout=15)
+
+
+# ---------------------------------------------------------------- records as data
+# The `Order` that the record-format tests and benchmarks/decode_formats.py both drain: one
+# definition of its schemas, its values and the typed drain around it.
+
+ORDER_AVRO: dict[str, Any] = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "qty", "type": "int"},
+    ],
+}
+# a later version with a new optional field (null by default): a compatible evolution
+ORDER_AVRO_NOTE: dict[str, Any] = {
+    **ORDER_AVRO,
+    "fields": [
+        *ORDER_AVRO["fields"],
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+ORDER_MESSAGE = "shop.Order"
+
+
+def order(level: int, partition: int, i: int) -> dict[str, Any]:
+    """The i-th order of a (level, partition): its id names where it was produced."""
+    return {"id": f"{level}-{partition}-{i}", "amount": i * 1.5, "qty": i}
+
+
+def avro_bytes(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    import io
+
+    import fastavro
+
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+# each sink type's setting that names its table, and the name's form
+_TABLE_SETTING = {
+    "postgres": ("table", "{}"),
+    "delta": ("path", "{}"),
+    "iceberg": ("table", "drains.{}"),
+}
+
+
+def typed_sink(kind: str, name: str | None = None) -> dict[str, Any]:
+    """A fresh sink of `kind` (postgres, delta, iceberg) for typed rows."""
+    setting, form = _TABLE_SETTING[kind]
+    return {"type": kind, setting: form.format(name or f"orders_{uuid.uuid4().hex[:8]}")}
+
+
+def typed_drain(value: dict[str, Any] | None, sink: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """The overrides of a drain writing one typed row per record: `value` declared and no
+    processor (`value` None: the raw records, the value as bytes)."""
+    return {"value": value, "processor": None, "sink": sink, **more}
+
+
+def order_file(version: str, package: str = "shop") -> Any:
+    """The `shop.Order` Protobuf file (a `FileDescriptor`, built from `descriptor_pb2`: no
+    protoc here) of `version`: `flat` (id, amount, qty), `with_note` (a proto3 `optional`
+    string more), `full` (an enum, a nested, a repeated message, a map, a Timestamp),
+    `amount_text` (`amount` a string: an incompatible change). Each has a
+    second message, `Refund`, so an index array may name another message."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, timestamp_pb2
+
+    fd = descriptor_pb2.FieldDescriptorProto
+    proto = descriptor_pb2.FileDescriptorProto(
+        name=f"order_{version}.proto", package=package, syntax="proto3"
+    )
+
+    def add(message: Any, name: str, number: int, kind: int, **extra: Any) -> Any:
+        field = message.field.add(name=name, number=number, type=kind, label=fd.LABEL_OPTIONAL)
+        for key, value in extra.items():
+            setattr(field, key, value)
+        return field
+
+    order = proto.message_type.add(name="Order")
+    add(order, "id", 1, fd.TYPE_STRING)
+    # amount_text: `amount` changes type, an incompatible change
+    add(order, "amount", 2, fd.TYPE_STRING if version == "amount_text" else fd.TYPE_DOUBLE)
+    add(order, "qty", 3, fd.TYPE_INT32)
+    if version == "with_note":  # proto3 `optional`: a synthetic oneof gives it presence
+        add(order, "note", 4, fd.TYPE_STRING, proto3_optional=True, oneof_index=0)
+        order.oneof_decl.add(name="_note")
+    if version == "full":
+        proto.dependency.append("google/protobuf/timestamp.proto")
+        status = proto.enum_type.add(name="Status")
+        for number, name in enumerate(["NEW", "PAID", "SHIPPED"]):
+            status.value.add(name=name, number=number)
+        line = order.nested_type.add(name="Line")
+        add(line, "sku", 1, fd.TYPE_STRING)
+        add(line, "count", 2, fd.TYPE_INT64)
+        tags = order.nested_type.add(name="TagsEntry")
+        tags.options.map_entry = True
+        add(tags, "key", 1, fd.TYPE_STRING)
+        add(tags, "value", 2, fd.TYPE_INT64)
+        add(order, "status", 5, fd.TYPE_ENUM, type_name=f".{package}.Status")
+        add(order, "first", 6, fd.TYPE_MESSAGE, type_name=f".{package}.Order.Line")
+        lines = add(order, "lines", 7, fd.TYPE_MESSAGE, type_name=f".{package}.Order.Line")
+        lines.label = fd.LABEL_REPEATED
+        tag = add(order, "tags", 8, fd.TYPE_MESSAGE, type_name=f".{package}.Order.TagsEntry")
+        tag.label = fd.LABEL_REPEATED
+        add(order, "created", 9, fd.TYPE_MESSAGE, type_name=".google.protobuf.Timestamp")
+    refund = proto.message_type.add(name="Refund")
+    add(refund, "id", 1, fd.TYPE_STRING)
+    pool = descriptor_pool.DescriptorPool()
+    if version == "full":
+        pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(proto)
+    return pool.FindFileByName(proto.name)
+
+
+def order_class(version: str) -> Any:
+    from google.protobuf.message_factory import GetMessageClass
+
+    return GetMessageClass(order_file(version).message_types_by_name["Order"])
+
+
+def write_descriptor_set(path: Path, version: str) -> Path:
+    """`version`'s file and its imports as a FileDescriptorSet file at `path`, as
+    `protoc --include_imports --descriptor_set_out` writes one."""
+    from drainer.records.protobuf import descriptor_set_of
+
+    path.write_bytes(descriptor_set_of(order_file(version)))
+    return path
+
+
+def order_message(version: str, level: int, partition: int, i: int, **extra: Any) -> bytes:
+    """`order(level, partition, i)` as a `version` message (`full`: its other fields too)."""
+    message = order_class(version)(**order(level, partition, i), **extra)
+    if version == "full":
+        message.status = i % 3
+        message.first.sku, message.first.count = f"sku{i}", i
+        message.lines.add(sku="a", count=1)
+        message.lines.add(sku="b", count=2)
+        message.tags["t"] = i
+        message.created.FromSeconds(1_700_000_000 + i)
+    return bytes(message.SerializeToString())

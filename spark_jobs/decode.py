@@ -3,7 +3,10 @@
 The run's Kafka read becomes one typed row per record: the value's fields as columns, then the
 reserved metadata columns (drainer.config.formats.METADATA_COLUMNS), then `ERROR`, the reason a
 record did not decode (null when it did). Decoding uses Spark's own functions (`from_json`,
-`from_avro` of the spark-avro jar), never a row-at-a-time Python UDF.
+`from_avro` of the spark-avro jar), or for Protobuf, whose jar is not served here, the
+`protobuf` package in Arrow batches (spark_jobs.protobuf); never a row-at-a-time Python UDF.
+A key declared as json, avro or protobuf decodes the same way into a struct in `_key`; a key
+that does not decode is a bad record like a value (its reason prefixed `key: `).
 
 The Confluent wire format: a first job collects the run's distinct schema ids (a writer may have
 evolved its schema mid-range), the driver fetches each writer schema once, and each record's
@@ -39,40 +42,73 @@ _WHOLE = 2_147_483_647  # substring length: the rest of the bytes
 
 class Decoding(NamedTuple):
     """A format's decoding: the value (a struct when `fields` names its fields), the reason a
-    record did not decode as far as the value alone tells, and columns to compute first."""
+    record did not decode as far as the value alone tells, columns to compute first, and the
+    read to decode from when the format added columns to it (Protobuf's Arrow batches)."""
 
     value: Column
     why: Column
     fields: list[str] | None
     pre: dict[str, Column] = {}
+    frame: DataFrame | None = None
+
+
+# key formats decoded into a struct in `_key`; `string` and `bytes` keys are cast or kept
+STRUCTURED = ("json", "avro", "protobuf")
 
 
 def decode(drain: DrainConfig, raw: DataFrame) -> DataFrame:
     """The read as typed rows plus metadata and `ERROR` (see the module's docstring)."""
     fmt = drain.value or RecordFormat(format="bytes")
-    value, why, fields, pre = _value(fmt, raw)
-    if fields is None:
+    value = _value(fmt, raw, "value")
+    raw = raw if value.frame is None else value.frame
+    key = None
+    if drain.key is not None and drain.key.format in STRUCTURED:
+        key = _value(drain.key, raw, "key")
+        raw = raw if key.frame is None else key.frame
+    if value.fields is None and key is None:
         return raw.select(
-            value.alias("value"), *_metadata(drain), *_raw(why), F.lit(0).alias(BARRIER)
+            value.value.alias("value"),
+            *_metadata(drain, None),
+            *_raw(value.why),
+            F.lit(0).alias(BARRIER),
         )
+    fields = value.fields or []
     clash = sorted(set(fields) & set(METADATA_COLUMNS))
     if clash:
         raise ConfigError(
             f"drain '{drain.name}': value fields {clash} use names reserved for the metadata "
             f"columns {list(METADATA_COLUMNS)}: rename them in the schema"
         )
-    # the struct is decoded once, in a projection of its own that its fields and the error
+    # each struct is decoded once, in a projection of its own that its fields and the error
     # read (see `barrier`)
-    if pre:  # columns the decoded struct reads, computed once in a projection before it
+    pre = {**value.pre, **(key.pre if key else {})}
+    if pre:  # columns the decoded structs read, computed once in a projection before them
         raw = raw.withColumns({**pre, BARRIER: F.spark_partition_id()})
-    staged = raw.withColumns({_DECODED: value, BARRIER: F.spark_partition_id()})
-    decoded = F.col(_DECODED)
-    return staged.select(
-        *[decoded.getField(name).alias(name) for name in fields],
-        *_metadata(drain),
-        *_raw(_error_of(fmt, decoded, why)),
-        F.col(BARRIER),
-    )
+    structs = {_decoded("value"): value.value} if value.fields is not None else {}
+    if key is not None:
+        structs[_decoded("key")] = key.value
+    staged = raw.withColumns({**structs, BARRIER: F.spark_partition_id()})
+    if value.fields is None:
+        columns, error = [value.value.alias("value")], value.why
+    else:
+        decoded = F.col(_decoded("value"))
+        columns = [decoded.getField(name).alias(name) for name in fields]
+        error = _error_of(fmt, decoded, value.why, "value")
+    key_column = None
+    if key is not None:
+        assert drain.key is not None
+        decoded_key = F.col(_decoded("key"))
+        key_error = _error_of(drain.key, decoded_key, key.why, "key")
+        # the key's declared fields only (JSON's struct also holds its corrupt-record text)
+        key_fields = [decoded_key.getField(name).alias(name) for name in key.fields or []]
+        key_column = F.when(decoded_key.isNotNull(), F.struct(*key_fields))
+        error = F.coalesce(error, F.concat(F.lit("key: "), key_error))
+    return staged.select(*columns, *_metadata(drain, key_column), *_raw(error), F.col(BARRIER))
+
+
+def _decoded(side: str) -> str:
+    """The column a side's decoded struct is computed in."""
+    return _DECODED if side == "value" else f"{_DECODED}_{side}"
 
 
 def barrier() -> Column:
@@ -92,8 +128,10 @@ def _raw(error: Column) -> list[Column]:
     ]
 
 
-def _metadata(drain: DrainConfig) -> list[Column]:
+def _metadata(drain: DrainConfig, decoded_key: Column | None) -> list[Column]:
     key = F.col("key").cast("string") if drain.key and drain.key.format == "string" else "key"
+    if decoded_key is not None:
+        key = decoded_key
     return [
         F.col("topic").alias("_topic"),
         F.col("partition").alias("_partition"),
@@ -106,47 +144,58 @@ def _metadata(drain: DrainConfig) -> list[Column]:
     ]
 
 
-def _value(fmt: RecordFormat, raw: DataFrame) -> Decoding:
-    """The decoded value, a first error expression, and the struct's field names (None: the
-    value is one column)."""
+def _value(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
+    """The decoded `side` (`value` or `key`), a first error expression, and the struct's field
+    names (None: the value is one column)."""
     if fmt.format == "bytes":
-        return Decoding(F.col("value"), F.lit(None).cast("string"), None)
+        return Decoding(F.col(side), F.lit(None).cast("string"), None)
     if fmt.format == "string":
-        return Decoding(F.col("value").cast("string"), F.lit(None).cast("string"), None)
+        return Decoding(F.col(side).cast("string"), F.lit(None).cast("string"), None)
     if fmt.format == "json":
-        return _json(fmt, raw)
+        return _json(fmt, side)
+    if fmt.format == "protobuf":
+        return _protobuf(fmt, raw, side)
     if fmt.registry is not None:
-        return _wire_avro(fmt, raw)
-    return _avro_file(fmt, raw)
+        return _wire_avro(fmt, raw, side)
+    return _avro_file(fmt, raw, side)
 
 
-def _json(fmt: RecordFormat, raw: DataFrame) -> Decoding:
+def _protobuf(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
+    """Decoded in Python in Arrow batches (spark_jobs.protobuf): no spark-protobuf jar here."""
+    from spark_jobs.protobuf import decoding
+
+    struct, error = f"_drainer_pb_{side}", f"_drainer_pb_{side}_error"
+    frame, merged = decoding(fmt, raw, side, struct, error)
+    return Decoding(F.col(struct), F.col(error), merged.fieldNames(), frame=frame)
+
+
+def _json(fmt: RecordFormat, side: str) -> Decoding:
     path = fmt.schema_path(Path.cwd())
     ddl = ddl_of_file(path) if path is not None else fmt.schema_ or ""
     try:
         schema = DataType.fromDDL(ddl)
     except Exception as err:
-        raise ConfigError(f"value.schema {ddl!r} is not a Spark DDL struct: {err}") from None
+        raise ConfigError(f"{side}.schema {ddl!r} is not a Spark DDL struct: {err}") from None
     if not isinstance(schema, StructType):
-        raise ConfigError(f"value.schema {ddl!r} must list columns, e.g. 'id string'")
+        raise ConfigError(f"{side}.schema {ddl!r} must list columns, e.g. 'id string'")
     with_corrupt = StructType([*schema.fields, StructField(_CORRUPT, StringType())])
     parsed = F.from_json(
-        F.col("value").cast("string"),
+        F.col(side).cast("string"),
         with_corrupt,
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
     )
     return Decoding(parsed, F.lit(None).cast("string"), schema.fieldNames())
 
 
-def _avro_file(fmt: RecordFormat, raw: DataFrame) -> Decoding:
+def _avro_file(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
     from pyspark.sql.avro.functions import from_avro
 
     path = fmt.schema_path(Path.cwd())
     assert path is not None  # the config's validation asks avro for a schema or a registry
     schema_text = path.read_text()
-    decoded = from_avro(F.col("value"), schema_text, {"mode": "PERMISSIVE"})
+    decoded = from_avro(F.col(side), schema_text, {"mode": "PERMISSIVE"})
     fields = _struct_fields(raw, decoded, str(path))
-    missing = _required_missing(F.col(_DECODED), schema_text)
+    missing = _required_missing(F.col(_decoded(side)), schema_text)
     why = F.when(missing, F.lit("the payload does not decode with its Avro schema"))
     return Decoding(decoded, why, fields)
 
@@ -178,22 +227,23 @@ def _struct_fields(raw: DataFrame, decoded: Column, where: str) -> list[str]:
     return kind.fieldNames()
 
 
-def _error_of(fmt: RecordFormat, decoded: Column, first: Column) -> Column:
-    """Why a record's value did not decode; null when it did (a null value is a tombstone)."""
-    value = F.col("value")
-    if fmt.format != "json":  # avro: `first` says it
+def _error_of(fmt: RecordFormat, decoded: Column, first: Column, side: str) -> Column:
+    """Why a record's `side` did not decode; null when it did (a null value is a tombstone,
+    a null key no key)."""
+    value = F.col(side)
+    if fmt.format != "json":  # avro, protobuf: `first` says it
         return F.when(value.isNotNull(), first)
     bad = decoded.isNull() | decoded.getField(_CORRUPT).isNotNull()
-    why = F.lit("malformed JSON for the value's schema")
+    why = F.lit(f"malformed JSON for the {side}'s schema")
     return F.when(value.isNull(), F.lit(None).cast("string")).otherwise(F.when(bad, why))
 
 
-def _wire_avro(fmt: RecordFormat, raw: DataFrame) -> Decoding:
+def _wire_avro(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
     """Confluent wire format: each record decoded with its writer schema (module docstring)."""
     from pyspark.sql.avro.functions import from_avro
 
     assert fmt.registry is not None
-    value = F.col("value")
+    value = F.col(side)
     framed = value.isNotNull() & (F.length(value) >= HEADER_BYTES)
     magic = F.hex(F.substring(value, 1, 1))
     schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
@@ -208,9 +258,9 @@ def _wire_avro(fmt: RecordFormat, raw: DataFrame) -> Decoding:
     types = {i: raw.select(d.alias("v")).schema["v"].dataType for i, d in sorted(decoders.items())}
     # each writer schema's decoding in a column of the decoding projection, evaluated only for
     # its own records; the merged struct reads these columns
-    pre = {f"_drainer_writer_{i}": F.when(schema_id == i, d) for i, d in decoders.items()}
-    decoders = {i: F.col(f"_drainer_writer_{i}") for i in decoders}
-    merged = _merged(types)
+    pre = {f"_drainer_{side}_writer_{i}": F.when(schema_id == i, d) for i, d in decoders.items()}
+    decoders = {i: F.col(f"_drainer_{side}_writer_{i}") for i in decoders}
+    merged = merged_struct(types, "an Avro record")
     _check_required(types, {i: _required(text) for i, text in known.items()})
     struct: Column = F.lit(None).cast(merged)
     for i, decoded in decoders.items():
@@ -227,7 +277,7 @@ def _wire_avro(fmt: RecordFormat, raw: DataFrame) -> Decoding:
         readable = ~_required_missing(decoded, known[i])
         struct = F.when(schema_id == i, F.when(readable, aligned)).otherwise(struct)
     unknown = ~schema_id.isin(list(known)) if known else F.lit(True)
-    decoded = F.col(_DECODED)
+    decoded = F.col(_decoded(side))
     error = (
         F.when(~framed, F.concat(F.lit("truncated: "), F.length(value), F.lit(" bytes")))
         .when(magic != "00", F.concat(F.lit("wrong magic byte 0x"), magic, F.lit(", not 0x00")))
@@ -257,13 +307,13 @@ def _check_required(types: dict[int, DataType], required: dict[int, list[str]]) 
                 )
 
 
-def _merged(types: dict[int, DataType]) -> StructType:
+def merged_struct(types: dict[int, DataType], what: str) -> StructType:
     """The union of the writer schemas' fields, first appearance first; a field whose type
     differs between two of them is an incompatible change (ConfigError naming it)."""
     fields: dict[str, tuple[int, StructField]] = {}
     for schema_id, kind in types.items():
         if not isinstance(kind, StructType):
-            raise ConfigError(f"writer schema {schema_id} is not an Avro record")
+            raise ConfigError(f"writer schema {schema_id} is not {what}")
         for field in kind.fields:
             seen = fields.get(field.name)
             if seen is None:

@@ -37,7 +37,7 @@ from drainer.store import runs
 from drainer.store.leases import check_fence
 from drainer.store.runs import StoredRun
 from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
-from spark_jobs.decode import decode
+from spark_jobs.decode import STRUCTURED, decode
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
 from spark_jobs.session import cores, describe, get_spark, is_connect
@@ -270,9 +270,11 @@ def _write(
 
 
 def _decodes(drain: DrainConfig) -> bool:
-    """A drain with a declared value format, or without a processor: typed rows (the value
-    as bytes when no format is declared) plus the metadata columns."""
-    return drain.mode == "dataframe" and (drain.value is not None or drain.processor is None)
+    """A drain with a declared value format or a key decoded into a struct, or without a
+    processor: typed rows (the value as bytes when no format is declared) plus the metadata
+    columns."""
+    declared = drain.value is not None or (drain.key is not None and drain.key.format in STRUCTURED)
+    return drain.mode == "dataframe" and (declared or drain.processor is None)
 
 
 def _stage_bad_records(ctx: RunContext, df: DataFrame, attempt: int) -> None:

@@ -37,18 +37,21 @@ def register(sub: Subcommands) -> None:
     )
     p.add_argument(
         "--format",
-        choices=["json", "avro", "string"],
+        choices=["json", "avro", "protobuf", "string"],
         help="encode values so (synthetic ones follow --schema; stdin values are encoded); "
         "default: the drain's declared `value` format, else synthetic JSON",
     )
     p.add_argument(
         "--schema",
-        help="json: a Spark DDL string or JSON Schema file; avro: the writer schema (.avsc)",
+        help="json: a Spark DDL string or JSON Schema file; avro: the writer schema (.avsc); "
+        "protobuf: a FileDescriptorSet file (protoc --include_imports --descriptor_set_out)",
     )
+    p.add_argument("--message", help="protobuf: the message's full name, e.g. shop.Order")
     p.add_argument(
         "--registry",
         metavar="URL",
-        help="avro in the Confluent wire format: register --schema under <topic>-value here",
+        help="avro or protobuf in the Confluent wire format: register --schema under "
+        "<topic>-value here",
     )
 
 
@@ -94,14 +97,17 @@ def _format(args: argparse.Namespace, declared: RecordFormat | None) -> RecordFo
     from drainer.config.formats import RecordFormat
 
     if args.format is None:
-        if args.schema or args.registry:
-            raise ConfigError("--schema and --registry go with --format json|avro")
-        return declared if declared is not None and declared.format in ("json", "avro") else None
+        if args.schema or args.registry or args.message:
+            raise ConfigError("--schema, --message and --registry go with --format")
+        structured = ("json", "avro", "protobuf")
+        return declared if declared is not None and declared.format in structured else None
     body: dict[str, object] = {"format": args.format}
     if args.schema:
         body["schema"] = args.schema
     if args.registry:
         body["registry"] = {"url": args.registry}
+    if args.message:
+        body["message"] = args.message
     try:
         return RecordFormat.model_validate(body)
     except ValueError as err:

@@ -270,3 +270,5 @@ def print_run_table(result: Any, note: str | None = None) -> None:
         f"{result.drained:,} records in {result.duration_s:.1f} s; "
         f"{result.published_rows:,} sink rows published"
     )
+    if getattr(result, "columns_added", None):
+        console.print(f"columns added: {', '.join(result.columns_added)}", highlight=False)

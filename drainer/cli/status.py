@@ -140,6 +140,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
     sink = report["sink"]
     console.print(f"sink: {sink['type']} {sink['location']}", highlight=False)
+    for r in report["runs"]:
+        if r.get("columns_added"):
+            console.print(
+                f"run {r['id']}: columns added: {', '.join(r['columns_added'])}", highlight=False
+            )
     commits = [r for r in report["runs"] if r["table_commit"]]
     if commits:
         print_table(

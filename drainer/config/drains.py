@@ -158,7 +158,8 @@ class DrainConfig(BaseModel):
     )
     key: RecordFormat | None = Field(
         default=None,
-        description="the keys' format in the `_key` column: `string` or `bytes` (the default)",
+        description="the keys' format in the `_key` column: `string`, `bytes` (the default), "
+        "or `json`, `avro`, `protobuf` decoded like `value` into a struct (see `key.*`)",
     )
     bad_records: Literal["fail", "dead_letter"] = Field(
         default="fail",
@@ -284,8 +285,12 @@ class DrainConfig(BaseModel):
                 "`value` declares a format for dataframe mode; record mode's handler gets the "
                 "raw record: drop `value`, or use mode 'dataframe'"
             )
-        if self.key is not None and self.key.format not in ("string", "bytes"):
-            raise ValueError("`key.format` may be `string` or `bytes`")
+        raw_key = self.key is None or self.key.format in ("string", "bytes")
+        if self.mode == "record" and not raw_key:
+            raise ValueError(
+                "record mode's handler gets the raw key: `key.format` may be `string` or "
+                "`bytes` there, or use mode 'dataframe'"
+            )
         for fmt in (self.value, self.key):
             if fmt is not None:
                 check_schema_files(fmt, Path.cwd())
@@ -373,7 +378,8 @@ def _anchor_schema_files(body: dict[str, Any], base: Path) -> None:
         if not isinstance(fmt, dict):
             continue
         schema = fmt.get("schema")
-        if isinstance(schema, str) and schema.strip().endswith((".json", ".avsc")):
+        is_file = fmt.get("format") in ("avro", "protobuf") or str(schema).strip().endswith(".json")
+        if isinstance(schema, str) and is_file:
             path = Path(schema.strip()).expanduser()
             fmt["schema"] = str(path if path.is_absolute() else (base / path).resolve())
 

@@ -66,24 +66,31 @@ class RecordFormat(BaseModel):
         default=None,
         alias="schema",
         description="json: a Spark DDL string (`id string, amount double`) or a JSON Schema "
-        "file (`*.json`); avro: an `.avsc` file; relative paths are relative to the drains file",
+        "file (`*.json`); avro: an `.avsc` file; protobuf: a `FileDescriptorSet` file "
+        "(`protoc --include_imports --descriptor_set_out=FILE.desc`); relative paths are "
+        "relative to the drains file",
     )
     registry: RegistryConfig | None = Field(
         default=None,
-        description="avro: the values are in the Confluent wire format; each record's writer "
-        "schema comes from this registry (see `value.registry.*`)",
+        description="avro, protobuf: the values are in the Confluent wire format; each "
+        "record's writer schema comes from this registry (see `value.registry.*`)",
     )
     message: str | None = Field(
-        default=None, description="protobuf: the message's full name in the descriptor set"
+        default=None,
+        description="protobuf: the message's full name, package included (`shop.Order`); "
+        "with a registry, a record whose message indexes name another message is a bad record",
     )
 
     @model_validator(mode="after")
     def _complete(self) -> RecordFormat:
-        if self.format == "protobuf":
+        if self.format == "protobuf" and not (self.message and (self.schema_ or self.registry)):
             raise ValueError(
-                "format 'protobuf' is not supported yet: the spark-protobuf jar is not served "
-                "here; produce JSON or Avro, or decode in a processor with `format: bytes`"
+                "format 'protobuf' needs `message: pkg.Name` and `schema: FILE.desc` (a "
+                "FileDescriptorSet from `protoc --include_imports --descriptor_set_out`), or "
+                "`registry: {url: ...}` for the Confluent wire format"
             )
+        if self.message and self.format != "protobuf":
+            raise ValueError(f"`message` is for format 'protobuf', not '{self.format}'")
         if self.format == "json" and not self.schema_:
             raise ValueError(
                 "format 'json' needs `schema`: a Spark DDL string such as "
@@ -101,7 +108,8 @@ class RecordFormat(BaseModel):
         return self
 
     def schema_path(self, base: Path) -> Path | None:
-        """The schema as a file (json's JSON Schema, avro's .avsc), relative to `base`."""
+        """The schema as a file (json's JSON Schema, avro's .avsc, protobuf's descriptor set),
+        relative to `base`."""
         if self.schema_ is None or (
             self.format == "json" and not self.schema_.strip().endswith(".json")
         ):

@@ -93,6 +93,7 @@ def execute_plan(
     slot_s = time.monotonic() - started
     with engine.begin() as conn:
         launches.store_phases(conn, stored.id, phases)
+        added = runs.columns_added(conn, stored.id)
         throughput.store_slot(conn, stored.id, slot_s)
     return RunResult(
         run_id=stored.id,
@@ -106,6 +107,7 @@ def execute_plan(
         phases={k: round(v, 3) for k, v in phases.items()},
         warnings=warnings,
         table_commit=executed.table_commit.as_dict() if executed.table_commit else {},
+        columns_added=added,
     )
 
 

@@ -112,6 +112,8 @@ class RunResult:
     # a lakehouse sink's table commit of this run (format, location, version, files and bytes
     # added); empty for a Postgres sink
     table_commit: dict[str, Any] = field(default_factory=dict)
+    # the columns this run added to its sink table (audited with the run)
+    columns_added: list[str] = field(default_factory=list)
 
     @property
     def drained(self) -> int:
@@ -128,6 +130,7 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
     with engine.connect() as conn:
         summary = launches.run_summary(conn, run_id)
         phases = launches.load_phases(conn, run_id)
+        added = runs.columns_added(conn, run_id)
     return RunResult(
         run_id=run_id,
         drain=drain,
@@ -138,6 +141,7 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
         published_rows=0,
         phases=phases,
         shared=shared,
+        columns_added=added,
     )
 
 

@@ -108,6 +108,8 @@ def drain_status(
                 "fill_ratios": {int(k): v for k, v in (r.fills or {}).items()},
                 # a lakehouse sink: format, location, version or snapshot id, files/bytes added
                 "table_commit": r.table_commit,
+                # the sink table's columns the run added (new optional fields)
+                "columns_added": list(r.columns_added or []),
             }
             for r in recent_runs
         ],

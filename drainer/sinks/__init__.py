@@ -40,7 +40,7 @@ def spark_formats(drains: Iterable[DrainConfig]) -> tuple[str, ...]:
     then the record formats it needs jars to decode (`avro`)."""
     drains = list(drains)
     used = {d.sink.type for d in drains}
-    decoded = {d.value.format for d in drains if d.value is not None}
+    decoded = {f.format for d in drains for f in (d.value, d.key) if f is not None}
     return tuple(t for t, cls in SINKS.items() if t in used and cls.capabilities.jars) + tuple(
         f for f in DECODER_JARS if f in decoded
     )

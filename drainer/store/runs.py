@@ -364,12 +364,14 @@ def level_rows(conn: Connection, run_id: int) -> list[dict[str, Any]]:
 
 def recent_runs(conn: Connection, drain: str, limit: int) -> Sequence[Row[Any]]:
     """The drain's latest runs with their drained totals and fill ratios, newest first; with
-    their lakehouse table commit (`table_commit`, a dict or None)."""
+    their lakehouse table commit (`table_commit`, a dict or None) and the columns each added
+    to the sink table (`columns_added`)."""
     return conn.execute(
         text(
             "SELECT r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, r.duration_s, "
             "r.slot_s, coalesce(sum(rl.drained), 0) AS drained, "
             "coalesce(sum(rl.lost_to_retention), 0) AS lost_to_retention, r.error, "
+            "r.columns_added, "
             "jsonb_object_agg(rl.level, rl.fill_ratio) FILTER (WHERE rl.level IS NOT NULL) AS fills, "
             "(SELECT to_jsonb(tc) - 'run_id' || coalesce((SELECT jsonb_build_object("
             "'details', d.details) FROM run_commit_details d WHERE d.run_id = r.id), '{}') "
@@ -377,7 +379,7 @@ def recent_runs(conn: Connection, drain: str, limit: int) -> Sequence[Row[Any]]:
             "FROM (SELECT * FROM runs WHERE drain = :d ORDER BY id DESC LIMIT :n) r "
             "LEFT JOIN run_levels rl ON rl.run_id = r.id "
             "GROUP BY r.id, r.status, r.levels, r.trigger, r.attempts, r.planned_at, "
-            "r.duration_s, r.slot_s, r.error ORDER BY r.id DESC"
+            "r.duration_s, r.slot_s, r.error, r.columns_added ORDER BY r.id DESC"
         ),
         {"d": drain, "n": limit},
     ).all()
@@ -399,6 +401,25 @@ def latest_committed_dead_lettered(conn: Connection, drain: str) -> int:
 
 
 _COMMIT_FIELDS = ("format", "location", "version", "files_added", "bytes_added", "rows_added")
+
+
+def note_columns_added(conn: Connection, run_id: int, columns: Sequence[str]) -> None:
+    """Add to the columns the run added to its sink table (its audit: status, Dagster
+    metadata), in order, each once: noted when the table changes, so an attempt that added
+    them and then failed leaves them on record for the attempt that commits."""
+    conn.execute(
+        text(
+            "UPDATE runs SET columns_added = columns_added || ARRAY(SELECT c FROM "
+            "unnest(CAST(:c AS text[])) WITH ORDINALITY AS n(c, i) "
+            "WHERE c <> ALL(columns_added) ORDER BY i) WHERE id = :r"
+        ),
+        {"c": list(columns), "r": run_id},
+    )
+
+
+def columns_added(conn: Connection, run_id: int) -> list[str]:
+    found = conn.scalar(text("SELECT columns_added FROM runs WHERE id = :r"), {"r": run_id})
+    return list(found or [])
 
 
 def store_table_commit(conn: Connection, run_id: int, commit: dict[str, Any]) -> None:

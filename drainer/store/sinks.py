@@ -44,6 +44,7 @@ from sqlalchemy import Connection, Engine, text
 from drainer.errors import ConfigError
 from drainer.store import sink_partitions
 from drainer.store.dead_letters import clear_partition_failures
+from drainer.store.runs import note_columns_added
 from drainer.store.sink_names import (
     MAX_IDENTIFIER_BYTES,
     RUN_COLUMN,
@@ -111,7 +112,8 @@ def ensure_sink_tables(
             )
         )
         added = _evolve(conn, table, columns)
-        if added:
+        if added:  # on record with the change itself (same transaction)
+            note_columns_added(conn, run_id, added)
             log.warning(
                 "sink table %s: added columns %s (new fields of the output)",
                 table,

@@ -29,6 +29,8 @@ from pyspark.sql.types import (
 from drainer.errors import ConfigError, DrainerError, ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import Sink, TableCommit
+from drainer.store import runs
+from drainer.store.leases import check_fence
 
 RUN_PROPERTY = "drainer.run-id"
 DRAIN_PROPERTY = "drainer.drain"
@@ -58,7 +60,8 @@ class SparkSink(Sink[Any]):
 
     @abc.abstractmethod
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit | None:
-        """Write the run's output once; a table sink returns the commit it made."""
+        """Write the run's output once; a table sink returns the commit it made. Columns it
+        adds to an existing table go on record first (`note_columns_added`)."""
 
     def write_records(
         self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: StructType
@@ -82,6 +85,17 @@ class SparkSink(Sink[Any]):
 
     def crash_while_writing(self, ctx: RunContext) -> None:
         """Fault injection: end the process once the Spark job writes its results."""
+
+
+def note_columns_added(ctx: RunContext, columns: list[str]) -> None:
+    """The columns a write is about to add to the sink table, on the run's record (fenced)
+    before the table changes: a commit that lands and a process that dies before telling
+    Postgres must not lose the audit (a retried write adds the same ones)."""
+    if not columns:
+        return
+    with ctx.engine.begin() as conn:
+        check_fence(conn, ctx.lease, shared=True)
+        runs.note_columns_added(conn, ctx.run.id, columns)
 
 
 def marker(drain: str, run_id: int, nonce: str | None = None, attempt: int = 0) -> str:

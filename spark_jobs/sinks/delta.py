@@ -27,6 +27,7 @@ from spark_jobs.sinks.base import (
     fit_schema,
     marker,
     missing_table,
+    note_columns_added,
     run_of,
 )
 from spark_jobs.sinks.faults import crash_once_files_appear
@@ -62,7 +63,11 @@ class DeltaSparkSink(DeltaSink, SparkSink):
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit:
         where = self.location()
         drain, run_id, nonce, attempt = run_of(ctx)
-        out = fit_schema(out, self._schema(spark), where)
+        existing = self._schema(spark)
+        out = fit_schema(out, existing, where)
+        if existing is not None:  # mergeSchema adds them with the append
+            have = existing.fieldNames()
+            note_columns_added(ctx, [n for n in out.schema.fieldNames() if n not in have])
         for attempt in range(1, DELTA_RETRIES + 1):
             try:
                 (

@@ -34,6 +34,7 @@ from spark_jobs.sinks.base import (
     check_extension,
     fit_schema,
     missing_table,
+    note_columns_added,
     run_of,
 )
 from spark_jobs.sinks.faults import crash_once_files_appear
@@ -114,6 +115,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             existing = spark.table(table).schema
         out = fit_schema(out, existing, table)
         added = [f for f in out.schema.fields if f.name not in existing.fieldNames()]
+        note_columns_added(ctx, [f.name for f in added])
         if added:  # schema evolution: Iceberg adds columns by metadata, no data is rewritten
             columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
             spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({columns})")

@@ -116,7 +116,7 @@ class PostgresSparkSink(PostgresSink, SparkSink):
 
     def _ensure_tables(self, ctx: RunContext, columns: list[tuple[str, str]]) -> None:
         """The target and this run's stage table, before any task writes."""
-        ensure_sink_tables(
+        ensure_sink_tables(  # notes the columns it adds on the run, with the change
             ctx.engine,
             self.table,
             columns,

@@ -8,14 +8,12 @@ test registers the writer schemas in the same client object the run's driver ask
 
 from __future__ import annotations
 
-import io
 import json
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import fastavro
 import pytest
 from offsets import high_watermarks, stored_offsets
 from sqlalchemy import text
@@ -30,23 +28,12 @@ from drainer.observe.status import drain_status
 from drainer.records.registry import frame, register
 from drainer.settings import load_settings
 from drainer.store import get_engine
+from drainer.testing import ORDER_AVRO, ORDER_AVRO_NOTE, avro_bytes, order, typed_drain, typed_sink
 from spark_jobs import drain_job
 
 ORDER_DDL = "id string, amount double, qty int"
-ORDER_V1 = {
-    "type": "record",
-    "name": "Order",
-    "fields": [
-        {"name": "id", "type": "string"},
-        {"name": "amount", "type": "double"},
-        {"name": "qty", "type": "int"},
-    ],
-}
-# v2: a new optional field (null by default), what a compatible evolution adds
-ORDER_V2 = {
-    **ORDER_V1,
-    "fields": [*ORDER_V1["fields"], {"name": "note", "type": ["null", "string"], "default": None}],
-}
+ORDER_V1 = ORDER_AVRO
+ORDER_V2 = ORDER_AVRO_NOTE  # a new optional field (null by default)
 # v3: `amount` changes type, an incompatible change
 ORDER_V3 = {
     **ORDER_V1,
@@ -57,16 +44,6 @@ ORDER_V3 = {
     ],
 }
 PER_LEVEL = 20  # records per (level, partition)
-
-
-def order(level: int, partition: int, i: int) -> dict[str, Any]:
-    return {"id": f"{level}-{partition}-{i}", "amount": i * 1.5, "qty": i}
-
-
-def avro_bytes(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
-    return out.getvalue()
 
 
 def produce_orders(drain: DrainConfig, encode) -> int:
@@ -137,13 +114,7 @@ def dead_letters_of(drain: DrainConfig) -> list[dict[str, Any]]:
         return [dict(row) for row in found]
 
 
-def sink_for(kind: str) -> dict[str, Any]:
-    suffix = uuid.uuid4().hex[:8]
-    if kind == "postgres":
-        return {"type": "postgres", "table": f"orders_{suffix}"}
-    if kind == "delta":
-        return {"type": "delta", "path": f"orders_{suffix}"}
-    return {"type": "iceberg", "table": f"drains.orders_{suffix}"}
+sink_for = typed_sink
 
 
 def assert_typed(rows: list[dict[str, Any]]) -> None:
@@ -160,9 +131,9 @@ def assert_typed(rows: list[dict[str, Any]]) -> None:
 @pytest.mark.parametrize("kind", ["postgres", "delta", "iceberg"])
 def test_json_values_become_typed_rows_in_each_sink_each_offset_once(lakehouse, make_drain, kind):
     drain = make_drain(
-        value={"format": "json", "schema": ORDER_DDL},
-        key={"format": "string"},
-        sink=sink_for(kind),
+        **typed_drain(
+            {"format": "json", "schema": ORDER_DDL}, sink_for(kind), key={"format": "string"}
+        )
     )
     produced = produce_orders(drain, lambda o: json.dumps(o).encode())
     drain_until_empty(drain)
@@ -179,9 +150,9 @@ def test_avro_values_from_an_avsc_become_typed_rows_in_each_sink(
     avsc = tmp_path / f"order_{uuid.uuid4().hex[:6]}.avsc"
     avsc.write_text(json.dumps(ORDER_V1))
     drain = make_drain(
-        value={"format": "avro", "schema": str(avsc)},
-        key={"format": "string"},
-        sink=sink_for(kind),
+        **typed_drain(
+            {"format": "avro", "schema": str(avsc)}, sink_for(kind), key={"format": "string"}
+        )
     )
     produced = produce_orders(drain, lambda o: avro_bytes(ORDER_V1, o))
     drain_until_empty(drain)
@@ -194,10 +165,12 @@ def test_avro_values_from_an_avsc_become_typed_rows_in_each_sink(
 def registry_drain(make_drain, kind: str, **overrides: Any) -> tuple[DrainConfig, RegistryConfig]:
     registry = {"url": f"mock://drainer-{uuid.uuid4().hex[:8]}"}
     drain = make_drain(
-        value={"format": "avro", "registry": registry},
-        key={"format": "string"},
-        sink=sink_for(kind),
-        **overrides,
+        **typed_drain(
+            {"format": "avro", "registry": registry},
+            sink_for(kind),
+            key={"format": "string"},
+            **overrides,
+        )
     )
     assert drain.value is not None and drain.value.registry is not None
     return drain, drain.value.registry
@@ -396,7 +369,7 @@ def test_malformed_json_goes_to_the_dead_letters_and_the_rest_is_written(lakehou
 def test_a_drain_with_neither_value_nor_processor_writes_raw_records_with_metadata(
     lakehouse, make_drain
 ):
-    drain = make_drain(processor=None, sink=sink_for("postgres"))
+    drain = make_drain(**typed_drain(None, sink_for("postgres")))
     produced = produce_orders(drain, lambda o: json.dumps(o).encode())
     drain_until_empty(drain)
     rows = rows_of(drain)

@@ -58,10 +58,24 @@ def test_a_schema_file_is_found_relative_to_the_drains_file(tmp_path):
         ({"value": {"format": "json"}}, "format 'json' needs `schema`"),
         ({"value": {"format": "avro"}}, "format 'avro' needs `schema: file.avsc`"),
         ({"value": {"format": "avro", "schema": "missing.avsc"}}, "missing.avsc not found"),
-        ({"value": {"format": "protobuf", "message": "a.B"}}, "spark-protobuf jar"),
+        ({"value": {"format": "protobuf", "message": "a.B"}}, "needs `message: pkg.Name` and"),
+        ({"value": {"format": "protobuf", "schema": "o.desc"}}, "needs `message: pkg.Name` and"),
+        (
+            {"value": {"format": "protobuf", "schema": "missing.desc", "message": "a.B"}},
+            "missing.desc not found",
+        ),
+        ({"value": {"format": "avro", "schema": "x.avsc", "message": "a.B"}}, "`message` is for"),
         ({"value": {"format": "xml"}}, "orders.value.format"),
         ({"value": {"format": "string", "schema": "x string"}}, "takes no `schema`"),
-        ({"key": {"format": "json", "schema": "x string"}}, "`key.format` may be"),
+        (
+            {
+                "mode": "record",
+                "handler": "m:f",
+                "output_schema": "a string",
+                "key": {"format": "json", "schema": "x string"},
+            },
+            "handler gets the raw key",
+        ),
         ({"bad_records": "skip"}, "orders.bad_records"),
         (
             {
