@@ -79,7 +79,12 @@ def test_mirror_never_moves_a_group_backwards_without_a_rewind(make_drain, spark
     produce_records(drain, synthetic_records(50), level=0)
     drain_job.run(drain, levels=[0], trigger="test")
     topic = drain.level_topic(0)
-    # something else committed the group ahead of the drain
+    # something else committed the group ahead of the drain, and the level is due a refresh
+    with get_engine().begin() as conn:
+        conn.execute(
+            text("UPDATE partition_offsets SET mirrored_at = NULL WHERE drain = :d"),
+            {"d": drain.name},
+        )
     with KafkaSession(drain) as kafka:
         assert kafka.commit_group_offsets({drain.level_group(0): [GroupCommit(topic, 0, 80)]}) == {}
         report = mirror_offsets(get_engine(), drain, kafka, levels=[0])
