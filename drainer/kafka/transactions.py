@@ -317,6 +317,11 @@ class RunTransaction:
             (RUN_HEADER, f"{self.run_id}:{self.nonce}".encode()),
             (ATTEMPT_HEADER, str(attempt).encode()),
         ]
+        # the marker partition's end before the transaction: at or just below the marker's
+        # offset (other drains share the partition), looked up while Spark computes
+        before = self._end_offset(
+            TopicPartition(MARKER_TOPIC, marker_partition(self.drain)), "read_uncommitted", 30
+        )
         producer.begin_transaction()
         try:
             for batch in batches:
@@ -341,9 +346,6 @@ class RunTransaction:
             if errors:
                 raise self._produce_failed(*errors[0])
             marker = RunMarker(self.drain, self.run_id, self.nonce, attempt, produced, size)
-            before = self._end_offset(
-                TopicPartition(MARKER_TOPIC, marker_partition(self.drain)), "read_uncommitted", 30
-            )
             producer.produce(
                 MARKER_TOPIC,
                 marker.value(),

@@ -52,9 +52,14 @@ class KafkaSparkSink(KafkaSink, SparkSink):
     _crash_in_spark = False
 
     def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
-        """Fence older attempts of the drain, then find the run's marker `read_committed`."""
+        """Fence older attempts of the drain, then find the run's marker `read_committed`.
+
+        A run's first attempt has no marker to find (no attempt before it produced, and the
+        nonce is new to this plan): it fences when it produces."""
         txn = self._txn(ctx)
         txn.ensure_marker_topic()
+        if ctx.attempt <= 1:
+            return None
         txn.open()  # an older attempt's open transaction is aborted here, for good
         marker = txn.find_marker()
         return None if marker is None else self._commit(marker)
@@ -310,8 +315,15 @@ def _arrow_stream(rows: DataFrame) -> Iterator[Any] | None:
         return None
     connect: Any = rows  # a pyspark.sql.connect DataFrame: its client and plan
     client, plan = connect._session.client, connect._plan
-    stream = client.to_table_as_iterator(plan.to_proto(client), plan.observations)
-    return (t for t in stream if isinstance(t, pa.Table))
+    tags = client.get_tags()  # the run's attempt tag (spark.interruptTag finds the stream by it)
+
+    def stream() -> Iterator[Any]:
+        for tag in tags:  # a client's tags are per thread: this one may read the stream
+            client.add_tag(tag)
+        tables = client.to_table_as_iterator(plan.to_proto(client), plan.observations)
+        yield from (t for t in tables if isinstance(t, pa.Table))
+
+    return stream()
 
 
 def _header(h: Any) -> tuple[str, bytes | None]:
