@@ -17,7 +17,7 @@ import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
@@ -33,6 +33,9 @@ from drainer import faults
 from drainer.config.kafka_clients import redact
 from drainer.errors import ConfigError, DrainerError, FencedOut, KafkaUnavailable
 from drainer.kafka.clients import make_client
+from drainer.kafka.out_batches import SOURCE_HEADER, OutBatch, missing_topic, send_batch
+
+__all__ = ["SOURCE_HEADER", "OutBatch", "RunMarker", "RunTransaction", "missing_topic"]
 
 MARKER_TOPIC = "drainer-sink-markers"
 TRANSACTION_TIMEOUT_S = 60  # the coordinator aborts a transaction open longer than this
@@ -40,7 +43,6 @@ MARKER_PARTITIONS = 8  # drains spread over them: one drain's open transaction d
 RUN_HEADER = "drainer.run"
 DRAIN_HEADER = "drainer.drain"
 ATTEMPT_HEADER = "drainer.attempt"
-SOURCE_HEADER = "drainer.source"
 # librdkafka's and the broker's error codes that mean "a newer producer took over"
 _FENCED = {
     KafkaError._FENCED,
@@ -65,18 +67,6 @@ def transactional_id(drain: str) -> str:
 def source_of(topic: str, partition: int, offset: int) -> str:
     """The `drainer.source` header: where the output row came from (topic names hold no '/')."""
     return f"{topic}/{partition}/{offset}"
-
-
-@dataclass(frozen=True)
-class OutRow:
-    """One output record, as Spark's Kafka sink schema describes it."""
-
-    value: bytes | None
-    key: bytes | None = None
-    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
-    partition: int | None = None
-    topic: str | None = None
-    source: str | None = None  # `topic/partition/offset` of the record it came from
 
 
 @dataclass(frozen=True)
@@ -136,6 +126,9 @@ class RunTransaction:
         self.drain, self.run_id, self.nonce = drain, run_id, nonce
         self.tid = transactional_id(drain)
         self._producer: Any = None
+        # delivery failures (one callback for the producer: a Python callable per record would
+        # cost more than producing it); each names its record's source from its headers
+        self._errors: list[tuple[KafkaError, str | None, str]] = []
 
     # fencing
 
@@ -156,6 +149,7 @@ class RunTransaction:
                 "queue.buffering.max.messages": 1_000_000,
                 "compression.type": "lz4",
                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_S * 1000,
+                "on_delivery": self._delivered,
             },
         )
         try:
@@ -163,6 +157,12 @@ class RunTransaction:
         except KafkaException as err:
             raise self._init_failed(err) from None
         self._producer = producer
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            headers = dict(msg.headers() or ())
+            source = headers.get(SOURCE_HEADER)
+            self._errors.append((err, source.decode() if source else None, msg.topic()))
 
     def _init_failed(self, err: KafkaException) -> DrainerError:
         code = err.args[0].code()
@@ -291,89 +291,66 @@ class RunTransaction:
 
     def produce(
         self,
-        rows: Iterable[OutRow],
+        batches: Iterable[OutBatch],
         default_topic: str,
         attempt: int,
         still_ours: Callable[[], None],
     ) -> RunMarker:
-        """Produce every row and the run's marker in one transaction, and commit it.
+        """Produce every batch's records and the run's marker in one transaction; commit it.
 
         `still_ours()` raises if the run's Postgres lease was lost; it is asked once the
         producer is fenced-in, so an attempt that was paused before `open()` cannot produce a
         run another attempt already committed. Any failure aborts the transaction: nothing of it
-        becomes visible to `read_committed` consumers.
+        becomes visible to `read_committed` consumers. The batches may still be computed while
+        they are produced: the broker's transaction starts with the first record sent.
         """
         self.open()
         still_ours()
         producer = self._producer
         known = self.existing_topics()
         produced: Counter[str] = Counter()
-        errors: list[tuple[KafkaError, str | None, str]] = []
-        size = 0
+        errors = self._errors
+        errors.clear()
+        size = n = 0
         run_headers = [
             (DRAIN_HEADER, self.drain.encode()),
             (RUN_HEADER, f"{self.run_id}:{self.nonce}".encode()),
             (ATTEMPT_HEADER, str(attempt).encode()),
         ]
-
-        def delivered(source: str | None, topic: str) -> Callable[[Any, Any], None]:
-            def on_delivery(err: Any, _msg: Any) -> None:
-                if err is not None:
-                    errors.append((err, source, topic))
-
-            return on_delivery
-
+        # the marker partition's end before the transaction: at or just below the marker's
+        # offset (other drains share the partition), looked up while Spark computes
+        before = self._end_offset(
+            TopicPartition(MARKER_TOPIC, marker_partition(self.drain)), "read_uncommitted", 30
+        )
         producer.begin_transaction()
         try:
-            for n, row in enumerate(rows, 1):
-                topic = row.topic or default_topic
-                if topic not in known:
-                    raise missing_topic(topic, row.source)
-                if row.value is None:
-                    raise ConfigError(
-                        f"an output row{_from(row.source)} has no `value`: Kafka sink rows need a "
-                        "value (string or binary); set it in the processor or handler. Nothing "
-                        "was committed"
-                    )
-                headers = [*row.headers, *run_headers]
-                if row.source is not None:
-                    headers.append((SOURCE_HEADER, row.source.encode()))
-                kwargs = {} if row.partition is None else {"partition": row.partition}
-                while True:
-                    try:
-                        producer.produce(
-                            topic,
-                            row.value,
-                            row.key,
-                            headers=headers,
-                            on_delivery=delivered(row.source, topic),
-                            **kwargs,
-                        )
-                        break
-                    except BufferError:  # the local queue is full: deliver, then retry
-                        producer.poll(0.1)
-                    except KafkaException as err:
-                        raise self._produce_failed(err.args[0], row.source, topic) from None
-                produced[topic] += 1
-                size += len(row.value) + len(row.key or b"")
+            for batch in batches:
+                size += send_batch(
+                    producer.produce,
+                    producer.poll,
+                    batch,
+                    default_topic,
+                    known,
+                    run_headers,
+                    produced,
+                    self._produce_failed,
+                )
+                producer.poll(0)  # delivery reports of failed records
                 if errors:
                     raise self._produce_failed(*errors[0])
-                if n == 100 and faults.armed("mid_produce"):
+                n += len(batch)
+                if n >= 100 and faults.armed("mid_produce"):
                     producer.flush(30)  # records on the broker, inside the open transaction
                     faults.crash_point("mid_produce")
             producer.flush(120)  # every row delivered (or its error known) before the marker
             if errors:
                 raise self._produce_failed(*errors[0])
             marker = RunMarker(self.drain, self.run_id, self.nonce, attempt, produced, size)
-            before = self._end_offset(
-                TopicPartition(MARKER_TOPIC, marker_partition(self.drain)), "read_uncommitted", 30
-            )
             producer.produce(
                 MARKER_TOPIC,
                 marker.value(),
                 self.drain.encode(),
                 partition=marker_partition(self.drain),
-                on_delivery=delivered(None, MARKER_TOPIC),
             )
             producer.flush(120)
             if errors:
@@ -430,20 +407,8 @@ class RunTransaction:
             self._producer = None
 
 
-def missing_topic(topic: str, source: str | None = None) -> ConfigError:
-    return ConfigError(
-        f"the Kafka sink's output topic {topic} does not exist{_for(source)}: create it, e.g. "
-        f"`kafka-topics.sh --bootstrap-server HOST:PORT --create --topic {topic} "
-        "--partitions N`. Nothing was committed"
-    )
-
-
 def _from(source: str | None) -> str:
     return f" (from source record {source})" if source else ""
-
-
-def _for(source: str | None) -> str:
-    return f" (output of source record {source})" if source else ""
 
 
 def _plain(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,22 +1,30 @@
 """The Kafka sink, Spark side: Spark computes the run's output, the driver produces it in one
 Kafka transaction with the run's marker, before the Postgres commit.
 
-Roles: the Spark job computes and caches the output rows (the run's stage: on the Connect
-server, not in the driver); only then does the driver open its transaction and stream the rows
-from the stage, one Spark partition at a time (`toLocalIterator`), so the transaction lasts
-the produce-and-commit step only and driver memory stays bounded by a partition. A resumed run
-first fences every older attempt (`init_transactions`) and then looks for its marker
-`read_committed`: found, the run is committed in Kafka and is not produced again.
+Roles: the Spark job computes the output rows and streams them to the driver as Arrow tables
+(on Connect: the server's own result stream); a reader thread converts each table to columns
+and hands it on through a bounded queue, while the driver's one transactional producer sends
+the tables already there. So computing, streaming and producing overlap, each row is computed
+once, and driver memory stays bounded by a few tables. The broker's transaction starts with the
+first record sent, so it spans the job's streaming tail, not its whole run. An attempt after a
+failed one computes and caches every row first (the run's stage) and produces from that: a job
+too slow to stream within one transaction timeout still completes on its retry.
+
+A resumed run first fences every older attempt (`init_transactions`) and then looks for its
+marker `read_committed`: found, the run is committed in Kafka and is not produced again.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
@@ -26,7 +34,7 @@ from drainer.config import DrainConfig
 from drainer.config.kafka_clients import own_cluster_settings
 from drainer.errors import ConfigError
 from drainer.kafka.clients import client_config
-from drainer.kafka.transactions import OutRow, RunMarker, RunTransaction
+from drainer.kafka.transactions import OutBatch, RunMarker, RunTransaction
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import TableCommit
 from drainer.sinks.kafka import KafkaSink
@@ -44,9 +52,14 @@ class KafkaSparkSink(KafkaSink, SparkSink):
     _crash_in_spark = False
 
     def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
-        """Fence older attempts of the drain, then find the run's marker `read_committed`."""
+        """Fence older attempts of the drain, then find the run's marker `read_committed`.
+
+        A run's first attempt has no marker to find (no attempt before it produced, and the
+        nonce is new to this plan): it fences when it produces."""
         txn = self._txn(ctx)
         txn.ensure_marker_topic()
+        if ctx.attempt <= 1:
+            return None
         txn.open()  # an older attempt's open transaction is aborted here, for good
         marker = txn.find_marker()
         return None if marker is None else self._commit(marker)
@@ -67,21 +80,25 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         self._crash_in_spark = True
 
     def _produce(self, ctx: RunContext, rows: DataFrame) -> TableCommit:
-        # the run's stage: Spark computes (and record mode handles) every row before the
-        # transaction opens; a lost cached block is recomputed from the same ranges
-        staged = rows.persist()
+        # a retry stages first (cached on the Spark side; a lost block is recomputed from the
+        # same ranges), so its transaction lasts the produce-and-commit step only
+        staged = rows.persist() if ctx.attempt > 1 else None
         try:
             if self._crash_in_spark:
                 _crash_soon()
-            staged.count()
+            if staged is not None:
+                staged.count()
 
             def still_ours() -> None:
                 with ctx.engine.connect() as conn:
                     check_fence(conn, ctx.lease, shared=True)
 
-            marker = self._txn(ctx).produce(_out_rows(staged), self.topic, ctx.attempt, still_ours)
+            # the stream starts now: Spark computes while the producer is fenced in
+            with read_ahead(_out_batches(rows if staged is None else staged)) as batches:
+                marker = self._txn(ctx).produce(batches, self.topic, ctx.attempt, still_ours)
         finally:
-            staged.unpersist()
+            if staged is not None:
+                staged.unpersist()
         return self._commit(marker)
 
     def producer_config(self, drain: DrainConfig) -> dict[str, Any]:
@@ -166,50 +183,147 @@ def kafka_rows(out: DataFrame) -> DataFrame:
         (F.col("topic").cast("string") if routes and "topic" in fields else F.lit(None)).alias(
             "topic"
         ),
-        source.alias("source"),
+        source.cast("binary").alias("source"),
     )
 
 
-def _out_rows(staged: DataFrame) -> Iterator[OutRow]:
-    """The stage's rows, streamed one Spark partition at a time.
+READ_AHEAD = 4  # Arrow tables between the stream and the producer (Connect's are <= 4 MB)
+CHUNK_ROWS = 10_000  # rows per batch off a classic session's iterator
 
-    On Spark Connect the rows arrive as the Arrow tables the server streams (converted column by
-    column: several times faster than building a Row per record); elsewhere as Rows.
+
+@contextmanager
+def read_ahead(
+    batches: Iterator[OutBatch], depth: int = READ_AHEAD
+) -> Iterator[Iterator[OutBatch]]:
+    """`batches` read by a thread of their own, up to `depth` ahead of the consumer: the Spark
+    stream and its conversion overlap the producer. An error of the stream reaches the consumer
+    in order; a consumer that stops early stops the reader."""
+    ahead: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for batch in batches:
+                if not put(("batch", batch)):
+                    return
+        except BaseException as err:  # handed to the consumer, raised there
+            put(("error", err))
+            return
+        put(("end", None))
+
+    reader = threading.Thread(target=read, daemon=True, name="drainer-kafka-stream")
+    reader.start()
+
+    def consume() -> Iterator[OutBatch]:
+        while True:
+            kind, item = ahead.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+
+    try:
+        yield consume()
+    finally:
+        stop.set()
+
+
+def _out_batches(rows: DataFrame) -> Iterator[OutBatch]:
+    """The output rows as column batches, streamed one Arrow table (or chunk) at a time.
+
+    On Spark Connect the rows arrive as the Arrow tables the server streams, converted column
+    by column; elsewhere as Rows from `toLocalIterator`, in chunks.
     """
-    tables = _arrow_stream(staged)
+    tables = _arrow_stream(rows)
     if tables is None:
-        for row in staged.toLocalIterator():
-            yield _out_row(row.value, row.key, row.headers, row.partition, row.topic, row.source)
+        chunk: list[Any] = []
+        for row in rows.toLocalIterator():
+            chunk.append(row)
+            if len(chunk) >= CHUNK_ROWS:
+                yield _rows_batch(chunk)
+                chunk = []
+        if chunk:
+            yield _rows_batch(chunk)
         return
     for table in tables:
-        columns = [table.column(name).to_pylist() for name in _COLUMNS]
-        for value, key, headers, partition, topic, src in zip(*columns, strict=True):
-            yield _out_row(value, key, headers, partition, topic, src)
+        if table.num_rows:
+            yield _arrow_batch(table)
 
 
-_COLUMNS = ("value", "key", "headers", "partition", "topic", "source")
+def _arrow_batch(table: pa.Table) -> OutBatch:
+    def column(name: str) -> list[Any] | None:
+        col = table.column(name)
+        return None if col.null_count == len(col) else col.to_pylist()
 
-
-def _out_row(value: Any, key: Any, headers: Any, partition: Any, topic: Any, src: Any) -> OutRow:
-    return OutRow(
-        value=None if value is None else bytes(value),
-        key=None if key is None else bytes(key),
-        headers=[_header(h) for h in headers or ()],
-        partition=partition,
-        topic=topic,
-        source=src,
+    values, keys = table.column("value"), table.column("key")
+    size = sum(pc.sum(pc.binary_length(c)).as_py() or 0 for c in (values, keys))
+    headers = table.column("headers")
+    has_headers = headers.null_count < len(headers) and bool(
+        pc.sum(pc.list_value_length(headers)).as_py()
+    )
+    return OutBatch(
+        values=values.to_pylist(),
+        keys=column("key"),
+        headers=[_headers(h) for h in headers.to_pylist()] if has_headers else None,
+        partitions=column("partition"),
+        topics=column("topic"),
+        sources=column("source"),
+        size=size,
     )
 
 
-def _arrow_stream(staged: DataFrame) -> Iterator[Any] | None:
+def _rows_batch(rows: Iterable[Any]) -> OutBatch:
+    columns = list(
+        zip(
+            *((r.value, r.key, r.headers, r.partition, r.topic, r.source) for r in rows),
+            strict=True,
+        )
+    )
+    values, keys, headers, partitions, topics, sources = columns
+
+    def own(col: tuple[Any, ...]) -> list[Any] | None:
+        return None if all(v is None for v in col) else list(col)
+
+    return OutBatch(
+        values=[None if v is None else bytes(v) for v in values],
+        keys=[None if k is None else bytes(k) for k in keys],
+        headers=[_headers(h) for h in headers],
+        partitions=own(partitions),
+        topics=own(topics),
+        sources=[None if s is None else bytes(s) for s in sources],
+    )
+
+
+def _headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
+    return [_header(h) for h in headers] if headers else None
+
+
+def _arrow_stream(rows: DataFrame) -> Iterator[Any] | None:
     """The Connect client's own stream of Arrow tables (what its toLocalIterator reads), or None
     on a classic session."""
-    if not is_connect(staged.sparkSession):
+    if not is_connect(rows.sparkSession):
         return None
-    connect: Any = staged  # a pyspark.sql.connect DataFrame: its client and plan
+    connect: Any = rows  # a pyspark.sql.connect DataFrame: its client and plan
     client, plan = connect._session.client, connect._plan
-    stream = client.to_table_as_iterator(plan.to_proto(client), plan.observations)
-    return (t for t in stream if isinstance(t, pa.Table))
+    tags = client.get_tags()  # the run's attempt tag (spark.interruptTag finds the stream by it)
+
+    def stream() -> Iterator[Any]:
+        for tag in tags:  # a client's tags are per thread: this one may read the stream
+            client.add_tag(tag)
+        tables = client.to_table_as_iterator(plan.to_proto(client), plan.observations)
+        yield from (t for t in tables if isinstance(t, pa.Table))
+
+    return stream()
 
 
 def _header(h: Any) -> tuple[str, bytes | None]:

@@ -18,6 +18,14 @@ is put down to the phase it landed in, read from the state it left (plan, spark,
 postgres commit, mirror); a phase the random kills missed is then hit by a crash injected
 there (`DRAINER_FAULT`, the process ending as a kill ends it), so every phase is hit for every
 sink, and the sink still holds every offset exactly once.
+
+Issue 27 adds a Kafka topic sink: its write is the run's open Kafka transaction, streamed from
+the Connect server. Every other random kill waits for records to arrive in the output topic
+(`read_uncommitted`) and lands then, the Connect server is killed twice while the run produces
+(a kill the run survives, its stream already ended and committed, does not count), and the
+broker round kills the broker mid-produce. A `read_committed` consumer of the output must see
+every source offset exactly once (distinct `drainer.source` headers), and a `read_uncommitted`
+one must also see aborted records: the kills landed inside transactions.
 """
 
 from __future__ import annotations
@@ -29,10 +37,13 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kafka_output import output_topic, read_output
 from lifecycle_helpers import CLI, sink_records
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from sqlalchemy import text
@@ -67,7 +78,12 @@ SINKS: dict[str, dict[str, Any]] = {
     },
     "delta": {"mode": "dataframe", "processor": "spark_jobs.examples:one_row_per_record"},
     "iceberg": {"mode": "dataframe", "processor": "spark_jobs.examples:one_row_per_record"},
+    # every output record names its source record in its `drainer.source` header
+    "kafka": {"mode": "dataframe", "processor": "spark_jobs.examples:kafka_passthrough"},
 }
+# the Kafka sink's write is its open transaction; a server killed while the run streams its
+# rows aborts it, so it is killed twice (the suite's others once)
+MIN_SERVER_KILLS = {"kafka": 2}
 MAINTAIN_EVERY = 3  # rounds between `drainer maintain --retention-hours 0 --force`
 # where a kill can land, and the crash point that lands one there when random kills did not
 PHASES = {
@@ -112,8 +128,11 @@ def _staged(drain: DrainConfig) -> int:
 
 def _wait_for_writes(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float) -> bool:
     """Wait until the run's output is being written: rows staged since the last look (Postgres:
-    a stage a killed attempt left does not grow), or new data files in the table (lakehouse).
+    a stage a killed attempt left does not grow), new data files in the table (lakehouse), or
+    records arriving in the output topic inside the run's open transaction (Kafka).
     False if the run ended first or nothing was written within `wait_s`."""
+    if drain.sink.type == "kafka":
+        return _wait_for_produce(drain, proc, wait_s)
     table = drain.sink.type != "postgres"
     files = _parquet_files(drain) if table else set()
     rows = 0 if table else _staged(drain)
@@ -129,6 +148,38 @@ def _wait_for_writes(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: 
             rows = now  # lower once the attempt cleared what a killed one staged
         time.sleep(0.02)
     return False
+
+
+def _wait_for_produce(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float) -> bool:
+    """Wait until records arrive in the output topic: the run's transaction is open. One
+    consumer, polled every few ms (the produce step is short); read_uncommitted, whose end
+    offset moves as records arrive (read_committed's moves only at the commit)."""
+    topic = drain.sink.topic
+    consumer = Consumer(
+        {
+            "bootstrap.servers": load_settings().bootstrap_servers,
+            "group.id": "chaos-watch",
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        parts = [
+            TopicPartition(topic, p)
+            for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ]
+
+        def end() -> int:
+            return sum(consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in parts)
+
+        before = end()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and proc.poll() is None:
+            if end() > before:
+                return proc.poll() is None
+            time.sleep(0.005)
+        return False
+    finally:
+        consumer.close()
 
 
 def _writing_or_killed(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float) -> bool:
@@ -269,20 +320,43 @@ def _later(pending: dict[int, str], round_: int, special: str) -> None:
 
 
 def _sink_offsets(drain: DrainConfig) -> Counter:
+    if drain.sink.type == "kafka":  # distinct source coordinates, as read_committed sees them
+        return _output_sources(drain, "read_committed")
     return sink_records(drain) if drain.sink.type == "postgres" else table_offsets(drain)
+
+
+def _output_sources(drain: DrainConfig, isolation: str) -> Counter:
+    """(topic, partition, offset) of each output record's source, as `isolation` reads them."""
+    seen: Counter = Counter()
+    for record in read_output(drain.sink.topic, isolation):
+        assert record.source is not None, "an output record names no source record"
+        topic, partition, offset = record.source.split("/")
+        seen[(topic, int(partition), int(offset))] += 1
+    return seen
+
+
+@pytest.fixture
+def sink_block(sink: str, lakehouse) -> Iterator[dict[str, Any]]:
+    """The drain's `sink:` setting for the variant; the Kafka sink's output topic made fresh."""
+    if sink == "kafka":
+        with output_topic(PARTITIONS) as out:
+            yield {"sink": {"type": "kafka", "topic": out}}
+    else:
+        yield {} if sink == "postgres" else {"sink": sink_of(sink)}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # many crash-and-resume rounds, server restarts
 @pytest.mark.parametrize("sink", list(SINKS))
 def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
-    make_drain, spark, lakehouse, sink
+    make_drain, spark, lakehouse, sink, sink_block
 ):
     seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
     print(f"chaos seed: {seed} (replay with CHAOS_SEED={seed})")
     rng = random.Random(seed)
-    table = {} if sink == "postgres" else {"sink": sink_of(sink)}
-    drain = make_drain(levels=LEVELS, partitions=PARTITIONS, budget=BUDGET, **table, **SINKS[sink])
+    drain = make_drain(
+        levels=LEVELS, partitions=PARTITIONS, budget=BUDGET, **sink_block, **SINKS[sink]
+    )
     per_partition = RECORDS // (LEVELS * PARTITIONS)
     for level in range(LEVELS):
         for partition in range(PARTITIONS):
@@ -293,7 +367,8 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
     settings = load_settings()
     # special rounds, never the first: the Connect server mid-write, and (our own services
     # only) Postgres and the broker mid-run
-    specials = ["server"] * SERVER_KILLS
+    server_target = max(SERVER_KILLS, MIN_SERVER_KILLS.get(sink, 0))
+    specials = ["server"] * server_target
     specials += ["postgres"] if settings.local_postgres else []
     specials += ["broker"] if settings.local_kafka else []
     rounds = KILLS + len(specials)
@@ -342,6 +417,8 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
                         if special == "server"
                         else _lose_service_mid_run(drain, proc, special, wait_s)
                     )
+                    if hit and special == "server" and sink == "kafka" and proc.returncode == 0:
+                        hit = False  # its stream had ended: the run committed before the kill
                     if hit:
                         lost[special] += 1
                         print(f"lost the {special} while the run wrote (round {round_})")
@@ -350,6 +427,9 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
                         assert missed <= 3, f"{missed} runs ended before the {special} was lost"
                         _later(pending, round_, special)
                     continue
+                mid_produce = sink == "kafka" and kills % 2 == 1  # every other kill
+                if mid_produce and _wait_for_writes(drain, proc, max(60.0, 3 * duration)):
+                    delay = 0.0  # now, inside the run's open transaction
                 try:
                     code = proc.wait(timeout=delay)
                 except subprocess.TimeoutExpired:
@@ -378,7 +458,7 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
         f"{kills} run kills, {server_kills} Connect server kills mid-write, {completed} completed "
         f"runs in {time.monotonic() - t0:.1f} s; one run takes {duration:.1f} s"
     )
-    assert kills >= KILLS and server_kills >= SERVER_KILLS
+    assert kills >= KILLS and server_kills >= server_target
     t0 = time.monotonic()
 
     # the rest in this process (its session replaced: the server it knew was killed): first
@@ -403,6 +483,11 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
     missing = expected - set(seen)
     assert not missing, f"{len(missing)} records never written, e.g. {sorted(missing)[:5]}"
     assert set(seen) == expected
+    if sink == "kafka":  # the kills landed inside transactions: their aborted records exist
+        uncommitted = _output_sources(drain, "read_uncommitted")
+        aborted = sum(uncommitted.values()) - sum(seen.values())
+        print(f"output: {sum(seen.values())} records read_committed, {aborted} more aborted")
+        assert set(uncommitted) == expected and aborted > 0
     ends = high_watermarks(drain)
     assert stored_offsets(drain) == {key: (end, "") for key, end in ends.items()}
     assert kafka_offsets(drain) == {key: (end, "") for key, end in ends.items()}

@@ -117,6 +117,9 @@ def test_crash_then_resume_is_exactly_once(make_drain, spark, mode, point):
             assert first.run_id == run.id and first.drained == BUDGET
         if point == "after_table_commit":  # found the marker: produced nothing again
             assert first.table_commit["details"]["attempt"] == 1
+        if point == "mid_produce":  # the killed attempt's transaction was aborted; it says so
+            assert first.table_commit["details"]["aborted_attempts"] == 1
+            assert run_metadata(first)["kafka_aborted_attempts"].value == 1
         assert sum(r.drained for r in results) + (BUDGET if point == "after_commit" else 0) == (
             total
         )
