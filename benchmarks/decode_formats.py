@@ -56,6 +56,7 @@ def delta_rows(path: Path) -> int:
 
 def drain_path(topic_drain: Any, value: dict[str, Any] | None) -> tuple[float, Path]:
     """A fresh drain on `topic_drain`'s topic (decoded as `value`, else raw), one timed run."""
+    from drainer import services
     from drainer.settings import load_settings, set_config_path
     from drainer.testing import create_drain, typed_drain, typed_sink
     from spark_jobs import drain_job
@@ -71,6 +72,7 @@ def drain_path(topic_drain: Any, value: dict[str, Any] | None) -> tuple[float, P
         **typed_drain(value, typed_sink("delta", f"bench_decode/{suffix}")),
     )
     set_config_path(config)
+    services.up(echo=lambda *_: None)  # a Connect server with the Delta jars: this drain's file
     t0 = time.perf_counter()
     drain_job.run(drain.name, trigger="bench")
     seconds = time.perf_counter() - t0
