@@ -20,6 +20,7 @@ from test_record_formats import (
     assert_each_offset_once,
     assert_no_table_commit,
     assert_offsets_unmoved,
+    assert_run_fails_naming,
     dead_letters_of,
     produce_orders,
     produce_with_bad,
@@ -31,7 +32,7 @@ from dagster_project.metadata import run_metadata
 from drainer.cli.main import main as drainer_cli
 from drainer.config import DrainConfig
 from drainer.config.formats import RegistryConfig
-from drainer.errors import BadRecord, ConfigError
+from drainer.errors import ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.observe.status import drain_status
 from drainer.records.protobuf import register_protobuf, wire_frame
@@ -181,11 +182,7 @@ def test_a_bad_protobuf_record_fails_the_run_naming_it_with_nothing_committed(
     _, offsets = produce_with_bad(
         drain, framed(v1, "flat"), {"short": bad_values(v1)["short_payload"]}
     )
-    with pytest.raises(BadRecord, match=rf"{drain.level_topic(1)}\[0\]@{offsets['short']}") as err:
-        drain_job.run(drain.name, trigger="test")
-    assert "\n" not in str(err.value) and "does not decode as shop.Order" in str(err.value)
-    assert_offsets_unmoved(drain)
-    assert_no_table_commit(drain)
+    assert_run_fails_naming(drain, offsets["short"], "does not decode as shop.Order")
 
 
 @pytest.mark.parametrize("kind", ["postgres", "delta"])

@@ -102,6 +102,16 @@ def assert_no_table_commit(drain: DrainConfig) -> None:
     assert not list(log.glob("*.json")) if log.exists() else True
 
 
+def assert_run_fails_naming(drain: DrainConfig, offset: int, phrase: str) -> None:
+    """The run fails on the bad record at level 1, partition 0, `offset` in one line that
+    says `phrase`, and commits nothing."""
+    with pytest.raises(BadRecord, match=rf"{drain.level_topic(1)}\[0\]@{offset}") as err:
+        drain_job.run(drain.name, trigger="test")
+    assert "\n" not in str(err.value) and phrase in str(err.value)
+    assert_offsets_unmoved(drain)
+    assert_no_table_commit(drain)
+
+
 def dead_letters_of(drain: DrainConfig) -> list[dict[str, Any]]:
     with get_engine().connect() as conn:
         found = conn.execute(
@@ -285,11 +295,7 @@ def test_a_bad_record_fails_the_run_naming_it_with_nothing_committed(lakehouse, 
         bad = {k: v for k, v in bad_values(v1).items() if k != "malformed"}
     _, offsets = produce_with_bad(drain, good, {k: bad[k] for k in list(bad)[:1]})
     ((kind, offset),) = offsets.items()
-    with pytest.raises(BadRecord, match=rf"{drain.level_topic(1)}\[0\]@{offset}") as err:
-        drain_job.run(drain.name, trigger="test")
-    assert "\n" not in str(err.value) and "bad_records: dead_letter" in str(err.value)
-    assert_offsets_unmoved(drain)
-    assert_no_table_commit(drain)
+    assert_run_fails_naming(drain, offset, "bad_records: dead_letter")
 
 
 @pytest.mark.parametrize("kind", ["postgres", "delta"])
