@@ -53,6 +53,7 @@ from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.services import connect, kafka, postgres, process
+from drainer.services.kafka_config import listener_ports
 from drainer.services.pg_layout import layout
 from drainer.settings import load_settings
 from drainer.sinks import sink_for
@@ -297,9 +298,12 @@ def _lose_service_mid_run(
         assert pid is not None, "the broker the tests share is not running"
         os.kill(pid, signal.SIGKILL)
         gone = time.monotonic() + 60
-        # its listeners close a moment after the process: `up` would take the port for another's
-        while process.is_alive(pid) or port_open(*host_port(settings.bootstrap_servers, 9092)):
-            assert time.monotonic() < gone, f"the killed broker {pid} still holds its port"
+        # its listeners close a moment after the process, one by one (a dying JVM's threads
+        # still hold its sockets while its main thread shows dead): `up` refuses a port still
+        # held, so wait for all of them (the suite once met the controller's, 9093)
+        host, port = host_port(settings.bootstrap_servers, 9092)
+        while process.is_alive(pid) or any(port_open(host, p) for p in listener_ports(port)):
+            assert time.monotonic() < gone, f"the killed broker {pid} still holds its ports"
             time.sleep(0.1)
         kafka.up(settings, echo=lambda *_: None)
     try:  # the run fails on the lost service (its plan stays open), or finishes
