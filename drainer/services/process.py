@@ -29,7 +29,8 @@ def write_pid(pid_file: Path, pid: int) -> None:
 
 
 def is_alive(pid: int, marker: str | None = None) -> bool:
-    """True when `pid` runs (not a zombie) and, if given, its command line contains `marker`."""
+    """True when `pid` runs (not a zombie whose threads have all exited) and, if given, its
+    command line contains `marker`."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -39,7 +40,9 @@ def is_alive(pid: int, marker: str | None = None) -> bool:
     proc = Path("/proc") / str(pid)
     try:
         state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state in ("Z", "X"):
+        # a killed multi-threaded process (a JVM) shows its main thread as a zombie while its
+        # other threads still exit, holding its sockets: it is gone once they are
+        if state in ("Z", "X") and len(list((proc / "task").iterdir())) <= 1:
             return False
         if marker is not None:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
