@@ -13,7 +13,13 @@ The baseline, `streaming`, is the hand-written job: `readStream` of the 3 level 
 table with a checkpoint and `trigger(availableNow=True)`, timed from building the query to
 `awaitTermination()` returning, on the same session of the same Connect server.
 `streaming_fetch10` is the same job with the one Kafka option drainer sets on its bounded reads
-(`kafka.fetch.max.wait.ms=10`). Every path is warmed by a small run of its own (`--warmup`
+(`kafka.fetch.max.wait.ms=10`). Issue 30 asks each sink against the AvailableNow job writing the
+same rows into the same kind of table, so for Iceberg and Postgres the job also runs as
+`streaming_iceberg` (`writeStream.format("iceberg").toTable(...)` in drainer's catalog) and
+`streaming_postgres` (`foreachBatch` appending each micro-batch through Spark's JDBC writer,
+`reWriteBatchedInserts=true`, the documented way to write a stream into Postgres; the JDBC driver
+is the one the Iceberg catalog already loads on the server); each is timed when its sink is.
+Every path is warmed by a small run of its own (`--warmup`
 records) before anything is timed; `--repeat` rounds (each starting one path later) give medians.
 
 Each size runs in a child process, so the Python client's peak RSS is that size's. The Spark
@@ -51,6 +57,9 @@ SINKS = ("postgres", "delta", "iceberg")
 # reads set (a consumer that reached its range's end waits 10 ms for more, not Spark's 500 ms)
 BASELINES = {"streaming": {}, "streaming_fetch10": {"kafka.fetch.max.wait.ms": "10"}}
 BASELINE = "streaming"
+# the same job into the same kind of table as a sink (Delta's is `streaming` itself)
+SAME_SINK = {"postgres": "streaming_postgres", "delta": "streaming", "iceberg": "streaming_iceberg"}
+STREAMING = (*BASELINES, "streaming_iceberg", "streaming_postgres")
 PROCESSOR = "spark_jobs.examples:one_row_per_record"
 FOLDER = "bench_lakehouse"  # under the warehouse: the Delta tables and the baseline's checkpoints
 
@@ -152,9 +161,10 @@ def run_drainer(drain: Any, records: int, jvm: Jvm) -> dict[str, Any]:
 
 
 def run_streaming(
-    spark: Any, source: Any, table: str, jvm: Jvm, options: dict[str, str]
+    spark: Any, source: Any, table: str, jvm: Jvm, options: dict[str, str], into: str = "delta"
 ) -> dict[str, Any]:
-    """The job a Spark user writes instead: Kafka to Delta, AvailableNow, with a checkpoint."""
+    """The job a Spark user writes instead: Kafka to a table (`into`: delta, iceberg or
+    postgres), AvailableNow, with a checkpoint."""
     from pyspark.sql import functions as F
 
     from drainer.settings import load_settings
@@ -178,12 +188,15 @@ def run_streaming(
         F.col("key").cast("string").alias("key"),
         F.length("value").alias("value_size"),
     )
-    query = (
-        rows.writeStream.format("delta")
-        .option("checkpointLocation", delta_path(f"_checkpoints/{table}"))
-        .trigger(availableNow=True)
-        .start(delta_path(table))
-    )
+    writer = rows.writeStream.option(
+        "checkpointLocation", delta_path(f"_checkpoints/{table}")
+    ).trigger(availableNow=True)
+    if into == "iceberg":
+        query = writer.format("iceberg").toTable(f"drainer.{iceberg_table(table)}")
+    elif into == "postgres":
+        query = writer.foreachBatch(jdbc_append(table)).start()
+    else:
+        query = writer.format("delta").start(delta_path(table))
     query.awaitTermination()
     wall = time.perf_counter() - started
     memory = jvm.after()
@@ -193,6 +206,31 @@ def run_streaming(
         "input_rows": sum(p.numInputRows for p in query.recentProgress),
         **memory,
     }
+
+
+def iceberg_table(name: str) -> str:
+    return f"bench.{name}"
+
+
+def jdbc_append(table: str) -> Any:
+    """foreachBatch's function: append the micro-batch to a Postgres table through JDBC."""
+    from sqlalchemy import make_url
+
+    from drainer.settings import load_settings
+
+    url = make_url(load_settings().database_url)
+    jdbc = (
+        f"jdbc:postgresql://{url.host or '127.0.0.1'}:{url.port or 5432}/"
+        f"{url.database or 'postgres'}?reWriteBatchedInserts=true"
+    )
+    properties = {"driver": "org.postgresql.Driver", "user": url.username or "postgres"}
+    if url.password:
+        properties["password"] = url.password
+
+    def append(batch: Any, batch_id: int) -> None:
+        batch.write.jdbc(jdbc, table, mode="append", properties=properties)
+
+    return append
 
 
 def rows_in(what: str, where: str) -> int:
@@ -277,17 +315,19 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
     drains = [warm.name, source.name]
 
     def timed(what: str, topics: Any, count: int, memory: Jvm) -> dict[str, Any]:
-        if what in BASELINES:
+        if what in STREAMING:
             name = f"bench_str_{uuid.uuid4().hex[:8]}"
-            where = delta_path(name)
-            tables.extend([("delta", where), ("delta", delta_path(f"_checkpoints/{name}"))])
-            return {"table": where} | run_streaming(spark, topics, name, memory, BASELINES[what])
+            into = streaming_into(what)
+            where = {"delta": delta_path(name), "iceberg": iceberg_table(name)}.get(into, name)
+            tables.extend([(into, where), ("delta", delta_path(f"_checkpoints/{name}"))])
+            options = BASELINES.get(what, {})
+            return {"table": where} | run_streaming(spark, topics, name, memory, options, into)
         drain = drain_for(what, topics, count)
         drains.append(drain.name)
         tables.append((what, table_of(what, drain)))
         return {"table": table_of(what, drain)} | run_drainer(drain, count, memory)
 
-    paths = [*sinks, *BASELINES]
+    paths = [*sinks, *BASELINES, *(SAME_SINK[s] for s in sinks if SAME_SINK[s] not in BASELINES)]
     # warm every path on this session: first writes load classes, the JIT compiles
     for what in paths:
         timed(what, warm, warmup, Jvm(None))
@@ -303,7 +343,7 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
     load_after = Path("/proc/loadavg").read_text().split()[:3]
 
     for run in runs:
-        kind = "delta" if run["what"] in BASELINES else run["what"]
+        kind = streaming_into(run["what"]) if run["what"] in STREAMING else run["what"]
         run["rows"] = rows_in(kind, run["table"])
         assert run["rows"] == records, f"{run['what']}: {run['rows']} rows, {records} records"
     if "delta" in sinks:  # the same rows: the same columns and types in both Delta tables
@@ -324,10 +364,19 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
     }
 
 
+def streaming_into(what: str) -> str:
+    """The table a streaming baseline writes: `streaming_iceberg` Iceberg, and so on."""
+    return (
+        what.removeprefix("streaming_")
+        if what in ("streaming_iceberg", "streaming_postgres")
+        else "delta"
+    )
+
+
 def summarize(size: dict) -> list[dict[str, Any]]:
     """Per path: median wall time over the rounds, and its ratio to each baseline's median."""
     records = size["records"]
-    order = [w for w in (*SINKS, *BASELINES) if any(r["what"] == w for r in size["runs"])]
+    order = [w for w in (*SINKS, *STREAMING) if any(r["what"] == w for r in size["runs"])]
     median = {
         what: statistics.median(r["wall_s"] for r in size["runs"] if r["what"] == what)
         for what in order
@@ -346,9 +395,14 @@ def summarize(size: dict) -> list[dict[str, Any]]:
                 "wall_s": round(median[what], 2),
                 "records_per_s": round(records / median[what]),
                 **{f"vs_{b}": round(median[what] / median[b], 2) for b in BASELINES},
+                # against the AvailableNow job into the same kind of table (issue 30's measure)
+                "same_sink": SAME_SINK.get(what),
+                "vs_same_sink": round(median[what] / median[SAME_SINK[what]], 2)
+                if what in SAME_SINK and SAME_SINK[what] in median
+                else None,
                 "rows": mine[0]["rows"],
                 "spark_job_s": statistics.median(r["phases"]["spark_job"] for r in mine)
-                if what not in BASELINES
+                if what not in STREAMING
                 else None,
                 "python_client_peak_rss_mb": size["python_client_peak_rss_mb"],
                 "jvm_peak_rss_mb": max(jvm_peak, default=None),
@@ -363,7 +417,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="drainer sinks vs Structured Streaming (AvailableNow) into Delta")
+    table = Table(title="drainer sinks vs Structured Streaming (AvailableNow)")
     columns = [
         ("records", "records", "{:,}"),
         ("what", "path", "{}"),
@@ -371,6 +425,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         ("records_per_s", "records/s", "{:,}"),
         ("vs_streaming", "x streaming", "{:.2f}"),
         ("vs_streaming_fetch10", "x fetch10", "{:.2f}"),
+        ("vs_same_sink", "x streaming, same sink", "{:.2f}"),
         ("rows", "rows read back", "{:,}"),
         ("spark_job_s", "Spark job (s)", "{:.2f}"),
         ("python_client_peak_rss_mb", "Python client peak RSS (MB)", "{}"),

@@ -218,7 +218,13 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         _stage_bad_records(ctx, df, ctx.attempt)
         # record mode never prunes the read, so its observation is there; were it missing, the
         # bytes stay unmeasured rather than read twice
-        df, measure = counted(df, ctx.run.ranges, recount=drain.mode == "dataframe")
+        df, measure = counted(
+            df,
+            ctx.run.ranges,
+            recount=drain.mode == "dataframe",
+            # only a byte budget plans with each partition's record size
+            bytes_per_partition=drain.budget_bytes is not None,
+        )
         commit = _write(ctx, spark, sink, df)
         if commit is not None:
             record_proof(ctx, commit)  # on record before anything else can fail

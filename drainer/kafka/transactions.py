@@ -22,12 +22,14 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from drainer import faults
 from drainer.config.kafka_clients import redact
@@ -109,6 +111,21 @@ class RunMarker:
             return None  # not ours: someone else wrote to the topic
 
 
+class KnownTopics:
+    """`topic in known`: whether a topic exists, each looked up once."""
+
+    def __init__(self, exists: Callable[[str], bool]) -> None:
+        self._exists = exists
+        self._found: dict[str, bool] = {}
+
+    def __contains__(self, topic: object) -> bool:
+        if not isinstance(topic, str):
+            return False
+        if topic not in self._found:
+            self._found[topic] = self._exists(topic)
+        return self._found[topic]
+
+
 def marker_partition(drain: str) -> int:
     return zlib.crc32(drain.encode()) % MARKER_PARTITIONS
 
@@ -126,6 +143,7 @@ class RunTransaction:
         self.drain, self.run_id, self.nonce = drain, run_id, nonce
         self.tid = transactional_id(drain)
         self._producer: Any = None
+        self._admin: AdminClient | None = None
         # delivery failures (one callback for the producer: a Python callable per record would
         # cost more than producing it); each names its record's source from its headers
         self._errors: list[tuple[KafkaError, str | None, str]] = []
@@ -190,8 +208,7 @@ class RunTransaction:
 
     def ensure_marker_topic(self) -> None:
         """The marker topic, created when missing: compacted by drain, kept forever."""
-        admin = make_client(AdminClient, _plain(self.config))
-        if MARKER_TOPIC in admin.list_topics(timeout=30).topics:
+        if self._exists(MARKER_TOPIC):
             return
         topic = NewTopic(
             MARKER_TOPIC,
@@ -199,7 +216,7 @@ class RunTransaction:
             config={"cleanup.policy": "compact", "retention.ms": "-1"},
         )
         try:
-            admin.create_topics([topic])[MARKER_TOPIC].result(30)
+            self._admin_client().create_topics([topic])[MARKER_TOPIC].result(30)
         except KafkaException as err:
             if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise ConfigError(
@@ -208,9 +225,33 @@ class RunTransaction:
                     f"{MARKER_PARTITIONS} partitions) or grant CREATE. Nothing was committed"
                 ) from None
 
-    def existing_topics(self) -> set[str]:
-        admin = make_client(AdminClient, _plain(self.config))
-        return set(admin.list_topics(timeout=30).topics)
+    def existing_topics(self) -> KnownTopics:
+        """The topics output rows go to, each looked up once when first met: describing one
+        topic is a small request, where listing every topic of a large cluster is not."""
+        return KnownTopics(self._exists)
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = make_client(AdminClient, _plain(self.config))
+        return self._admin
+
+    def _exists(self, topic: str) -> bool:
+        """Whether `topic` exists; one it may not describe counts as existing (producing to it
+        then fails with the grant to ask for)."""
+        future = self._admin_client().describe_topics(TopicCollection([topic]))[topic]
+        try:
+            future.result(30)
+        except KafkaException as err:
+            code = err.args[0].code()
+            if code in _MISSING:
+                return False
+            if code in _DENIED:
+                return True
+            raise KafkaUnavailable(
+                f"describing the Kafka sink's topic {topic} failed ({redact(err.args[0].str())}). "
+                "Nothing was committed: rerun"
+            ) from None
+        return True
 
     # the proof
 
@@ -239,15 +280,30 @@ class RunTransaction:
 
     def _end_offset(self, tp: TopicPartition, isolation: str, timeout_s: float) -> int:
         """The partition's end as a consumer with `isolation` sees it (read_committed: the last
-        stable offset)."""
-        consumer = make_client(
-            Consumer,
-            {**_plain(self.config), "group.id": "drainer-markers", "isolation.level": isolation},
+        stable offset): one ListOffsets request of the admin client (a consumer made and closed
+        for it took ~0.3 s of the run)."""
+        level = (
+            IsolationLevel.READ_COMMITTED
+            if isolation == "read_committed"
+            else IsolationLevel.READ_UNCOMMITTED
+        )
+        futures = self._admin_client().list_offsets(
+            {tp: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+            isolation_level=level,
+            request_timeout=timeout_s,
         )
         try:
-            return int(consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)[1])
-        finally:
-            consumer.close()
+            return int(futures[tp].result(timeout_s + 5).offset)
+        except KafkaException as err:
+            raise KafkaUnavailable(
+                f"reading the end of {tp.topic}[{tp.partition}] failed "
+                f"({redact(err.args[0].str())}). Nothing was committed: rerun"
+            ) from None
+        except TimeoutError:
+            raise KafkaUnavailable(
+                f"reading the end of {tp.topic}[{tp.partition}] timed out after "
+                f"{timeout_s:.0f} s. Nothing was committed: rerun"
+            ) from None
 
     def _read_markers(self, tp: TopicPartition, timeout_s: float) -> RunMarker | None:
         consumer = make_client(
@@ -322,6 +378,7 @@ class RunTransaction:
         before = self._end_offset(
             TopicPartition(MARKER_TOPIC, marker_partition(self.drain)), "read_uncommitted", 30
         )
+        crash_mid_produce = faults.armed("mid_produce")  # settings are read once, not per batch
         producer.begin_transaction()
         try:
             for batch in batches:
@@ -339,7 +396,7 @@ class RunTransaction:
                 if errors:
                     raise self._produce_failed(*errors[0])
                 n += len(batch)
-                if n >= 100 and faults.armed("mid_produce"):
+                if n >= 100 and crash_mid_produce:
                     producer.flush(30)  # records on the broker, inside the open transaction
                     faults.crash_point("mid_produce")
             producer.flush(120)  # every row delivered (or its error known) before the marker

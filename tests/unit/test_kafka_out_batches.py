@@ -77,12 +77,18 @@ def test_each_record_carries_its_own_headers_then_the_runs_then_its_source():
     assert h2 == [*RUN_HEADERS, (SOURCE_HEADER, b"t-0/0/6")]
 
 
-def test_a_row_without_value_names_its_source_and_nothing_of_the_batch_after_it_is_sent():
+@pytest.mark.parametrize("routed", [False, True], ids=["plain", "routed"])
+def test_a_row_without_value_names_its_source_and_nothing_of_the_batch_after_it_is_sent(routed):
     producer = _Producer()
-    batch = OutBatch(values=[b"a", None, b"c"], sources=[b"t/0/1", b"t/0/2", b"t/0/3"])
+    batch = OutBatch(
+        values=[b"a", None, b"c"],
+        sources=[b"t/0/1", b"t/0/2", b"t/0/3"],
+        partitions=[0, 1, 2] if routed else None,  # per-row routing takes the general loop
+    )
     with pytest.raises(ConfigError, match=r"row \(from source record t/0/2\) has no `value`"):
         _send(producer, batch)
-    assert [v for _, v, *_ in producer.sent] == [b"a"]
+    # the plain loop checks the batch before it sends; the general one stops at the row
+    assert [v for _, v, *_ in producer.sent] == ([b"a"] if routed else [])
 
 
 def test_a_missing_topic_is_named_with_the_command_before_any_record_is_sent():
@@ -132,3 +138,17 @@ def test_a_broker_without_transactions_names_the_broker_settings(code):
 def test_a_newer_attempt_fences_this_one():
     err = _txn()._produce_failed(KafkaError(KafkaError._FENCED), None, "out")
     assert isinstance(err, FencedOut) and "nothing of it is visible" in str(err)
+
+
+def test_the_plain_loop_retries_a_record_the_full_queue_refused_and_names_a_refused_ones_source():
+    producer = _Producer(full_once=True)
+    batch = OutBatch(values=[b"a", b"b"], keys=[b"k", None], sources=[b"t-0/0/5", b"t-0/0/6"])
+    assert _send(producer, batch) == {"out": 2}
+    assert producer.polls == 1
+    assert [(t, v, k, h) for t, v, k, h, _ in producer.sent] == [
+        ("out", b"a", b"k", [*RUN_HEADERS, (SOURCE_HEADER, b"t-0/0/5")]),
+        ("out", b"b", None, [*RUN_HEADERS, (SOURCE_HEADER, b"t-0/0/6")]),
+    ]
+    refusing = _Producer(refuse=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    with pytest.raises(ConfigError, match=r"record \(from source record t-0/0/6\) for topic out"):
+        _send(refusing, batch)
