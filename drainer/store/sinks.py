@@ -368,12 +368,7 @@ def write_staged(
     Call `drainer.store.leases.check_fence` first in the same transaction. A second attempt
     of the same task waits here until the first one's transaction ends, then replaces its rows.
     """
-    stage = stage_name(table, run_id)
-    conn.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-        (f"drainer-stage:{table}:{run_id}:{task}",),
-    )
-    conn.execute(f"DELETE FROM {quote(stage)} WHERE {quote(TASK_COLUMN)} = %s", (task,))
+    stage = _replace_task_rows(conn, table, run_id, task)
     count = 0
     with conn.cursor().copy(
         f"COPY {quote(stage)} ({quote(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN"
@@ -382,3 +377,36 @@ def write_staged(
             copy.write_row((*row, run_id, task))
             count += 1
     return count
+
+
+def write_staged_csv(
+    conn: Any,
+    table: str,
+    columns: list[str],
+    run_id: int,
+    task: str,
+    chunks: Iterable[tuple[Any, int]],
+) -> int:
+    """`write_staged` for rows already encoded as CSV, each chunk (a bytes-like block of whole
+    lines, the run and task columns last) with its row count: no Python object per row."""
+    stage = _replace_task_rows(conn, table, run_id, task)
+    count = 0
+    with conn.cursor().copy(
+        f"COPY {quote(stage)} ({quote(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN (FORMAT csv)"
+    ) as copy:
+        for data, rows in chunks:
+            copy.write(data)
+            count += rows
+    return count
+
+
+def _replace_task_rows(conn: Any, table: str, run_id: int, task: str) -> str:
+    """Lock the task's rows of the run's stage (a retried task waits for its first attempt)
+    and delete them; the stage's name."""
+    stage = stage_name(table, run_id)
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+        (f"drainer-stage:{table}:{run_id}:{task}",),
+    )
+    conn.execute(f"DELETE FROM {quote(stage)} WHERE {quote(TASK_COLUMN)} = %s", (task,))
+    return stage

@@ -183,6 +183,10 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         )
 
     def _schema(self, spark: SparkSession) -> StructType | None:
-        if self._history(spark) is None:
-            return None
-        return spark.read.format("delta").load(self.location()).schema
+        """The table's schema, None before its first write (one request: no history lookup)."""
+        try:
+            return spark.read.format("delta").load(self.location()).schema
+        except Exception as err:
+            if missing_table(err):
+                return None
+            raise

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from drainer.kafka.transactions import ATTEMPT_HEADER, RUN_HEADER, SOURCE_HEADER
+from drainer.kafka.transactions import RUN_HEADER, SOURCE_HEADER, parse_run_header
 from drainer.settings import load_settings
 
 
@@ -64,12 +64,13 @@ def read_output(topic: str, isolation: str = "read_committed") -> list[OutRecord
                 open_parts.discard(msg.partition())
                 continue
             headers = {k: v for k, v in msg.headers() or []}
-            attempt = headers.get(ATTEMPT_HEADER)
+            run = headers.get(RUN_HEADER)
+            run_id, nonce, attempt = parse_run_header(run) if run else (None, None, None)
             out.append(
                 OutRecord(
                     (headers.get(SOURCE_HEADER) or b"").decode() or None,
-                    (headers.get(RUN_HEADER) or b"").decode() or None,
-                    int(attempt) if attempt else None,
+                    None if run is None else f"{run_id}:{nonce}",
+                    attempt,
                     msg.value(),
                 )
             )

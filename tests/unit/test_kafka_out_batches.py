@@ -152,3 +152,10 @@ def test_the_plain_loop_retries_a_record_the_full_queue_refused_and_names_a_refu
     refusing = _Producer(refuse=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
     with pytest.raises(ConfigError, match=r"record \(from source record t-0/0/6\) for topic out"):
         _send(refusing, batch)
+
+
+def test_the_run_header_names_run_nonce_and_attempt_and_reads_back():
+    from drainer.kafka.transactions import parse_run_header, run_header
+
+    assert run_header(42, "3f9a", 2) == b"42:3f9a:2"
+    assert parse_run_header(run_header(42, "3f9a", 2)) == (42, "3f9a", 2)
