@@ -36,6 +36,7 @@ from common import OUT, fresh_drain, produce
 
 PROCESSOR = "spark_jobs.examples:kafka_passthrough"
 COMMIT_EVERY = 100_000
+PRODUCER: dict[str, str] = {}  # the drain's `kafka_librdkafka:` (--producer key=value ...)
 
 
 def _bootstrap() -> str:
@@ -98,6 +99,7 @@ def run_drainer(src: Any, records: int) -> dict[str, Any]:
         topic=src.topic,
         processor=PROCESSOR,
         sink={"type": "kafka", "topic": out},
+        **({"kafka_librdkafka": PRODUCER} if PRODUCER else {}),
     )
     started = time.perf_counter()
     result = drain_job.run(drain, trigger="bench")
@@ -207,7 +209,15 @@ def main() -> None:
     parser.add_argument(
         "--paths", default=",".join(PATHS), help="comma-separated, of: " + ", ".join(PATHS)
     )
+    parser.add_argument(
+        "--producer",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka settings of the drainer path's drain, e.g. compression.type=none",
+    )
     args = parser.parse_args()
+    PRODUCER.update(item.split("=", 1) for item in args.producer)
     paths = {name: PATHS[name] for name in args.paths.split(",")}
     warm = source(args.warmup)
     for path in paths.values():

@@ -168,15 +168,18 @@ class RunTransaction:
         producer = make_client(
             Producer,
             {
-                **self.config,
-                "transactional.id": self.tid,
+                # defaults for a large batch of output, which the drain's settings may change
+                # (`kafka_librdkafka:`, e.g. compression.type: zstd)
                 "linger.ms": 20,
                 "batch.size": 1_000_000,
+                "queue.buffering.max.messages": 1_000_000,
+                "compression.type": "lz4",
+                **self.config,
+                # what the exactly-once design rests on: not settable
+                "transactional.id": self.tid,
                 # a delivery report per failed record only: a Python callback per record costs
                 # more than producing it
                 "delivery.report.only.error": True,
-                "queue.buffering.max.messages": 1_000_000,
-                "compression.type": "lz4",
                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_S * 1000,
                 "on_delivery": self._delivered,
             },

@@ -118,6 +118,7 @@ def missing_table(err: Exception) -> bool:
         sign in text
         for sign in (
             "DELTA_MISSING_DELTA_TABLE",
+            "DELTA_TABLE_NOT_FOUND",
             "is not a Delta table",
             "TABLE_OR_VIEW_NOT_FOUND",
             "PATH_NOT_FOUND",

@@ -251,8 +251,15 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             .option(f"snapshot-property.{ATTEMPT_PROPERTY}", str(attempt))
             .append()
         )
-        refs = spark.table(f"{table}.refs")
-        head = refs.where(F.col("name") == branch).select("snapshot_id").collect()[0][0]
+        # this run's branches (this attempt's, and any a crashed attempt left), looked up once:
+        # the cherry-pick below changes main, not them
+        mine = (
+            spark.table(f"{table}.refs")
+            .where(F.col("name").startswith(f"{RUN_BRANCH_PREFIX}{run_id}_"))
+            .select("name", "snapshot_id")
+            .collect()
+        )
+        head = next(row["snapshot_id"] for row in mine if row["name"] == branch)
         try:
             spark.sql(
                 f"CALL {self.catalog}.system.cherrypick_snapshot(table => '{self.table}', "
@@ -269,10 +276,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
                 run_id,
                 table,
             )
-        # this run's branches (this attempt's, and any a crashed attempt left) hold nothing
-        # unpublished
-        spark.catalog.refreshTable(table)
-        mine = refs.where(F.col("name").startswith(f"{RUN_BRANCH_PREFIX}{run_id}_")).collect()
+        # this run's branches hold nothing unpublished now
         for row in mine:
             alter_iceberg(spark, table, f"DROP BRANCH IF EXISTS {row['name']}")
 
