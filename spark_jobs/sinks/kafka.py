@@ -188,6 +188,7 @@ def kafka_rows(out: DataFrame) -> DataFrame:
 
 
 READ_AHEAD = 4  # Arrow tables between the stream and the producer (Connect's are <= 4 MB)
+JOIN_S = 2.0  # what leaving `read_ahead` waits for its reader thread
 CHUNK_ROWS = 10_000  # rows per batch off a classic session's iterator
 
 
@@ -236,6 +237,9 @@ def read_ahead(
         yield consume()
     finally:
         stop.set()
+        # ended at once unless it waits on the stream for its next table: bounded, so an
+        # error of the run is never held up by a server that no longer sends
+        reader.join(timeout=JOIN_S)
 
 
 def _out_batches(rows: DataFrame) -> Iterator[OutBatch]:
