@@ -62,6 +62,11 @@ def mirror_offsets(
     report = MirrorReport()
     with engine.connect() as conn:
         rows = offsets.unmirrored(conn, drain.name, levels or [], run_id, REFRESH_S)
+    # only the topics the drain reads now: a drain whose `topic` changed keeps the old topics'
+    # offsets in Postgres, and one commit naming a deleted topic fails its whole group's batch
+    # ("Unknown topic or partition"), every run, so lag tools saw the drain's group stuck
+    current = {drain.level_topic(level) for level in range(drain.levels)}
+    rows = [row for row in rows if row.topic in current]
     if not rows:
         return report
     rows = _not_backwards(drain, kafka, rows, report)

@@ -137,3 +137,30 @@ def test_group_offsets_read_on_a_fresh_broker_whose_coordinator_still_loads(tmp_
     before, after = json.loads(child.stdout)
     assert before[0] < 0  # nothing committed yet
     assert after == [7, "map"]
+
+
+def test_offsets_of_a_topic_the_drain_no_longer_reads_do_not_stop_its_group_mirror(
+    make_drain, spark
+):
+    """A drain whose `topic` changed keeps the old topics' offsets in Postgres. Before: the
+    mirror committed them with the rest of the level's group, Kafka refused the batch for the
+    deleted topic ("Unknown topic or partition"), and the group stayed behind, run after run
+    (the demo's `events_lake` printed three such warnings)."""
+    drain = make_drain(budget=1000, partitions=2)
+    produce_records(drain, synthetic_records(300, seed=1), level=0)
+    assert drain_job.run(drain, trigger="test").drained == 300
+    with get_engine().begin() as conn:  # a topic of this drain's past, deleted since
+        conn.execute(
+            text(
+                "INSERT INTO partition_offsets (drain, topic, partition, committed, level) "
+                "VALUES (:d, :t, 0, 500, 0)"
+            ),
+            {"d": drain.name, "t": f"{drain.topic}_renamed-0"},
+        )
+    produce_records(drain, synthetic_records(200, seed=2), level=0)
+    done = drain_job.run(drain, trigger="test")
+    assert done.drained == 200
+    assert done.mirror.error is None, done.mirror.error
+    assert done.mirror.partitions == 2  # the level's two partitions, not the old topic's
+    lag = consumer_group_lag(drain, 0)
+    assert len(lag) == 2 and sum(lag.values()) == 0, lag  # the group is at the end
