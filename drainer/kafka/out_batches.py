@@ -86,14 +86,14 @@ def send_batch(
         if src is not None:
             headers.append((SOURCE_HEADER, src))
         kwargs = {} if partition is None else {"partition": partition}
-        while True:
+        to = topic or default_topic
+        try:
             try:
-                produce(topic or default_topic, value, key, headers=headers, **kwargs)
-                break
-            except BufferError:  # the local queue is full: deliver, then retry
-                poll(0.1)
-            except KafkaException as err:
-                raise failed(err.args[0], batch.source(i), topic or default_topic) from None
+                produce(to, value, key, headers=headers, **kwargs)
+            except BufferError:  # the local queue is full (the cold path)
+                _produce_when_room(produce, poll, to, value, key, headers, kwargs)
+        except KafkaException as err:
+            raise failed(err.args[0], batch.source(i), to) from None
     if batch.topics is None:
         produced[default_topic] += n
     else:
@@ -120,18 +120,32 @@ def _send_plain(
         headers = [*ours, (SOURCE_HEADER, src)] if src is not None else list(ours)
         try:
             produce(topic, value, key, headers=headers)
-        except BufferError:  # the local queue is full: deliver, then retry
-            while True:
-                poll(0.1)
-                try:
-                    produce(topic, value, key, headers=headers)
-                    break
-                except BufferError:
-                    continue
-                except KafkaException as err:
-                    raise failed(err.args[0], _text(src), topic) from None
+        except BufferError:  # the local queue is full (the cold path)
+            try:
+                _produce_when_room(produce, poll, topic, value, key, headers, {})
+            except KafkaException as err:
+                raise failed(err.args[0], _text(src), topic) from None
         except KafkaException as err:
             raise failed(err.args[0], _text(src), topic) from None
+
+
+def _produce_when_room(
+    produce: Callable[..., None],
+    poll: Callable[[float], Any],
+    topic: str,
+    value: Any,
+    key: Any,
+    headers: Headers,
+    kwargs: dict[str, Any],
+) -> None:
+    """Produce a record the full local queue refused: deliver queued ones, then again."""
+    while True:
+        poll(0.1)
+        try:
+            produce(topic, value, key, headers=headers, **kwargs)
+            return
+        except BufferError:
+            continue
 
 
 def _text(src: bytes | None) -> str | None:
