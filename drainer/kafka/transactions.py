@@ -155,6 +155,7 @@ class RunTransaction:
         self.tid = transactional_id(drain)
         self._producer: Any = None
         self._admin: AdminClient | None = None
+        self._marker_topic_ready = False
         # delivery failures (one callback for the producer: a Python callable per record would
         # cost more than producing it); each names its record's source from its headers
         self._errors: list[tuple[KafkaError, str | None, str]] = []
@@ -222,7 +223,8 @@ class RunTransaction:
 
     def ensure_marker_topic(self) -> None:
         """The marker topic, created when missing: compacted by drain, kept forever."""
-        if self._exists(MARKER_TOPIC):
+        if self._marker_topic_ready or self._exists(MARKER_TOPIC):
+            self._marker_topic_ready = True
             return
         topic = NewTopic(
             MARKER_TOPIC,
@@ -238,6 +240,7 @@ class RunTransaction:
                     f"created ({redact(err.args[0].str())}): create it (compacted, "
                     f"{MARKER_PARTITIONS} partitions) or grant CREATE. Nothing was committed"
                 ) from None
+        self._marker_topic_ready = True
 
     def existing_topics(self) -> KnownTopics:
         """The topics output rows go to, each looked up once when first met: describing one

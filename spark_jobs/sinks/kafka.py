@@ -54,12 +54,11 @@ class KafkaSparkSink(KafkaSink, SparkSink):
     def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
         """Fence older attempts of the drain, then find the run's marker `read_committed`.
 
-        A run's first attempt has no marker to find (no attempt before it produced, and the
-        nonce is new to this plan): it fences when it produces."""
+        Asked for resumed runs only (`drain_job`): a first attempt has no marker to find (no
+        attempt before it produced, and the nonce is new to this plan) and fences when it
+        produces."""
         txn = self._txn(ctx)
         txn.ensure_marker_topic()
-        if ctx.attempt <= 1:
-            return None
         txn.open()  # an older attempt's open transaction is aborted here, for good
         marker = txn.find_marker()
         return None if marker is None else self._commit(marker)
@@ -93,6 +92,8 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                 with ctx.engine.connect() as conn:
                     check_fence(conn, ctx.lease, shared=True)
 
+            # a first attempt was never asked `committed()`: the marker topic may not exist yet
+            self._txn(ctx).ensure_marker_topic()
             # the stream starts now: Spark computes while the producer is fenced in
             with read_ahead(_out_batches(rows if staged is None else staged)) as batches:
                 marker = self._txn(ctx).produce(batches, self.topic, ctx.attempt, still_ours)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from kafka_output import (
+    admin,
     assert_each_source_once,
     output_topic,
     read_output,
@@ -228,3 +229,31 @@ def test_a_record_over_the_size_limit_names_its_source_offset_and_commits_nothin
         _nothing_committed(drain, out)
         # the records produced before it were aborted with the transaction
         assert sum(sources(out, "read_uncommitted").values()) <= 3
+
+
+def test_a_first_run_on_a_cluster_without_the_marker_topic_creates_it_compacted(make_drain, spark):
+    """A first attempt is never asked for an earlier commit, so it must make the marker topic
+    itself: on a new cluster the run's marker had nowhere to go (or went into a topic the
+    broker auto-created, not compacted)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from drainer.kafka.transactions import MARKER_TOPIC
+
+    client = admin()
+    if MARKER_TOPIC in client.list_topics(timeout=30).topics:
+        client.delete_topics([MARKER_TOPIC], operation_timeout=30)[MARKER_TOPIC].result(30)
+        deadline = time.monotonic() + 30
+        while MARKER_TOPIC in client.list_topics(timeout=30).topics:
+            assert time.monotonic() < deadline, "the marker topic was not deleted"
+            time.sleep(0.2)
+    with output_topic() as out:
+        drain = make_drain(
+            sink={"type": "kafka", "topic": out}, budget=BUDGET, **MODES["dataframe"]
+        )
+        total = sum(produce_backlog(drain, {0: 20, 1: 20, 2: 20}).values())
+        result = drain_job.run(drain, trigger="test")
+        assert result.drained == total
+        assert_each_source_once(out, high_watermarks(drain))
+    resource = ConfigResource(ResourceType.TOPIC, MARKER_TOPIC)
+    config = client.describe_configs([resource])[resource].result(30)
+    assert config["cleanup.policy"].value == "compact"
