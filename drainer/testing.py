@@ -19,6 +19,10 @@ import yaml
 from drainer.config import DrainConfig, load_drains
 from drainer.settings import use_config_path
 
+# what the test stack's one Connect server loads: a server (re)started with fewer is restarted
+# by the next test that needs the rest (`connect.up`), ~30 s each time
+STACK_FORMATS = ("delta", "iceberg", "avro")
+
 
 def drain_body(name: str, **overrides: Any) -> dict[str, Any]:
     """A small valid drain named `name`: 3 levels x 2 partitions, budget 7000, no schedule."""

@@ -140,12 +140,14 @@ class DagsterStack:
         for proc in self.procs:  # run workers and code servers live in the same sessions
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        self.procs.clear()  # stopped: a second stop() (the fixture's, at the end) does nothing
         if self.storage_url:
             from sqlalchemy.engine import make_url
 
             from drainer.store.server import drop_database
 
             drop_database(make_url(self.storage_url))
+            self.storage_url = ""
 
     def logs(self) -> str:
         return "\n".join(

@@ -60,6 +60,7 @@ from drainer.sinks import sink_for
 from drainer.spark.net import host_port, port_open
 from drainer.store import get_engine, runs, sinks
 from drainer.store.runs import StoredRun
+from drainer.testing import STACK_FORMATS
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
@@ -216,7 +217,7 @@ def _kill_server_mid_write(
         assert time.monotonic() < gone, f"the killed Connect server {pid} is still there"
         time.sleep(0.1)  # or `up` would find it still answering and start nothing
     t0 = time.monotonic()
-    connect.up(settings, echo=lambda *_: None, formats=("delta", "iceberg"))
+    connect.up(settings, echo=lambda *_: None, formats=STACK_FORMATS)
     t1 = time.monotonic()
     try:  # the client has had the restart's time to fail; its retries would take ~10 s more
         proc.wait(timeout=3)
@@ -452,7 +453,7 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
         finally:  # the rest of the suite shares these services
             postgres.up(settings, echo=lambda *_: None)
             kafka.up(settings, echo=lambda *_: None)
-            connect.up(load_settings(), echo=lambda *_: None, formats=("delta", "iceberg"))
+            connect.up(load_settings(), echo=lambda *_: None, formats=STACK_FORMATS)
     server_kills = lost["server"]
     print(f"kills by phase: {dict(phases)}; services lost mid-run: {dict(lost)}")
     assert set(wanted) <= set(phases), f"phases never hit: {set(wanted) - set(phases)}"

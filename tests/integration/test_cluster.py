@@ -69,9 +69,10 @@ def _spark_class(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen
         )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster(stack, tmp_path_factory) -> Iterator[Cluster]:
-    """A standalone master and one worker (2 cores, 1 GiB), both on 127.0.0.1."""
+    """A standalone master and one worker (2 cores, 1 GiB), both on 127.0.0.1; stopped after
+    this module, so the rest of the suite does not share two cores with its idle JVMs."""
     root = tmp_path_factory.mktemp("spark-cluster")
     settings = load_settings()
     env = connect.spark_env(settings, {"SPARK_WORKER_DIR": str(root / "work")})
@@ -117,7 +118,7 @@ def cluster(stack, tmp_path_factory) -> Iterator[Cluster]:
             process.terminate(proc.pid, grace_seconds=15)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def connect_on_cluster(cluster, tmp_path_factory) -> Iterator[str]:
     """A second Spark Connect server (own port), whose executors run on the cluster."""
     settings = load_settings()
