@@ -5,17 +5,19 @@ the source of truth, and the groups show lag tools (Burrow, `kafka-consumer-grou
 level stands. All groups' commits are in flight together, one round trip for the lot.
 
 Reads go through `Consumer.committed` of a consumer configured with the group (it never
-subscribes, so it never joins the group), one request per group, not through the admin
-client's `list_consumer_group_offsets`: librdkafka (2.16, and its master as of 2026-07) answers
-an admin OffsetFetch refused with NOT_COORDINATOR by re-querying a consumer group the admin
-client does not have, a null pointer, and the process dies with SIGSEGV (librdkafka#5040). A
-fresh broker whose `__consumer_offsets` is still loading, or a coordinator moving in a rolling
-restart, is enough. A group's consumer handles those refusals; what it still returns is retried.
+subscribes, so it never joins the group), one request per group, all in flight together, not
+through the admin client's `list_consumer_group_offsets`: librdkafka (2.16, and its master as
+of 2026-07) answers an admin OffsetFetch refused with NOT_COORDINATOR by re-querying a consumer
+group the admin client does not have, a null pointer, and the process dies with SIGSEGV
+(librdkafka#5040). A fresh broker whose `__consumer_offsets` is still loading, or a coordinator
+moving in a rolling restart, is enough. A group's consumer handles those refusals; what it still
+returns is retried.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
@@ -43,12 +45,25 @@ def read_offsets(
     `consumer_of(group)` is a consumer configured with that group (the session keeps one per
     group); see the module's docstring for why not the admin client.
     """
-    found: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
-    for group, keys in groups.items():
-        tps = [TopicPartition(t, p) for t, p in keys]
-        answer = _committed(consumer_of(group), group, tps) if tps else []
-        found[group] = {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in answer}
-    return found
+    asked = {group: [TopicPartition(t, p) for t, p in keys] for group, keys in groups.items()}
+    readers = {group: consumer_of(group) for group, tps in asked.items() if tps}  # made here
+    answers: dict[str, list[TopicPartition]] = {}
+    if len(readers) == 1:
+        ((group, reader),) = readers.items()
+        answers[group] = _committed(reader, group, asked[group])
+    elif readers:
+        # one request per group, all in flight together (a group's coordinator answers its
+        # own): a 3-level drain's mirror read 0.125 s one after the other, 0.066 s at once
+        with ThreadPoolExecutor(len(readers), thread_name_prefix="drainer-groups") as pool:
+            pending = {g: pool.submit(_committed, r, g, asked[g]) for g, r in readers.items()}
+            answers = {group: future.result() for group, future in pending.items()}
+    return {
+        group: {
+            (tp.topic, tp.partition): (tp.offset, tp.metadata or "")
+            for tp in answers.get(group, [])
+        }
+        for group in asked
+    }
 
 
 def _committed(consumer: Consumer, group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
