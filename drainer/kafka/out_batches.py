@@ -119,12 +119,10 @@ def _send_plain(
     for value, key, src in zip(batch.values, keys, sources, strict=False):
         headers = [*ours, (SOURCE_HEADER, src)] if src is not None else list(ours)
         try:
-            produce(topic, value, key, headers=headers)
-        except BufferError:  # the local queue is full (the cold path)
             try:
+                produce(topic, value, key, headers=headers)
+            except BufferError:  # the local queue is full (the cold path)
                 _produce_when_room(produce, poll, topic, value, key, headers, {})
-            except KafkaException as err:
-                raise failed(err.args[0], _text(src), topic) from None
         except KafkaException as err:
             raise failed(err.args[0], _text(src), topic) from None
 
