@@ -75,8 +75,14 @@ class ConnectPaths:
         return self.root / "server.pid"
 
     @property
-    def console_log(self) -> Path:
+    def server_log(self) -> Path:
+        """Spark's log, rolled over at LOG_ROLL_SIZE (LOG_ROLLS kept: `server.log.1` …)."""
         return self.root / "server.log"
+
+    @property
+    def console_log(self) -> Path:
+        """The process's own output: spark-submit, warnings and errors, Python workers' stderr."""
+        return self.root / "console.log"
 
     @property
     def log4j(self) -> Path:
@@ -175,10 +181,12 @@ def start(
         and set(formats) <= set(_loaded_formats(paths))
         and _asks_for_token(paths)
         and _logs_no_plans(paths)
+        and _started_with_flag(paths, ROLLING_LOG)
     ):
         # its Python workers would import another interpreter's or checkout's drainer, it
-        # lacks a table format's jars, or an older drainer started it without a token or with
+        # lacks a table format's jars, or an older drainer started it without a token, with
         # Spark's default logging (which writes whole requests, secrets and all, to its log)
+        # or with a log that never rolls over
         echo(f"{NAME:<9} restarting pid {pid}: it runs {_started_with(paths)}")
         process.terminate(pid)
         _wait_port_free(port)
@@ -225,10 +233,13 @@ def start(
         cmd += ["--conf", f"{key}={value}"]
     cmd.append("spark-internal")
     paths.root.mkdir(parents=True, exist_ok=True)
-    paths.log4j.write_text(LOG4J2)
-    _redact_log(paths.console_log)
+    paths.log4j.write_text(log4j2(paths.server_log))
+    if not _logs_no_plans(paths):  # the last server was an older drainer's: its logs held plans
+        for log in (paths.server_log, paths.console_log):
+            _redact_log(log)
     echo(f"{NAME:<9} starting a Spark Connect server at {address} ({master})")
     with paths.console_log.open("ab") as out:
+        paths.console_log.chmod(0o600)  # as Spark's log: the server's own, not every user's
         proc = subprocess.Popen(
             cmd,
             cwd=paths.root,
@@ -242,7 +253,8 @@ def start(
     process.write_pid(paths.pid_file, proc.pid)
     paths.started_with.write_text(
         f"master={master} pyspark={pyspark_version()} python={sys.executable} "
-        f"lakehouse={','.join(formats) or '-'} auth=token logs=no-plans {_code_of(settings)}\n"
+        f"lakehouse={','.join(formats) or '-'} auth=token logs=no-plans {ROLLING_LOG} "
+        f"{_code_of(settings)}\n"
     )
     _wait_ready(port, paths, proc.pid, proc)
     return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
@@ -389,19 +401,47 @@ def _check_remote(endpoint: str) -> ServiceStatus:
 # Spark's default logging, less the Spark Connect service's INFO lines: they print whole requests
 # (`Found execution ExecuteInfo(...)`, every 30 s for an abandoned one), and a request's plan
 # holds the pickled executor, whose closure holds the sink's database URL and its password.
-LOG4J2 = """\
+# INFO goes to a log that rolls over, as the broker's does: Spark logs every task, and a
+# server that lives for months wrote gigabytes (4.4 GB here in a day of benchmarks) that each
+# start once read whole; warnings also go to the console log.
+LOG_ROLL_SIZE = "50MB"
+LOG_ROLLS = 3
+ROLLING_LOG = "log=rolling"  # on `started_with`: a server started with this logging
+
+
+def log4j2(server_log: Path) -> str:
+    """The server's log4j2.properties."""
+    return f"""\
 rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+appender.console.layout.pattern = {_LOG_PATTERN}
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = warn
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {server_log}
+appender.file.filePermissions = rw-------
+appender.file.filePattern = {server_log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = {_LOG_PATTERN}
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = {LOG_ROLL_SIZE}
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = {LOG_ROLLS}
 logger.connect.name = org.apache.spark.sql.connect
 logger.connect.level = warn
 logger.jetty.name = org.sparkproject.jetty
 logger.jetty.level = warn
 """
+
+
+_LOG_PATTERN = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # keeps Popen objects from warning on GC
 
@@ -415,10 +455,7 @@ def _wait_ready(
         gone, exited = process.exit_status(proc, pid, MARKER)
         if gone:
             paths.pid_file.unlink(missing_ok=True)
-            raise ServiceError(
-                f"the Spark Connect server exited (code {exited}); last lines of "
-                f"{paths.console_log}:\n{process.tail(paths.console_log, 30)}"
-            )
+            raise ServiceError(f"the Spark Connect server exited (code {exited}).\n{_logs(paths)}")
         if port_open(HOST, port):
             return
         time.sleep(0.5)
@@ -426,6 +463,15 @@ def _wait_ready(
     paths.pid_file.unlink(missing_ok=True)
     raise ServiceError(
         f"the Spark Connect server did not listen on {HOST}:{port} within "
-        f"{START_TIMEOUT_SECONDS:.0f} s; stopped it. Last lines of {paths.console_log}:\n"
-        f"{process.tail(paths.console_log, 30)}"
+        f"{START_TIMEOUT_SECONDS:.0f} s; stopped it.\n{_logs(paths)}"
     )
+
+
+def _logs(paths: ConnectPaths) -> str:
+    """The last lines of what the server printed (errors, spark-submit's own output), then of
+    Spark's log."""
+    text = f"last lines of {paths.console_log}:\n{process.tail(paths.console_log, 30)}"
+    log = process.tail(paths.server_log, 15)
+    if log and not log.startswith("("):
+        text += f"\n\nlast lines of {paths.server_log}:\n{log}"
+    return text

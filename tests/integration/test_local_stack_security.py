@@ -159,13 +159,17 @@ def test_status_and_a_run_show_neither_secret(stack, make_drain) -> None:
         assert done.returncode == 0, (done.returncode, done.stdout[-3000:], done.stderr[-3000:])
         outputs.append(done.stdout + done.stderr)
     assert "sc://localhost" in outputs[0] and "127.0.0.1:" in outputs[0]
+    server = connect.ConnectPaths.local(settings)
     logs = [
         layout(settings.home, create=False).log,
-        connect.ConnectPaths.local(settings).console_log,
+        server.console_log,
+        *server.root.glob(f"{server.server_log.name}*"),  # Spark's log and its rolled-over ones
     ]
+    assert server.server_log in logs
     for secret in secrets:
         assert secret
         for output in outputs:
             assert secret not in output
         for log in logs:
-            assert secret not in log.read_text(errors="replace"), log
+            with log.open(errors="replace") as lines:  # line by line: a log may be large
+                assert not any(secret in line for line in lines), log
