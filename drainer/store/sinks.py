@@ -370,9 +370,7 @@ def write_staged(
     """
     stage = _replace_task_rows(conn, table, run_id, task)
     count = 0
-    with conn.cursor().copy(
-        f"COPY {quote(stage)} ({quote(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN"
-    ) as copy:
+    with conn.cursor().copy(_copy_into(stage, columns)) as copy:
         for row in rows:
             copy.write_row((*row, run_id, task))
             count += 1
@@ -391,13 +389,16 @@ def write_staged_csv(
     lines, the run and task columns last) with its row count: no Python object per row."""
     stage = _replace_task_rows(conn, table, run_id, task)
     count = 0
-    with conn.cursor().copy(
-        f"COPY {quote(stage)} ({quote(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN (FORMAT csv)"
-    ) as copy:
+    with conn.cursor().copy(f"{_copy_into(stage, columns)} (FORMAT csv)") as copy:
         for data, rows in chunks:
             copy.write(data)
             count += rows
     return count
+
+
+def _copy_into(stage: str, columns: list[str]) -> str:
+    """The COPY of a task's rows into the stage: the output's columns, then the run and task."""
+    return f"COPY {quote(stage)} ({quote(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN"
 
 
 def _replace_task_rows(conn: Any, table: str, run_id: int, task: str) -> str:
