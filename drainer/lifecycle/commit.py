@@ -109,7 +109,7 @@ def commit_run(
         dead_letters.clear_failures(conn, run.id)
         if executed.table_commit:  # a sink's table commit, made before this transaction
             runs.store_table_commit(conn, run.id, executed.table_commit.as_dict())
-        runs.mark_committed(conn, run.id, duration_s)
+        runs.mark_committed(conn, run.id, duration_s, published)
     return CommitResult(levels, published)
 
 

@@ -58,10 +58,12 @@ def load_phases(conn: Connection, run_id: int) -> dict[str, float]:
 
 
 def run_summary(conn: Connection, run_id: int) -> dict[str, Any]:
-    """What a later report of a committed run needs: trigger, duration, Dagster run id."""
+    """What a later report of a committed run needs: trigger, duration, Dagster run id, the
+    rows it published."""
     row = conn.execute(
         text(
-            "SELECT status, trigger, duration_s, dagster_run_id, attempts FROM runs WHERE id = :r"
+            "SELECT status, trigger, duration_s, dagster_run_id, attempts, published_rows "
+            "FROM runs WHERE id = :r"
         ),
         {"r": run_id},
     ).one()

@@ -288,13 +288,13 @@ def run_nonce(conn: Connection, run_id: int) -> str:
     return str(planned)
 
 
-def mark_committed(conn: Connection, run_id: int, duration_s: float) -> None:
+def mark_committed(conn: Connection, run_id: int, duration_s: float, published_rows: int) -> None:
     conn.execute(
         text(
-            "UPDATE runs SET status = 'committed', committed_at = now(), duration_s = :d "
-            "WHERE id = :r"
+            "UPDATE runs SET status = 'committed', committed_at = now(), duration_s = :d, "
+            "published_rows = :p WHERE id = :r"
         ),
-        {"r": run_id, "d": duration_s},
+        {"r": run_id, "d": duration_s, "p": published_rows},
     )
 
 

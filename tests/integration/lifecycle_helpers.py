@@ -68,6 +68,14 @@ def recreate_topic(drain: DrainConfig, level: int) -> None:
                 time.sleep(0.5)  # the deletion is still being applied
 
 
+def published_rows(drain: DrainConfig) -> int:
+    """Rows in the sink's target table (0 while it does not exist yet)."""
+    with get_engine().connect() as conn:
+        if conn.scalar(text("SELECT to_regclass(:t)"), {"t": drain.sink.table}) is None:
+            return 0
+        return conn.scalar(text(f'SELECT count(*) FROM "{drain.sink.table}"'))
+
+
 def sink_records(drain: DrainConfig) -> Counter:
     """(topic, partition, offset) -> sink rows of the record (record_echo, one_row_per_record)."""
     with get_engine().connect() as conn:

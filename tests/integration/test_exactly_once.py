@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from lifecycle_helpers import assert_each_record_once
+from lifecycle_helpers import assert_each_record_once, published_rows
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from sqlalchemy import text
 
@@ -95,14 +95,6 @@ def drain_until_empty(drain: DrainConfig, max_runs: int = 6) -> list[RunResult]:
         assert len(results) < max_runs, f"backlog still {backlog(drain)} after {max_runs} runs"
         results.append(drain_job.run(drain.name, trigger="test"))
     return results
-
-
-def published_rows(drain: DrainConfig) -> int:
-    """Rows in the sink's target table (0 while it does not exist yet)."""
-    with get_engine().connect() as conn:
-        if conn.scalar(text("SELECT to_regclass(:t)"), {"t": drain.sink.table}) is None:
-            return 0
-        return conn.scalar(text(f'SELECT count(*) FROM "{drain.sink.table}"'))
 
 
 def staged_rows(drain: DrainConfig, run_id: int) -> int:

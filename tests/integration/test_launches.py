@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from lifecycle_helpers import assert_each_record_once
+from lifecycle_helpers import assert_each_record_once, published_rows
 from sqlalchemy import text
 
 from drainer.errors import RunFailed
@@ -48,6 +48,9 @@ def test_two_launches_with_one_launch_key_are_one_run_sharing_the_budget(make_dr
     runs = _runs(drain)
     assert [(r.status, list(r.levels), r.launch_key) for r in runs] == [("committed", [0, 2], key)]
     assert first.drained == 700 and sibling.drained == 700
+    # the rows the run published (the default processor's per-key counts), as the launch that
+    # ran it reported them (a sharing launch said 0 before migration 021)
+    assert sibling.published_rows == first.published_rows == published_rows(drain) > 0
     assert _drained(drain) == {0: 140, 2: 560}  # 700 split 1:4 between the two levels only
     assert {lv.level for lv in sibling.levels} == {0, 2}
     assert set(first.phases) == {"plan", "spark_start", "spark_job", "commit", "mirror", "upkeep"}
