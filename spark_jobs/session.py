@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
+# the tasks Delta replays its log in (OPTIMIZE, VACUUM, the checkpoint after a commit, loading
+# a snapshot): Delta's default, 50, is for clusters; on two cores it made a small run 1.9 s
+# instead of 1.14 s (benchmarks/README.md, "Delta's log replay"). As many as the shuffle's.
+DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 # ids of closed sessions walked past before giving up (a new home starts at the first one)
 MAX_CLOSED = 100
 
@@ -166,6 +170,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
         spark: SparkSession = SparkSession.builder.remote(url).create()
         try:
             spark.conf.set("spark.sql.shuffle.partitions", settings.shuffle_partitions)
+            spark.conf.set(DELTA_SNAPSHOT_PARTITIONS, settings.shuffle_partitions)
         except Exception as err:
             replaced += 1
             if session_id is None or replaced > MAX_CLOSED or SESSION_CLOSED not in str(err):
@@ -262,6 +267,7 @@ def _in_process(settings: Settings) -> SparkSession:
         .config("spark.jars", jars)
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.shuffle.partitions", settings.shuffle_partitions)
+        .config(DELTA_SNAPSHOT_PARTITIONS, settings.shuffle_partitions)
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")
