@@ -241,7 +241,7 @@ def start(
     with paths.console_log.open("ab") as out:
         paths.console_log.chmod(0o600)  # as Spark's log: the server's own, not every user's
         proc = subprocess.Popen(
-            cmd,
+            process.with_default_signals(cmd),
             cwd=paths.root,
             env=spark_env(settings, {TOKEN_ENV: token}),
             stdin=subprocess.DEVNULL,

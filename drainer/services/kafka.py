@@ -167,7 +167,7 @@ def _start(java: str, classpath: str, paths: KafkaPaths) -> subprocess.Popen[byt
     ]
     with paths.console_log.open("ab") as out:
         proc = subprocess.Popen(
-            cmd,
+            process.with_default_signals(cmd),
             cwd=paths.root,
             stdin=subprocess.DEVNULL,
             stdout=out,

@@ -10,8 +10,10 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -50,6 +52,24 @@ def is_alive(pid: int, marker: str | None = None) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return True
+
+
+# A child inherits the signals its parent ignores across exec, and a JVM never handles a shutdown
+# signal it was started ignoring (it registers its handler and leaves the signal ignored). A
+# broker started by a process that ignored SIGTERM (as the test suite's did, after some module)
+# then sat out `terminate`'s 30 s and was killed, its logs recovered at the next start. The
+# services start through this shim, which puts the shutdown signals back to their defaults.
+_DEFAULT_SIGNALS = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def with_default_signals(cmd: Sequence[str]) -> list[str]:
+    """`cmd` run with SIGHUP, SIGINT and SIGTERM at their defaults, whatever this process
+    ignores: a service's `stop` then stops it cleanly (same pid: the shim execs `cmd`)."""
+    return [sys.executable, "-I", "-S", "-c", _DEFAULT_SIGNALS, *cmd]
 
 
 def terminate(pid: int, grace_seconds: float = 30.0) -> bool:
