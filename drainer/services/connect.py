@@ -468,10 +468,5 @@ def _wait_ready(
 
 
 def _logs(paths: ConnectPaths) -> str:
-    """The last lines of what the server printed (errors, spark-submit's own output), then of
-    Spark's log."""
-    text = f"last lines of {paths.console_log}:\n{process.tail(paths.console_log, 30)}"
-    log = process.tail(paths.server_log, 15)
-    if log and not log.startswith("("):
-        text += f"\n\nlast lines of {paths.server_log}:\n{log}"
-    return text
+    """What the server printed (errors, spark-submit's own output) first, then Spark's log."""
+    return process.last_lines(paths.console_log, 30, paths.server_log, 15)

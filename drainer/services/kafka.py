@@ -205,8 +205,4 @@ def _wait_ready(
 
 
 def _logs(paths: KafkaPaths) -> str:
-    text = f"last lines of {paths.server_log}:\n{process.tail(paths.server_log, 30)}"
-    console = process.tail(paths.console_log, 15)
-    if console and not console.startswith("("):
-        text += f"\n\nlast lines of {paths.console_log}:\n{console}"
-    return text
+    return process.last_lines(paths.server_log, 30, paths.console_log, 15)

@@ -102,6 +102,15 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def last_lines(first: Path, first_lines: int, then: Path, then_lines: int) -> str:
+    """A failed start's logs: the last lines of `first`, then of `then` if it has any."""
+    text = f"last lines of {first}:\n{tail(first, first_lines)}"
+    more = tail(then, then_lines)
+    if more and not more.startswith("("):
+        text += f"\n\nlast lines of {then}:\n{more}"
+    return text
+
+
 def tail(path: Path, lines: int = 30) -> str:
     """The last `lines` lines of a log file, or a note that there is none yet."""
     try:
