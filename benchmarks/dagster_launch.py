@@ -33,6 +33,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import delete_at_exit  # noqa: E402
 from dagster_project.definitions import RANGE_END, RANGE_START  # noqa: E402
 from drainer.config import load_drains  # noqa: E402
 from drainer.kafka.producer import produce_records, synthetic_records  # noqa: E402
@@ -50,6 +51,7 @@ def main() -> None:
     drain = load_drains(path)[name]
     with KafkaSession(drain) as kafka:
         kafka.create_topics()
+    delete_at_exit(drain)
     for level in range(3):
         produce_records(drain, synthetic_records(1000, seed=level), level=level)
     env = {**os.environ, "DRAINER_CONFIG": str(path), "PYTHONPATH": str(REPO)}

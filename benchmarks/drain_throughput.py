@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import vm_hwm_kb
+from common import created_drain, vm_hwm_kb
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -34,10 +34,9 @@ def one_size(records: int) -> dict:
     os.environ.pop("SPARK_REMOTE", None)
     from drainer import services
     from drainer.settings import set_config_path
-    from drainer.testing import create_drain
 
     services.up(echo=lambda *_: None)
-    drain, config = create_drain(OUT, prefix="bench", partitions=4, budget=records)
+    drain, config = created_drain(OUT, prefix="bench", partitions=4, budget=records)
     set_config_path(config)  # current for the rest of this benchmark process
     name = drain.name
     started = time.monotonic()

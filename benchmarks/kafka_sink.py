@@ -32,7 +32,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from common import OUT, fresh_drain, produce
+from common import OUT, delete_at_exit, fresh_drain, produce
 
 PROCESSOR = "spark_jobs.examples:kafka_passthrough"
 COMMIT_EVERY = 100_000
@@ -53,6 +53,7 @@ def create_topic(partitions: int = 4) -> str:
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[
         name
     ].result(30)
+    delete_at_exit(topics=[name])
     return name
 
 

@@ -56,10 +56,11 @@ FIELDS = [
 
 def make_drain(args: argparse.Namespace, scenario: str, config_dir: Path):
     """A fresh drain for one scenario; current in DRAINER_CONFIG so `drainer status` sees it."""
-    from drainer.settings import set_config_path
-    from drainer.testing import create_drain
+    from common import created_drain
 
-    drain, path = create_drain(
+    from drainer.settings import set_config_path
+
+    drain, path = created_drain(
         config_dir,
         prefix=f"bench_prio_{scenario}",
         levels=args.levels,

@@ -64,11 +64,12 @@ FIELDS = [
 
 
 def make_drain(config_dir: Path, ordering: str, args: argparse.Namespace, handler: str):
+    from common import created_drain
+
     from drainer.settings import set_config_path
-    from drainer.testing import create_drain
     from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
-    drain, path = create_drain(
+    drain, path = created_drain(
         config_dir,
         prefix=f"bench_slow_{ordering}",
         levels=1,
