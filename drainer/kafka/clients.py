@@ -15,6 +15,7 @@ librdkafka reported (refused, authentication, TLS).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -205,18 +206,40 @@ def passing(err: Any) -> bool:
 
 RETRY_S = 0.1  # between attempts of a request refused for a passing reason
 T = TypeVar("T")
+# refusals that say the client's metadata is out of date: a leader moved, or a broker restarted
+# after a crash (its partitions' leader epochs went up), and the client still sends the old ones
+STALE_METADATA = {
+    KafkaError._NOENT,  # librdkafka's admin found no leader in its cache ("No leaders found")
+    KafkaError.FENCED_LEADER_EPOCH,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+}
 
 
-def retry_passing(request: Callable[[], T]) -> T:
+def stale_metadata(err: Any) -> bool:
+    err = _unwrapped(err)
+    return isinstance(err, KafkaError) and err.code() in STALE_METADATA
+
+
+def retry_passing(request: Callable[[], T], refresh: Callable[[], object] | None = None) -> T:
     """`request()`, made again while Kafka refuses it for a passing reason (a leader election,
-    a group coordinator loading or moving) for up to TIMEOUT_S; then its refusal is raised."""
+    a group coordinator loading or moving) for up to TIMEOUT_S; then its refusal is raised.
+
+    `refresh()` runs before a retry of a request refused for stale metadata: librdkafka does not
+    refresh it on such a refusal by itself, so the retries would be refused alike until its
+    next periodic refresh (minutes)."""
     deadline = time.monotonic() + TIMEOUT_S
     while True:
         try:
             return request()
         except KafkaException as err:
-            if not passing(err) or time.monotonic() >= deadline:
+            stale = refresh is not None and stale_metadata(err)
+            if not (stale or passing(err)) or time.monotonic() >= deadline:
                 raise
+            if refresh is not None and stale:
+                with contextlib.suppress(KafkaException):  # the next attempt tells
+                    refresh()
         time.sleep(RETRY_S)
 
 

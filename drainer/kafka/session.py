@@ -306,9 +306,16 @@ class KafkaSession:
             ]
             return [self._offsets(futures) for futures in pending]
 
+        topics = sorted({t for specs, _ in requests for t, _ in specs})
+
+        def refresh() -> None:  # the leaders and epochs the admin client sends are its cache's
+            for topic in topics:
+                admin.list_topics(topic, timeout=TIMEOUT_S)
+
         try:
-            # retried: a partition without a leader for a moment (a new topic, a broker restarting)
-            return retry_passing(list_all)
+            # retried: a partition without a leader for a moment (a new topic, a broker
+            # restarting), or leader epochs the cluster moved past (a broker that crashed)
+            return retry_passing(list_all, refresh)
         except KafkaException as err:
             raise request_failed("listing offsets", err) from None
         except TimeoutError as err:

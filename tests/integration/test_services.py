@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import signal
+import time
 from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import drainer
-from drainer.services import ServiceStatus, kafka, pyspark_version, spark_kafka_jars, status, up
+from drainer.config import load_drains
+from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.session import KafkaSession
+from drainer.services import (
+    ServiceStatus,
+    kafka,
+    process,
+    pyspark_version,
+    spark_kafka_jars,
+    status,
+    up,
+)
+from drainer.services.kafka_config import listener_ports
 from drainer.settings import Settings, load_settings, psycopg_url
+from drainer.spark.net import host_port, port_open
+from drainer.testing import drain_body
 
 pytestmark = pytest.mark.integration
 
@@ -91,17 +108,23 @@ def test_spark_jars(settings: Settings, first_up: dict[str, ServiceStatus]) -> N
         assert not any(n.startswith(shipped) for n in names), names
 
 
+def _throwaway_broker(home: Path) -> Settings:
+    """Settings of a broker of its own (home, ports), not the one the suite shares."""
+    base = load_settings()
+    isolated = dataclasses.replace(base, bootstrap_servers="127.0.0.1:19092", home=home)
+    if not isolated.local_kafka:
+        pytest.skip("KAFKA_BOOTSTRAP_SERVERS is set; no local broker to restart")
+    # the shared home's resolved jars: what is tested is the restart, not a second Maven run
+    (home / "jars").symlink_to(base.home / "jars", target_is_directory=True)
+    return isolated
+
+
 def test_broker_restart_keeps_data(tmp_path) -> None:
     """stop() and up() on a throwaway broker (own home and ports), not the shared one; each
     stop is clean (SIGTERM, not the SIGKILL after 30 s) even when the process that started the
     broker ignores SIGTERM, as the suite's own process did after some module (a JVM keeps a
     shutdown signal it was started ignoring: the services start with the defaults)."""
-    base = load_settings()
-    isolated = dataclasses.replace(base, bootstrap_servers="127.0.0.1:19092", home=tmp_path)
-    if not isolated.local_kafka:
-        pytest.skip("KAFKA_BOOTSTRAP_SERVERS is set; no local broker to restart")
-    # the shared home's resolved jars: what is tested is the restart, not a second Maven run
-    (tmp_path / "jars").symlink_to(base.home / "jars", target_is_directory=True)
+    isolated = _throwaway_broker(tmp_path)
     ignored = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         started = kafka.up(isolated, echo=lambda _: None)
@@ -116,4 +139,38 @@ def test_broker_restart_keeps_data(tmp_path) -> None:
         assert kafka.stop(isolated, echo=lambda _: None).detail == "stopped"
     finally:
         signal.signal(signal.SIGTERM, ignored)
+        kafka.stop(isolated, echo=lambda _: None)
+
+
+def test_a_session_reads_offsets_again_once_a_crashed_broker_is_back(tmp_path) -> None:
+    """A broker killed (-9) and started again moves its partitions' leader epochs on. A run's
+    Kafka session that read offsets before must read them after: librdkafka keeps sending the
+    old epochs (FENCED_LEADER_EPOCH) until its metadata is refreshed, which it does not do on
+    that refusal. Before the fix every retry was refused alike for 15 s, then the run's lookup
+    failed ("Leader epoch is older than broker epoch")."""
+    isolated = _throwaway_broker(tmp_path)
+    body = drain_body("crashy", levels=1, partitions=2)
+    config = tmp_path / "drains.yaml"
+    config.write_text(yaml.safe_dump({"drains": {"crashy": body}}))
+    drain = load_drains(config)["crashy"]
+    try:
+        started = kafka.up(isolated, echo=lambda _: None)
+        with KafkaSession(drain, isolated) as session:
+            session.create_topics()
+            produce_records(drain, synthetic_records(10), partition=1, kafka=session)
+            before = session.watermarks({0: [0, 1]})
+            assert started.pid is not None
+            os.kill(started.pid, signal.SIGKILL)
+            host, port = host_port(isolated.bootstrap_servers, 9092)
+            gone = time.monotonic() + 60
+            # a dying JVM's threads hold its sockets a moment after its main thread exits
+            while process.is_alive(started.pid) or any(
+                port_open(host, p) for p in listener_ports(port)
+            ):
+                assert time.monotonic() < gone, "the killed broker still holds its ports"
+                time.sleep(0.1)
+            assert kafka.up(isolated, echo=lambda _: None).detail == "started"
+            after = session.watermarks({0: [0, 1]})  # the same session, its old metadata
+        assert after == before and before[(0, 1)].high == 10
+    finally:
         kafka.stop(isolated, echo=lambda _: None)

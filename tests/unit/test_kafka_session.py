@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from drainer.config import load_drains
 from drainer.errors import KafkaUnavailable
-from drainer.kafka.clients import kafka_error
+from drainer.kafka.clients import kafka_error, retry_passing
 from drainer.kafka.session import KafkaSession
 
 BASE = {"topic": "orders", "group": "billing", "levels": 3, "budget": 70, "sink": {"table": "out"}}
@@ -77,3 +77,38 @@ def test_a_just_started_brokers_coordinator_load_is_logged_as_detail_not_printed
         librdkafka.log(logging.WARNING, "%s", "a warning that matters")
     levels = {r.getMessage()[:6]: r.levelno for r in caplog.records}
     assert levels == {"GETPID": logging.DEBUG, "a warn": logging.WARNING}
+
+
+@pytest.mark.parametrize(
+    "code", [KafkaError.FENCED_LEADER_EPOCH, KafkaError._NOENT, KafkaError.NOT_LEADER_FOR_PARTITION]
+)
+def test_a_request_refused_for_stale_metadata_refreshes_it_before_the_retry(code, monkeypatch):
+    """A broker back from a crash refuses the leader epochs the client still has: retrying
+    without a metadata refresh is refused alike (the integration test kills a broker)."""
+    monkeypatch.setattr("drainer.kafka.clients.RETRY_S", 0.0)
+    calls: list[str] = []
+
+    def request() -> str:
+        calls.append("request")
+        if "refresh" not in calls:
+            raise KafkaException(KafkaError(code))
+        return "offsets"
+
+    assert retry_passing(request, lambda: calls.append("refresh")) == "offsets"
+    assert calls == ["request", "refresh", "request"]
+
+
+def test_a_refusal_that_is_not_passing_is_raised_at_once_refresh_or_not():
+    def refused(code: int):
+        def request() -> str:
+            raise KafkaException(KafkaError(code))
+
+        return request
+
+    with pytest.raises(KafkaException):
+        retry_passing(
+            refused(KafkaError.TOPIC_AUTHORIZATION_FAILED),
+            lambda: pytest.fail("refreshed for a refusal that is not stale metadata"),
+        )
+    with pytest.raises(KafkaException):  # without a refresh, "no leader" is not waited out
+        retry_passing(refused(KafkaError._NOENT))
