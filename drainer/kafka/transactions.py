@@ -34,7 +34,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from drainer import faults
 from drainer.config.kafka_clients import redact
 from drainer.errors import ConfigError, DrainerError, FencedOut, KafkaUnavailable
-from drainer.kafka.clients import make_client
+from drainer.kafka.clients import make_client, retry_passing
 from drainer.kafka.out_batches import SOURCE_HEADER, OutBatch, missing_topic, send_batch
 
 __all__ = ["SOURCE_HEADER", "OutBatch", "RunMarker", "RunTransaction", "missing_topic"]
@@ -304,13 +304,18 @@ class RunTransaction:
             if isolation == "read_committed"
             else IsolationLevel.READ_UNCOMMITTED
         )
-        futures = self._admin_client().list_offsets(
-            {tp: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
-            isolation_level=level,
-            request_timeout=timeout_s,
-        )
-        try:
+        admin = self._admin_client()
+
+        def end() -> int:
+            futures = admin.list_offsets(
+                {tp: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+                isolation_level=level,
+                request_timeout=timeout_s,
+            )
             return int(futures[tp].result(timeout_s + 5).offset)
+
+        try:  # retried as the drain's own offset lookups are (a leader election, a crashed broker)
+            return retry_passing(end, lambda: admin.list_topics(tp.topic, timeout=timeout_s))
         except KafkaException as err:
             raise KafkaUnavailable(
                 f"reading the end of {tp.topic}[{tp.partition}] failed "
