@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/delete_leftover_topics.py [--dry-run] [--prefix bench]
 
 Benchmarks now delete their topics when they end (`common.delete_at_exit`); before that, each
-run left its source and output topics behind. Hundreds of them cost the broker on every start:
-here, 2,100 leftover partitions made a restart after a crash take ~19 s. Only topics whose name
-starts with `--prefix` (the benchmarks' own, `bench`) are deleted.
+run left its source and output topics behind (here: 529 topics, 2,100 partitions, 6 GB), which
+the broker loads at every start. Only topics whose name starts with `--prefix` (the
+benchmarks' own, `bench`) are deleted.
 """
 
 from __future__ import annotations
