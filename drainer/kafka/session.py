@@ -310,7 +310,13 @@ class KafkaSession:
 
         def refresh() -> None:  # the leaders and epochs the admin client sends are its cache's
             for topic in topics:
-                admin.list_topics(topic, timeout=TIMEOUT_S)
+                found = admin.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+                # a topic deleted meanwhile also has "no leaders": not worth waiting for
+                if found is None or (
+                    found.error is not None
+                    and found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                ):
+                    raise TopicMissing(self.drain.name, [topic])
 
         try:
             # retried: a partition without a leader for a moment (a new topic, a broker

@@ -595,6 +595,29 @@ def test_plan_cli_shows_the_next_run_and_changes_nothing(make_drain, spark):
     assert len(runs_before) == 1
 
 
+def test_offsets_of_a_topic_the_client_never_knew_are_a_missing_topic_at_once(make_drain, stack):
+    """librdkafka answers ListOffsets for a topic its metadata never held with "No leaders
+    found", as it does for a leader lost in a broker's crash, which drainer retries with a
+    metadata refresh: the refresh that finds no topic ends the wait (it took 15 s, then said
+    "No leaders found")."""
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
+
+    from drainer.errors import TopicMissing
+
+    drain = make_drain(levels=1)
+    absent = f"{drain.topic}-never"
+    with KafkaSession(drain) as kafka:
+        kafka.watermarks({0: [0]})  # the session has met the cluster
+        try:
+            latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            kafka.list_offsets([({(absent, 0): latest}, IsolationLevel.READ_UNCOMMITTED)])
+        except TopicMissing as err:
+            assert err.topics == [absent]
+        else:
+            raise AssertionError("offsets of a topic that does not exist were listed")
+
+
 def test_a_missing_level_topic_is_one_error_naming_it_and_the_command_that_creates_it(
     make_drain, stack
 ):
