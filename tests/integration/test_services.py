@@ -144,10 +144,11 @@ def test_broker_restart_keeps_data(tmp_path) -> None:
 
 def test_a_session_reads_offsets_again_once_a_crashed_broker_is_back(tmp_path) -> None:
     """A broker killed (-9) and started again moves its partitions' leader epochs on. A run's
-    Kafka session that read offsets before must read them after: librdkafka keeps sending the
-    old epochs (FENCED_LEADER_EPOCH) until its metadata is refreshed, which it does not do on
-    that refusal. Before the fix every retry was refused alike for 15 s, then the run's lookup
-    failed ("Leader epoch is older than broker epoch")."""
+    Kafka session that read offsets before must read them after: librdkafka keeps the leaders
+    and epochs of its metadata cache ("No leaders found", or FENCED_LEADER_EPOCH: "Leader epoch
+    is older than broker epoch") until that is refreshed, which it does not do on the refusal.
+    Before the fix the lookup failed here at once ("No leaders found"), and in a run whose
+    cache still had the old leader, after 15 s of retries refused alike."""
     isolated = _throwaway_broker(tmp_path)
     body = drain_body("crashy", levels=1, partitions=2)
     config = tmp_path / "drains.yaml"
