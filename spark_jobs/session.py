@@ -110,12 +110,22 @@ def _still_served(spark: SparkSession) -> bool:
     return False
 
 
+# pyspark's SparkSession.__del__ closes its client, and closing any Connect client shuts down the
+# release thread pool that all of the process's clients share, waiting for its threads. Run by
+# the garbage collector inside one of those threads while it held a gRPC channel's lock, that
+# deadlocked the process: a suite's run hung after the Connect server restarted, its main thread
+# and both pool threads waiting on one another. A client drainer drops is therefore kept
+# referenced and never collected: one per server restart or closed session, a closed channel each.
+_dropped: list[SparkSession] = []
+
+
 def _drop_client(spark: SparkSession) -> None:
     """Stop a Connect client without releasing its session on the server (gone, or another
     process's); else pyspark's functions keep asking it, still the process's active session."""
     cast("ConnectSession", spark).release_session_on_close = False
     with contextlib.suppress(Exception):
         spark.stop()
+    _dropped.append(spark)
 
 
 def describe(spark: SparkSession) -> str:

@@ -106,3 +106,29 @@ def test_fingerprint_follows_the_handlers_source(tmp_path, monkeypatch):
 
 def test_fingerprint_of_unknown_modules_is_just_the_rest(tmp_path):
     assert code_fingerprint(["no_such_package_xyz.mod:f"]) == code_fingerprint([])
+
+
+def test_a_dropped_connect_client_is_never_left_to_the_garbage_collector():
+    """pyspark's SparkSession.__del__ shuts down the thread pool every Connect client of the
+    process shares; run by the collector inside one of its threads, it deadlocked the process.
+    A client drainer drops stays referenced, stopped, its server session not released."""
+    import gc
+    import weakref
+
+    from spark_jobs import session
+
+    class Client:
+        release_session_on_close = True
+        stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    client = Client()
+    ref = weakref.ref(client)
+    session._drop_client(client)  # type: ignore[arg-type]
+    del client
+    gc.collect()
+    kept = ref()
+    assert kept is not None and kept.stopped and not kept.release_session_on_close
+    session._dropped.remove(kept)  # type: ignore[arg-type]
