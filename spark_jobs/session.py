@@ -106,7 +106,7 @@ def _still_served(spark: SparkSession) -> bool:
         gone = "SESSION_CHANGED" in str(err) or SESSION_CLOSED in str(err)
         if not gone and not cast("ConnectSession", spark).is_stopped:
             return True
-    _drop_client(spark)
+    drop_client(spark)
     return False
 
 
@@ -119,9 +119,10 @@ def _still_served(spark: SparkSession) -> bool:
 _dropped: list[SparkSession] = []
 
 
-def _drop_client(spark: SparkSession) -> None:
+def drop_client(spark: SparkSession) -> None:
     """Stop a Connect client without releasing its session on the server (gone, or another
-    process's); else pyspark's functions keep asking it, still the process's active session."""
+    process's); else pyspark's functions keep asking it, still the process's active session.
+    The way to let go of any Connect client in a process that goes on (see `_dropped`)."""
     cast("ConnectSession", spark).release_session_on_close = False
     with contextlib.suppress(Exception):
         spark.stop()
@@ -188,7 +189,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             log.info(
                 "Spark Connect session %s was closed by the server: opening another", session_id
             )
-            _drop_client(spark)
+            drop_client(spark)
             closed = session_id
             continue
         spark.conf.set("spark.sql.session.timeZone", "UTC")
@@ -200,7 +201,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
                 log.info("the code on %s changed: opening a session for it", redacted(endpoint))
                 remember_server_code(directory, endpoint, measured)
                 # leave that session to the server's idle timeout: another process may use it
-                _drop_client(spark)
+                drop_client(spark)
                 server_code, closed = measured, None
                 continue
         return spark

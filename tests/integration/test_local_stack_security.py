@@ -4,7 +4,6 @@ command line, and a cluster an older drainer left on `trust` is moved over by `s
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import socket
@@ -22,6 +21,7 @@ from drainer.local_secrets import CONNECT_TOKEN, POSTGRES_PASSWORD, read_secret,
 from drainer.services import connect, postgres
 from drainer.services.pg_layout import layout
 from drainer.settings import load_settings, psycopg_url
+from spark_jobs.session import drop_client
 
 pytestmark = pytest.mark.integration
 
@@ -92,10 +92,8 @@ def test_connect_server_refuses_a_client_without_the_token(spark) -> None:
         try:
             with pytest.raises(Exception, match="UNAUTHENTICATED"):
                 stranger.range(1).count()
-        finally:
-            stranger.release_session_on_close = False  # nothing of it is on the server
-            with contextlib.suppress(Exception):
-                stranger.stop()
+        finally:  # nothing of it is on the server; kept from the garbage collector
+            drop_client(stranger)
     assert spark.range(3).count() == 3  # drainer's own session: it sends the token
 
 

@@ -126,7 +126,7 @@ def test_a_dropped_connect_client_is_never_left_to_the_garbage_collector():
 
     client = Client()
     ref = weakref.ref(client)
-    session._drop_client(client)  # type: ignore[arg-type]
+    session.drop_client(client)  # type: ignore[arg-type]
     del client
     gc.collect()
     kept = ref()
