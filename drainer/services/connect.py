@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -87,6 +88,13 @@ class ConnectPaths:
     @property
     def log4j(self) -> Path:
         return self.root / "log4j2.properties"
+
+    @property
+    def scratch(self) -> Path:
+        """The server's scratch space (`spark.local.dir`, `java.io.tmpdir`). A killed server
+        leaves its temp dirs behind (~70 MB of session jars each), so a start empties it, where
+        in /tmp they would pile up until the disk is full."""
+        return self.root / "tmp"
 
     @property
     def started_with(self) -> Path:
@@ -182,11 +190,12 @@ def start(
         and _asks_for_token(paths)
         and _logs_no_plans(paths)
         and _started_with_flag(paths, ROLLING_LOG)
+        and _started_with_flag(paths, OWN_SCRATCH)
     ):
         # its Python workers would import another interpreter's or checkout's drainer, it
         # lacks a table format's jars, or an older drainer started it without a token, with
         # Spark's default logging (which writes whole requests, secrets and all, to its log)
-        # or with a log that never rolls over
+        # or with a log that never rolls over, or its temp dirs in /tmp
         echo(f"{NAME:<9} restarting pid {pid}: it runs {_started_with(paths)}")
         process.terminate(pid)
         _wait_port_free(port)
@@ -211,6 +220,7 @@ def start(
         "spark.driver.bindAddress": HOST,
         "spark.ui.enabled": str(settings.spark_ui).lower(),
         "spark.sql.shuffle.partitions": settings.shuffle_partitions,
+        "spark.local.dir": str(paths.scratch),
         **(conf or {}),
     }
     home = spark_home()
@@ -227,12 +237,14 @@ def start(
         "--jars",
         jars,
         "--driver-java-options",
-        f"-Dlog4j2.configurationFile=file:{paths.log4j}",
+        f"-Dlog4j2.configurationFile=file:{paths.log4j} -Djava.io.tmpdir={paths.scratch}",
     ]
     for key, value in settings_conf.items():
         cmd += ["--conf", f"{key}={value}"]
     cmd.append("spark-internal")
     paths.root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(paths.scratch, ignore_errors=True)  # no server of ours runs on it: port free
+    paths.scratch.mkdir()
     paths.log4j.write_text(log4j2(paths.server_log))
     if not _logs_no_plans(paths):  # the last server was an older drainer's: its logs held plans
         for log in (paths.server_log, paths.console_log):
@@ -253,7 +265,7 @@ def start(
     process.write_pid(paths.pid_file, proc.pid)
     paths.started_with.write_text(
         f"master={master} pyspark={pyspark_version()} python={sys.executable} "
-        f"lakehouse={','.join(formats) or '-'} auth=token logs=no-plans {ROLLING_LOG} "
+        f"lakehouse={','.join(formats) or '-'} auth=token logs=no-plans {ROLLING_LOG} {OWN_SCRATCH} "
         f"{_code_of(settings)}\n"
     )
     _wait_ready(port, paths, proc.pid, proc)
@@ -406,6 +418,7 @@ def _check_remote(endpoint: str) -> ServiceStatus:
 # start once read whole; warnings also go to the console log.
 LOG_ROLL_SIZE = "50MB"
 LOG_ROLLS = 3
+OWN_SCRATCH = "scratch=own"  # on `started_with`: its temp dirs in ConnectPaths.scratch
 ROLLING_LOG = "log=rolling"  # on `started_with`: a server started with this logging
 
 

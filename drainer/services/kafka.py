@@ -6,6 +6,7 @@ else runs on the port is used as is, and only a free port gets a new broker. Dat
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -160,11 +161,14 @@ def _start(java: str, classpath: str, paths: KafkaPaths) -> subprocess.Popen[byt
         "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={paths.log4j}",
         f"-Dkafka.logs.dir={paths.root}",
+        f"-Djava.io.tmpdir={paths.scratch}",
         "-cp",
         classpath,
         MARKER,
         str(paths.properties),
     ]
+    shutil.rmtree(paths.scratch, ignore_errors=True)  # the last broker's: it is gone
+    paths.scratch.mkdir()
     with paths.console_log.open("ab") as out:
         proc = subprocess.Popen(
             process.with_default_signals(cmd),

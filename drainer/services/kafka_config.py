@@ -45,6 +45,12 @@ class KafkaPaths:
         return self.root / "log4j2.xml"
 
     @property
+    def scratch(self) -> Path:
+        """The broker's `java.io.tmpdir`: the native codecs it unpacks (lz4, snappy, zstd) stay
+        behind when it is killed, so each start empties it rather than /tmp filling up."""
+        return self.root / "tmp"
+
+    @property
     def server_log(self) -> Path:
         return self.root / "server.log"
 

@@ -209,6 +209,8 @@ def _kill_server_mid_write(
     settings = load_settings()
     pid = process.our_pid(connect.ConnectPaths.local(settings).pid_file, connect.MARKER)
     assert pid is not None, "the Connect server the tests share is not running"
+    scratch = connect.ConnectPaths.local(settings).scratch
+    killed_temp_dirs = set(scratch.iterdir())  # left behind by the kill: the next start's to empty
     os.killpg(pid, signal.SIGKILL)  # started in a session of its own: its workers go too
     gone = time.monotonic() + 30
     while process.our_pid(
@@ -219,6 +221,7 @@ def _kill_server_mid_write(
     t0 = time.monotonic()
     connect.up(settings, echo=lambda *_: None, formats=STACK_FORMATS)
     t1 = time.monotonic()
+    assert killed_temp_dirs and not killed_temp_dirs & set(scratch.iterdir())
     try:  # the client has had the restart's time to fail; its retries would take ~10 s more
         proc.wait(timeout=3)
     except subprocess.TimeoutExpired:

@@ -27,7 +27,7 @@ from drainer.services import (
     status,
     up,
 )
-from drainer.services.kafka_config import listener_ports
+from drainer.services.kafka_config import KafkaPaths, listener_ports
 from drainer.settings import Settings, load_settings, psycopg_url
 from drainer.spark.net import host_port, port_open
 from drainer.testing import drain_body
@@ -78,6 +78,18 @@ def test_connect_server_runs_drainer_code(settings: Settings, first_up) -> None:
 
     paths = {r.path for r in spark.range(2).mapInArrow(where, "path string").collect()}
     assert paths == {str(Path(drainer.__file__))}
+
+
+def test_connect_server_keeps_its_temp_dirs_out_of_tmp(settings: Settings, first_up) -> None:
+    """Spark's temp dirs (a copy of every jar per server) go to the server's own scratch, which
+    the next start empties: a killed server's would otherwise fill /tmp."""
+    if not settings.local_spark_connect:
+        pytest.skip("SPARK_REMOTE or SPARK_MASTER is set: no local Connect server")
+    from drainer.services import connect
+
+    scratch = connect.ConnectPaths.local(settings).scratch
+    assert list(scratch.glob("spark-*/userFiles-*/spark-sql-kafka-*.jar"))
+    assert list(scratch.glob("blockmgr-*"))
 
 
 def test_kafka_answers(settings: Settings, first_up: dict[str, ServiceStatus]) -> None:
@@ -161,6 +173,8 @@ def test_a_session_reads_offsets_again_once_a_crashed_broker_is_back(tmp_path) -
             produce_records(drain, synthetic_records(10), partition=1, kafka=session)
             before = session.watermarks({0: [0, 1]})
             assert started.pid is not None
+            scratch = KafkaPaths.under(isolated.home).scratch
+            left_behind = set(scratch.iterdir())  # the codecs it unpacked, kept by a kill
             os.kill(started.pid, signal.SIGKILL)
             host, port = host_port(isolated.bootstrap_servers, 9092)
             gone = time.monotonic() + 60
@@ -171,6 +185,7 @@ def test_a_session_reads_offsets_again_once_a_crashed_broker_is_back(tmp_path) -
                 assert time.monotonic() < gone, "the killed broker still holds its ports"
                 time.sleep(0.1)
             assert kafka.up(isolated, echo=lambda _: None).detail == "started"
+            assert left_behind and not left_behind & set(scratch.iterdir())
             after = session.watermarks({0: [0, 1]})  # the same session, its old metadata
         assert after == before and before[(0, 1)].high == 10
     finally:
