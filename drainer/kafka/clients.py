@@ -234,12 +234,12 @@ def retry_passing(request: Callable[[], T], refresh: Callable[[], object] | None
         try:
             return request()
         except KafkaException as err:
-            stale = refresh is not None and stale_metadata(err)
-            if not (stale or passing(err)) or time.monotonic() >= deadline:
+            refreshing = refresh if refresh is not None and stale_metadata(err) else None
+            if not (refreshing or passing(err)) or time.monotonic() >= deadline:
                 raise
-            if refresh is not None and stale:
+            if refreshing is not None:
                 with contextlib.suppress(KafkaException):  # the next attempt tells
-                    refresh()
+                    refreshing()
         time.sleep(RETRY_S)
 
 

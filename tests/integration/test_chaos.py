@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from broker_kill import kill_broker
 from confluent_kafka import Consumer, TopicPartition
 from kafka_output import output_topic, read_output
 from lifecycle_helpers import CLI, sink_records
@@ -53,11 +54,10 @@ from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.services import connect, kafka, postgres, process
-from drainer.services.kafka_config import listener_ports
 from drainer.services.pg_layout import layout
 from drainer.settings import load_settings
 from drainer.sinks import sink_for
-from drainer.spark.net import host_port, port_open
+from drainer.spark.net import port_open
 from drainer.store import get_engine, runs, sinks
 from drainer.store.runs import StoredRun
 from drainer.testing import STACK_FORMATS
@@ -300,15 +300,7 @@ def _lose_service_mid_run(
     else:
         pid = process.our_pid(kafka.KafkaPaths.under(settings.home).pid_file, kafka.MARKER)
         assert pid is not None, "the broker the tests share is not running"
-        os.kill(pid, signal.SIGKILL)
-        gone = time.monotonic() + 60
-        # its listeners close a moment after the process, one by one (a dying JVM's threads
-        # still hold its sockets while its main thread shows dead): `up` refuses a port still
-        # held, so wait for all of them (the suite once met the controller's, 9093)
-        host, port = host_port(settings.bootstrap_servers, 9092)
-        while process.is_alive(pid) or any(port_open(host, p) for p in listener_ports(port)):
-            assert time.monotonic() < gone, f"the killed broker {pid} still holds its ports"
-            time.sleep(0.1)
+        kill_broker(pid, settings)
         kafka.up(settings, echo=lambda *_: None)
     try:  # the run fails on the lost service (its plan stays open), or finishes
         proc.wait(timeout=120)

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import psycopg
 import pytest
 import yaml
+from broker_kill import kill_broker
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import drainer
@@ -21,15 +20,13 @@ from drainer.kafka.session import KafkaSession
 from drainer.services import (
     ServiceStatus,
     kafka,
-    process,
     pyspark_version,
     spark_kafka_jars,
     status,
     up,
 )
-from drainer.services.kafka_config import KafkaPaths, listener_ports
+from drainer.services.kafka_config import KafkaPaths
 from drainer.settings import Settings, load_settings, psycopg_url
-from drainer.spark.net import host_port, port_open
 from drainer.testing import drain_body
 
 pytestmark = pytest.mark.integration
@@ -175,15 +172,7 @@ def test_a_session_reads_offsets_again_once_a_crashed_broker_is_back(tmp_path) -
             assert started.pid is not None
             scratch = KafkaPaths.under(isolated.home).scratch
             left_behind = set(scratch.iterdir())  # the codecs it unpacked, kept by a kill
-            os.kill(started.pid, signal.SIGKILL)
-            host, port = host_port(isolated.bootstrap_servers, 9092)
-            gone = time.monotonic() + 60
-            # a dying JVM's threads hold its sockets a moment after its main thread exits
-            while process.is_alive(started.pid) or any(
-                port_open(host, p) for p in listener_ports(port)
-            ):
-                assert time.monotonic() < gone, "the killed broker still holds its ports"
-                time.sleep(0.1)
+            kill_broker(started.pid, isolated)
             assert kafka.up(isolated, echo=lambda _: None).detail == "started"
             assert left_behind and not left_behind & set(scratch.iterdir())
             after = session.watermarks({0: [0, 1]})  # the same session, its old metadata
