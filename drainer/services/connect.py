@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,19 +184,9 @@ def start(
     formats = configured_formats(settings) if formats is None else formats
     token = ensure_secret(settings.home, CONNECT_TOKEN)
     pid = process.our_pid(paths.pid_file, MARKER)
-    if pid is not None and not (
-        _runs_this_code(paths, settings)
-        and set(formats) <= set(_loaded_formats(paths))
-        and _asks_for_token(paths)
-        and _logs_no_plans(paths)
-        and _started_with_flag(paths, ROLLING_LOG)
-        and _started_with_flag(paths, OWN_SCRATCH)
-    ):
-        # its Python workers would import another interpreter's or checkout's drainer, it
-        # lacks a table format's jars, or an older drainer started it without a token, with
-        # Spark's default logging (which writes whole requests, secrets and all, to its log)
-        # or with a log that never rolls over, or its temp dirs in /tmp
-        echo(f"{NAME:<9} restarting pid {pid}: it runs {_started_with(paths)}")
+    reason = None if pid is None else restart_reason(paths, settings, formats)
+    if pid is not None and reason is not None:
+        echo(f"{NAME:<9} restarting pid {pid}: {reason} (it runs {_started_with(paths)})")
         process.terminate(pid)
         _wait_port_free(port)
         pid = None
@@ -263,11 +253,7 @@ def start(
         )
     _children[proc.pid] = proc
     process.write_pid(paths.pid_file, proc.pid)
-    paths.started_with.write_text(
-        f"master={master} pyspark={pyspark_version()} python={sys.executable} "
-        f"lakehouse={','.join(formats) or '-'} auth=token logs=no-plans {ROLLING_LOG} {OWN_SCRATCH} "
-        f"{_code_of(settings)}\n"
-    )
+    paths.started_with.write_text(started_with(master, formats, settings) + "\n")
     _wait_ready(port, paths, proc.pid, proc)
     return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
 
@@ -290,6 +276,39 @@ def stop(
     paths.pid_file.unlink(missing_ok=True)
     _wait_port_free(settings.connect_port)
     return ServiceStatus(NAME, False, address, None, "killed" if killed else "stopped")
+
+
+def started_with(master: str, formats: Iterable[str], settings: Settings) -> str:
+    """The line a server we start leaves in `started_with`: what `status` shows, and what
+    `restart_reason` reads back when the server is found running."""
+    return (
+        f"master={master} pyspark={pyspark_version()} python={sys.executable} "
+        f"lakehouse={','.join(formats) or '-'} auth=token logs=no-plans {ROLLING_LOG} "
+        f"{OWN_SCRATCH} {_code_of(settings)}"
+    )
+
+
+def restart_reason(paths: ConnectPaths, settings: Settings, formats: Iterable[str]) -> str | None:
+    """Why the running server of `paths` cannot serve this environment's runs, or None when it
+    can: a client cannot change what a server was started with, so each is a restart."""
+    if not _runs_this_code(paths, settings):
+        return "its Python workers would import another interpreter's or checkout's drainer"
+    if not _started_with_flag(paths, f"pyspark={pyspark_version()}"):
+        # an upgrade in place replaced the jars it loads classes from as it goes
+        return f"it was started from another pyspark than this environment's {pyspark_version()}"
+    missing = sorted(set(formats) - set(_loaded_formats(paths)))
+    if missing:
+        return f"it lacks the jars of {', '.join(missing)}"
+    if not (_asks_for_token(paths) and _logs_no_plans(paths)):
+        return (
+            "an older drainer started it without a token, or with Spark's default logging "
+            "(whole requests, secrets and all, in its log)"
+        )
+    if not _started_with_flag(paths, ROLLING_LOG):
+        return "its log never rolls over"
+    if not _started_with_flag(paths, OWN_SCRATCH):
+        return "it keeps its temp files in /tmp, where a kill leaves them"
+    return None
 
 
 def _code_of(settings: Settings) -> str:

@@ -1,0 +1,70 @@
+"""A running Connect server of ours is reused only when it can serve this environment's runs:
+what it was started with is read back from its `started_with` line."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from drainer.services import connect
+from drainer.settings import Settings, load_settings
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> connect.ConnectPaths:
+    paths = connect.ConnectPaths(tmp_path)
+    paths.root.mkdir(exist_ok=True)
+    return paths
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return load_settings()
+
+
+def _started(paths: connect.ConnectPaths, line: str) -> None:
+    paths.started_with.write_text(line + "\n")
+
+
+def test_a_server_this_environment_started_is_reused(paths, settings) -> None:
+    _started(paths, connect.started_with("local[*]", ("delta", "iceberg"), settings))
+    assert connect.restart_reason(paths, settings, ("delta",)) is None
+    assert connect.restart_reason(paths, settings, ()) is None
+
+
+def test_a_server_of_another_pyspark_is_restarted(paths, settings, monkeypatch) -> None:
+    """`pip install -U pyspark` replaces the jars a running server still loads classes from."""
+    monkeypatch.setattr(connect, "pyspark_version", lambda: "4.0.0")
+    _started(paths, connect.started_with("local[*]", ("delta",), settings))
+    monkeypatch.undo()
+    reason = connect.restart_reason(paths, settings, ("delta",))
+    assert reason is not None and connect.pyspark_version() in reason
+
+
+def test_a_server_without_a_table_formats_jars_is_restarted(paths, settings) -> None:
+    _started(paths, connect.started_with("local[*]", ("delta",), settings))
+    assert connect.restart_reason(paths, settings, ("delta", "iceberg")) == (
+        "it lacks the jars of iceberg"
+    )
+
+
+def test_a_server_of_another_environment_is_restarted(paths, settings) -> None:
+    other = dataclasses.replace(settings, python_path="/elsewhere/checkout")
+    _started(paths, connect.started_with("local[*]", ("delta",), other))
+    reason = connect.restart_reason(paths, settings, ("delta",))
+    assert reason is not None and "another interpreter's or checkout's drainer" in reason
+
+
+@pytest.mark.parametrize(
+    "dropped", ["auth=token", "logs=no-plans", connect.ROLLING_LOG, connect.OWN_SCRATCH]
+)
+def test_a_server_an_older_drainer_started_is_restarted(paths, settings, dropped) -> None:
+    line = connect.started_with("local[*]", ("delta",), settings)
+    _started(paths, line.replace(f" {dropped} ", " "))
+    assert connect.restart_reason(paths, settings, ("delta",)) is not None
+
+
+def test_a_server_that_left_no_record_is_restarted(paths, settings) -> None:
+    assert connect.restart_reason(paths, settings, ()) is not None
