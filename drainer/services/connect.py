@@ -24,10 +24,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from drainer.config.kafka_clients import SPARK_REDACTION_REGEX, redact
+from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import ServiceError
 from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
 from drainer.services import process
+from drainer.services.connect_logging import log4j2, redact_log
 from drainer.services.status import ServiceStatus
 from drainer.settings import DEFAULT_CONNECT_PORT, Settings
 from drainer.sinks import configured_formats, server_conf
@@ -42,6 +43,8 @@ MARKER = SERVER_CLASS  # on the server's command line; tells our pid from a reus
 START_TIMEOUT_SECONDS = 120.0
 HOST = "127.0.0.1"  # where the server binds
 CLIENT_HOST = "localhost"  # how clients name it: pyspark's local credentials carry the token
+OWN_SCRATCH = "scratch=own"  # on `started_with`: its temp dirs in ConnectPaths.scratch
+ROLLING_LOG = "log=rolling"  # on `started_with`: a server started with this logging
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server's spark.connect.authenticate.token
 # the server's session defaults; a client may change them per session (runtime SQL settings)
 SESSION_DEFAULTS = {
@@ -238,7 +241,7 @@ def start(
     paths.log4j.write_text(log4j2(paths.server_log))
     if not _logs_no_plans(paths):  # the last server was an older drainer's: its logs held plans
         for log in (paths.server_log, paths.console_log):
-            _redact_log(log)
+            redact_log(log)
     echo(f"{NAME:<9} starting a Spark Connect server at {address} ({master})")
     with paths.console_log.open("ab") as out:
         paths.console_log.chmod(0o600)  # as Spark's log: the server's own, not every user's
@@ -347,18 +350,6 @@ def _asks_for_token(paths: ConnectPaths) -> bool:
     return _started_with_flag(paths, "auth=token")
 
 
-def _redact_log(log: Path) -> None:
-    """Blank the secrets out of the log a server of an older drainer wrote (with Spark's
-    default logging it held whole requests); the new server appends to it."""
-    if not log.exists():
-        return
-    original = log.read_text(errors="surrogateescape")
-    text = redact(original)
-    if text != original:
-        log.write_text(text, errors="surrogateescape")
-    log.chmod(0o600)
-
-
 def _logs_no_plans(paths: ConnectPaths) -> bool:
     return _started_with_flag(paths, "logs=no-plans")
 
@@ -428,52 +419,6 @@ def _check_remote(endpoint: str) -> ServiceStatus:
         )
     return ServiceStatus(NAME, True, redacted(endpoint), None, "external")
 
-
-# Spark's default logging, less the Spark Connect service's INFO lines: they print whole requests
-# (`Found execution ExecuteInfo(...)`, every 30 s for an abandoned one), and a request's plan
-# holds the pickled executor, whose closure holds the sink's database URL and its password.
-# INFO goes to a log that rolls over, as the broker's does: Spark logs every task, and a
-# server that lives for months wrote gigabytes (4.4 GB here in a day of benchmarks) that each
-# start once read whole; warnings also go to the console log.
-LOG_ROLL_SIZE = "50MB"
-LOG_ROLLS = 3
-OWN_SCRATCH = "scratch=own"  # on `started_with`: its temp dirs in ConnectPaths.scratch
-ROLLING_LOG = "log=rolling"  # on `started_with`: a server started with this logging
-
-
-def log4j2(server_log: Path) -> str:
-    """The server's log4j2.properties."""
-    return f"""\
-rootLogger.level = info
-rootLogger.appenderRef.file.ref = file
-rootLogger.appenderRef.stderr.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = {_LOG_PATTERN}
-appender.console.filter.threshold.type = ThresholdFilter
-appender.console.filter.threshold.level = warn
-appender.file.type = RollingFile
-appender.file.name = file
-appender.file.fileName = {server_log}
-appender.file.filePermissions = rw-------
-appender.file.filePattern = {server_log}.%i
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = {_LOG_PATTERN}
-appender.file.policies.type = Policies
-appender.file.policies.size.type = SizeBasedTriggeringPolicy
-appender.file.policies.size.size = {LOG_ROLL_SIZE}
-appender.file.strategy.type = DefaultRolloverStrategy
-appender.file.strategy.max = {LOG_ROLLS}
-logger.connect.name = org.apache.spark.sql.connect
-logger.connect.level = warn
-logger.jetty.name = org.sparkproject.jetty
-logger.jetty.level = warn
-"""
-
-
-_LOG_PATTERN = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
 
 _children: dict[int, subprocess.Popen[bytes]] = {}  # keeps Popen objects from warning on GC
 

@@ -1,0 +1,63 @@
+"""The local Spark Connect server's logging: what its log4j2 keeps, where, and for how long."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from drainer.config.kafka_clients import redact
+
+# Spark's default logging, less the Spark Connect service's INFO lines: they print whole requests
+# (`Found execution ExecuteInfo(...)`, every 30 s for an abandoned one), and a request's plan
+# holds the pickled executor, whose closure holds the sink's database URL and its password.
+# INFO goes to a log that rolls over, as the broker's does: Spark logs every task, and a
+# server that lives for months wrote gigabytes (4.4 GB here in a day of benchmarks) that each
+# start once read whole; warnings also go to the console log.
+LOG_ROLL_SIZE = "50MB"
+LOG_ROLLS = 3
+
+
+def log4j2(server_log: Path) -> str:
+    """The server's log4j2.properties."""
+    return f"""\
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = {_LOG_PATTERN}
+appender.console.filter.threshold.type = ThresholdFilter
+appender.console.filter.threshold.level = warn
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {server_log}
+appender.file.filePermissions = rw-------
+appender.file.filePattern = {server_log}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = {_LOG_PATTERN}
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = {LOG_ROLL_SIZE}
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = {LOG_ROLLS}
+logger.connect.name = org.apache.spark.sql.connect
+logger.connect.level = warn
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+"""
+
+
+_LOG_PATTERN = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
+
+
+def redact_log(log: Path) -> None:
+    """Blank the secrets out of the log a server of an older drainer wrote (with Spark's
+    default logging it held whole requests); the new server appends to it."""
+    if not log.exists():
+        return
+    original = log.read_text(errors="surrogateescape")
+    text = redact(original)
+    if text != original:
+        log.write_text(text, errors="surrogateescape")
+    log.chmod(0o600)
