@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -43,6 +42,7 @@ MARKER = SERVER_CLASS  # on the server's command line; tells our pid from a reus
 START_TIMEOUT_SECONDS = 120.0
 HOST = "127.0.0.1"  # where the server binds
 CLIENT_HOST = "localhost"  # how clients name it: pyspark's local credentials carry the token
+NO_PLANS_LOGGED = "logs=no-plans"  # on `started_with`: its log4j2 keeps requests out
 OWN_SCRATCH = "scratch=own"  # on `started_with`: its temp dirs in ConnectPaths.scratch
 ROLLING_LOG = "log=rolling"  # on `started_with`: a server started with this logging
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server's spark.connect.authenticate.token
@@ -187,8 +187,7 @@ def start(
     formats = configured_formats(settings) if formats is None else formats
     token = ensure_secret(settings.home, CONNECT_TOKEN)
     pid = process.our_pid(paths.pid_file, MARKER)
-    reason = None if pid is None else restart_reason(paths, settings, formats)
-    if pid is not None and reason is not None:
+    if pid is not None and (reason := restart_reason(paths, settings, formats)) is not None:
         echo(f"{NAME:<9} restarting pid {pid}: {reason} (it runs {_started_with(paths)})")
         process.terminate(pid)
         _wait_port_free(port)
@@ -236,8 +235,7 @@ def start(
         cmd += ["--conf", f"{key}={value}"]
     cmd.append("spark-internal")
     paths.root.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(paths.scratch, ignore_errors=True)  # no server of ours runs on it: port free
-    paths.scratch.mkdir()
+    process.fresh_scratch(paths.scratch)  # no server of ours runs on it: port free
     paths.log4j.write_text(log4j2(paths.server_log))
     if not _logs_no_plans(paths):  # the last server was an older drainer's: its logs held plans
         for log in (paths.server_log, paths.console_log):
@@ -286,7 +284,7 @@ def started_with(master: str, formats: Iterable[str], settings: Settings) -> str
     `restart_reason` reads back when the server is found running."""
     return (
         f"master={master} pyspark={pyspark_version()} python={sys.executable} "
-        f"lakehouse={','.join(formats) or '-'} auth=token logs=no-plans {ROLLING_LOG} "
+        f"lakehouse={','.join(formats) or '-'} auth=token {NO_PLANS_LOGGED} {ROLLING_LOG} "
         f"{OWN_SCRATCH} {_code_of(settings)}"
     )
 
@@ -294,22 +292,24 @@ def started_with(master: str, formats: Iterable[str], settings: Settings) -> str
 def restart_reason(paths: ConnectPaths, settings: Settings, formats: Iterable[str]) -> str | None:
     """Why the running server of `paths` cannot serve this environment's runs, or None when it
     can: a client cannot change what a server was started with, so each is a restart."""
-    if not _runs_this_code(paths, settings):
+    started = _started_with(paths)
+    words = started.split()
+    if not started.endswith(_code_of(settings)):
         return "its Python workers would import another interpreter's or checkout's drainer"
-    if not _started_with_flag(paths, f"pyspark={pyspark_version()}"):
+    if f"pyspark={pyspark_version()}" not in words:
         # an upgrade in place replaced the jars it loads classes from as it goes
         return f"it was started from another pyspark than this environment's {pyspark_version()}"
-    missing = sorted(set(formats) - set(_loaded_formats(paths)))
+    missing = sorted(set(formats) - set(_formats_in(words)))
     if missing:
         return f"it lacks the jars of {', '.join(missing)}"
-    if not (_asks_for_token(paths) and _logs_no_plans(paths)):
+    if "auth=token" not in words or NO_PLANS_LOGGED not in words:
         return (
             "an older drainer started it without a token, or with Spark's default logging "
             "(whole requests, secrets and all, in its log)"
         )
-    if not _started_with_flag(paths, ROLLING_LOG):
+    if ROLLING_LOG not in words:
         return "its log never rolls over"
-    if not _started_with_flag(paths, OWN_SCRATCH):
+    if OWN_SCRATCH not in words:
         return "it keeps its temp files in /tmp, where a kill leaves them"
     return None
 
@@ -338,24 +338,16 @@ def _started_with(paths: ConnectPaths) -> str:
         return ""
 
 
-def _loaded_formats(paths: ConnectPaths) -> list[str]:
-    """The table formats a running server was started with (`lakehouse=` in started_with)."""
-    for word in _started_with(paths).split():
+def _formats_in(words: list[str]) -> list[str]:
+    """The table formats a server was started with (`lakehouse=` in its started_with)."""
+    for word in words:
         if word.startswith("lakehouse="):
             return [f for f in word.removeprefix("lakehouse=").split(",") if f != "-"]
     return []
 
 
-def _asks_for_token(paths: ConnectPaths) -> bool:
-    return _started_with_flag(paths, "auth=token")
-
-
 def _logs_no_plans(paths: ConnectPaths) -> bool:
-    return _started_with_flag(paths, "logs=no-plans")
-
-
-def _started_with_flag(paths: ConnectPaths, flag: str) -> bool:
-    return f" {flag} " in f" {_started_with(paths)} "
+    return NO_PLANS_LOGGED in _started_with(paths).split()
 
 
 def _runs_this_code(paths: ConnectPaths, settings: Settings) -> bool:

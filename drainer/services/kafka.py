@@ -6,7 +6,6 @@ else runs on the port is used as is, and only a free port gets a new broker. Dat
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -167,8 +166,7 @@ def _start(java: str, classpath: str, paths: KafkaPaths) -> subprocess.Popen[byt
         MARKER,
         str(paths.properties),
     ]
-    shutil.rmtree(paths.scratch, ignore_errors=True)  # the last broker's: it is gone
-    paths.scratch.mkdir()
+    process.fresh_scratch(paths.scratch)  # the last broker's: it is gone
     with paths.console_log.open("ab") as out:
         proc = subprocess.Popen(
             process.with_default_signals(cmd),

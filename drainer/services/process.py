@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,6 +65,13 @@ _DEFAULT_SIGNALS = (
     "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)\n"
     "os.execvp(sys.argv[1], sys.argv[1:])"
 )
+
+
+def fresh_scratch(scratch: Path) -> None:
+    """Empty the temp folder (`java.io.tmpdir`) of a JVM about to start in place of one that is
+    gone: a process killed with -9 leaves its temp files, which in /tmp would pile up for good."""
+    shutil.rmtree(scratch, ignore_errors=True)  # what cannot go must not stop the start
+    scratch.mkdir(parents=True)
 
 
 def with_default_signals(cmd: Sequence[str]) -> list[str]:

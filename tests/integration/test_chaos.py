@@ -207,21 +207,21 @@ def _kill_server_mid_write(
     if not _writing_or_killed(drain, proc, wait_s):
         return False
     settings = load_settings()
-    pid = process.our_pid(connect.ConnectPaths.local(settings).pid_file, connect.MARKER)
+    paths = connect.ConnectPaths.local(settings)
+    pid = process.our_pid(paths.pid_file, connect.MARKER)
     assert pid is not None, "the Connect server the tests share is not running"
-    scratch = connect.ConnectPaths.local(settings).scratch
-    killed_temp_dirs = set(scratch.iterdir())  # left behind by the kill: the next start's to empty
+    killed_temp_dirs = set(paths.scratch.iterdir())  # left by the kill: the next start empties
     os.killpg(pid, signal.SIGKILL)  # started in a session of its own: its workers go too
     gone = time.monotonic() + 30
-    while process.our_pid(
-        connect.ConnectPaths.local(settings).pid_file, connect.MARKER
-    ) or port_open(connect.HOST, settings.connect_port):
+    while process.our_pid(paths.pid_file, connect.MARKER) or port_open(
+        connect.HOST, settings.connect_port
+    ):
         assert time.monotonic() < gone, f"the killed Connect server {pid} is still there"
         time.sleep(0.1)  # or `up` would find it still answering and start nothing
     t0 = time.monotonic()
     connect.up(settings, echo=lambda *_: None, formats=STACK_FORMATS)
     t1 = time.monotonic()
-    assert killed_temp_dirs and not killed_temp_dirs & set(scratch.iterdir())
+    assert killed_temp_dirs and not killed_temp_dirs & set(paths.scratch.iterdir())
     try:  # the client has had the restart's time to fail; its retries would take ~10 s more
         proc.wait(timeout=3)
     except subprocess.TimeoutExpired:

@@ -19,6 +19,7 @@ from drainer.kafka.producer import produce_records, synthetic_records
 from drainer.kafka.session import KafkaSession
 from drainer.services import (
     ServiceStatus,
+    connect,
     kafka,
     pyspark_version,
     spark_kafka_jars,
@@ -82,8 +83,6 @@ def test_connect_server_keeps_its_temp_dirs_out_of_tmp(settings: Settings, first
     the next start empties: a killed server's would otherwise fill /tmp."""
     if not settings.local_spark_connect:
         pytest.skip("SPARK_REMOTE or SPARK_MASTER is set: no local Connect server")
-    from drainer.services import connect
-
     scratch = connect.ConnectPaths.local(settings).scratch
     assert list(scratch.glob("spark-*/userFiles-*/spark-sql-kafka-*.jar"))
     assert list(scratch.glob("blockmgr-*"))
