@@ -64,10 +64,12 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         where = self.location()
         drain, run_id, nonce, attempt = run_of(ctx)
         existing = self._schema(spark)
-        out = fit_schema(out, existing, where)
         if existing is not None:  # mergeSchema adds them with the append
+            # fit_schema passes new columns through: the output's own schema names them (no
+            # second request to the server for the fitted plan's)
             have = existing.fieldNames()
             note_columns_added(ctx, [n for n in out.schema.fieldNames() if n not in have])
+        out = fit_schema(out, existing, where)
         for attempt in range(1, DELTA_RETRIES + 1):
             try:
                 (

@@ -113,16 +113,19 @@ class IcebergSparkSink(IcebergSink, SparkSink):
                 if "ALREADY_EXISTS" not in str(err) and "AlreadyExistsException" not in str(err):
                     raise
             existing = spark.table(table).schema
-        out = fit_schema(out, existing, table)
+        # fit_schema passes new columns through as they are: read them off the output's own
+        # schema, which it has just fetched, instead of asking the server about the fitted plan
         added = [f for f in out.schema.fields if f.name not in existing.fieldNames()]
+        out = fit_schema(out, existing, table)
         note_columns_added(ctx, [f.name for f in added])
         if added:  # schema evolution: Iceberg adds columns by metadata, no data is rewritten
             columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in added)
             spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({columns})")
             existing = spark.table(table).schema
             out = fit_schema(out, existing, table)
-        self._publish_once(spark, ctx, out)
-        done = self._commit_of(spark, drain, run_id, nonce)
+        done = self._publish_once(spark, ctx, out)
+        if done is None:  # an earlier attempt published the run: its commit is the proof
+            done = self._commit_of(spark, drain, run_id, nonce)
         if done is None:
             raise ServiceError(
                 f"run {run_id}'s snapshot of {table} was published, but is not on the table's "
@@ -212,16 +215,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             raise
         if not rows:
             return None
-        found = rows[0]["summary"] or {}
-        return TableCommit(
-            "iceberg",
-            table,
-            int(rows[0]["snapshot_id"]),
-            int(found.get("added-data-files", 0) or 0),
-            int(found.get("added-files-size", 0) or 0),
-            int(found.get("added-records", 0) or 0),
-            int(found.get(ATTEMPT_PROPERTY, 0) or 0),
-        )
+        return _table_commit(table, int(rows[0]["snapshot_id"]), rows[0]["summary"] or {})
 
     def _schema(self, spark: SparkSession) -> StructType | None:
         try:
@@ -231,12 +225,17 @@ class IcebergSparkSink(IcebergSink, SparkSink):
                 return None
             raise
 
-    def _publish_once(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> None:
+    def _publish_once(
+        self, spark: SparkSession, ctx: RunContext, out: DataFrame
+    ) -> TableCommit | None:
         """Append on a branch of this attempt's own, then cherry-pick it onto main, once.
 
         The attempt's branch keeps a write the Connect server finishes for a dead client off
         main; the cherry-pick is where Iceberg checks that the run's WAP id is not published
-        yet, in the commit itself, so two attempts of a run cannot both land.
+        yet, in the commit itself, so two attempts of a run cannot both land. Returns the
+        commit made (the snapshot the cherry-pick left on main, with the branch head's
+        summary: a replayed snapshot adds the same files), or None when an earlier attempt
+        had published the run already.
         """
         drain, run_id, nonce, attempt = run_of(ctx)
         table, wap = self.location(), wap_id(drain, run_id, nonce)
@@ -251,20 +250,24 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             .option(f"snapshot-property.{ATTEMPT_PROPERTY}", str(attempt))
             .append()
         )
-        # this run's branches (this attempt's, and any a crashed attempt left), looked up once:
-        # the cherry-pick below changes main, not them
+        # this run's branches (this attempt's, and any a crashed attempt left) with their heads'
+        # summaries, looked up once: the cherry-pick below changes main, not them
         mine = (
             spark.table(f"{table}.refs")
             .where(F.col("name").startswith(f"{RUN_BRANCH_PREFIX}{run_id}_"))
-            .select("name", "snapshot_id")
+            .join(spark.table(f"{table}.snapshots"), "snapshot_id")
+            .select("name", "snapshot_id", "summary")
             .collect()
         )
-        head = next(row["snapshot_id"] for row in mine if row["name"] == branch)
+        head = next(row for row in mine if row["name"] == branch)
         try:
-            spark.sql(
+            (picked,) = spark.sql(
                 f"CALL {self.catalog}.system.cherrypick_snapshot(table => '{self.table}', "
-                f"snapshot_id => {head})"
+                f"snapshot_id => {head['snapshot_id']})"
             ).collect()
+            done: TableCommit | None = _table_commit(
+                table, int(picked["current_snapshot_id"]), head["summary"] or {}
+            )
         except Exception as err:
             if "DuplicateWAPCommitException" not in str(err) and "published already" not in str(
                 err
@@ -276,9 +279,11 @@ class IcebergSparkSink(IcebergSink, SparkSink):
                 run_id,
                 table,
             )
+            done = None
         # this run's branches hold nothing unpublished now
         for row in mine:
             alter_iceberg(spark, table, f"DROP BRANCH IF EXISTS {row['name']}")
+        return done
 
     def _drop_stale_run_branches(self, spark: SparkSession, older_than: str) -> int:
         """Drop the branches crashed attempts left (`drainer_run_<id>_*`, never published).
@@ -299,6 +304,19 @@ class IcebergSparkSink(IcebergSink, SparkSink):
         for row in stale:
             alter_iceberg(spark, where, f"DROP BRANCH IF EXISTS {row['name']}")
         return len(stale)
+
+
+def _table_commit(table: str, snapshot_id: int, summary: dict[str, str]) -> TableCommit:
+    """A published snapshot as the run's proof, its numbers from the snapshot summary."""
+    return TableCommit(
+        "iceberg",
+        table,
+        snapshot_id,
+        int(summary.get("added-data-files", 0) or 0),
+        int(summary.get("added-files-size", 0) or 0),
+        int(summary.get("added-records", 0) or 0),
+        int(summary.get(ATTEMPT_PROPERTY, 0) or 0),
+    )
 
 
 def alter_iceberg(spark: SparkSession, table: str, change: str, tries: int = 5) -> None:

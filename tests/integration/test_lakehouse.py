@@ -118,6 +118,19 @@ def table_run_ids(drain: DrainConfig) -> list[int]:
     return [int(wap.split(":")[2]) for wap in waps if wap and wap.startswith("drainer:")]
 
 
+def current_version(drain: DrainConfig) -> int:
+    """The table's latest Delta version or current Iceberg snapshot (read without Spark)."""
+    settings = load_settings()
+    if drain.sink.type == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(Path(settings.warehouse) / (drain.sink.path or ""))).version()
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    table = SqlCatalog("drainer", uri=settings.database_url).load_table(drain.sink.table)
+    return table.current_snapshot().snapshot_id
+
+
 @pytest.mark.parametrize("mode", ["dataframe", "record"])
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_drained_rows_read_back_without_spark(make_drain, lakehouse, fmt, mode):
@@ -137,6 +150,8 @@ def test_drained_rows_read_back_without_spark(make_drain, lakehouse, fmt, mode):
         assert commit == result.table_commit
         assert commit["format"] == fmt and commit["rows_added"] == result.drained
         assert commit["files_added"] > 0 and commit["bytes_added"] > 0
+    # the version a run names is the one its commit made: the last run's is the table's head
+    assert results[-1].table_commit["version"] == current_version(drain)
     metadata = run_metadata(results[-1])
     assert metadata["table_version"].value == results[-1].table_commit["version"]
     assert metadata["table_files_added"].value == results[-1].table_commit["files_added"]
