@@ -39,6 +39,9 @@ DELTA_RETRIES = 3
 # the second is the message of Delta's protocol and metadata conflicts, as when two writers
 # create the table in an empty folder (a resumed run and its crashed attempt's write)
 _DELTA_CONFLICTS = ("Concurrent", "concurrent update")
+# commits looked through for the write a run just made before its whole history is: 300
+# versions took 0.24-0.32 s to list whole, 0.15 s for the latest 5 (benchmarks/README.md)
+RECENT_COMMITS = 10
 # Delta's VACUUM lists the table's folders in this many tasks (Spark's default: 10,000), however
 # few the folders are: on a local master that is 10,000 tasks on this machine's cores, ~40 s for
 # a table of 8 files. A local master lists in as many tasks as it shuffles into (drainer's
@@ -87,7 +90,11 @@ class DeltaSparkSink(DeltaSink, SparkSink):
                     raise
                 log.warning("Delta conflict writing %s (attempt %d): retrying", where, attempt)
                 time.sleep(0.5 * attempt)
-        done = self._commit_of(spark, drain, run_id, nonce)
+        # the write just made is among the latest commits unless Delta skipped it (an earlier
+        # attempt's landed) or other writers came after: only then is the whole history read
+        done = self._commit_of(spark, drain, run_id, nonce, latest=RECENT_COMMITS)
+        if done is None:
+            done = self._commit_of(spark, drain, run_id, nonce)
         if done is None and nonce is not None:
             # Delta skipped the write: this run's own transaction is on the table, so an
             # earlier attempt landed, but the history that named its version is gone
@@ -140,9 +147,12 @@ class DeltaSparkSink(DeltaSink, SparkSink):
     def crash_while_writing(self, ctx: RunContext) -> None:
         crash_once_files_appear(self.data_folder())
 
-    def _history(self, spark: SparkSession) -> DataFrame | None:
+    def _history(self, spark: SparkSession, latest: int | None = None) -> DataFrame | None:
+        """The table's commits (the `latest` ones only: Delta reads one log file per commit,
+        so the whole history costs more the longer the table lives)."""
+        limit = "" if latest is None else f" LIMIT {latest}"
         try:
-            history = spark.sql(f"DESCRIBE HISTORY delta.`{self.location()}`")
+            history = spark.sql(f"DESCRIBE HISTORY delta.`{self.location()}`{limit}")
             history.schema  # noqa: B018  (analysis: fails here when there is no table)
             return history
         except Exception as err:
@@ -151,9 +161,14 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             raise
 
     def _commit_of(
-        self, spark: SparkSession, drain: str, run_id: int, nonce: str | None = None
+        self,
+        spark: SparkSession,
+        drain: str,
+        run_id: int,
+        nonce: str | None = None,
+        latest: int | None = None,
     ) -> TableCommit | None:
-        history = self._history(spark)
+        history = self._history(spark, latest)
         if history is None:
             return None
         meta = F.col("userMetadata")
