@@ -33,7 +33,7 @@ from drainer.lifecycle.run import drain_once
 from drainer.processing.callables import load_callable
 from drainer.settings import Settings, load_settings
 from drainer.sinks import TableCommit
-from drainer.store import runs
+from drainer.store import runs, throughput
 from drainer.store.leases import check_fence
 from drainer.store.runs import StoredRun
 from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
@@ -228,6 +228,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             recount=drain.mode == "dataframe",
             # only a byte budget plans with each partition's record size
             bytes_per_partition=drain.budget_bytes is not None,
+            full=_full_reads(ctx),
         )
         commit = _write(ctx, spark, sink, df)
         if commit is not None:
@@ -253,6 +254,18 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         )
     finally:
         spark.removeTag(tag)
+
+
+def _full_reads(ctx: RunContext) -> dict[tuple[str, int], int] | None:
+    """What each partition's read returns when its offsets have no gaps, for a dataframe-mode
+    run whose drain's last run found none (its counts then come from the total); None counts
+    each partition. Record mode keeps its per-partition counts: it never reads twice."""
+    if ctx.drain.mode != "dataframe":
+        return None
+    with ctx.engine.connect() as conn:
+        if throughput.last_read_had_gaps(conn, ctx.drain.name):
+            return None
+    return ctx.readable_records()
 
 
 def _write(

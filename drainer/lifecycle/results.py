@@ -50,6 +50,17 @@ class RunContext:
             if self.read_from.get((r.topic, r.partition), r.start) < r.end
         ]
 
+    def readable_records(self) -> dict[tuple[str, int], int]:
+        """The most records the run's read returns per (topic, partition): its offsets from
+        where it starts (`read_from`), less those the offset map has done. A read returns at
+        most one record per offset, so a read whose total is the sum of these read exactly
+        these many from each partition (`spark_jobs.kafka_source.counted`)."""
+        most: dict[tuple[str, int], int] = {}
+        for r in self.run.ranges:
+            key = (r.topic, r.partition)
+            most[key] = most.get(key, 0) + r.readable_from(self.read_from.get(key, r.start))
+        return most
+
 
 @dataclass(frozen=True)
 class ExecutionResult:

@@ -34,6 +34,14 @@ class StoredRange:
         """The partition's progress the plan started from (its map: offsets the read skips)."""
         return PartitionProgress.from_stored(self.start, self.start_map)
 
+    def readable_from(self, start: int) -> int:
+        """The most records a read of [start, end) returns: one per offset, less the offsets
+        the plan's map has done (the read skips them)."""
+        if start >= self.end:
+            return 0
+        done = self.start_progress().done_below(self.end)
+        return self.end - start - sum(1 for offset in done if offset >= start)
+
 
 @dataclass(frozen=True)
 class StoredRun:

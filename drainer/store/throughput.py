@@ -55,6 +55,23 @@ def store_slot(conn: Connection, run_id: int, seconds: float) -> None:
     )
 
 
+def last_read_had_gaps(conn: Connection, drain: str) -> bool:
+    """Whether the drain's latest committed run read fewer records from a range than its
+    offsets span: transaction markers, aborted or compacted records (or records its offset map
+    or retention skipped). The next run then counts each partition's records itself
+    (`spark_jobs.kafka_source.counted`); a drain without gaps has them from its total."""
+    return bool(
+        conn.scalar(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM run_ranges WHERE run_id = ("
+                "  SELECT max(id) FROM runs WHERE drain = :d AND status = 'committed')"
+                " AND read_records < end_offset - start_offset)"
+            ),
+            {"d": drain},
+        )
+    )
+
+
 def recent_throughput(
     conn: Connection, drain: str, window: int
 ) -> list[tuple[int, float, int | None, int | None]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import pytest
 import yaml
@@ -251,10 +252,15 @@ def test_a_transactional_producer_drains_exactly_its_committed_records(make_drai
         first = drain_job.run(drain.name, trigger="test")
         assert first.drained == 100, first  # records present, not offsets (no markers, aborts)
         assert_each_record_once(drain, records=kept)  # not one of the open transaction's
+        # each partition's count is exact: the first run's total falls short of its offsets
+        # (a dataframe-mode run counts again per partition), the next one counts per partition
+        kept_in = Counter((t, p) for t, p, _ in kept)
+        assert _read_records(first.run_id) == kept_in, _read_records(first.run_id)
 
         producer.commit_transaction(30)
         second = drain_job.run(drain.name, trigger="test")
         assert second.drained == 7
+        assert _read_records(second.run_id) == Counter((t, p) for t, p, _ in late)
         parts = states(drain, [0])
         assert sum(p.backlog for p in parts) == 0  # no phantom record after the last marker
         ends = high_watermarks(drain)
@@ -274,6 +280,16 @@ def test_a_transactional_producer_drains_exactly_its_committed_records(make_drai
         if mode is RECORD_ECHO:
             expected = {f"tx{t}-{i}": 1 for t in range(0, 10, 2) for i in range(20)}
             assert sink_keys(drain) == {**expected, "open": 7}
+
+
+def _read_records(run_id: int) -> Counter[tuple[str, int]]:
+    """The records a run counted per (topic, partition), as its commit stored them."""
+    with get_engine().connect() as conn:
+        rows = conn.execute(
+            text("SELECT topic, partition, read_records FROM run_ranges WHERE run_id = :r"),
+            {"r": run_id},
+        )
+        return Counter({(r.topic, r.partition): r.read_records for r in rows})
 
 
 def _poison_at_0(tag: str) -> list[OutRecord]:

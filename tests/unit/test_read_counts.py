@@ -6,7 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from drainer.offset_map import PartitionProgress
 from drainer.read_counts import WORD_BITS, apportion, packing, within_bounds
+from drainer.store.runs import StoredRange
 
 keys = st.tuples(st.integers(0, 7), st.integers(0, 63))
 
@@ -65,3 +67,22 @@ def test_bytes_shared_out_by_records_add_up_and_follow_the_counts(total, counts)
         assert abs(shares[key] - total * n / records) < 1 + 1e-9 * total  # within one byte
         if n == 0:
             assert shares[key] == 0
+
+
+@given(
+    start=st.integers(0, 10**6),
+    span=st.integers(0, 500),
+    moved=st.integers(0, 600),
+    done=st.sets(st.integers(1, 600)),
+)
+def test_a_range_reads_at_most_its_offsets_less_the_done_ones(start, span, moved, done):
+    """`StoredRange.readable_from`: the offsets a read of [start, end) returns at most, from
+    where retention moved the start, less those the plan's offset map has done (done offsets
+    below that start are not read anyway). A read whose total is the sum of these read
+    exactly these many from each partition (`spark_jobs.kafka_source.counted`)."""
+    end = start + span
+    done_offsets = frozenset(start + d for d in done if start + d < end)
+    text = PartitionProgress(start, done_offsets).encoded() if done_offsets else ""
+    rng = StoredRange("t-0", 0, 0, start, end, text, span)
+    first = start + moved
+    assert rng.readable_from(first) == len([o for o in range(first, end) if o not in done_offsets])
