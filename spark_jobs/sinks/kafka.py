@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -83,8 +82,6 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         # same ranges), so its transaction lasts the produce-and-commit step only
         staged = rows.persist() if ctx.attempt > 1 else None
         try:
-            if self._crash_in_spark:
-                _crash_soon()
             if staged is not None:
                 staged.count()
 
@@ -95,7 +92,10 @@ class KafkaSparkSink(KafkaSink, SparkSink):
             # a first attempt was never asked `committed()`: the marker topic may not exist yet
             self._txn(ctx).ensure_marker_topic()
             # the stream starts now: Spark computes while the producer is fenced in
-            with read_ahead(_out_batches(rows if staged is None else staged)) as batches:
+            streamed = _out_batches(rows if staged is None else staged)
+            if self._crash_in_spark:
+                streamed = _crash_at_first(streamed)
+            with read_ahead(streamed) as batches:
                 marker = self._txn(ctx).produce(batches, self.topic, ctx.attempt, still_ours)
         finally:
             if staged is not None:
@@ -338,11 +338,10 @@ def _header(h: Any) -> tuple[str, bytes | None]:
     return str(h["key"]), None if value is None else bytes(value)
 
 
-def _crash_soon(after_s: float = 0.3) -> None:
-    """Fault injection: end the process while the Spark job computes the run's rows."""
-
-    def crash() -> None:
-        time.sleep(after_s)
+def _crash_at_first(batches: Iterator[OutBatch]) -> Iterator[OutBatch]:
+    """Fault injection: end the process once the Spark job has streamed its first rows, before
+    any is produced (the rest of the job still runs on the server). Deterministic, where a
+    timer could fire after a small run had committed."""
+    for _ in batches:
         faults.crash_point("during_spark")
-
-    threading.Thread(target=crash, daemon=True, name="drainer-fault").start()
+    yield from ()
