@@ -282,14 +282,20 @@ def _settings_secrets(sources: tuple[str | None, ...]) -> frozenset[str]:
     return frozenset(found)
 
 
-def redact(text: str) -> str:
-    """`text` with every secret drainer knows in this process replaced by `***`: those the
-    Kafka settings expanded, the database password and the local Connect server's token."""
+def known_secrets() -> list[str]:
+    """Every secret drainer knows in this process: those the Kafka settings expanded, the
+    database password and the local Connect server's token; longest first, so that none is
+    left half-starred, and never one so short ("a") that it would star text everywhere."""
     known = _settings_secrets(secret_sources()) | secrets_read()
     with _secrets_lock:
         known |= _secrets
-    # never blank out "a" everywhere; longest first, so no secret is left half-starred
-    for secret in sorted((s for s in known if len(s) >= 4), key=len, reverse=True):
+    return sorted((s for s in known if len(s) >= 4), key=len, reverse=True)
+
+
+def redact(text: str, secrets: list[str] | None = None) -> str:
+    """`text` with every secret drainer knows in this process (or `secrets`) replaced by
+    `***`."""
+    for secret in known_secrets() if secrets is None else secrets:
         text = text.replace(secret, "***")
     return text
 

@@ -238,8 +238,9 @@ def start(
     process.fresh_scratch(paths.scratch)  # no server of ours runs on it: port free
     paths.log4j.write_text(log4j2(paths.server_log))
     if not _logs_no_plans(paths):  # the last server was an older drainer's: its logs held plans
-        for log in (paths.server_log, paths.console_log):
-            redact_log(log)
+        redact_log(paths.server_log)
+    # the console takes the Python workers' prints: a foreachBatch worker's holds the token
+    redact_log(paths.console_log)
     echo(f"{NAME:<9} starting a Spark Connect server at {address} ({master})")
     with paths.console_log.open("ab") as out:
         paths.console_log.chmod(0o600)  # as Spark's log: the server's own, not every user's

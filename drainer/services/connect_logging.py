@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drainer.config.kafka_clients import redact
+from drainer.config.kafka_clients import known_secrets, redact
 
 # Spark's default logging, less the Spark Connect service's INFO lines: they print whole requests
 # (`Found execution ExecuteInfo(...)`, every 30 s for an abandoned one), and a request's plan
@@ -52,12 +52,28 @@ _LOG_PATTERN = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
 
 
 def redact_log(log: Path) -> None:
-    """Blank the secrets out of the log a server of an older drainer wrote (with Spark's
-    default logging it held whole requests); the new server appends to it."""
+    """Blank the secrets out of a server log: a server of an older drainer wrote whole
+    requests into Spark's log, and pyspark's foreachBatch worker prints its Connect URL, token
+    and all, to the server's console. Read line by line (the console log does not roll over),
+    rewritten only when a line held a secret."""
     if not log.exists():
         return
-    original = log.read_text(errors="surrogateescape")
-    text = redact(original)
-    if text != original:
-        log.write_text(text, errors="surrogateescape")
+    secrets = known_secrets()
+    staged = log.with_name(f"{log.name}.redacting")
+    staged.unlink(missing_ok=True)
+    staged.touch(mode=0o600)  # owner-only from the first line, as the log itself
+    changed = False
+    with (
+        log.open(errors="surrogateescape") as lines,
+        staged.open("w", errors="surrogateescape") as out,
+    ):
+        for line in lines:
+            if any(secret in line for secret in secrets):
+                line = redact(line, secrets)
+                changed = True
+            out.write(line)
+    if changed:
+        staged.replace(log)
+    else:
+        staged.unlink()
     log.chmod(0o600)
