@@ -140,8 +140,7 @@ def _format(java: str, classpath: str, paths: KafkaPaths) -> None:
         f"-Dlog4j2.configurationFile={paths.log4j}",
         "kafka.tools.StorageTool",
         "format",
-        "--cluster-id",
-        cluster_id(paths),
+        f"--cluster-id={cluster_id(paths)}",  # one argument, even for an id stored with a dash
         "--config",
         str(paths.properties),
         "--ignore-formatted",

@@ -84,7 +84,9 @@ def cluster_id(paths: KafkaPaths) -> str:
             return stored
     except FileNotFoundError:
         pass
-    new = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    new = "-"
+    while new.startswith("-"):  # as Kafka's own Uuid.randomUuid: a leading dash reads as a flag
+        new = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.cluster_id_file.write_text(new + "\n")
     return new
