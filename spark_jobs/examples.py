@@ -147,6 +147,19 @@ def kafka_passthrough(df: DataFrame) -> DataFrame:
     return df.select("topic", "partition", "offset", "key", "value", "headers")
 
 
+def kafka_routed(df: DataFrame) -> DataFrame:
+    """Fan-out as in Spark's Kafka sink: a record with a `route` header goes to partition 0 of
+    the topic that header names, the others to the sink's topic. The source columns are left
+    out, so `topic` and `partition` route the row (and no `drainer.source` header is added)."""
+    route = F.element_at(F.filter("headers", lambda h: h["key"] == "route"), 1)["value"]
+    return df.select(
+        "value",
+        "headers",
+        route.cast("string").alias("topic"),
+        F.when(route.isNotNull(), F.lit(0)).alias("partition"),
+    )
+
+
 def kafka_echo(record: Record) -> dict[str, Any]:
     """Record mode: the record's key and value, produced to the sink topic."""
     return {"key": record.key, "value": record.value}

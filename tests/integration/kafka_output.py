@@ -79,6 +79,17 @@ def read_output(topic: str, isolation: str = "read_committed") -> list[OutRecord
         consumer.close()
 
 
+def high_watermark(topic: str, partition: int) -> int:
+    """The end offset of one partition of `topic` (its commit markers included)."""
+    consumer = Consumer(
+        {"bootstrap.servers": load_settings().bootstrap_servers, "group.id": "watermarks"}
+    )
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+    finally:
+        consumer.close()
+
+
 def sources(topic: str, isolation: str = "read_committed") -> Counter:
     """How often each source record (`topic/partition/offset`) is in the output."""
     return Counter(r.source for r in read_output(topic, isolation))

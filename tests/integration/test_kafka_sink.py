@@ -18,6 +18,7 @@ import pytest
 from kafka_output import (
     admin,
     assert_each_source_once,
+    high_watermark,
     output_topic,
     read_output,
     sources,
@@ -37,6 +38,7 @@ from test_exactly_once import (
 from dagster_project.metadata import run_metadata
 from drainer import faults
 from drainer.errors import ConfigError
+from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.transactions import transactional_id
 from drainer.observe.status import drain_status
 from drainer.store import get_engine
@@ -88,6 +90,33 @@ def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark
         assert metadata[f"kafka_produced_{out}"].value == last.drained
         assert metadata["kafka_transactional_id"].value == transactional_id(drain.name)
         assert metadata["kafka_aborted_attempts"].value == 0
+
+
+def test_rows_route_themselves_to_other_topics_and_partitions(make_drain, spark):
+    """A processor's `topic` and `partition` columns route each row (Spark's Kafka sink
+    schema); a row without them goes to the sink's topic. Only the columns the output has
+    cross to the driver: here no key and no source."""
+    with output_topic() as out, output_topic() as routed:
+        drain = make_drain(
+            sink={"type": "kafka", "topic": out},
+            mode="dataframe",
+            processor="spark_jobs.examples:kafka_routed",
+        )
+        records = [
+            OutRecord(value=b"%d" % i, headers=[("route", routed.encode())] if i % 3 else [])
+            for i in range(60)
+        ]
+        produce_records(drain, records, level=0, partition=0)
+        result = drain_job.run(drain)
+        assert result.drained == 60
+        to_routed = {r.value for r in records if r.headers}
+        assert {r.value for r in read_output(routed)} == to_routed and len(to_routed) == 40
+        assert {r.value for r in read_output(out)} == {r.value for r in records} - to_routed
+        assert all(r.run is not None and r.source is None for r in read_output(out))
+        # partition 0 only: the routed topic's other partitions hold nothing, not even a marker
+        assert [high_watermark(routed, p) > 0 for p in range(3)] == [True, False, False]
+        produced = result.table_commit["details"]["produced"]
+        assert produced == {out: 20, routed: 40}
 
 
 @pytest.mark.parametrize("point", faults.KAFKA_POINTS)

@@ -38,6 +38,17 @@ def test_an_arrow_table_becomes_columns_and_unused_ones_cost_nothing():
     assert batch.source(1) == "t-0/0/2" and batch.size == 2 + 3 + 1
 
 
+def test_a_table_of_values_alone_converts_the_columns_it_has():
+    """`kafka_rows` leaves out columns the output does not have: no key, headers, routing or
+    source crosses to the driver for them."""
+    batch = _arrow_batch(pa.table({"value": pa.array([b"v1", None, b"v333"], pa.binary())}))
+    assert list(batch.values) == [b"v1", None, b"v333"] and batch.size == 2 + 4
+    assert (batch.keys, batch.headers, batch.partitions, batch.topics, batch.sources) == (
+        (None,) * 5
+    )
+    assert batch.source(0) is None
+
+
 def test_headers_keep_their_order_and_duplicates_and_a_row_may_name_its_topic():
     own = [[{"key": "h", "value": b"1"}, {"key": "h", "value": b"2"}], []]
     batch = _arrow_batch(_table(headers=own, topics=["elsewhere", None]))
