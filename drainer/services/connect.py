@@ -27,7 +27,7 @@ from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import ServiceError
 from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
 from drainer.services import process
-from drainer.services.connect_logging import log4j2, redact_log
+from drainer.services.connect_logging import log4j2, redact_log, roll_console_log
 from drainer.services.status import ServiceStatus
 from drainer.settings import DEFAULT_CONNECT_PORT, Settings
 from drainer.sinks import configured_formats, server_conf
@@ -240,7 +240,7 @@ def start(
     if not _logs_no_plans(paths):  # the last server was an older drainer's: its logs held plans
         redact_log(paths.server_log)
     # the console takes the Python workers' prints: a foreachBatch worker's holds the token
-    redact_log(paths.console_log)
+    roll_console_log(paths.console_log)
     echo(f"{NAME:<9} starting a Spark Connect server at {address} ({master})")
     with paths.console_log.open("ab") as out:
         paths.console_log.chmod(0o600)  # as Spark's log: the server's own, not every user's

@@ -54,8 +54,8 @@ _LOG_PATTERN = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
 def redact_log(log: Path) -> None:
     """Blank the secrets out of a server log: a server of an older drainer wrote whole
     requests into Spark's log, and pyspark's foreachBatch worker prints its Connect URL, token
-    and all, to the server's console. Read line by line (the console log does not roll over),
-    rewritten only when a line held a secret."""
+    and all, to the server's console. Read line by line (a console log holds a server's whole
+    life), rewritten only when a line held a secret."""
     if not log.exists():
         return
     secrets = known_secrets()
@@ -77,3 +77,12 @@ def redact_log(log: Path) -> None:
     else:
         staged.unlink()
     log.chmod(0o600)
+
+
+def roll_console_log(log: Path) -> None:
+    """Keep the last server's console output, its secrets blanked, as `<log>.1` (one
+    generation), so the next server writes a new log. Appended to forever, the console log had
+    grown to 334 MB here, and every start read it whole to redact it."""
+    redact_log(log)
+    if log.exists():
+        log.replace(log.with_name(f"{log.name}.1"))

@@ -160,7 +160,7 @@ def test_status_and_a_run_show_neither_secret(stack, make_drain) -> None:
     server = connect.ConnectPaths.local(settings)
     logs = [
         layout(settings.home, create=False).log,
-        server.console_log,
+        *server.root.glob(f"{server.console_log.name}*"),  # this server's and the last one's
         *server.root.glob(f"{server.server_log.name}*"),  # Spark's log and its rolled-over ones
     ]
     assert server.server_log in logs

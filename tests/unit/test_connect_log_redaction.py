@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 from drainer.config.kafka_clients import remember_secret
-from drainer.services.connect_logging import redact_log
+from drainer.services.connect_logging import redact_log, roll_console_log
 
 
 def test_a_token_in_the_console_log_is_blanked_and_the_rest_kept(tmp_path: Path) -> None:
@@ -37,3 +37,19 @@ def test_a_log_without_secrets_is_left_as_it_is(tmp_path: Path) -> None:
     redact_log(log)
     assert log.read_text() == "nothing to hide\n" and log.stat().st_mtime_ns == mtime
     assert not list(tmp_path.glob("*.redacting"))
+
+
+def test_a_start_keeps_the_last_servers_console_log_redacted_and_begins_a_new_one(
+    tmp_path: Path,
+) -> None:
+    token = "tok-77e1d0c4a9"
+    remember_secret(token)
+    log = tmp_path / "console.log"
+    (tmp_path / "console.log.1").write_text("the server before last\n")
+    log.write_text(f"url sc://localhost:15002/;token={token}\nWARN the last server\n")
+    roll_console_log(log)
+    assert not log.exists()  # the new server's output starts a new file
+    kept = (tmp_path / "console.log.1").read_text()
+    assert kept == "url sc://localhost:15002/;token=***\nWARN the last server\n"
+    roll_console_log(log)  # no console log yet (a first start): nothing to keep
+    assert (tmp_path / "console.log.1").read_text() == kept
