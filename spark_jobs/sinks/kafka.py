@@ -278,16 +278,15 @@ def _arrow_batch(table: pa.Table) -> OutBatch:
         for name in ("value", "key")
         if name in names
     )
-    headers = table.column("headers") if "headers" in names else None
-    has_headers = (
-        headers is not None
-        and headers.null_count < len(headers)
-        and bool(pc.sum(pc.list_value_length(headers)).as_py())
-    )
+    headers = None
+    if "headers" in names:
+        col = table.column("headers")
+        if col.null_count < len(col) and pc.sum(pc.list_value_length(col)).as_py():
+            headers = [_headers(h) for h in col.to_pylist()]
     return OutBatch(
         values=values.to_pylist(),
         keys=column("key"),
-        headers=[_headers(h) for h in headers.to_pylist()] if has_headers else None,
+        headers=headers,
         partitions=column("partition"),
         topics=column("topic"),
         sources=column("source"),
