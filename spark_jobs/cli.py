@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from drainer.cli import exit_process
 from drainer.cli import main as cli_main
 
 if TYPE_CHECKING:
@@ -74,5 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     )
 
 
+def entry() -> None:
+    """The `drainer` console script (and `python -m spark_jobs.cli`): `main`, then a quick exit."""
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

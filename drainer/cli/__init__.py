@@ -11,6 +11,6 @@ and `status` never import pyspark. Spark is not found by the CLI at all: the exe
 pyspark and Dagster.
 """
 
-from drainer.cli.main import build_parser, main
+from drainer.cli.main import build_parser, exit_process, main
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "exit_process", "main"]

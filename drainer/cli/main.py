@@ -9,6 +9,7 @@ a secret expanded from the drains file never reaches the terminal.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from collections.abc import Callable
@@ -102,6 +103,21 @@ def main(
             soft_wrap=True,
         )
         return 2
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the `drainer` process with `code`, without the interpreter's last collections.
+
+    At exit Python collects every object the imports made (pyspark, pandas, SQLAlchemy,
+    pydantic): 0.3 s of a 2.5 s small run, spent freeing memory the OS takes back at once.
+    Frozen objects are skipped; the Postgres pools are closed first, so the server sees each
+    connection end cleanly. `atexit` handlers and stream flushes still run. The process only:
+    `main` leaves a caller's (a test's) collector alone."""
+    engines = sys.modules.get("drainer.store.engine")
+    if engines is not None:
+        engines.dispose_engines()
+    gc.freeze()
+    sys.exit(code)
 
 
 def _escape(text: str) -> str:

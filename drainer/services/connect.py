@@ -47,9 +47,12 @@ OWN_SCRATCH = "scratch=own"  # on `started_with`: its temp dirs in ConnectPaths.
 ROLLING_LOG = "log=rolling"  # on `started_with`: a server started with this logging
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server's spark.connect.authenticate.token
 # the server's session defaults; a client may change them per session (runtime SQL settings)
+# forks Spark's Python workers with drainer's task modules already imported
+WORKER_DAEMON = "spark_jobs.worker_daemon"
 SESSION_DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
+    "spark.python.daemon.module": WORKER_DAEMON,
     "spark.ui.showConsoleProgress": "false",
     # SASL's generated JAAS line and inline PEM keys are secrets too (plan text, UI, logs)
     "spark.redaction.regex": SPARK_REDACTION_REGEX,

@@ -23,6 +23,7 @@ from drainer.settings import load_settings
 
 _MIGRATION = re.compile(r"^(\d{3})_[\w-]+\.sql$")
 _MIGRATION_LOCK = 0x64726169  # 'drai': any constant shared by every drainer process
+_made: list[Engine] = []  # what `get_engine` made, for `dispose_engines`
 
 
 def migrations_dir() -> Traversable:
@@ -44,8 +45,15 @@ def get_engine(url: str | None = None) -> Engine:
     """One pooled engine per URL per process, with the schema brought up to date."""
     url = url or load_settings().database_url
     engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    _made.append(engine)
     migrate(engine)
     return engine
+
+
+def dispose_engines() -> None:
+    """Close the pooled connections of every engine this process made (each stays usable)."""
+    for engine in _made:
+        engine.dispose()
 
 
 def migrations(sql_dir: Traversable | None = None) -> list[tuple[int, Traversable]]:

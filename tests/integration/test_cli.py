@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 from offsets import level_watermarks
 from sqlalchemy import text
@@ -67,3 +68,25 @@ def test_unreachable_broker_is_a_clear_error(make_drain, monkeypatch):
     done = drainer("plan", drain.name)
     assert done.returncode == 2
     assert "did not answer" in done.stderr and "KAFKA_BOOTSTRAP_SERVERS" in done.stderr
+
+
+def test_a_process_ending_closes_its_postgres_connections():
+    """`exit_process` disposes the pools before it skips the last collections: the server sees
+    each connection end, not a dropped socket."""
+    from drainer.store.engine import dispose_engines
+
+    engine = get_engine()
+    with engine.connect() as conn:
+        backend = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    assert engine.pool.checkedin() >= 1
+    dispose_engines()
+    assert engine.pool.checkedin() == 0
+    deadline = time.monotonic() + 10  # the backend ends on the client's Terminate message
+    with engine.connect() as conn:  # the engine stays usable
+        while (
+            live := conn.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": backend}
+            ).scalar_one()
+        ) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert live == 0

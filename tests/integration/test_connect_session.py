@@ -26,7 +26,8 @@ def _server_daemons() -> set[int]:
     children: set[int] = set()
     for task in server.iterdir():
         children.update(int(p) for p in (task / "children").read_text().split())
-    return {pid for pid in children if b"pyspark.daemon" in _cmdline(pid)}
+    daemons = (b"pyspark.daemon", connect.WORKER_DAEMON.encode())
+    return {pid for pid in children if any(d in _cmdline(pid) for d in daemons)}
 
 
 def _cmdline(pid: int) -> bytes:
@@ -94,6 +95,29 @@ def test_runs_share_one_session_and_its_workers(make_drain, spark):
     for _ in range(2):
         _drain_once(drain, shared=False)
     assert len(_server_daemons() - before) == 2
+
+
+def test_workers_are_forked_with_drainers_task_modules_imported(spark):
+    """The local server's Python workers come from drainer's daemon, which imported the sink
+    and record-mode modules before forking: a new worker does not import them per task."""
+    if load_settings().spark_remote:
+        pytest.skip("SPARK_REMOTE names another server, started with its own daemon")
+    _require_connect()
+    from pyspark.sql import functions as F
+
+    def in_worker(_: int) -> str:
+        import os
+        import sys
+
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
+            daemon = parent.read().replace(b"\0", b" ").decode()
+        return f"{daemon}|{'spark_jobs.sinks.postgres' in sys.modules}|{'spark_jobs.modes' in sys.modules}"
+
+    row = spark.range(1).select(F.udf(in_worker, "string")(F.lit(0))).first()
+    assert row is not None
+    daemon, sink, modes = str(row[0]).split("|")
+    assert f"-m {connect.WORKER_DAEMON}" in daemon, daemon
+    assert (sink, modes) == ("True", "True")
 
 
 def test_a_session_the_server_closed_is_replaced(make_drain, spark):

@@ -1,0 +1,51 @@
+"""The Python worker daemon of the Spark servers drainer starts: pyspark's own, with the modules
+drainer's tasks import loaded once, before it forks a worker.
+
+Spark starts a Python worker by forking its daemon, and a new worker imports what its task's
+function needs when it unpickles it: for a Postgres stage or a record-mode chunk that is drainer's
+sink and store code with pyarrow, psycopg, SQLAlchemy and pydantic, ~0.5 s on a 2-core machine.
+Spark hands most tasks of a stage a new worker (it closes a worker whose task ended before the
+worker was handed back), and a worker idle for a minute ends, so a scheduled run paid that
+import once per task. A worker forked from this daemon starts with them.
+
+Preloaded code is the code of the session the daemon serves: Spark keeps one daemon per worker
+environment, which names the Connect session, and a client opens a new session when drainer's
+code changes (`spark_jobs.session`), so a new daemon imports the new code.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import sys
+
+# the modules whose functions run in Spark tasks (each imports the rest of what its tasks use)
+PRELOADED = (
+    "spark_jobs.sinks.postgres",  # the Postgres stage (dataframe mode)
+    "spark_jobs.modes",  # record mode: handlers, staging, dead letters
+    "spark_jobs.protobuf",  # records decoded from Protobuf
+    "drainer.spark.connect_session",  # the code fingerprint a session measures on the server
+)
+
+
+def preload(modules: tuple[str, ...] = PRELOADED) -> list[str]:
+    """Import `modules`; return the ones that failed. A failure is not the daemon's: the task
+    that needs the module imports it again, and reports the error where the run shows it."""
+    failed = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 - reported by the task that needs it
+            failed.append(name)
+            print(f"drainer worker daemon: {name} not preloaded: {err!r}", file=sys.stderr)
+    # what is loaded now is shared with every forked worker: kept out of the collector's scans,
+    # so a worker's collections neither walk it nor copy its pages
+    gc.freeze()
+    return failed
+
+
+if __name__ == "__main__":
+    from pyspark import daemon
+
+    preload()
+    daemon.manager()  # type: ignore[no-untyped-call]  # pyspark.daemon has no hints
