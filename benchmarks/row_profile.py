@@ -87,7 +87,7 @@ def variants(spark: Any, drain: Any, ranges: list[Any], records: int) -> dict[st
     split = cores(spark)
 
     def read() -> Any:
-        return read_ranges(spark, drain, bootstrap, ranges, min_partitions=split)
+        return read_ranges(spark, drain, bootstrap, ranges, cores=split)
 
     def noop(df: Any) -> None:
         df.write.format("noop").mode("overwrite").save()

@@ -196,7 +196,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             settings.bootstrap_servers,
             ctx.run.ranges,
             ctx.read_from,
-            min_partitions=cores(spark) if drain.mode == "dataframe" else None,
+            cores=cores(spark) if drain.mode == "dataframe" else None,
         )
         if landed is not None:
             log.warning(

@@ -64,6 +64,11 @@ def one_row_per_record(df: DataFrame) -> DataFrame:
     return _per_record(df)
 
 
+def with_read_task(df: DataFrame) -> DataFrame:
+    """`one_row_per_record` plus the Spark task that read the record (tests count the tasks)."""
+    return _per_record(df, F.spark_partition_id().alias("read_task"))
+
+
 def _per_record(df: DataFrame, *extra: Column) -> DataFrame:
     return df.select(
         "topic",

@@ -20,6 +20,10 @@ from drainer.store.runs import StoredRange
 log = logging.getLogger(__name__)
 
 BOUNDED_FETCH_MAX_WAIT_MS = 10  # `kafka_java: {fetch.max.wait.ms: …}` overrides it
+# a dataframe-mode read of at most this many records runs in as many tasks as cores: below it a
+# task's start (~50 ms here, in waves of `cores`) costs more than its share of the reading, and
+# an uneven split of so few records costs little (benchmarks/README.md, issue 30's seventh part)
+SMALL_READ_RECORDS = 100_000
 
 
 def read_ranges(
@@ -28,7 +32,7 @@ def read_ranges(
     bootstrap: str,
     ranges: list[StoredRange],
     read_from: Mapping[tuple[str, int], int] | None = None,
-    min_partitions: int | None = None,
+    cores: int | None = None,
 ) -> DataFrame:
     """`assign` plus numeric starting and ending offsets: Spark reads [start, end) and no more.
 
@@ -41,12 +45,15 @@ def read_ranges(
     transaction markers are skipped by the consumer, so offsets inside [start, end) may have no
     record (Spark does not count these gaps as data loss).
 
-    `min_partitions` (dataframe mode: the cores that run the job) lets Spark split a large range
-    into several tasks when the plan has fewer ranges than that (Kafka's `minPartitions`): each
-    task still reads a bounded [start, end) of one partition, and together exactly the plan's.
-    Record mode never splits: a partition's records go through one task, in order.
+    `cores` (dataframe mode: the cores that run the job) sizes the read's tasks. A plan of fewer
+    ranges than cores has Spark split a large range into several tasks (Kafka's
+    `minPartitions`): each still reads a bounded [start, end) of one partition, and together
+    exactly the plan's. A small read of more ranges than cores (`SMALL_READ_RECORDS`) runs in
+    `cores` tasks, each reading its ranges one after another. Record mode passes no `cores`: a
+    partition's records go through one task, in order, and one task per partition.
     """
     read_from = read_from or {}
+    records = 0
     assign: dict[str, list[int]] = defaultdict(list)
     starting: dict[str, dict[str, int]] = defaultdict(dict)
     ending: dict[str, dict[str, int]] = defaultdict(dict)
@@ -57,6 +64,7 @@ def read_ranges(
         assign[rng.topic].append(rng.partition)
         starting[rng.topic][str(rng.partition)] = start
         ending[rng.topic][str(rng.partition)] = rng.end
+        records += rng.end - start
     reader = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
@@ -81,11 +89,14 @@ def read_ranges(
     # reuse the consumers the drain's last run left in the Connect server's pool. The reads
     # `assign` partitions and commit nothing, so the group never has members or offsets.
     reader = reader.option("kafka.group.id", spark_group(drain))
-    if min_partitions is not None and min_partitions > sum(len(p) for p in assign.values()):
-        reader = reader.option("minPartitions", str(min_partitions))
-    df = reader.load().withColumn(
-        "level", F.element_at(F.split(F.col("topic"), "-"), -1).cast("int")
-    )
+    tasks = sum(len(p) for p in assign.values())
+    if cores is not None and cores > tasks:
+        reader = reader.option("minPartitions", str(cores))
+    df = reader.load()
+    if cores is not None and tasks > cores and records <= SMALL_READ_RECORDS:
+        # 12 ranges of 83 records: 1.67 -> 1.39 s for the Spark job (medians of 10)
+        df = df.coalesce(cores)
+    df = df.withColumn("level", F.element_at(F.split(F.col("topic"), "-"), -1).cast("int"))
     done = [
         (rng.topic, rng.partition, offset)
         for rng in ranges

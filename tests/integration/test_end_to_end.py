@@ -114,6 +114,41 @@ def test_invalid_config_names_the_setting(tmp_path, monkeypatch):
     assert "orders.ordering" in cli.stderr
 
 
+def test_a_small_read_of_more_ranges_than_cores_runs_in_as_many_tasks_as_cores(make_drain, spark):
+    """12 small ranges on fewer cores: the dataframe read runs in `cores` tasks, not one per
+    range (each task's start cost more than its reading); every record still lands once and
+    the counts per partition stay exact."""
+    from spark_jobs import drain_job
+    from spark_jobs.session import cores
+
+    drain = make_drain(
+        levels=3, partitions=4, processor="spark_jobs.examples:with_read_task", budget=10_000
+    )
+    for level in range(3):
+        produce_records(drain, synthetic_records(400, keys=7, seed=level), level=level)
+    n = cores(spark) or 1
+    if n >= 12:
+        pytest.skip(f"{n} cores: 12 ranges are not more than the cores")
+    result = drain_job.run(drain)
+    assert result.drained == 1200
+    assert_each_record_once(drain, high_watermarks(drain))
+    with get_engine().connect() as conn:
+        tasks = conn.execute(
+            text(f'SELECT count(DISTINCT read_task) FROM "{drain.sink.table}"')
+        ).scalar_one()
+        read = conn.execute(
+            text(
+                "SELECT rr.topic, rr.partition, rr.read_records, rr.end_offset - rr.start_offset"
+                " AS planned FROM run_ranges rr JOIN runs r ON r.id = rr.run_id"
+                " WHERE r.drain = :d"
+            ),
+            {"d": drain.name},
+        ).all()
+    assert tasks == n
+    assert len(read) == 12 and all(r.read_records == r.planned for r in read)
+    assert sum(r.read_records for r in read) == 1200
+
+
 def test_a_plan_of_fewer_ranges_than_cores_is_read_in_split_tasks_exactly_once(make_drain, spark):
     """One partition per level and more cores than ranges: the dataframe read splits each range
     into several Spark tasks (Kafka's minPartitions, issue 30); every record still lands once and
