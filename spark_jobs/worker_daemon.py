@@ -5,8 +5,8 @@ Spark starts a Python worker by forking its daemon, and a new worker imports wha
 function needs when it unpickles it: for a Postgres stage or a record-mode chunk that is drainer's
 sink and store code with pyarrow, psycopg, SQLAlchemy and pydantic, ~0.5 s on a 2-core machine.
 Spark hands most tasks of a stage a new worker (it closes a worker whose task ended before the
-worker was handed back), and a worker idle for a minute ends, so a scheduled run paid that
-import once per task. A worker forked from this daemon starts with them.
+worker was handed back), and a worker idle for a minute ends, so a run paid that import once
+per new worker. A worker forked from this daemon starts with them.
 
 Preloaded code is the code of the session the daemon serves: Spark keeps one daemon per worker
 environment, which names the Connect session, and a client opens a new session when drainer's

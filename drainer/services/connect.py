@@ -46,9 +46,9 @@ NO_PLANS_LOGGED = "logs=no-plans"  # on `started_with`: its log4j2 keeps request
 OWN_SCRATCH = "scratch=own"  # on `started_with`: its temp dirs in ConnectPaths.scratch
 ROLLING_LOG = "log=rolling"  # on `started_with`: a server started with this logging
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"  # the server's spark.connect.authenticate.token
-# the server's session defaults; a client may change them per session (runtime SQL settings)
 # forks Spark's Python workers with drainer's task modules already imported
 WORKER_DAEMON = "spark_jobs.worker_daemon"
+# the server's session defaults; a client may change them per session (runtime SQL settings)
 SESSION_DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
