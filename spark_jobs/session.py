@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import SparkSession
@@ -127,6 +128,26 @@ def drop_client(spark: SparkSession) -> None:
     with contextlib.suppress(Exception):
         spark.stop()
     _dropped.append(spark)
+
+
+@contextlib.contextmanager
+def own_settings(spark: SparkSession) -> Iterator[SparkSession]:
+    """A copy of `spark` whose settings are its own, for work that must change them (VACUUM's
+    retention check and listing tasks). Runs and other drains' maintenance share `spark`: a
+    setting changed there and set back raced them (a second maintain read the first's value as
+    the one to restore, or found the check on again under its VACUUM)."""
+    if not is_connect(spark):
+        yield spark.newSession()  # the same SparkContext, SQL settings of its own
+        return
+    clone = cast("ConnectSession", spark).cloneSession()
+    clone.release_session_on_close = True  # a clone skips the __init__ that sets it
+    own = cast(SparkSession, clone)
+    try:
+        yield own
+    finally:
+        with contextlib.suppress(Exception):
+            own.stop()  # released on the server: it ran no Python, so it leaves no daemon
+        _dropped.append(own)  # stopped: never closed again by the collector (see _dropped)
 
 
 def describe(spark: SparkSession) -> str:

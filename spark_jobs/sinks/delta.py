@@ -19,6 +19,7 @@ from drainer.errors import CommitProofLost, ConfigError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import TableCommit
 from drainer.sinks.delta import DeltaSink
+from spark_jobs.session import own_settings
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
     NONCE_PROPERTY,
@@ -123,19 +124,14 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         where = self.location()
         optimized = spark.sql(f"OPTIMIZE delta.`{where}`").collect()
         metrics = optimized[0]["metrics"] if optimized else None
-        if force:  # Delta itself refuses a retention below its default (7 days) otherwise
-            spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-        listing = spark.conf.get(LISTING_PARALLELISM)
         local = str(spark.conf.get("spark.master", "")).startswith("local")
-        if local:  # the session is shared by runs: set back below, as the retention check is
-            spark.conf.set(LISTING_PARALLELISM, str(spark.conf.get("spark.sql.shuffle.partitions")))
-        try:
-            spark.sql(f"VACUUM delta.`{where}` RETAIN {retention_hours:g} HOURS").collect()
-        finally:
-            if force:
-                spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
+        with own_settings(spark) as vacuum:  # `spark` is shared by runs and other maintains
+            if force:  # Delta itself refuses a retention below its default (7 days) otherwise
+                vacuum.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
             if local:
-                spark.conf.set(LISTING_PARALLELISM, str(listing))
+                shuffle = str(spark.conf.get("spark.sql.shuffle.partitions"))
+                vacuum.conf.set(LISTING_PARALLELISM, shuffle)
+            vacuum.sql(f"VACUUM delta.`{where}` RETAIN {retention_hours:g} HOURS").collect()
         return {
             "format": "delta",
             "location": where,

@@ -273,12 +273,30 @@ def test_maintain_compacts_small_files_and_keeps_every_row(make_drain, lakehouse
         maintain(drain, retention_hours=1)
     session = get_spark(load_settings())  # the session maintain uses, shared with runs
     listing = session.conf.get(LISTING_PARALLELISM)
+    check = "spark.databricks.delta.retentionDurationCheck.enabled"
+    retention_check = session.conf.get(check, None)
     report = maintain(drain, retention_hours=0, force=True)
-    assert session.conf.get(LISTING_PARALLELISM) == listing  # VACUUM's own setting, set back
+    # VACUUM's settings were its own session's: the one runs share never saw them
+    assert session.conf.get(LISTING_PARALLELISM) == listing
+    assert session.conf.get(check, None) == retention_check
     assert report["format"] == fmt and report["files_removed"] > 1
     assert report["files_added"] < report["files_removed"]
     assert_each_record_once(drain, total)
     assert live_files(drain) == report["files_added"]
+
+
+def test_settings_changed_in_a_session_of_its_own_stay_there(spark):
+    """What maintenance changes for its VACUUM (the retention check) stays in a clone of the
+    session: the shared one is never changed and set back, which raced a concurrent maintain."""
+    from spark_jobs.session import own_settings
+
+    key = "spark.databricks.delta.retentionDurationCheck.enabled"
+    shared = spark.conf.get(key, None)
+    with own_settings(spark) as own:
+        own.conf.set(key, "false")
+        assert own.conf.get(key) == "false" and own.range(3).count() == 3
+        assert spark.conf.get(key, None) == shared
+    assert own.is_stopped and spark.range(2).count() == 2  # released; the shared one goes on
 
 
 def live_files(drain: DrainConfig) -> int:
