@@ -42,8 +42,15 @@ chromium:
 	    { apt-get update && apt-get install -y chromium chromium-driver; }; \
 	  else echo "the browser test needs Chromium: sudo apt-get install chromium chromium-driver"; exit 1; fi; }
 
+# the suite in two parts: all but the `serial` tests on TEST_WORKERS workers at once (its tests
+# mostly wait on Spark, the broker and Dagster: 2 cores run 3 workers well), then the `serial`
+# ones alone (they kill, restart or rewind what the others share); the second part runs even if
+# the first failed, so one `make test` reports every failure
+TEST_WORKERS ?= 3
 test: services chromium
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
+	  $(BIN)/pytest -m serial; serial=$$?; \
+	  test $$parallel = 0 && test $$serial = 0
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit

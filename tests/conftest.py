@@ -218,10 +218,60 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _dagster_stacks.pop().stop()
 
 
+# What `make test`'s parallel workers keep together, one group to a worker: a module (so its
+# module-scoped fixtures, a standalone cluster, start once), except these. pytest-xdist's own
+# `xdist_group` marks do nothing under pytest 9.2 (xdist 3.8 renames a test id pytest no longer
+# reads), so the scheduler below groups by test id itself.
+# the modules of the session's one Dagster deployment (the `dagster_stack` fixture)
+DAGSTER_MODULES = {"test_dagster_real_path", "test_dagster_ui_browser", "test_local_stack_security"}
+# the modules that start a broker of their own on fixed ports, which overlap (19092 to 19096)
+THROWAWAY_BROKERS = {"test_services", "test_consumer_group_lag"}
+# groups that take minutes: handed out first, so that none is left running alone at the end
+LONGEST_FIRST = (
+    "dagster",
+    "test_cluster",
+    "test_lakehouse",
+    "test_kafka_sink",
+    "test_sink_folds",
+    "test_install",
+    "test_service_lost_mid_run",
+)
+
+
+def worker_group(nodeid: str) -> str:
+    module = Path(nodeid.split("::", 1)[0]).stem
+    if module in DAGSTER_MODULES:
+        return "dagster"
+    return "throwaway-brokers" if module in THROWAWAY_BROKERS else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkerGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    config.option.loadscopereorder = False  # the collection's order: the longest first
+    return ByWorkerGroup(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in str(item.fspath) and "integration" not in item.keywords:
             item.add_marker(pytest.mark.integration)
+        if "dagster_stack" in item.fixturenames and worker_group(item.nodeid) != "dagster":
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the dagster_stack fixture: add its module to "
+                "DAGSTER_MODULES in tests/conftest.py, or each worker starts a deployment"
+            )
+
+    def rank(item: pytest.Item) -> int:
+        group = worker_group(item.nodeid)
+        return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: a module's tests stay together, in their order
 
 
 os.environ.setdefault("DRAINER_SPARK_LOG_LEVEL", "ERROR")

@@ -64,6 +64,9 @@ from drainer.testing import STACK_FORMATS
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
+# it kills and restarts the Connect server, Postgres and the broker every test shares
+pytestmark = pytest.mark.serial
+
 RECORDS = 200_000
 KILLS = int(os.environ.get("CHAOS_KILLS") or 10)  # of the run's process group
 # of the Spark Connect server, while it writes the run's output: each costs a server restart

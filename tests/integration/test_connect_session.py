@@ -19,6 +19,10 @@ from drainer.spark.endpoint import client_url
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 from spark_jobs.session import get_spark, is_connect, session_code
 
+# it counts the server's worker daemons, which another process's session would add to, and
+# touches a source file, which gives every process a new session
+pytestmark = pytest.mark.serial
+
 
 def _server_daemons() -> set[int]:
     """The Python worker daemons the local Connect server has started."""

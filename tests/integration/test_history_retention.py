@@ -60,8 +60,11 @@ def test_old_runs_become_daily_totals_and_what_runs_need_stays(make_drain):
             {"d": drain.name, "first": old[3]},
         )
         conn.execute(
-            text("DELETE FROM run_levels WHERE level = 2 AND run_id > :first AND run_id <= :last"),
-            {"first": old[3], "last": recent[-1]},
+            text(
+                "DELETE FROM run_levels WHERE level = 2 AND run_id IN "
+                "(SELECT id FROM runs WHERE drain = :d AND id > :first)"
+            ),
+            {"d": drain.name, "first": old[3]},
         )
         window_before = level_history(conn, drain.name, [0, 1, 2], drain.history_window)
         drained_before = conn.scalar(

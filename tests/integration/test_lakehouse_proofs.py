@@ -141,6 +141,7 @@ def test_abandon_after_the_table_commit_is_refused_and_the_run_completes_once(
     assert_each_record_once(drain, total)
 
 
+@pytest.mark.serial  # it rewinds runs_id_seq, which every drain's runs take their ids from
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_a_restored_state_database_never_takes_an_old_commit_for_a_new_run(
     make_drain, lakehouse, fmt

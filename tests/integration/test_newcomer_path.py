@@ -32,7 +32,8 @@ from drainer.config import load_drains
 from drainer.store import get_engine
 from drainer.testing import delete_topics
 
-pytestmark = pytest.mark.slow
+# `drainer services up` restarts the Connect server every test shares, with its folder
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # the console script a newcomer types: `python -m` would put the folder itself on sys.path
 DRAINER = [str(Path(sys.executable).with_name("drainer"))]
