@@ -170,6 +170,12 @@ def kafka_echo(record: Record) -> dict[str, Any]:
     return {"key": record.key, "value": record.value}
 
 
+def kafka_poison_echo(record: Record) -> dict[str, Any]:
+    """`kafka_echo`, but fails on every record whose value contains b'poison' (`poison_echo`)."""
+    poison_echo(record)
+    return kafka_echo(record)
+
+
 def kafka_one_oversized(df: DataFrame) -> DataFrame:
     """`kafka_passthrough`, but the record at offset 3 becomes a value over 1 MB (too large)."""
     big = F.repeat(F.lit("x"), 1_100_000).cast("binary")

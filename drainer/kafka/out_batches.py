@@ -91,7 +91,7 @@ def send_batch(
             try:
                 produce(to, value, key, headers=headers, **kwargs)
             except BufferError:  # the local queue is full (the cold path)
-                _produce_when_room(produce, poll, to, value, key, headers, kwargs)
+                produce_when_room(produce, poll, to, value, key, headers, kwargs)
         except KafkaException as err:
             raise failed(err.args[0], batch.source(i), to) from None
     if batch.topics is None:
@@ -122,12 +122,12 @@ def _send_plain(
             try:
                 produce(topic, value, key, headers=headers)
             except BufferError:  # the local queue is full (the cold path)
-                _produce_when_room(produce, poll, topic, value, key, headers, {})
+                produce_when_room(produce, poll, topic, value, key, headers, {})
         except KafkaException as err:
             raise failed(err.args[0], _text(src), topic) from None
 
 
-def _produce_when_room(
+def produce_when_room(
     produce: Callable[..., None],
     poll: Callable[[float], Any],
     topic: str,

@@ -12,12 +12,10 @@ committed transaction, and the run is not produced twice (docs/kafka-sink.md).
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import time
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
@@ -35,17 +33,42 @@ from drainer import faults
 from drainer.config.kafka_clients import redact
 from drainer.errors import ConfigError, DrainerError, FencedOut, KafkaUnavailable
 from drainer.kafka.clients import make_client, retry_passing
-from drainer.kafka.out_batches import SOURCE_HEADER, OutBatch, missing_topic, send_batch
+from drainer.kafka.out_batches import (
+    SOURCE_HEADER,
+    OutBatch,
+    missing_topic,
+    produce_when_room,
+    send_batch,
+)
+from drainer.kafka.run_markers import (
+    MARKER_PARTITIONS,
+    MARKER_TOPIC,
+    RUN_HEADER,
+    DeadLetterJoin,
+    RunMarker,
+    marker_partition,
+    parse_run_header,
+    run_header,
+    source_of,
+    transactional_id,
+)
 
-__all__ = ["SOURCE_HEADER", "OutBatch", "RunMarker", "RunTransaction", "missing_topic"]
+__all__ = [
+    "MARKER_TOPIC",
+    "RUN_HEADER",
+    "SOURCE_HEADER",
+    "DeadLetterJoin",
+    "OutBatch",
+    "RunMarker",
+    "RunTransaction",
+    "missing_topic",
+    "parse_run_header",
+    "run_header",
+    "source_of",
+    "transactional_id",
+]
 
-MARKER_TOPIC = "drainer-sink-markers"
 TRANSACTION_TIMEOUT_S = 60  # the coordinator aborts a transaction open longer than this
-MARKER_PARTITIONS = 8  # drains spread over them: one drain's open transaction delays few others
-# `<run id>:<run nonce>:<attempt>`: the run (its id is unique in drainer's database, the marker
-# names its drain) and the attempt that produced the record. One header, not three: each header
-# costs the producer ~0.15 µs per record and the broker its bytes (issue 27's benchmark)
-RUN_HEADER = "drainer.run"
 # librdkafka's and the broker's error codes that mean "a newer producer took over"
 _FENCED = {
     KafkaError._FENCED,
@@ -62,66 +85,6 @@ _MISSING = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE}
 
 
-def transactional_id(drain: str) -> str:
-    """One per drain: a newer attempt of any run of the drain fences every older one."""
-    return f"drainer-{drain}"
-
-
-def run_header(run_id: int, nonce: str, attempt: int) -> bytes:
-    return f"{run_id}:{nonce}:{attempt}".encode()
-
-
-def parse_run_header(value: bytes) -> tuple[int, str, int]:
-    """(run id, run nonce, attempt) of a `drainer.run` header."""
-    run_id, nonce, attempt = value.decode().split(":")
-    return int(run_id), nonce, int(attempt)
-
-
-def source_of(topic: str, partition: int, offset: int) -> str:
-    """The `drainer.source` header: where the output row came from (topic names hold no '/')."""
-    return f"{topic}/{partition}/{offset}"
-
-
-@dataclass(frozen=True)
-class RunMarker:
-    """What the run's transaction carries on the marker topic, and where it landed."""
-
-    drain: str
-    run_id: int
-    nonce: str
-    attempt: int
-    produced: Mapping[str, int]  # records per output topic
-    size: int  # key + value bytes produced
-    offset: int = -1  # of the marker itself, once found or delivered
-
-    def value(self) -> bytes:
-        data = {
-            "drain": self.drain,
-            "run": self.run_id,
-            "nonce": self.nonce,
-            "attempt": self.attempt,
-            "produced": dict(self.produced),
-            "bytes": self.size,
-        }
-        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
-
-    @classmethod
-    def parse(cls, raw: bytes, offset: int) -> RunMarker | None:
-        try:
-            data = json.loads(raw)
-            return cls(
-                data["drain"],
-                int(data["run"]),
-                str(data["nonce"]),
-                int(data["attempt"]),
-                {str(k): int(v) for k, v in data["produced"].items()},
-                int(data["bytes"]),
-                offset,
-            )
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None  # not ours: someone else wrote to the topic
-
-
 class KnownTopics:
     """`topic in known`: whether a topic exists, each looked up once."""
 
@@ -135,10 +98,6 @@ class KnownTopics:
         if topic not in self._found:
             self._found[topic] = self._exists(topic)
         return self._found[topic]
-
-
-def marker_partition(drain: str) -> int:
-    return zlib.crc32(drain.encode()) % MARKER_PARTITIONS
 
 
 class RunTransaction:
@@ -373,8 +332,10 @@ class RunTransaction:
         default_topic: str,
         attempt: int,
         still_ours: Callable[[], None],
+        dead_letters: DeadLetterJoin | None = None,
     ) -> RunMarker:
-        """Produce every batch's records and the run's marker in one transaction; commit it.
+        """Produce every batch's records (then `dead_letters`, when its topic exists) and the
+        run's marker in one transaction; commit it.
 
         `still_ours()` raises if the run's Postgres lease was lost; it is asked once the
         producer is fenced-in, so an attempt that was paused before `open()` cannot produce a
@@ -417,10 +378,24 @@ class RunTransaction:
                 if n >= 100 and crash_mid_produce:
                     producer.flush(30)  # records on the broker, inside the open transaction
                     faults.crash_point("mid_produce")
+            dlq_max_attempts = dead = None
+            if dead_letters is not None and dead_letters.topic in known:  # else: after the commit
+                dead = self._send_dead_letters(dead_letters)
+                produced[dead_letters.topic] += dead
+                dlq_max_attempts = dead_letters.max_attempts
             producer.flush(120)  # every row delivered (or its error known) before the marker
             if errors:
                 raise self._produce_failed(*errors[0])
-            marker = RunMarker(self.drain, self.run_id, self.nonce, attempt, produced, size)
+            marker = RunMarker(
+                self.drain,
+                self.run_id,
+                self.nonce,
+                attempt,
+                produced,
+                size,
+                dlq_max_attempts=dlq_max_attempts,
+                dead_letters=dead or 0,
+            )
             producer.produce(
                 MARKER_TOPIC,
                 marker.value(),
@@ -438,15 +413,30 @@ class RunTransaction:
         except BaseException:
             _abort(producer)
             raise
-        return RunMarker(
-            marker.drain,
-            marker.run_id,
-            marker.nonce,
-            attempt,
-            marker.produced,
-            size,
-            before,  # at or just below the marker's offset (other drains share the partition)
-        )
+        # the marker's offset: at or just below the end before (other drains share the partition)
+        return dataclasses.replace(marker, offset=before)
+
+    def _send_dead_letters(self, join: DeadLetterJoin) -> int:
+        """The dead letters, into the open transaction; returns how many."""
+        records = join.records()
+        for record in records:
+            headers = list(record.headers)
+            try:
+                try:
+                    self._producer.produce(join.topic, record.value, record.key, headers=headers)
+                except BufferError:  # the local queue is full (the cold path)
+                    produce_when_room(
+                        self._producer.produce,
+                        self._producer.poll,
+                        join.topic,
+                        record.value,
+                        record.key,
+                        headers,
+                        {},
+                    )
+            except KafkaException as err:
+                raise self._produce_failed(err.args[0], None, join.topic) from None
+        return len(records)
 
     def _produce_failed(self, err: KafkaError, source: str | None, topic: str) -> DrainerError:
         code = err.code()

@@ -16,7 +16,7 @@ from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.errors import CommitConflict
 from drainer.lifecycle.results import ExecutionResult
-from drainer.sinks import Sink
+from drainer.sinks import Sink, TableCommit
 from drainer.store import dead_letters, offsets, retention, runs, throughput, topics
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRange, StoredRun
@@ -66,6 +66,7 @@ def commit_run(
         published = sink.publish(conn, run.id, executed.table_commit)
         failures = dead_letters.run_failures(conn, run.id, executed.failures_attempt)
         topic_ids = topics.topic_ids(conn, drain.name)  # recorded when the plan was made
+        dead = _dead_letter_rule(drain, executed.table_commit)
         levels = {level: LevelOutcome() for level in run.levels}
         lost_in_plan = _skip_retention_losses(conn, drain.name, run, levels)
         measured = []
@@ -89,7 +90,7 @@ def commit_run(
                     not_done.add(f["offset"])
                     continue
                 outcome.failed += 1
-                if _count_attempt(conn, drain, run.id, rng, topic_ids.get(rng.topic, ""), f):
+                if _count_attempt(conn, drain, dead, run.id, rng, topic_ids.get(rng.topic, ""), f):
                     outcome.dead_lettered += 1
                 else:
                     not_done.add(f["offset"])
@@ -140,9 +141,25 @@ def _skip_retention_losses(
     return in_plan
 
 
+@dataclass(frozen=True)
+class DeadLetterRule:
+    max_attempts: int
+    published: bool  # the sink's own commit carried them to the DLQ topic
+
+
+def _dead_letter_rule(drain: DrainConfig, table_commit: TableCommit | None) -> DeadLetterRule:
+    """A sink that produced the dead letters in its own transaction decided them with the
+    `max_attempts` it recorded: the same decision here, even if the setting changed before a
+    resumed run commits (the DLQ topic holds them already)."""
+    if table_commit is not None and table_commit.dlq_max_attempts is not None:
+        return DeadLetterRule(table_commit.dlq_max_attempts, published=True)
+    return DeadLetterRule(drain.max_attempts, published=False)
+
+
 def _count_attempt(
     conn: Connection,
     drain: DrainConfig,
+    dead: DeadLetterRule,
     run_id: int,
     rng: StoredRange,
     topic_id: str,
@@ -153,7 +170,7 @@ def _count_attempt(
     attempts = dead_letters.count_attempt(
         conn, drain.name, rng.topic, topic_id, rng.partition, failure["offset"], failure["error"]
     )
-    if attempts < drain.max_attempts and not dead_letters.undecodable(failure["error"]):
+    if not dead_letters.is_dead_letter(attempts, dead.max_attempts, failure["error"]):
         return False
     headers = failure["headers"]
     dead_letters.insert_dead_letter(
@@ -167,6 +184,7 @@ def _count_attempt(
         rng.topic,
         topic_id,
         rng.partition,
+        published=dead.published,
     )
     return True
 

@@ -14,6 +14,7 @@ import logging
 from typing import Any
 
 from drainer.config import DrainConfig
+from drainer.config.kafka_clients import redact
 from drainer.errors import ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.session import KafkaSession
@@ -41,6 +42,19 @@ def _as_record(row: Any, extra_headers: list[tuple[str, bytes]] | None = None) -
         value=None if row.value is None else bytes(row.value),
         key=None if row.key is None else bytes(row.key),
         headers=[*headers, *(extra_headers or [])],
+    )
+
+
+def dlq_record(dead: Any) -> OutRecord:
+    """A dead letter as the DLQ topic gets it, however it is published: as it was produced,
+    plus where it came from, its (redacted) error and its attempts."""
+    return _as_record(
+        dead,
+        [
+            ("drainer-source", f"{dead.topic}/{dead.partition}/{dead.offset}".encode()),
+            ("drainer-error", redact(dead.error or "").encode()[:8000]),
+            ("drainer-attempts", str(dead.attempts).encode()),
+        ],
     )
 
 
@@ -97,7 +111,8 @@ def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:
     """Publish dead letters not yet on the drain's `dlq_topic`; returns how many went out.
 
     After the commit, like the Kafka mirror: at least once (a crash between the send and the
-    mark sends them again). A failed publish raises KafkaUnavailable; the run reports it as a
+    mark sends them again). A Kafka sink on the drain's cluster produces them in the run's
+    transaction instead (exactly once), and the commit records them published. A failed publish raises KafkaUnavailable; the run reports it as a
     warning and the next run publishes them.
     """
     if not drain.dlq_topic:
@@ -107,17 +122,7 @@ def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:
         rows = dead_letters.unpublished(conn, drain.name)
     if not rows:
         return 0
-    records = [
-        _as_record(
-            r,
-            [
-                ("drainer-source", f"{r.topic}/{r.partition}/{r.offset}".encode()),
-                ("drainer-error", r.error.encode()[:8000]),
-                ("drainer-attempts", str(r.attempts).encode()),
-            ],
-        )
-        for r in rows
-    ]
+    records = [dlq_record(r) for r in rows]
     produce_records(drain, records, topic=drain.dlq_topic, kafka=kafka)
     with engine.begin() as conn:
         dead_letters.mark_published(conn, [r.id for r in rows])

@@ -73,11 +73,17 @@ class TableCommit:
     attempt: int = 0
     # format-specific facts to show (a Kafka sink: records per topic, the transactional id)
     details: Mapping[str, Any] = field(default_factory=dict)
+    # set when the commit also carried the attempt's dead letters to the drain's DLQ topic
+    # (the Kafka sink's transaction), decided with this max_attempts: the Postgres commit
+    # decides them the same way and records them published
+    dlq_max_attempts: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The commit as recorded and shown (`run_table_commits`, status, Dagster metadata)."""
         data = asdict(self)
         del data["attempt"]
+        if self.dlq_max_attempts is None:  # no dead letters in the sink's commit
+            del data["dlq_max_attempts"]
         if not self.details:  # a table format's commit: no details, none stored
             del data["details"]
         return data

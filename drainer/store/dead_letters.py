@@ -24,6 +24,34 @@ def undecodable(error: str | None) -> bool:
     return bool(error) and str(error).startswith(UNDECODABLE)
 
 
+def is_dead_letter(attempts: int, max_attempts: int, error: str | None) -> bool:
+    """Whether a record failed for good: the one rule the commit and a sink that publishes the
+    dead letters in its own transaction (the Kafka sink) both decide by."""
+    return attempts >= max_attempts or undecodable(error)
+
+
+def coming_dead_letters(
+    conn: Connection, drain: str, run_id: int, attempt: int, max_attempts: int
+) -> list[Row[Any]]:
+    """The records attempt `attempt` of the run failed for good, as its commit will decide
+    (under the drain's lease nothing else counts attempts in between): each with its
+    attempts after this one, in the commit's order."""
+    rows = conn.execute(
+        text(
+            'SELECT f.topic, f.partition, f."offset", f.key, f.value, f.headers, f.error, '
+            "COALESCE(a.attempts, 0) + 1 AS attempts FROM record_failures f "
+            "LEFT JOIN drain_topics t ON t.drain = :d AND t.topic = f.topic "
+            "LEFT JOIN record_attempts a ON a.drain = :d AND a.topic = f.topic "
+            "AND a.topic_id = COALESCE(t.topic_id, '') AND a.partition = f.partition "
+            'AND a."offset" = f."offset" '
+            "WHERE f.run_id = :r AND f.attempt = :a AND NOT f.held_back "
+            'ORDER BY f.topic, f.partition, f."offset"'
+        ),
+        {"d": drain, "r": run_id, "a": attempt},
+    ).all()
+    return [r for r in rows if is_dead_letter(r.attempts, max_attempts, r.error)]
+
+
 def stage_failures(
     conn: Any,
     run_id: int,
@@ -154,22 +182,25 @@ def insert_dead_letter(
     topic: str,
     topic_id: str,
     partition: int,
+    published: bool = False,
 ) -> int:
     """Move a record to the dead letters (done from now on) and forget its attempts.
 
     The same record dead-lettered again (after a rewind) replaces its earlier dead letter,
     and is published to the DLQ topic again: it is a new dead letter, whatever the old one's
-    publication.
+    publication. `published`: the sink's own transaction already carried it to the DLQ topic.
     """
     dead_id = conn.scalar(
         text(
             "INSERT INTO dead_letters (drain, run_id, topic, topic_id, level, partition, "
-            '"offset", key, value, headers, ts, error, attempts) VALUES (:d, :r, :t, :i, :l, '
-            ":p, :o, :k, :v, CAST(:h AS jsonb), :ts, :e, :a) "
+            '"offset", key, value, headers, ts, error, attempts, dlq_published_at) VALUES '
+            "(:d, :r, :t, :i, :l, :p, :o, :k, :v, CAST(:h AS jsonb), :ts, :e, :a, "
+            "CASE WHEN :pub THEN now() END) "
             'ON CONFLICT (drain, topic, topic_id, partition, "offset") '
             "DO UPDATE SET run_id = :r, level = :l, key = :k, value = :v, "
             "headers = CAST(:h AS jsonb), ts = :ts, error = :e, attempts = :a, "
-            "retried_at = NULL, dlq_published_at = NULL, created_at = now() RETURNING id"
+            "retried_at = NULL, dlq_published_at = EXCLUDED.dlq_published_at, created_at = now() "
+            "RETURNING id"
         ),
         {
             "d": drain,
@@ -185,6 +216,7 @@ def insert_dead_letter(
             "ts": failure["ts"],
             "e": failure["error"],
             "a": attempts,
+            "pub": published,
         },
     )
     conn.execute(

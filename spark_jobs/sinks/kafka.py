@@ -33,11 +33,13 @@ from drainer.config import DrainConfig
 from drainer.config.kafka_clients import own_cluster_settings
 from drainer.errors import ConfigError
 from drainer.kafka.clients import client_config
-from drainer.kafka.transactions import OutBatch, RunMarker, RunTransaction
+from drainer.kafka.producer import OutRecord
+from drainer.kafka.transactions import DeadLetterJoin, OutBatch, RunMarker, RunTransaction
+from drainer.lifecycle.dlq import dlq_record
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import TableCommit
 from drainer.sinks.kafka import KafkaSink
-from drainer.store import runs
+from drainer.store import dead_letters, runs
 from drainer.store.leases import check_fence
 from spark_jobs.session import is_connect
 from spark_jobs.sinks.base import SparkSink
@@ -96,11 +98,30 @@ class KafkaSparkSink(KafkaSink, SparkSink):
             if self._crash_in_spark:
                 streamed = _crash_at_first(streamed)
             with read_ahead(streamed) as batches:
-                marker = self._txn(ctx).produce(batches, self.topic, ctx.attempt, still_ours)
+                marker = self._txn(ctx).produce(
+                    batches, self.topic, ctx.attempt, still_ours, self._dead_letters(ctx)
+                )
         finally:
             if staged is not None:
                 staged.unpersist()
         return self._commit(marker)
+
+    def _dead_letters(self, ctx: RunContext) -> DeadLetterJoin | None:
+        """The attempt's dead letters join its transaction (exactly once on the DLQ topic)
+        when the drain has a DLQ topic on the sink's own cluster; else the run publishes them
+        after its commit, at least once, as for every other sink."""
+        if not ctx.drain.dlq_topic or self.config.kafka is not None:
+            return None
+        max_attempts = ctx.drain.max_attempts
+
+        def records() -> list[OutRecord]:
+            with ctx.engine.connect() as conn:
+                coming = dead_letters.coming_dead_letters(
+                    conn, ctx.drain.name, ctx.run.id, ctx.attempt, max_attempts
+                )
+            return [dlq_record(r) for r in coming]
+
+        return DeadLetterJoin(ctx.drain.dlq_topic, max_attempts, records)
 
     def producer_config(self, drain: DrainConfig) -> dict[str, Any]:
         """The producer's settings: the sink's own cluster block, else the drain's `kafka:`
@@ -127,8 +148,9 @@ class KafkaSparkSink(KafkaSink, SparkSink):
             marker.offset,  # the marker's offset on the marker topic
             len(marker.produced),
             marker.size,
-            sum(marker.produced.values()),
+            sum(marker.produced.values()) - marker.dead_letters,  # the output's records
             attempt=marker.attempt,  # its staged failures are the ones the commit counts
+            dlq_max_attempts=marker.dlq_max_attempts,
             details={
                 "produced": dict(marker.produced),
                 "transactional_id": self._transaction.tid,

@@ -21,6 +21,7 @@ class OutRecord:
     run: str | None
     attempt: int | None
     value: bytes | None
+    headers: dict[str, bytes]
 
 
 def admin() -> AdminClient:
@@ -72,6 +73,7 @@ def read_output(topic: str, isolation: str = "read_committed") -> list[OutRecord
                     None if run is None else f"{run_id}:{nonce}",
                     attempt,
                     msg.value(),
+                    headers,
                 )
             )
         return out

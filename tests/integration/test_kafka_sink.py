@@ -12,12 +12,14 @@ import os
 import signal
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from kafka_output import (
     admin,
     assert_each_source_once,
+    expected_sources,
     high_watermark,
     output_topic,
     read_output,
@@ -286,3 +288,81 @@ def test_a_first_run_on_a_cluster_without_the_marker_topic_creates_it_compacted(
     resource = ConfigResource(ResourceType.TOPIC, MARKER_TOPIC)
     config = client.describe_configs([resource])[resource].result(30)
     assert config["cleanup.policy"].value == "compact"
+
+
+def _dead_letter_sources(topic: str, isolation: str = "read_committed") -> Counter:
+    """How often each source record is on the DLQ topic (its `drainer-source` header)."""
+    return Counter(r.headers["drainer-source"].decode() for r in read_output(topic, isolation))
+
+
+@pytest.mark.parametrize(
+    ("point", "ordering"),
+    [
+        # records after a failed one are held back: three runs, each with its dead letters
+        (None, "partition"),
+        # nothing held back: one run takes the whole backlog, past `mid_produce`'s 100 records
+        ("mid_produce", "unordered"),
+        ("after_table_commit", "unordered"),
+    ],
+)
+def test_dead_letters_join_the_runs_transaction_exactly_once(make_drain, spark, point, ordering):
+    """With the DLQ topic on the sink's cluster, a run's dead letters are produced in its
+    transaction: none of a crashed attempt's are visible, none is published twice, and the
+    commit records them published (the publish after it sends nothing)."""
+    with output_topic() as out, output_topic(partitions=1) as dlq:
+        drain = make_drain(
+            sink={"type": "kafka", "topic": out},
+            mode="record",
+            handler="spark_jobs.examples:kafka_poison_echo",
+            output_schema="key binary, value binary",
+            ordering=ordering,
+            max_attempts=1,
+            dlq_topic=dlq,
+            budget=1000,
+        )
+        poison = {(0, 5), (0, 140), (1, 77)}  # (partition, offset) of level 2's topic
+        for partition in range(2):
+            records = [
+                OutRecord(value=b"poison" if (partition, o) in poison else b"fine %d" % o)
+                for o in range(150)
+            ]
+            produce_records(drain, records, level=2, partition=partition)
+        dead = {f"{drain.level_topic(2)}/{p}/{o}" for p, o in poison}
+        if point:
+            crashed = cli_run(drain, point)
+            assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+            # the Kafka transaction (and its dead letters) committed only past it
+            committed = _dead_letter_sources(dlq)
+            assert _dead_letters(drain) == []  # the Postgres commit was not reached
+            if point == "mid_produce":
+                assert committed == Counter()
+
+        results = drain_until_empty(drain)
+        assert sum(r.drained for r in results) == 300
+        assert _dead_letter_sources(dlq) == Counter(dead)  # each once, read_committed
+        fine = expected_sources(high_watermarks(drain)) - dead
+        assert sources(out) == Counter(fine)
+        stored = _dead_letters(drain)
+        assert {s for s, _ in stored} == dead and all(published for _, published in stored)
+        # each run's commit counts its dead letters apart from its output rows
+        for r in results:
+            produced = r.table_commit["details"]["produced"]
+            assert r.table_commit["rows_added"] == produced.get(out, 0)
+            assert not r.warnings  # nothing was left to publish after the commit
+        if point != "after_table_commit":  # else the crashed run's commit is not in `results`
+            produced = Counter()
+            for r in results:
+                produced.update(r.table_commit["details"]["produced"])
+            assert produced == {out: 297, dlq: 3}
+
+
+def _dead_letters(drain) -> list[tuple[str, bool]]:
+    with get_engine().connect() as conn:
+        rows = conn.execute(
+            text(
+                'SELECT topic, partition, "offset", dlq_published_at IS NOT NULL AS published '
+                "FROM dead_letters WHERE drain = :d"
+            ),
+            {"d": drain.name},
+        ).all()
+    return [(f"{r.topic}/{r.partition}/{r.offset}", r.published) for r in rows]

@@ -159,3 +159,38 @@ def test_the_run_header_names_run_nonce_and_attempt_and_reads_back():
 
     assert run_header(42, "3f9a", 2) == b"42:3f9a:2"
     assert parse_run_header(run_header(42, "3f9a", 2)) == (42, "3f9a", 2)
+
+
+def test_a_marker_carries_its_dead_letters_rule_and_an_older_marker_reads_without_one():
+    from drainer.kafka.transactions import RunMarker
+
+    joined = RunMarker("d", 7, "ab12", 2, {"out": 297, "dlq": 3}, 1000, 0, 5, 3)
+    assert RunMarker.parse(joined.value(), 41) == joined.__class__(
+        "d", 7, "ab12", 2, {"out": 297, "dlq": 3}, 1000, 41, 5, 3
+    )
+    older = b'{"attempt":1,"bytes":10,"drain":"d","nonce":"n","produced":{"out":1},"run":3}'
+    parsed = RunMarker.parse(older, 9)
+    assert parsed is not None and parsed.dlq_max_attempts is None and parsed.dead_letters == 0
+
+
+def test_a_table_commit_on_record_keeps_the_dead_letters_rule_it_was_made_with():
+    """A resumed run reads the proof on record (`as_dict` then `from_dict`): losing the rule
+    there would leave the commit to publish the dead letters the transaction carried again."""
+    from drainer.sinks import TableCommit
+
+    joined = TableCommit("kafka", "out", 12, 2, 900, 297, attempt=2, dlq_max_attempts=5)
+    assert TableCommit.from_dict(joined.as_dict()) == TableCommit(
+        "kafka", "out", 12, 2, 900, 297, dlq_max_attempts=5
+    )
+    plain = TableCommit("delta", "/t", 3, 1, 10, 1)
+    assert "dlq_max_attempts" not in plain.as_dict()
+
+
+@pytest.mark.parametrize(
+    ("attempts", "error", "dead"),
+    [(1, "boom", False), (3, "boom", True), (4, "boom", True), (1, "undecodable: bad", True)],
+)
+def test_a_record_is_a_dead_letter_at_max_attempts_or_when_it_cannot_decode(attempts, error, dead):
+    from drainer.store.dead_letters import is_dead_letter
+
+    assert is_dead_letter(attempts, 3, error) is dead
