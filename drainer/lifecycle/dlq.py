@@ -122,6 +122,14 @@ def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:
         rows = dead_letters.unpublished(conn, drain.name)
     if not rows:
         return 0
+    if kafka.partition_counts([drain.dlq_topic])[drain.dlq_topic] is None:
+        # said at once: a producer waits ~30 s for a topic's metadata before it gives up
+        raise ConfigError(
+            f"dlq_topic {drain.dlq_topic} does not exist: create it (`drainer topics create "
+            f"{drain.name}` creates it with the level topics) or remove dlq_topic from the "
+            f"drain. {len(rows):,} dead letters wait in Postgres (`drainer dlq list "
+            f"{drain.name}`)"
+        )
     records = [dlq_record(r) for r in rows]
     produce_records(drain, records, topic=drain.dlq_topic, kafka=kafka)
     with engine.begin() as conn:

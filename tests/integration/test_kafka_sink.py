@@ -366,3 +366,36 @@ def _dead_letters(drain) -> list[tuple[str, bool]]:
             {"d": drain.name},
         ).all()
     return [(f"{r.topic}/{r.partition}/{r.offset}", r.published) for r in rows]
+
+
+def test_a_missing_dlq_topic_leaves_the_dead_letters_to_wait_and_says_how_to_create_it(
+    make_drain, spark
+):
+    """The run's transaction does not take them (a missing topic would fail it); the publish
+    after the commit names the topic and the command, and the dead letters wait in Postgres."""
+    with output_topic() as out:
+        drain = make_drain(
+            sink={"type": "kafka", "topic": out},
+            mode="record",
+            handler="spark_jobs.examples:kafka_poison_echo",
+            output_schema="key binary, value binary",
+            ordering="unordered",
+            max_attempts=1,
+            dlq_topic=f"{out}-dlq",
+        )
+        client = admin()  # kept: a collected client fails its futures
+        client.delete_topics([drain.dlq_topic])[drain.dlq_topic].result(30)  # make_drain's
+        deadline = time.monotonic() + 30
+        while drain.dlq_topic in client.list_topics(timeout=30).topics:
+            assert time.monotonic() < deadline, "the DLQ topic was not deleted"
+            time.sleep(0.2)
+        produce_records(
+            drain, [OutRecord(value=b"poison"), OutRecord(value=b"fine")], level=0, partition=0
+        )
+        result = drain_job.run(drain, trigger="test")
+        assert result.drained == 2
+        assert result.table_commit["details"]["produced"] == {out: 1}
+        (warning,) = result.warnings
+        assert f"dlq_topic {drain.dlq_topic} does not exist" in warning
+        assert f"drainer topics create {drain.name}" in warning
+        assert _dead_letters(drain) == [(f"{drain.level_topic(0)}/0/0", False)]
