@@ -16,6 +16,8 @@ copies them into an output topic of its own (4 partitions):
 - `txn_loop`: the consume-process-produce loop Kafka's own exactly-once tutorials show, in one
   Python process with confluent-kafka: a consumer group reading `read_committed`, a
   transactional producer, `send_offsets_to_transaction` and a commit every 100,000 records.
+- `server_task` (a prototype, opt in with `--paths`): the one transactional producer in one
+  Python task on the Spark server, so no row crosses to the driver (see `run_server_task`).
 
 Each path is warmed by a small run first (`--warmup` records, its own topics). Output record
 counts are checked against N (end offsets of the output topics minus the commit markers a
@@ -109,12 +111,11 @@ def run_drainer(src: Any, records: int) -> dict[str, Any]:
     return {"wall_s": round(wall, 2), "phases": result.phases, "out": out}
 
 
-def run_spark_sink(src: Any, records: int) -> dict[str, Any]:
+def bounded_read(spark: Any, src: Any) -> Any:
+    """The source's whole backlog as Spark reads it (`assign` + numeric offsets, as drainer
+    reads)."""
     from drainer.kafka.session import KafkaSession
-    from spark_jobs.session import get_spark
 
-    spark = get_spark()
-    out = create_topic()
     with KafkaSession(src) as kafka:
         marks = kafka.watermarks(kafka.partitions(range(src.levels)))
     assign: dict[str, list[int]] = {}
@@ -125,8 +126,7 @@ def run_spark_sink(src: Any, records: int) -> dict[str, Any]:
         assign.setdefault(topic, []).append(partition)
         start.setdefault(topic, {})[str(partition)] = w.low
         end.setdefault(topic, {})[str(partition)] = w.high
-    started = time.perf_counter()
-    (
+    return (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", _bootstrap())
         .option("assign", json.dumps(assign))
@@ -135,7 +135,18 @@ def run_spark_sink(src: Any, records: int) -> dict[str, Any]:
         .option("includeHeaders", "true")
         .option("kafka.fetch.max.wait.ms", "10")
         .load()
-        .select("key", "value", "headers")
+    )
+
+
+def run_spark_sink(src: Any, records: int) -> dict[str, Any]:
+    from spark_jobs.session import get_spark
+
+    spark = get_spark()
+    out = create_topic()
+    read = bounded_read(spark, src)  # planned before the clock starts, as for server_task
+    started = time.perf_counter()
+    (
+        read.select("key", "value", "headers")
         .write.format("kafka")
         .option("kafka.bootstrap.servers", _bootstrap())
         .option("topic", out)
@@ -199,7 +210,67 @@ def run_txn_loop(src: Any, records: int) -> dict[str, Any]:
     return {"wall_s": round(wall, 2), "out": out}
 
 
+def run_server_task(src: Any, records: int) -> dict[str, Any]:
+    """A prototype, not drainer: the one transactional producer in one Python task on the
+    Spark server (`coalesce(1)` + `mapInArrow`), so no row crosses to the driver. Same producer
+    settings and the same two headers per record as drainer's sink; no marker, lease or
+    Postgres (it measures the data path only). Opt in with `--paths ...,server_task`."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.session import get_spark
+
+    spark = get_spark()
+    out = create_topic()
+    bootstrap, tid = _bootstrap(), f"bench-task-{uuid.uuid4().hex[:8]}"
+
+    def produce_all(batches: Any) -> Any:
+        import pyarrow as pa
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": tid,
+                "linger.ms": 20,
+                "batch.size": 1_000_000,
+                "queue.buffering.max.messages": 1_000_000,
+                "compression.type": "lz4",
+                "delivery.report.only.error": True,
+            }
+        )
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        produce, run, n = producer.produce, b"1:bench:1", 0
+        for batch in batches:
+            values, keys, sources = (batch.column(i).to_pylist() for i in range(3))
+            for value, key, source in zip(values, keys, sources, strict=True):
+                headers = [("drainer.run", run), ("drainer.source", source)]
+                while True:
+                    try:
+                        produce(out, value, key, headers=headers)
+                        break
+                    except BufferError:
+                        producer.poll(0.1)
+            n += len(values)
+        producer.flush(120)
+        producer.commit_transaction(120)
+        yield pa.RecordBatch.from_pydict({"n": [n]})
+
+    read = bounded_read(spark, src)
+    started = time.perf_counter()
+    rows = read.select(
+        "value",
+        "key",
+        F.concat_ws("/", "topic", "partition", "offset").cast("binary").alias("source"),
+    )
+    produced = rows.coalesce(1).mapInArrow(produce_all, "n long").collect()
+    wall = time.perf_counter() - started
+    assert sum(r.n for r in produced) == records, produced
+    return {"wall_s": round(wall, 2), "out": out}
+
+
 PATHS = {"drainer": run_drainer, "spark_kafka_sink": run_spark_sink, "txn_loop": run_txn_loop}
+PROTOTYPES = {"server_task": run_server_task}
 
 
 def main() -> None:
@@ -208,7 +279,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument(
-        "--paths", default=",".join(PATHS), help="comma-separated, of: " + ", ".join(PATHS)
+        "--paths",
+        default=",".join(PATHS),
+        help="comma-separated, of: " + ", ".join([*PATHS, *PROTOTYPES]),
     )
     parser.add_argument(
         "--producer",
@@ -219,7 +292,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     PRODUCER.update(item.split("=", 1) for item in args.producer)
-    paths = {name: PATHS[name] for name in args.paths.split(",")}
+    paths = {name: {**PATHS, **PROTOTYPES}[name] for name in args.paths.split(",")}
     warm = source(args.warmup)
     for path in paths.values():
         path(warm, args.warmup)
