@@ -123,6 +123,12 @@ def one_row_with_value(df: DataFrame) -> DataFrame:
     return _per_record(df, F.col("value").cast("string").alias("value_text"))
 
 
+def new_column_then_fails(df: DataFrame) -> DataFrame:
+    """`one_row_with_value` whose tasks fail: a write that adds a column and never commits."""
+    parse = F.udf(_parse_amount, "string")
+    return one_row_with_value(df.where(parse(F.col("value")).isNull()))
+
+
 def value_size_as_text(df: DataFrame) -> DataFrame:
     """`one_row_per_record` with `value_size` as a string: an incompatible type change."""
     return one_row_per_record(df).withColumn("value_size", F.col("value_size").cast("string"))

@@ -10,9 +10,12 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+from sqlalchemy import Connection
+
 from drainer.config.sinks import DeltaSinkConfig
 from drainer.errors import ConfigError
 from drainer.sinks.base import Capabilities, TableSink, is_uri, local_folder, warehouse_uri
+from drainer.store import runs
 
 # Delta 4.1 and 4.2 fail on Spark >= 4.1.2 (docs/lakehouse.md)
 DELTA_VERSION = "4.3.1"
@@ -48,6 +51,13 @@ class DeltaSink(TableSink[DeltaSinkConfig]):
 
     def describe(self) -> str:
         return f"Delta table {self.location()}"
+
+    def discard(self, conn: Connection, run_id: int) -> None:
+        """Delta adds a write's new columns with its commit (`mergeSchema`), and an abandoned
+        plan has none (abandon refuses one whose commit landed): the columns its attempts
+        noted before writing were never added. (Iceberg adds them before its append, so an
+        abandoned Iceberg plan's stay on record: the table has them.)"""
+        runs.forget_columns_added(conn, run_id)
 
     def data_folder(self) -> Path | None:
         return local_folder(self.location())

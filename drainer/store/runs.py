@@ -425,6 +425,12 @@ def note_columns_added(conn: Connection, run_id: int, columns: Sequence[str]) ->
     )
 
 
+def forget_columns_added(conn: Connection, run_id: int) -> None:
+    """The run's noted columns were never added (a sink that adds them with its commit, and a
+    plan abandoned without one)."""
+    conn.execute(text("UPDATE runs SET columns_added = '{}' WHERE id = :r"), {"r": run_id})
+
+
 def columns_added(conn: Connection, run_id: int) -> list[str]:
     found = conn.scalar(text("SELECT columns_added FROM runs WHERE id = :r"), {"r": run_id})
     return list(found or [])
