@@ -8,9 +8,10 @@ import json
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from drainer.kafka.producer import OutRecord
+if TYPE_CHECKING:
+    from drainer.kafka.producer import OutRecord
 
 MARKER_TOPIC = "drainer-sink-markers"
 MARKER_PARTITIONS = 8  # drains spread over them: one drain's open transaction delays few others

@@ -112,7 +112,8 @@ def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:
 
     After the commit, like the Kafka mirror: at least once (a crash between the send and the
     mark sends them again). A Kafka sink on the drain's cluster produces them in the run's
-    transaction instead (exactly once), and the commit records them published. A failed publish raises KafkaUnavailable; the run reports it as a
+    transaction instead (exactly once), and the commit records them published. A missing
+    topic is a ConfigError, a failed publish a KafkaUnavailable; the run reports either as a
     warning and the next run publishes them.
     """
     if not drain.dlq_topic:
