@@ -217,11 +217,13 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
     Postgres (it measures the data path only). Opt in with `--paths ...,server_task`."""
     from pyspark.sql import functions as F
 
+    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
     from spark_jobs.session import get_spark
 
     spark = get_spark()
     out = create_topic()
     bootstrap, tid = _bootstrap(), f"bench-task-{uuid.uuid4().hex[:8]}"
+    defaults = dict(OUTPUT_PRODUCER_DEFAULTS)  # the task gets a copy with its function
 
     def produce_all(batches: Any) -> Any:
         import pyarrow as pa
@@ -229,12 +231,9 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
 
         producer = Producer(
             {
+                **defaults,
                 "bootstrap.servers": bootstrap,
                 "transactional.id": tid,
-                "linger.ms": 20,
-                "batch.size": 1_000_000,
-                "queue.buffering.max.messages": 1_000_000,
-                "compression.type": "lz4",
                 "delivery.report.only.error": True,
             }
         )

@@ -69,6 +69,14 @@ __all__ = [
 ]
 
 TRANSACTION_TIMEOUT_S = 60  # the coordinator aborts a transaction open longer than this
+# the output producer's defaults for a large batch of output, which the drain's settings may
+# change (`kafka_librdkafka:`, e.g. compression.type: zstd)
+OUTPUT_PRODUCER_DEFAULTS: dict[str, Any] = {
+    "linger.ms": 20,
+    "batch.size": 1_000_000,
+    "queue.buffering.max.messages": 1_000_000,
+    "compression.type": "lz4",
+}
 # librdkafka's and the broker's error codes that mean "a newer producer took over"
 _FENCED = {
     KafkaError._FENCED,
@@ -128,12 +136,7 @@ class RunTransaction:
         producer = make_client(
             Producer,
             {
-                # defaults for a large batch of output, which the drain's settings may change
-                # (`kafka_librdkafka:`, e.g. compression.type: zstd)
-                "linger.ms": 20,
-                "batch.size": 1_000_000,
-                "queue.buffering.max.messages": 1_000_000,
-                "compression.type": "lz4",
+                **OUTPUT_PRODUCER_DEFAULTS,
                 **self.config,
                 # what the exactly-once design rests on: not settable
                 "transactional.id": self.tid,

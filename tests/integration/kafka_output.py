@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -39,6 +40,15 @@ def output_topic(partitions: int = 3, **config: str) -> Iterator[str]:
         yield name
     finally:
         client.delete_topics([name], operation_timeout=10)[name].result(30)
+
+
+def delete_topic(client: AdminClient, name: str) -> None:
+    """Delete `name` and wait until the broker no longer lists it (deletion is asynchronous)."""
+    client.delete_topics([name], operation_timeout=30)[name].result(30)
+    deadline = time.monotonic() + 30
+    while name in client.list_topics(timeout=30).topics:
+        assert time.monotonic() < deadline, f"topic {name} was not deleted"
+        time.sleep(0.2)
 
 
 def read_output(topic: str, isolation: str = "read_committed") -> list[OutRecord]:
