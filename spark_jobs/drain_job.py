@@ -197,6 +197,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             ctx.run.ranges,
             ctx.read_from,
             cores=cores(spark) if drain.mode == "dataframe" else None,
+            home=settings.home,
         )
         if landed is not None:
             log.warning(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -15,6 +17,8 @@ from pyspark.sql import functions as F
 from drainer import read_counts
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import java_settings
+from drainer.local_secrets import ensure_secret
+from drainer.settings import load_settings
 from drainer.store.runs import StoredRange
 
 log = logging.getLogger(__name__)
@@ -24,6 +28,13 @@ BOUNDED_FETCH_MAX_WAIT_MS = 10  # `kafka_java: {fetch.max.wait.ms: …}` overrid
 # task's start (~50 ms here, in waves of `cores`) costs more than its share of the reading, and
 # an uneven split of so few records costs little (benchmarks/README.md, issue 30's seventh part)
 SMALL_READ_RECORDS = 100_000
+# Spark's consumer seeks and polls again each time it has handed out a poll's records, and
+# Kafka's default returns 500 per poll: 10,000 read 1M records in 0.99 s instead of 1.44 s
+# (medians of 6, benchmarks/README.md, issue 30's eighth part). It bounds a poll's count only:
+# the records are already fetched, within `max.partition.fetch.bytes` and `fetch.max.bytes`
+BOUNDED_MAX_POLL_RECORDS = 10_000
+# the home's secret file that keys the digest in Spark's group ids (`spark_group`)
+GROUP_DIGEST_KEY = "kafka-group-digest.key"
 
 
 def read_ranges(
@@ -33,6 +44,7 @@ def read_ranges(
     ranges: list[StoredRange],
     read_from: Mapping[tuple[str, int], int] | None = None,
     cores: int | None = None,
+    home: Path | None = None,
 ) -> DataFrame:
     """`assign` plus numeric starting and ending offsets: Spark reads [start, end) and no more.
 
@@ -51,6 +63,8 @@ def read_ranges(
     exactly the plan's. A small read of more ranges than cores (`SMALL_READ_RECORDS`) runs in
     `cores` tasks, each reading its ranges one after another. Record mode passes no `cores`: a
     partition's records go through one task, in order, and one task per partition.
+
+    `home` (default: the environment's) holds the key of the read's group id (`spark_group`).
     """
     read_from = read_from or {}
     records = 0
@@ -67,7 +81,6 @@ def read_ranges(
         records += rng.end - start
     reader = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
         .option("assign", json.dumps(assign))
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
@@ -75,20 +88,10 @@ def read_ranges(
         # the read starts past what retention deleted before it (drainer.lifecycle.retention); records
         # deleted while it reads must fail the attempt, not vanish: the next one measures again
         .option("failOnDataLoss", "true")
-        # the ranges hold records already written: a fetch that finds nothing new (Spark's
-        # consumer asks once more at a range's end) need not wait the 500 ms default for more
-        # to arrive. Measured: 12 ranges of 83 records read in 0.7 s instead of 3.6 s.
-        .option("kafka.fetch.max.wait.ms", str(BOUNDED_FETCH_MAX_WAIT_MS))
     )
-    # the common `kafka:` block translated for the Java client, plus its `kafka_java:` extras;
     # the session redacts secret option values from plan text (spark_jobs.session)
-    for key, value in java_settings(drain).items():
+    for key, value in consumer_settings(drain, bootstrap, home or load_settings().home).items():
         reader = reader.option(f"kafka.{key}", value)
-    # Spark pools its executors' consumers by (group id, partition) and makes a new group id per
-    # query, so every run connected a new consumer per task; one group id per drain lets a run
-    # reuse the consumers the drain's last run left in the Connect server's pool. The reads
-    # `assign` partitions and commit nothing, so the group never has members or offsets.
-    reader = reader.option("kafka.group.id", spark_group(drain))
     tasks = sum(len(p) for p in assign.values())
     if cores is not None and cores > tasks:
         reader = reader.option("minPartitions", str(cores))
@@ -108,10 +111,42 @@ def read_ranges(
     return df
 
 
-def spark_group(drain: DrainConfig) -> str:
-    """The group id of a drain's Spark reads: not a level's (`{group}-{level}`), which the
-    mirror commits to."""
-    return f"{drain.group}-spark"
+def consumer_settings(drain: DrainConfig, bootstrap: str, home: Path) -> dict[str, str]:
+    """Every setting of the read's Java consumers, its group id last (`spark_group`)."""
+    settings = {
+        "bootstrap.servers": bootstrap,
+        # the ranges hold records already written: a fetch that finds nothing new (Spark's
+        # consumer asks once more at a range's end) need not wait the 500 ms default for more
+        # to arrive. Measured: 12 ranges of 83 records read in 0.7 s instead of 3.6 s.
+        "fetch.max.wait.ms": str(BOUNDED_FETCH_MAX_WAIT_MS),
+        "max.poll.records": str(BOUNDED_MAX_POLL_RECORDS),
+        # the common `kafka:` block translated for the Java client, plus its `kafka_java:` extras
+        **java_settings(drain),
+    }
+    settings["group.id"] = spark_group(drain, settings, ensure_secret(home, GROUP_DIGEST_KEY))
+    return settings
+
+
+def spark_group(drain: DrainConfig, settings: Mapping[str, str], key: str) -> str:
+    """The group id of a drain's Spark reads with these consumer settings.
+
+    Spark pools its executors' consumers by (group id, partition) and makes a new group id per
+    query, so every run connected a new consumer per task; one group id per drain lets a run
+    reuse the consumers the drain's last run left in the Connect server's pool. The reads
+    `assign` partitions and commit nothing, so the group never has members or offsets. Not a
+    level's group (`{group}-{level}`), which the mirror commits to.
+
+    A pooled consumer serves only the settings it was made with: a run whose settings changed
+    (a `kafka_java:` edit, a rotated password, a new drainer default) under the same group id
+    failed every task ("Kafka parameters for same cache key should be equal") until the pool
+    evicted the old consumers, after 5 idle minutes, which a drain scheduled more often never
+    has. So the id ends with a digest of the settings, keyed with `key` (a secret file of
+    drainer's home): the id shows in Spark's plans and UI, and a plain hash of a password there
+    would let anyone test guesses of it. Processes of another home use other ids, which costs
+    them only the reuse.
+    """
+    text = json.dumps(sorted(settings.items())).encode()
+    return f"{drain.group}-spark-{hmac.new(key.encode(), text, 'sha256').hexdigest()[:12]}"
 
 
 class Read(NamedTuple):

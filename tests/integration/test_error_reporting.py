@@ -135,3 +135,21 @@ def test_a_processor_that_raises_is_one_line_ending_with_its_cause(
     verbose = _cli("-v", "run", drain.name)  # the full trace, drainer's frames included
     assert verbose.returncode == 2
     assert "Traceback" in verbose.stderr and "drainer/lifecycle/run.py" in verbose.stderr
+
+
+def test_a_changed_kafka_setting_applies_to_the_next_run_on_the_same_connect_server(
+    make_drain, tmp_path
+):
+    """Spark's pooled consumers serve only the settings they were made with: before the group id
+    carried a digest of them, a run after a `kafka_java:` edit (or a rotated password) failed
+    every task until the server evicted the old consumers (spark_jobs.kafka_source.spark_group)."""
+    drain = make_drain(partitions=1)
+    path = tmp_path / f"{drain.name}.yaml"
+    for run, kafka_java in enumerate(({}, {"max.poll.records": 1000}, {})):
+        doc = yaml.safe_load(path.read_text())
+        doc["drains"][drain.name]["kafka_java"] = kafka_java
+        path.write_text(yaml.safe_dump(doc))
+        produce_records(drain, [OutRecord(value=f"v{run}".encode(), key=b"k")], 0)
+        done = _cli("run", drain.name, "--json", DRAINER_CONFIG=str(path))
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["drained"] == 1

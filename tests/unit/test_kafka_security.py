@@ -161,3 +161,25 @@ def test_a_tilde_in_a_file_setting_is_the_home_directory_for_both_clients(tmp_pa
     assert java["ssl.truststore.location"] == str(tmp_path / "ca.pem")
     assert java["ssl.keystore.location"] == str(tmp_path / "trust.p12")
     assert "~" not in "".join(java.values())
+
+
+def test_sparks_group_id_follows_every_consumer_setting_without_showing_them(tmp_path, monkeypatch):
+    """Spark pools its consumers by group id and refuses one made with other settings: an edit or
+    a rotated password must change the id, and the id must not let anyone test a guess."""
+    from spark_jobs.kafka_source import consumer_settings
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("TEST_KAFKA_PASSWORD", "first")
+    d = drain(tmp_path, kafka=SCRAM)
+    first = consumer_settings(d, "kafka:9092", home)
+    assert first == consumer_settings(d, "kafka:9092", home)  # the next run reuses the pool
+    assert first["group.id"].startswith("billing-spark-")
+    edited = consumer_settings(
+        drain(tmp_path, kafka=SCRAM, kafka_java={"max.poll.records": 100}), "kafka:9092", home
+    )
+    assert edited["max.poll.records"] == "100"  # the drain's own setting wins over drainer's
+    monkeypatch.setenv("TEST_KAFKA_PASSWORD", "rotated")
+    rotated = consumer_settings(d, "kafka:9092", home)["group.id"]
+    assert len({first["group.id"], edited["group.id"], rotated}) == 3
+    # keyed with the home's secret: the same settings under another home give another id
+    assert consumer_settings(d, "kafka:9092", tmp_path / "other")["group.id"] != rotated
