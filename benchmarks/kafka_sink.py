@@ -115,6 +115,7 @@ def bounded_read(spark: Any, src: Any) -> Any:
     """The source's whole backlog as Spark reads it (`assign` + numeric offsets, as drainer
     reads)."""
     from drainer.kafka.session import KafkaSession
+    from spark_jobs.kafka_source import BOUNDED_FETCH_MAX_WAIT_MS, BOUNDED_MAX_POLL_RECORDS
 
     with KafkaSession(src) as kafka:
         marks = kafka.watermarks(kafka.partitions(range(src.levels)))
@@ -133,7 +134,9 @@ def bounded_read(spark: Any, src: Any) -> Any:
         .option("startingOffsets", json.dumps(start))
         .option("endingOffsets", json.dumps(end))
         .option("includeHeaders", "true")
-        .option("kafka.fetch.max.wait.ms", "10")
+        # drainer's read settings, so that the paths differ in their sinks only
+        .option("kafka.fetch.max.wait.ms", str(BOUNDED_FETCH_MAX_WAIT_MS))
+        .option("kafka.max.poll.records", str(BOUNDED_MAX_POLL_RECORDS))
         .load()
     )
 
