@@ -1,8 +1,10 @@
-"""The generated secrets of the local stack: the Postgres password and the Spark Connect token.
+"""The generated secrets of a drainer home: the local stack's Postgres password and Spark
+Connect token, and the key of the digest in Spark's Kafka group ids.
 
-`drainer services up` makes each once, as a file of its own under `<home>/secrets/` (directory
-0700, file 0600), and every process of that home reads it from there: so the secret is never on
-a command line, in the drains file or in an environment variable another user could list.
+`drainer services up` makes the first two once (a run makes the key when it first reads Kafka
+through Spark), each a file of its own under `<home>/secrets/` (directory 0700, file 0600), and
+every process of that home reads it from there: so the secret is never on a command line, in
+the drains file or in an environment variable another user could list.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from urllib.parse import quote
 
 POSTGRES_PASSWORD = "postgres.password"
 CONNECT_TOKEN = "spark-connect.token"
+# keys the digest of the consumer settings in Spark's group ids (spark_jobs.kafka_source)
+KAFKA_GROUP_KEY = "kafka-group-digest.key"
 
 # every secret this process has read from a secret file, as written and percent-encoded (as the
 # database URL holds it): `redact` blanks them out without reading the files again per line

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from drainer import read_counts
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import java_settings
-from drainer.local_secrets import ensure_secret
+from drainer.local_secrets import KAFKA_GROUP_KEY, ensure_secret
 from drainer.settings import load_settings
 from drainer.store.runs import StoredRange
 
@@ -33,8 +33,6 @@ SMALL_READ_RECORDS = 100_000
 # (medians of 6, benchmarks/README.md, issue 30's eighth part). It bounds a poll's count only:
 # the records are already fetched, within `max.partition.fetch.bytes` and `fetch.max.bytes`
 BOUNDED_MAX_POLL_RECORDS = 10_000
-# the home's secret file that keys the digest in Spark's group ids (`spark_group`)
-GROUP_DIGEST_KEY = "kafka-group-digest.key"
 
 
 def read_ranges(
@@ -123,7 +121,7 @@ def consumer_settings(drain: DrainConfig, bootstrap: str, home: Path) -> dict[st
         # the common `kafka:` block translated for the Java client, plus its `kafka_java:` extras
         **java_settings(drain),
     }
-    settings["group.id"] = spark_group(drain, settings, ensure_secret(home, GROUP_DIGEST_KEY))
+    settings["group.id"] = spark_group(drain, settings, ensure_secret(home, KAFKA_GROUP_KEY))
     return settings
 
 
