@@ -52,8 +52,11 @@ test: services chromium
 	  $(BIN)/pytest -m serial; serial=$$?; \
 	  test $$parallel = 0 && test $$serial = 0
 
+# the unit and property tests use the CPU alone: one worker per core (26.8 s instead of 40.4 s
+# for 536 tests on 2 cores)
+UNIT_WORKERS ?= auto
 unit: $(STAMP)
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest -n $(UNIT_WORKERS) tests/unit
 
 # the unit tests under every supported interpreter, each in its own .venv-3.X (CI runs this)
 unit-all:
