@@ -241,15 +241,23 @@ class IcebergSparkSink(IcebergSink, SparkSink):
         table, wap = self.location(), wap_id(drain, run_id, nonce)
         branch = f"{RUN_BRANCH_PREFIX}{run_id}_{uuid.uuid4().hex[:8]}"
         alter_iceberg(spark, table, f"CREATE BRANCH {branch}")
-        (
-            out.writeTo(f"{table}.branch_{branch}")
-            .option(f"snapshot-property.{WAP_ID}", wap)
-            .option(f"snapshot-property.{RUN_PROPERTY}", str(run_id))
-            .option(f"snapshot-property.{DRAIN_PROPERTY}", drain)
-            .option(f"snapshot-property.{NONCE_PROPERTY}", nonce or "")
-            .option(f"snapshot-property.{ATTEMPT_PROPERTY}", str(attempt))
-            .append()
-        )
+        try:
+            (
+                out.writeTo(f"{table}.branch_{branch}")
+                .option(f"snapshot-property.{WAP_ID}", wap)
+                .option(f"snapshot-property.{RUN_PROPERTY}", str(run_id))
+                .option(f"snapshot-property.{DRAIN_PROPERTY}", drain)
+                .option(f"snapshot-property.{NONCE_PROPERTY}", nonce or "")
+                .option(f"snapshot-property.{ATTEMPT_PROPERTY}", str(attempt))
+                .append()
+            )
+        except Exception as err:
+            # only an attempt of this run that published it (or found it published) drops this
+            # run's branches: the caller finds that commit (CI23 saw two attempts racing)
+            if "Branch does not exist" not in str(err):
+                raise
+            log.warning("run %d: another attempt dropped this attempt's branch", run_id)
+            return None
         # this run's branches (this attempt's, and any a crashed attempt left) with their heads'
         # summaries, looked up once: the cherry-pick below changes main, not them
         mine = (
@@ -259,7 +267,10 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             .select("name", "snapshot_id", "summary")
             .collect()
         )
-        head = next(row for row in mine if row["name"] == branch)
+        head = next((row for row in mine if row["name"] == branch), None)
+        if head is None:  # dropped by another attempt after its publish, as above
+            log.warning("run %d: another attempt dropped this attempt's branch", run_id)
+            return None
         try:
             (picked,) = spark.sql(
                 f"CALL {self.catalog}.system.cherrypick_snapshot(table => '{self.table}', "
