@@ -256,7 +256,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             # run's branches: the caller finds that commit (CI23 saw two attempts racing)
             if "Branch does not exist" not in str(err):
                 raise
-            log.warning("run %d: another attempt dropped this attempt's branch", run_id)
+            _branch_dropped(run_id)
             return None
         # this run's branches (this attempt's, and any a crashed attempt left) with their heads'
         # summaries, looked up once: the cherry-pick below changes main, not them
@@ -269,7 +269,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
         )
         head = next((row for row in mine if row["name"] == branch), None)
         if head is None:  # dropped by another attempt after its publish, as above
-            log.warning("run %d: another attempt dropped this attempt's branch", run_id)
+            _branch_dropped(run_id)
             return None
         try:
             (picked,) = spark.sql(
@@ -343,3 +343,9 @@ def alter_iceberg(spark: SparkSession, table: str, change: str, tries: int = 5) 
             log.info("%s: %s lost a commit race (attempt %d): again", table, change, attempt)
             spark.catalog.refreshTable(table)
             time.sleep(0.2 * attempt)
+
+
+def _branch_dropped(run_id: int) -> None:
+    """An attempt's branch gone before its publish: only an attempt that published the run (or
+    found it published) drops a running run's branches, so the caller looks up that commit."""
+    log.warning("run %d: another attempt dropped this attempt's branch", run_id)
