@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from drainer.cli import exit_process
+from drainer.cli import exit_process, pause_collection, resume_collection
 from drainer.cli import main as cli_main
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ def spark_executor() -> Executor:
         if not said:
             print(f"spark: {which_spark()}", file=sys.stderr)  # plain print: never wrapped by rich
             said.append(True)
+            resume_collection()  # the session is up: pyspark and pandas are imported
         return run_job(ctx)
 
     return execute
@@ -76,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The `drainer` console script (and `python -m spark_jobs.cli`): `main`, then a quick exit."""
+    """The `drainer` console script (and `python -m spark_jobs.cli`): `main` with the collector
+    held off through its imports, then a quick exit."""
+    pause_collection()
     exit_process(main())
 
 

@@ -11,6 +11,12 @@ and `status` never import pyspark. Spark is not found by the CLI at all: the exe
 pyspark and Dagster.
 """
 
-from drainer.cli.main import build_parser, exit_process, main
+from drainer.cli.main import build_parser, exit_process, main, pause_collection, resume_collection
 
-__all__ = ["build_parser", "exit_process", "main"]
+__all__ = [
+    "build_parser",
+    "exit_process",
+    "main",
+    "pause_collection",
+    "resume_collection",
+]

@@ -1,5 +1,7 @@
 """The `drainer` process ends through `exit_process`: its code, its atexit handlers and its
-output as `sys.exit` would give them, without the interpreter's last collections."""
+output as `sys.exit` would give them, without the interpreter's last collections. It starts
+with the collector held off through its imports (`pause_collection`), back on, frozen, once
+they are done."""
 
 from __future__ import annotations
 
@@ -34,3 +36,50 @@ def test_the_console_script_ends_through_it():
         [sys.executable, "-m", "spark_jobs.cli", "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0 and "usage: drainer" in done.stdout, done.stderr
+
+
+def _python(script: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_a_command_other_than_run_gets_the_collector_back_once_parsed():
+    script = (
+        "import gc\n"
+        "from drainer.cli import main, pause_collection\n"
+        "pause_collection()\n"
+        "print(gc.isenabled())\n"
+        "main(['simulate', 'no-such-drain'])\n"  # fails on its config: the collector is back
+        "print(gc.isenabled(), gc.get_freeze_count() > 0)\n"
+    )
+    assert _python(script) == ["False", "True", "True"]
+
+
+def test_run_gets_it_back_once_its_spark_session_is_up():
+    script = (
+        "import gc\n"
+        "import spark_jobs.drain_job as job\n"
+        "job.which_spark = lambda: 'a session'\n"
+        "job.execute = lambda ctx: gc.isenabled()\n"
+        "from drainer.cli import main, pause_collection\n"
+        "from spark_jobs.cli import spark_executor\n"
+        "pause_collection()\n"
+        "main(['run', 'no-such-drain'])\n"  # fails before its executor: still paused
+        "print(gc.isenabled())\n"
+        "print(spark_executor()(None))\n"  # the job itself runs with the collector on
+    )
+    assert _python(script) == ["False", "True"]
+
+
+def test_resuming_a_collector_it_did_not_pause_changes_nothing():
+    script = (
+        "import gc\n"
+        "from drainer.cli import pause_collection, resume_collection\n"
+        "resume_collection()\n"
+        "print(gc.isenabled(), gc.get_freeze_count())\n"
+        "gc.disable()\n"
+        "pause_collection(); resume_collection()\n"  # a caller's own choice is kept
+        "print(gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    assert _python(script) == ["True", "0", "False", "0"]
