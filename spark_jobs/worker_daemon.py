@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.metadata
+import os
+import re
 import sys
+import zipfile
 
 # the modules whose functions run in Spark tasks (each imports the rest of what its tasks use)
 PRELOADED = (
@@ -26,6 +30,43 @@ PRELOADED = (
     "spark_jobs.protobuf",  # records decoded from Protobuf
     "drainer.spark.connect_session",  # the code fingerprint a session measures on the server
 )
+
+
+# the archives Spark puts first on its Python workers' path that hold pyspark itself
+SPARK_ARCHIVES = re.compile(r"^(pyspark\.zip|spark-core_[^/]*\.jar)$")
+_VERSION = re.compile(r"""__version__[^=]*=\s*['"]([^'"]+)['"]""")
+
+
+def drop_spark_archives(path: list[str] | None = None) -> list[str]:
+    """Take pyspark from site-packages, not from Spark's archives, when both are one version.
+
+    pyspark's worker calls `importlib.invalidate_caches()` before every task, and on Python
+    3.11 and 3.12 each zipimporter then reads its archive's whole directory again: one
+    importer per pyspark package imported from pyspark.zip (13 on drainer's server) and two
+    on spark-core's jar, ~27,000 entries, 0.1 s of every Python task (benchmarks/README.md,
+    "Issue 30, ninth part"). Imported from site-packages, pyspark leaves no zipimporter. A
+    Spark whose Python has no pyspark installed, or another version, keeps its archives.
+    Returns the entries dropped from `path` (`sys.path`).
+    """
+    path = sys.path if path is None else path
+    archives = [p for p in path if SPARK_ARCHIVES.match(os.path.basename(p))]
+    zipped = next((p for p in archives if p.endswith(".zip")), None)
+    loaded = getattr(sys.modules.get("pyspark"), "__file__", None) or ""
+    if zipped is None or any(loaded.startswith(a + os.sep) for a in archives):
+        return []  # no archive, or pyspark already imported from it
+    try:
+        installed = importlib.metadata.version("pyspark")
+        with zipfile.ZipFile(zipped) as archive:
+            found = _VERSION.search(archive.read("pyspark/version.py").decode())
+    except (OSError, KeyError, zipfile.BadZipFile, importlib.metadata.PackageNotFoundError):
+        return []
+    if found is None or found.group(1) != installed:
+        return []
+    for entry in archives:
+        path.remove(entry)
+        # the importer its lookups made so far (`-m spark_jobs.worker_daemon` walked the path)
+        sys.path_importer_cache.pop(entry, None)
+    return archives
 
 
 def preload(modules: tuple[str, ...] = PRELOADED) -> list[str]:
@@ -45,6 +86,7 @@ def preload(modules: tuple[str, ...] = PRELOADED) -> list[str]:
 
 
 if __name__ == "__main__":
+    drop_spark_archives()  # before pyspark is imported, by the preload or the daemon
     from pyspark import daemon
 
     preload()

@@ -103,7 +103,8 @@ def test_runs_share_one_session_and_its_workers(make_drain, spark):
 
 def test_workers_are_forked_with_drainers_task_modules_imported(spark):
     """The local server's Python workers come from drainer's daemon, which imported the sink
-    and record-mode modules before forking: a new worker does not import them per task."""
+    and record-mode modules before forking: a new worker does not import them per task. Its
+    pyspark is the installed one, so no task re-reads Spark's archives (worker_daemon)."""
     if load_settings().spark_remote:
         pytest.skip("SPARK_REMOTE names another server, started with its own daemon")
     _require_connect()
@@ -115,13 +116,24 @@ def test_workers_are_forked_with_drainers_task_modules_imported(spark):
 
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as parent:
             daemon = parent.read().replace(b"\0", b" ").decode()
-        return f"{daemon}|{'spark_jobs.sinks.postgres' in sys.modules}|{'spark_jobs.modes' in sys.modules}"
+        import zipimport
+
+        import pyspark
+
+        zips = [
+            path
+            for path, finder in sys.path_importer_cache.items()
+            if isinstance(finder, zipimport.zipimporter) and "py4j" not in path
+        ]
+        loaded = f"{'spark_jobs.sinks.postgres' in sys.modules}|{'spark_jobs.modes' in sys.modules}"
+        return f"{daemon}|{loaded}|{pyspark.__file__}|{zips}"
 
     row = spark.range(1).select(F.udf(in_worker, "string")(F.lit(0))).first()
     assert row is not None
-    daemon, sink, modes = str(row[0]).split("|")
+    daemon, sink, modes, pyspark_file, zips = str(row[0]).split("|")
     assert f"-m {connect.WORKER_DAEMON}" in daemon, daemon
     assert (sink, modes) == ("True", "True")
+    assert ".zip" not in pyspark_file and zips == "[]", (pyspark_file, zips)
 
 
 def test_a_session_the_server_closed_is_replaced(make_drain, spark):
