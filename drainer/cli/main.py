@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # the run's machinery is imported only by `drainer run` itsel
     from drainer.lifecycle.run import Executor
 
 GROUPS = (services, produce, runs, status, dlq, simulate, maintain)
+# commands that keep the collector held off past parsing (`pause_collection`): `run` until
+# its Spark session is up (spark_jobs.cli), `plan` and `status` to their end, a second away
+HELD_COLLECTOR = ("run", "plan", "status")
 
 ExecutorFactory: TypeAlias = "Callable[[], Executor]"
 """Returns the executor of `drainer run` (`drainer.lifecycle.run.Executor`); called only by `run`."""
@@ -77,7 +80,7 @@ def main(
     args.checker = checker
     args.finder = finder
     _configure_logging(args.verbose)
-    if args.command != "run":  # `run` resumes once its Spark session is up (spark_jobs.cli)
+    if args.command not in HELD_COLLECTOR:
         resume_collection()
     from sqlalchemy.exc import OperationalError
 

@@ -56,6 +56,18 @@ def test_a_command_other_than_run_gets_the_collector_back_once_parsed():
     assert _python(script) == ["False", "True", "True"]
 
 
+def test_plan_and_status_hold_it_off_to_their_end():
+    script = (
+        "import gc\n"
+        "from drainer.cli import main, pause_collection\n"
+        "pause_collection()\n"
+        "main(['status', 'no-such-drain'])\n"
+        "main(['plan', 'no-such-drain'])\n"
+        "print(gc.isenabled())\n"
+    )
+    assert _python(script) == ["False"]
+
+
 def test_run_gets_it_back_once_its_spark_session_is_up():
     script = (
         "import gc\n"
