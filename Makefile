@@ -53,7 +53,7 @@ test: services chromium
 	  test $$parallel = 0 && test $$serial = 0
 
 # the unit and property tests use the CPU alone: one worker per core (26.8 s instead of 40.4 s
-# for 536 tests on 2 cores)
+# for 536 tests on 2 cores; 547 now)
 UNIT_WORKERS ?= auto
 unit: $(STAMP)
 	$(BIN)/pytest -n $(UNIT_WORKERS) tests/unit
