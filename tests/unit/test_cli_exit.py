@@ -48,10 +48,11 @@ def test_a_command_other_than_run_gets_the_collector_back_once_parsed():
     script = (
         "import gc\n"
         "from drainer.cli import main, pause_collection\n"
+        "frozen = gc.get_freeze_count()\n"  # a site hook may have frozen some (3.12)
         "pause_collection()\n"
         "print(gc.isenabled())\n"
         "main(['simulate', 'no-such-drain'])\n"  # fails on its config: the collector is back
-        "print(gc.isenabled(), gc.get_freeze_count() > 0)\n"
+        "print(gc.isenabled(), gc.get_freeze_count() > frozen)\n"
     )
     assert _python(script) == ["False", "True", "True"]
 
@@ -88,10 +89,11 @@ def test_resuming_a_collector_it_did_not_pause_changes_nothing():
     script = (
         "import gc\n"
         "from drainer.cli import pause_collection, resume_collection\n"
+        "frozen = gc.get_freeze_count()\n"
         "resume_collection()\n"
-        "print(gc.isenabled(), gc.get_freeze_count())\n"
+        "print(gc.isenabled(), gc.get_freeze_count() == frozen)\n"
         "gc.disable()\n"
         "pause_collection(); resume_collection()\n"  # a caller's own choice is kept
-        "print(gc.isenabled(), gc.get_freeze_count())\n"
+        "print(gc.isenabled(), gc.get_freeze_count() == frozen)\n"
     )
-    assert _python(script) == ["True", "0", "False", "0"]
+    assert _python(script) == ["True", "True", "False", "True"]
