@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import gc
 import importlib
+import importlib.metadata
 import os
 import re
 import sys
 import zipfile
-
-from drainer.errors import ServiceError
-from drainer.spark.jars import pyspark_version  # reads metadata: pyspark is not imported
 
 # the modules whose functions run in Spark tasks (each imports the rest of what its tasks use)
 PRELOADED = (
@@ -57,10 +55,13 @@ def drop_spark_archives(path: list[str] | None = None) -> list[str]:
     if zipped is None or any(loaded.startswith(a + os.sep) for a in archives):
         return []  # no archive, or pyspark already imported from it
     try:
-        installed = pyspark_version()
+        # not drainer.spark.jars.pyspark_version: importing drainer here, before the archives
+        # leave the path, leaves an importer on spark-core's jar (its `org/`, which the
+        # standard library's Jython probes look for) that every task would re-read again
+        installed = importlib.metadata.version("pyspark")
         with zipfile.ZipFile(zipped) as archive:
             found = _VERSION.search(archive.read("pyspark/version.py").decode())
-    except (OSError, KeyError, zipfile.BadZipFile, ServiceError):  # ServiceError: not installed
+    except (OSError, KeyError, zipfile.BadZipFile, importlib.metadata.PackageNotFoundError):
         return []
     if found is None or found.group(1) != installed:
         return []
