@@ -151,6 +151,7 @@ def run_spark_sink(src: Any, records: int) -> dict[str, Any]:
     (
         read.select("key", "value", "headers")
         .write.format("kafka")
+        .mode("append")  # Kafka's V2 writer, which drainer's session uses, takes only append
         .option("kafka.bootstrap.servers", _bootstrap())
         .option("topic", out)
         .save()

@@ -53,6 +53,9 @@ SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
 DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 # ids of closed sessions walked past before giving up (a new home starts at the first one)
 MAX_CLOSED = 100
+# the sources Spark reads through their old (V1) relation; Kafka's is taken off it (`v2_reads`)
+V1_SOURCES = "spark.sql.sources.useV1SourceList"
+KAFKA_SOURCE = "kafka"  # the short name of Spark's Kafka source (what we read, not a sink)
 
 _sessions: dict[str, SparkSession] = {}
 _lock = threading.Lock()
@@ -215,6 +218,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             continue
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
+        v2_reads(spark)
         if remote and session_id is not None and not measured_once:
             measured_once = True
             measured = _server_code(spark, session_modules(settings))
@@ -316,8 +320,24 @@ def _in_process(settings: Settings) -> SparkSession:
         builder = builder.config("spark.driver.host", "127.0.0.1")
     spark = builder.getOrCreate()
     spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
+    v2_reads(spark)
     spark.sparkContext.setLogLevel(settings.spark_log_level)
     return spark
+
+
+def v2_reads(spark: SparkSession) -> None:
+    """Read Kafka through its DataSource V2 scan, not the V1 relation Spark picks by default.
+
+    The V1 relation hands its rows over as external `Row`s and converts each back (a round trip
+    per record, ~20% of a 1M-record run's read on the server); the V2 scan makes Spark's rows
+    directly, with the same options, offsets and `failOnDataLoss`. Streaming reads use V2
+    already. Measured at 1M records: a Postgres-sink run 3.87 -> 3.38 s, Delta 3.79 -> 3.49 s
+    (benchmarks/README.md, "Kafka reads through the V2 scan"). The session's other V1
+    sources are kept as the server has them."""
+    sources = spark.conf.get(V1_SOURCES) or ""
+    kept = [s for s in sources.split(",") if s.strip().lower() != KAFKA_SOURCE]
+    if len(kept) != len(sources.split(",")):
+        spark.conf.set(V1_SOURCES, ",".join(kept))
 
 
 def _loopback(master: str) -> bool:

@@ -173,3 +173,29 @@ def test_a_plan_of_fewer_ranges_than_cores_is_read_in_split_tasks_exactly_once(m
             {"d": drain.name},
         ).one()
     assert read.read_records == 5000 and read.read_bytes > 5000 * 100
+
+
+def test_kafka_is_read_through_the_v2_scan_with_each_records_level(make_drain, spark):
+    """drainer's session reads Kafka through the V2 scan (no external-row round trip per
+    record, spark_jobs.session.v2_reads), and each record's level is its topic's suffix."""
+    import contextlib
+    import io
+
+    from drainer.settings import load_settings
+    from drainer.store.runs import StoredRange
+    from spark_jobs.kafka_source import read_ranges
+
+    drain = make_drain(levels=3, partitions=1)
+    for level, count in ((0, 5), (2, 30)):
+        produce_records(drain, synthetic_records(count, keys=3), level=level)
+    ranges = [
+        StoredRange(drain.level_topic(level), level, part, 0, wm.high, "", wm.high)
+        for (level, part), wm in level_watermarks(drain, [0, 2]).items()
+    ]
+    df = read_ranges(spark, drain, load_settings().bootstrap_servers, ranges)
+    plan = io.StringIO()
+    with contextlib.redirect_stdout(plan):  # explain prints, on Connect and in-process alike
+        df.explain()
+    assert "BatchScan KafkaTable" in plan.getvalue(), plan.getvalue()
+    levels = df.groupBy("level").count().orderBy("level").collect()
+    assert [(r["level"], r["count"]) for r in levels] == [(0, 5), (2, 30)]
