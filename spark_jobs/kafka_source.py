@@ -20,6 +20,7 @@ from drainer.config.kafka_clients import java_settings
 from drainer.local_secrets import KAFKA_GROUP_KEY, ensure_secret
 from drainer.settings import load_settings
 from drainer.store.runs import StoredRange
+from spark_jobs.session import KAFKA_SOURCE
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def read_ranges(
         ending[rng.topic][str(rng.partition)] = rng.end
         records += rng.end - start
     reader = (
-        spark.read.format("kafka")
+        spark.read.format(KAFKA_SOURCE)  # through its V2 scan (spark_jobs.session.v2_reads)
         .option("assign", json.dumps(assign))
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
