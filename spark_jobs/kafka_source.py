@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from drainer import read_counts
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import java_settings
+from drainer.level_topics import topic_level
 from drainer.local_secrets import KAFKA_GROUP_KEY, ensure_secret
 from drainer.settings import load_settings
 from drainer.store.runs import StoredRange
@@ -208,7 +209,7 @@ def counted(
     )
 
     def mine(key: tuple[str, int]) -> Column:
-        return F.col(key_col) == F.lit(_key(_level_of(key[0]), key[1]))
+        return F.col(key_col) == F.lit(_key(topic_level(key[0]), key[1]))
 
     metrics = [F.count(F.lit(1)).alias("records")]
     for word in range(0 if full is not None else pack.sums):
@@ -288,11 +289,6 @@ def _key(level: int, partition: int) -> int:
 
 def _key_of(level: Column, partition: Column) -> Column:
     return level.cast("long") * F.lit(_PARTITIONS) + partition.cast("long")
-
-
-def _level_of(topic: str) -> int:
-    """A level topic's level, as `read_ranges` derives its `level` column (the suffix)."""
-    return int(topic.rsplit("-", 1)[-1])
 
 
 def record_bytes() -> Column:

@@ -27,6 +27,7 @@ from drainer.config.kafka_clients import check_blocks
 from drainer.config.sinks import SINK_MODELS, SinkConfig
 from drainer.config.units import duration_ms, size_bytes
 from drainer.errors import ConfigError
+from drainer.level_topics import level_topic
 from drainer.processing.callables import check_import_path
 from drainer.settings import load_settings
 
@@ -296,7 +297,7 @@ class DrainConfig(BaseModel):
                 check_schema_files(fmt, Path.cwd())
 
     def level_topic(self, level: int) -> str:
-        return f"{self.topic}-{level}"
+        return level_topic(self.topic, level)
 
     def row(self) -> DrainRow:
         """The drain as the store's `drains` table keeps it (name, topic, group, levels)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, text
 
+from drainer.level_topics import topic_level
 from drainer.offset_map import PartitionProgress
 
 
@@ -29,10 +30,6 @@ def partition_offsets(conn: Connection, drain: str) -> dict[tuple[str, int], Par
     }
 
 
-def _level_of(topic: str) -> int:
-    return int(topic.rsplit("-", 1)[1])
-
-
 def insert_initial_offsets(
     conn: Connection, drain: str, initial_offsets: dict[tuple[str, int], int]
 ) -> None:
@@ -43,7 +40,7 @@ def insert_initial_offsets(
                 "INSERT INTO partition_offsets (drain, topic, level, partition, committed) "
                 "VALUES (:d, :t, :l, :p, :c) ON CONFLICT DO NOTHING"
             ),
-            {"d": drain, "t": topic, "l": _level_of(topic), "p": partition, "c": committed},
+            {"d": drain, "t": topic, "l": topic_level(topic), "p": partition, "c": committed},
         )
 
 
@@ -128,7 +125,7 @@ def rewind_partition(
             "VALUES (:d, :t, :l, :p, :c, '') ON CONFLICT (drain, topic, partition) "
             "DO UPDATE SET committed = :c, offset_map = '', updated_at = now()"
         ),
-        {"d": drain, "t": topic, "l": _level_of(topic), "p": partition, "c": target},
+        {"d": drain, "t": topic, "l": topic_level(topic), "p": partition, "c": target},
     )
     conn.execute(
         text(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from drainer.config import ConfigError, load_drains
+from drainer.config import ConfigError, DrainConfig, load_drains
+from drainer.level_topics import topic_level
 
 BASE = {"topic": "orders", "group": "billing", "levels": 3, "budget": 70, "sink": {"table": "out"}}
 
@@ -103,3 +106,19 @@ def test_budget_bytes_takes_sizes_and_run_seconds_takes_seconds(tmp_path):
     assert drain.budget_bytes == 512 * 1024**2 and drain.run_seconds == 240
     assert load(tmp_path, budget_bytes="100KB")["orders"].budget_bytes == 100_000
     assert load(tmp_path, budget_bytes=4096)["orders"].budget_bytes == 4096
+
+
+@settings(max_examples=200)
+@given(topic=st.from_regex(r"[A-Za-z0-9._]{1,40}", fullmatch=True), level=st.integers(0, 15))
+def test_a_level_topic_reads_back_as_its_level(topic: str, level: int) -> None:
+    """The store and the Spark read both key progress by the level `topic_level` reads off a
+    topic's name: it must be the level `level_topic` named it with, for any topic allowed."""
+    drain = DrainConfig(
+        name="d",
+        topic=topic,
+        group="g",
+        levels=16,
+        budget=100_000,
+        sink={"type": "postgres", "table": "t"},
+    )
+    assert topic_level(drain.level_topic(level)) == level

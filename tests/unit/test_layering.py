@@ -8,7 +8,7 @@
 - SQL text lives in `drainer/store/` only.
 - Environment variables are read in `drainer/settings.py` only.
 - No module imports a layer above its own (`LAYERS`, lowest first), counting imports inside
-  functions too; `drainer/store/` imports only settings, errors, offset_map and itself.
+  functions too; `drainer/store/` imports only settings, errors, level_topics, offset_map and itself.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, ...]] = [
         "drainer.errors",
         "drainer.faults",
         "drainer.error_text",
+        "drainer.level_topics",
     ),
     ("drainer.offset_map", "drainer.processing", "drainer.allocation"),
     ("drainer.store",),
@@ -61,6 +62,7 @@ STORE_MAY_IMPORT = (
     "drainer.settings",
     "drainer.local_secrets",
     "drainer.errors",
+    "drainer.level_topics",
     "drainer.offset_map",
     "drainer.store",
 )
