@@ -1,0 +1,169 @@
+"""What one transactional producer costs with Spark out of the picture: drainer's produce loop
+(confluent-kafka) against the JVM's KafkaProducer on the same records (issue 27).
+
+  .venv/bin/python benchmarks/producer_floor.py      # --records 1000000 --repeat 5
+
+Both produce N records already in memory (100-byte values over 1,000 keys, and the two headers
+drainer's Kafka sink gives every record: the run and `drainer.source`) into a 4-partition topic
+in one transaction per round, with the sink's producer settings (`OUTPUT_PRODUCER_DEFAULTS`):
+
+- `python`: `drainer.kafka.out_batches.send_batch`, the sink's own loop, over batches of 10,000.
+- `jvm`: `benchmarks/jvm/TxnProducerFloor.java`, built with `javac` against the kafka-clients
+  jar drainer already downloads for Spark: what a producer on the Spark server would cost.
+
+Each round is timed from `begin_transaction` to a returned `commit_transaction`; CPU is the
+whole process's (librdkafka's and the JVM's own threads included). A first round warms each
+path (the JIT, the broker's log segments) and is not counted. Needs the broker (`drainer
+services up`) and a JDK for the `jvm` path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from common import OUT, delete_at_exit
+
+JAVA_SOURCE = Path(__file__).resolve().parent / "jvm" / "TxnProducerFloor.java"
+BATCH = 10_000
+RUN = b"123:0123456789abcdef:1"
+
+
+def records(n: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """Values, keys and `drainer.source` headers, as TxnProducerFloor.java builds them."""
+    values = [b"x" * 100 + str(i).encode() for i in range(n)]
+    keys = [f"key-{i % 1000}".encode() for i in range(n)]
+    sources = [f"bench-{i % 3}/{i % 4}/{i}".encode() for i in range(n)]
+    return values, keys, sources
+
+
+def producer_settings() -> dict[str, Any]:
+    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
+    from drainer.settings import load_settings
+
+    return {"bootstrap.servers": load_settings().bootstrap_servers, **OUTPUT_PRODUCER_DEFAULTS}
+
+
+def output_topic() -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"bench_floor_{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": producer_settings()["bootstrap.servers"]})
+    admin.create_topics([NewTopic(name, num_partitions=4, replication_factor=1)])[name].result(30)
+    delete_at_exit(topics=[name])
+    return name
+
+
+def python_rounds(n: int, rounds: int) -> list[dict[str, float]]:
+    from confluent_kafka import Producer
+
+    from drainer.kafka.out_batches import OutBatch, send_batch
+    from drainer.kafka.run_markers import RUN_HEADER
+
+    topic = output_topic()
+    values, keys, sources = records(n)
+    batches = [
+        OutBatch(values[i : i + BATCH], keys[i : i + BATCH], sources=sources[i : i + BATCH])
+        for i in range(0, n, BATCH)
+    ]
+    producer = Producer({**producer_settings(), "transactional.id": f"floor-{topic}"})
+    producer.init_transactions(30)
+
+    def failed(error: Any, source: str | None, to: str) -> Exception:
+        return RuntimeError(f"{to}: {error} ({source})")
+
+    out = []
+    for _ in range(rounds):
+        cpu, wall = _cpu(), time.perf_counter()
+        producer.begin_transaction()
+        produced: Counter[str] = Counter()
+        for batch in batches:
+            send_batch(
+                producer.produce, producer.poll, batch, topic, {topic}, [(RUN_HEADER, RUN)],
+                produced, failed,
+            )  # fmt: skip
+            producer.poll(0)
+        producer.commit_transaction(60)
+        out.append({"wall_s": time.perf_counter() - wall, "cpu_s": _cpu() - cpu})
+        assert produced[topic] == n
+    return out
+
+
+def jvm_rounds(n: int, rounds: int) -> list[dict[str, float]]:
+    from drainer.settings import load_settings
+    from drainer.spark.jars import spark_kafka_jars
+
+    javac, java = shutil.which("javac"), shutil.which("java")
+    if javac is None or java is None:
+        sys.exit("the jvm path needs a JDK (javac and java on PATH)")
+    import pyspark
+
+    spark_jars = Path(pyspark.__file__).parent / "jars"
+    kafka = [p for p in spark_kafka_jars(load_settings().home) if "kafka-clients" in p.name]
+    shipped = [
+        next(spark_jars.glob(f"{name}-*.jar"))
+        for name in ("lz4-java", "slf4j-api", "snappy-java", "zstd-jni")
+    ]
+    classes = OUT / "jvm"
+    classes.mkdir(parents=True, exist_ok=True)
+    classpath = ":".join(str(p) for p in [*kafka, *shipped])
+    subprocess.run([javac, "-d", str(classes), "-cp", classpath, str(JAVA_SOURCE)], check=True)
+    settings = {k: v for k, v in producer_settings().items() if k != "bootstrap.servers"}
+    # librdkafka's local-queue bound has no JVM twin; buffer.memory bounds the JVM's instead
+    settings.pop("queue.buffering.max.messages", None)
+    done = subprocess.run(
+        [
+            java, "-Xmx2g", "-cp", f"{classpath}:{classes}", "TxnProducerFloor",
+            producer_settings()["bootstrap.servers"], output_topic(), str(n), str(rounds),
+            RUN.decode(), *(f"{k}={v}" for k, v in settings.items()),
+        ],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+PATHS = {"python": python_rounds, "jvm": jvm_rounds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--paths", default="python,jvm", help="comma-separated: python, jvm")
+    args = parser.parse_args()
+    summary: dict[str, Any] = {}
+    for name in args.paths.split(","):
+        rounds = PATHS[name](args.records, args.repeat + 1)[1:]  # the first warms the path
+        summary[name] = {
+            "wall_s": statistics.median(r["wall_s"] for r in rounds),
+            "cpu_s": statistics.median(r["cpu_s"] for r in rounds),
+            "rounds": rounds,
+        }
+        print(name, [round(r["wall_s"], 2) for r in rounds], flush=True)
+    OUT.mkdir(exist_ok=True)
+    report = {"at": datetime.now(UTC).isoformat(), "records": args.records, "paths": summary}
+    (OUT / "producer_floor.json").write_text(json.dumps(report, indent=2))
+    print("| path | wall (s), median | process CPU (s), median |")
+    print("|---|---:|---:|")
+    for name, s in summary.items():
+        print(f"| {name} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
