@@ -18,6 +18,8 @@ copies them into an output topic of its own (4 partitions):
   transactional producer, `send_offsets_to_transaction` and a commit every 100,000 records.
 - `server_task` (a prototype, opt in with `--paths`): the one transactional producer in one
   Python task on the Spark server, so no row crosses to the driver (see `run_server_task`).
+- `jvm_writer` (a prototype, opt in with `--paths`): the one transactional producer in the
+  Spark server's JVM, as a DataSource V2 writer of our own (see `run_jvm_writer`).
 
 Each path is warmed by a small run first (`--warmup` records, its own topics). Output record
 counts are checked against N (end offsets of the output topics minus the commit markers a
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 import uuid
 from datetime import UTC, datetime
@@ -272,8 +275,65 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
     return {"wall_s": round(wall, 2), "out": out}
 
 
+def run_jvm_writer(src: Any, records: int) -> dict[str, Any]:
+    """A prototype, not drainer: the one transactional producer on the Spark server's JVM, as a
+    DataSource V2 writer (`benchmarks/jvm/TxnWriterPrototype.java`): every task of the write
+    sends through the producer the driver's side opened, and the write's commit sends the run's
+    marker and commits the transaction. Same producer settings and two headers per record as
+    drainer's sink; no lease or Postgres. Needs its jar on the server's class path (the command
+    is printed when it is not). Opt in with `--paths ...,jvm_writer`."""
+    from pyspark.sql import functions as F
+
+    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
+    from spark_jobs.session import get_spark
+
+    spark = get_spark()
+    out, marker = create_topic(), create_topic(1)
+    read = bounded_read(spark, src)
+    write = (
+        read.select(
+            "value", "key", F.concat_ws("/", "topic", "partition", "offset").alias("source")
+        )
+        .write.format("TxnWriterPrototype")
+        .mode("append")
+        .option("kafka.bootstrap.servers", _bootstrap())
+        .option("transactional.id", f"bench-jvm-{uuid.uuid4().hex[:8]}")
+        .option("topic", out)
+        .option("marker_topic", marker)
+        .option("run", "1:bench:1")
+    )
+    for key, value in OUTPUT_PRODUCER_DEFAULTS.items():
+        if key != "queue.buffering.max.messages":  # librdkafka's own; the JVM has buffer.memory
+            write = write.option(f"kafka.{key}", str(value))
+    started = time.perf_counter()
+    try:
+        write.save()
+    except Exception as err:
+        if "TxnWriterPrototype" not in str(err) and "NoClassDefFound" not in str(err):
+            raise
+        sys.exit(f"the jvm_writer path needs its jar on the Connect server: {jvm_writer_setup()}")
+    wall = time.perf_counter() - started
+    return {"wall_s": round(wall, 2), "out": out}
+
+
+def jvm_writer_setup() -> str:
+    """Build the prototype's jar and a Spark conf folder that puts it on the server's class
+    path; return the command that restarts the server with it."""
+    from jvm_build import build, kafka_clients_jar, pyspark_jars
+
+    jars = [build("TxnWriterPrototype", [pyspark_jars() / "*", kafka_clients_jar()])]
+    conf = OUT / "jvm" / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    classpath = ":".join(str(p) for p in [*jars, kafka_clients_jar()])
+    (conf / "spark-defaults.conf").write_text(f"spark.driver.extraClassPath {classpath}\n")
+    return (
+        f"kill the Connect server (pkill -f SparkConnectServer), then `SPARK_CONF_DIR={conf} "
+        ".venv/bin/drainer services up`; a plain `drainer services up` after a kill goes back"
+    )
+
+
 PATHS = {"drainer": run_drainer, "spark_kafka_sink": run_spark_sink, "txn_loop": run_txn_loop}
-PROTOTYPES = {"server_task": run_server_task}
+PROTOTYPES = {"server_task": run_server_task, "jvm_writer": run_jvm_writer}
 
 
 def main() -> None:

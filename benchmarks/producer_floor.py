@@ -30,12 +30,10 @@ import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from common import OUT, delete_at_exit
 
-JAVA_SOURCE = Path(__file__).resolve().parent / "jvm" / "TxnProducerFloor.java"
 BATCH = 10_000
 RUN = b"123:0123456789abcdef:1"
 
@@ -110,32 +108,25 @@ def python_rounds(n: int, rounds: int) -> list[dict[str, float]]:
 
 
 def jvm_rounds(n: int, rounds: int) -> list[dict[str, float]]:
-    from drainer.settings import load_settings
-    from drainer.spark.jars import spark_kafka_jars
+    from jvm_build import build, kafka_clients_jar, pyspark_jars
 
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if javac is None or java is None:
-        sys.exit("the jvm path needs a JDK (javac and java on PATH)")
-    import pyspark
-
-    spark_jars = Path(pyspark.__file__).parent / "jars"
-    kafka = [p for p in spark_kafka_jars(load_settings().home) if "kafka-clients" in p.name]
+    java = shutil.which("java")
+    if java is None:
+        sys.exit("the jvm path needs a JDK (java on PATH)")
     shipped = [
-        next(spark_jars.glob(f"{name}-*.jar"))
+        next(pyspark_jars().glob(f"{name}-*.jar"))
         for name in ("lz4-java", "slf4j-api", "snappy-java", "zstd-jni")
     ]
-    classes = OUT / "jvm"
-    classes.mkdir(parents=True, exist_ok=True)
-    classpath = ":".join(str(p) for p in [*kafka, *shipped])
-    subprocess.run([javac, "-d", str(classes), "-cp", classpath, str(JAVA_SOURCE)], check=True)
+    classpath = [kafka_clients_jar(), *shipped]
+    built = build("TxnProducerFloor", classpath)
     settings = {k: v for k, v in producer_settings().items() if k != "bootstrap.servers"}
     # librdkafka's local-queue bound has no JVM twin; buffer.memory bounds the JVM's instead
     settings.pop("queue.buffering.max.messages", None)
     done = subprocess.run(
         [
-            java, "-Xmx2g", "-cp", f"{classpath}:{classes}", "TxnProducerFloor",
-            producer_settings()["bootstrap.servers"], output_topic(), str(n), str(rounds),
-            RUN.decode(), *(f"{k}={v}" for k, v in settings.items()),
+            java, "-Xmx2g", "-cp", ":".join(str(p) for p in [*classpath, built]),
+            "TxnProducerFloor", producer_settings()["bootstrap.servers"], output_topic(), str(n),
+            str(rounds), RUN.decode(), *(f"{k}={v}" for k, v in settings.items()),
         ],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
