@@ -309,7 +309,8 @@ def run_jvm_writer(src: Any, records: int) -> dict[str, Any]:
     try:
         write.save()
     except Exception as err:
-        if "TxnWriterPrototype" not in str(err) and "NoClassDefFound" not in str(err):
+        # the server cannot load the writer (DATA_SOURCE_NOT_FOUND) or kafka-clients beside it
+        if not any(cause in str(err) for cause in ("DATA_SOURCE_NOT_FOUND", "NoClassDefFound")):
             raise
         sys.exit(f"the jvm_writer path needs its jar on the Connect server: {jvm_writer_setup()}")
     wall = time.perf_counter() - started

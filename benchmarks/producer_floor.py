@@ -27,12 +27,12 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from common import OUT, delete_at_exit
+from common import OUT
+from kafka_sink import create_topic
 
 BATCH = 10_000
 RUN = b"123:0123456789abcdef:1"
@@ -53,23 +53,13 @@ def producer_settings() -> dict[str, Any]:
     return {"bootstrap.servers": load_settings().bootstrap_servers, **OUTPUT_PRODUCER_DEFAULTS}
 
 
-def output_topic() -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    name = f"bench_floor_{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": producer_settings()["bootstrap.servers"]})
-    admin.create_topics([NewTopic(name, num_partitions=4, replication_factor=1)])[name].result(30)
-    delete_at_exit(topics=[name])
-    return name
-
-
 def python_rounds(n: int, rounds: int) -> list[dict[str, float]]:
     from confluent_kafka import Producer
 
     from drainer.kafka.out_batches import OutBatch, send_batch
     from drainer.kafka.run_markers import RUN_HEADER
 
-    topic = output_topic()
+    topic = create_topic()
     values, keys, sources = records(n)
     batches = [
         OutBatch(values[i : i + BATCH], keys[i : i + BATCH], sources=sources[i : i + BATCH])
@@ -125,7 +115,7 @@ def jvm_rounds(n: int, rounds: int) -> list[dict[str, float]]:
     done = subprocess.run(
         [
             java, "-Xmx2g", "-cp", ":".join(str(p) for p in [*classpath, built]),
-            "TxnProducerFloor", producer_settings()["bootstrap.servers"], output_topic(), str(n),
+            "TxnProducerFloor", producer_settings()["bootstrap.servers"], create_topic(), str(n),
             str(rounds), RUN.decode(), *(f"{k}={v}" for k, v in settings.items()),
         ],
         check=True, capture_output=True, text=True,
