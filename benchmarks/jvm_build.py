@@ -20,6 +20,19 @@ def kafka_clients_jar() -> Path:
     return next(p for p in spark_kafka_jars(load_settings().home) if "kafka-clients" in p.name)
 
 
+def jvm_producer_settings() -> dict[str, str]:
+    """drainer's Kafka sink producer settings (`OUTPUT_PRODUCER_DEFAULTS`) as the JVM's
+    KafkaProducer takes them: librdkafka's local-queue bound has no JVM twin (buffer.memory
+    bounds the JVM's queue instead)."""
+    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
+
+    return {
+        key: str(value)
+        for key, value in OUTPUT_PRODUCER_DEFAULTS.items()
+        if key != "queue.buffering.max.messages"
+    }
+
+
 def pyspark_jars() -> Path:
     import pyspark
 

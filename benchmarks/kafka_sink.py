@@ -282,9 +282,9 @@ def run_jvm_writer(src: Any, records: int) -> dict[str, Any]:
     marker and commits the transaction. Same producer settings and two headers per record as
     drainer's sink; no lease or Postgres. Needs its jar on the server's class path (the command
     is printed when it is not). Opt in with `--paths ...,jvm_writer`."""
+    from jvm_build import jvm_producer_settings
     from pyspark.sql import functions as F
 
-    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
     from spark_jobs.session import get_spark
 
     spark = get_spark()
@@ -302,9 +302,8 @@ def run_jvm_writer(src: Any, records: int) -> dict[str, Any]:
         .option("marker_topic", marker)
         .option("run", "1:bench:1")
     )
-    for key, value in OUTPUT_PRODUCER_DEFAULTS.items():
-        if key != "queue.buffering.max.messages":  # librdkafka's own; the JVM has buffer.memory
-            write = write.option(f"kafka.{key}", str(value))
+    for key, value in jvm_producer_settings().items():
+        write = write.option(f"kafka.{key}", value)
     started = time.perf_counter()
     try:
         write.save()
@@ -322,10 +321,11 @@ def jvm_writer_setup() -> str:
     path; return the command that restarts the server with it."""
     from jvm_build import build, kafka_clients_jar, pyspark_jars
 
-    jars = [build("TxnWriterPrototype", [pyspark_jars() / "*", kafka_clients_jar()])]
+    kafka = kafka_clients_jar()
+    writer = build("TxnWriterPrototype", [pyspark_jars() / "*", kafka])
     conf = OUT / "jvm" / "conf"
     conf.mkdir(parents=True, exist_ok=True)
-    classpath = ":".join(str(p) for p in [*jars, kafka_clients_jar()])
+    classpath = f"{writer}:{kafka}"
     (conf / "spark-defaults.conf").write_text(f"spark.driver.extraClassPath {classpath}\n")
     return (
         f"kill the Connect server (pkill -f SparkConnectServer), then `SPARK_CONF_DIR={conf} "

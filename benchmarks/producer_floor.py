@@ -98,7 +98,7 @@ def python_rounds(n: int, rounds: int) -> list[dict[str, float]]:
 
 
 def jvm_rounds(n: int, rounds: int) -> list[dict[str, float]]:
-    from jvm_build import build, kafka_clients_jar, pyspark_jars
+    from jvm_build import build, jvm_producer_settings, kafka_clients_jar, pyspark_jars
 
     java = shutil.which("java")
     if java is None:
@@ -109,14 +109,11 @@ def jvm_rounds(n: int, rounds: int) -> list[dict[str, float]]:
     ]
     classpath = [kafka_clients_jar(), *shipped]
     built = build("TxnProducerFloor", classpath)
-    settings = {k: v for k, v in producer_settings().items() if k != "bootstrap.servers"}
-    # librdkafka's local-queue bound has no JVM twin; buffer.memory bounds the JVM's instead
-    settings.pop("queue.buffering.max.messages", None)
     done = subprocess.run(
         [
             java, "-Xmx2g", "-cp", ":".join(str(p) for p in [*classpath, built]),
             "TxnProducerFloor", producer_settings()["bootstrap.servers"], create_topic(), str(n),
-            str(rounds), RUN.decode(), *(f"{k}={v}" for k, v in settings.items()),
+            str(rounds), RUN.decode(), *(f"{k}={v}" for k, v in jvm_producer_settings().items()),
         ],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
