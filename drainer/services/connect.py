@@ -34,6 +34,7 @@ from drainer.sinks import configured_formats, server_conf
 from drainer.spark.endpoint import endpoint_port, redacted
 from drainer.spark.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
 from drainer.spark.net import port_open
+from drainer.spark.sink_jar import SERVER_CONF, server_sink_classpath
 from drainer.spark.tools import require
 
 NAME = "connect"
@@ -189,8 +190,14 @@ def start(
     address = f"sc://{CLIENT_HOST}:{port}"
     formats = configured_formats(settings) if formats is None else formats
     token = ensure_secret(settings.home, CONNECT_TOKEN)
+    # the Kafka sink's producer runs in the server's JVM where the tasks do (a local master)
+    sink_classpath = server_sink_classpath(settings.home) if master.startswith("local") else None
+    sink_jar = sink_classpath[0].name if sink_classpath else "-"
     pid = process.our_pid(paths.pid_file, MARKER)
-    if pid is not None and (reason := restart_reason(paths, settings, formats)) is not None:
+    if (
+        pid is not None
+        and (reason := restart_reason(paths, settings, formats, sink_jar)) is not None
+    ):
         echo(f"{NAME:<9} restarting pid {pid}: {reason} (it runs {_started_with(paths)})")
         process.terminate(pid)
         _wait_port_free(port)
@@ -218,6 +225,9 @@ def start(
         "spark.local.dir": str(paths.scratch),
         **(conf or {}),
     }
+    if sink_classpath:  # on the JVM's own class path: a session's class loader would not share
+        settings_conf["spark.driver.extraClassPath"] = ":".join(map(str, sink_classpath))
+        settings_conf[SERVER_CONF] = sink_jar
     home = spark_home()
     cmd = [
         str(home / "bin" / "spark-submit"),
@@ -258,7 +268,7 @@ def start(
         )
     _children[proc.pid] = proc
     process.write_pid(paths.pid_file, proc.pid)
-    paths.started_with.write_text(started_with(master, formats, settings) + "\n")
+    paths.started_with.write_text(started_with(master, formats, settings, sink_jar) + "\n")
     _wait_ready(port, paths, proc.pid, proc)
     return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
 
@@ -283,17 +293,21 @@ def stop(
     return ServiceStatus(NAME, False, address, None, "killed" if killed else "stopped")
 
 
-def started_with(master: str, formats: Iterable[str], settings: Settings) -> str:
+def started_with(
+    master: str, formats: Iterable[str], settings: Settings, sink_jar: str = "-"
+) -> str:
     """The line a server we start leaves in `started_with`: what `status` shows, and what
     `restart_reason` reads back when the server is found running."""
     return (
         f"master={master} pyspark={pyspark_version()} python={sys.executable} "
         f"lakehouse={','.join(formats) or '-'} auth=token {NO_PLANS_LOGGED} {ROLLING_LOG} "
-        f"{OWN_SCRATCH} {_code_of(settings)}"
+        f"{OWN_SCRATCH} kafka_sink={sink_jar} {_code_of(settings)}"
     )
 
 
-def restart_reason(paths: ConnectPaths, settings: Settings, formats: Iterable[str]) -> str | None:
+def restart_reason(
+    paths: ConnectPaths, settings: Settings, formats: Iterable[str], sink_jar: str = "-"
+) -> str | None:
     """Why the running server of `paths` cannot serve this environment's runs, or None when it
     can: a client cannot change what a server was started with, so each is a restart."""
     started = _started_with(paths)
@@ -315,6 +329,8 @@ def restart_reason(paths: ConnectPaths, settings: Settings, formats: Iterable[st
         return "its log never rolls over"
     if OWN_SCRATCH not in words:
         return "it keeps its temp files in /tmp, where a kill leaves them"
+    if sink_jar != "-" and f"kafka_sink={sink_jar}" not in words:
+        return "it lacks this version of the Kafka sink's server-side producer"
     return None
 
 

@@ -1,0 +1,93 @@
+"""The Kafka sink's producer for the Spark server (`spark_jobs/jvm/drainer/KafkaTxnSink.java`).
+
+`drainer services up` compiles it with the JDK's `javac` against pyspark's own jars and Spark's
+kafka-clients, into `home/jars/`, and starts the local Connect server with both on its own class
+path: the sink then produces in the server's JVM, six times cheaper than from the driver
+(benchmarks/README.md, issue 27). Without a JDK (or the source) there is no jar, and the sink
+produces from the driver, as on a `SPARK_REMOTE` server or a standalone cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from drainer.errors import ServiceError
+from drainer.spark.jars import pyspark_version, spark_kafka_jars
+from drainer.spark.lock import file_lock
+
+log = logging.getLogger(__name__)
+
+SINK_CLASS = "drainer.KafkaTxnSink"
+# set on a server started with the jar on its class path (its file name): what a run asks
+SERVER_CONF = "spark.drainer.kafkaSink"
+
+
+def _source() -> Path | None:
+    spec = importlib.util.find_spec("spark_jobs")  # found, not imported: it imports pyspark
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = (
+        Path(next(iter(spec.submodule_search_locations))) / "jvm" / "drainer" / "KafkaTxnSink.java"
+    )
+    return path if path.is_file() else None
+
+
+def _pyspark_jars() -> Path:
+    spec = importlib.util.find_spec("pyspark")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations))) / "jars"
+
+
+def server_sink_classpath(home: Path) -> list[Path] | None:
+    """The sink's jar (built once per source and pyspark version) and the kafka-clients jar it
+    runs on, for the server's `spark.driver.extraClassPath`; None without a JDK or the source."""
+    source = _source()
+    javac, jar_tool = shutil.which("javac"), shutil.which("jar")
+    if source is None or javac is None or jar_tool is None:
+        log.info(
+            "no JDK (javac, jar) on PATH: the Kafka sink will produce from the driver; install "
+            "a JDK 17+ and run `drainer services up` again for the faster server-side producer"
+        )
+        return None
+    kafka_clients = next(p for p in spark_kafka_jars(home) if p.name.startswith("kafka-clients"))
+    digest = hashlib.sha256(
+        source.read_bytes() + f"{pyspark_version()} {kafka_clients.name}".encode()
+    ).hexdigest()[:12]
+    built = home / "jars" / f"drainer-kafka-sink-{digest}.jar"
+    with file_lock(home / "jars" / ".drainer-kafka-sink.lock"):
+        if not built.exists():
+            _build(javac, jar_tool, source, [*_pyspark_jars().glob("*.jar"), kafka_clients], built)
+    return [built, kafka_clients]
+
+
+def _build(javac: str, jar_tool: str, source: Path, classpath: list[Path], built: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="drainer-sink-") as tmp:
+        classes = Path(tmp) / "classes"
+        steps = [
+            [
+                javac,
+                "-nowarn",
+                "-d",
+                str(classes),
+                "-cp",
+                ":".join(map(str, classpath)),
+                str(source),
+            ],
+            [jar_tool, "cf", str(Path(tmp) / built.name), "-C", str(classes), "."],
+        ]
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise ServiceError(
+                    f"building the Kafka sink's server jar failed ({Path(step[0]).name}): "
+                    f"{(done.stderr or done.stdout).strip()[-2000:]}"
+                )
+        built.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(Path(tmp) / built.name), built)
+    log.info("built the Kafka sink's server jar %s", built)

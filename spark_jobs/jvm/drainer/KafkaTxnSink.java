@@ -1,0 +1,478 @@
+// drainer's Kafka sink, producing on the Spark server: one transactional KafkaProducer in the
+// server's JVM, shared by the write's tasks (they run in that JVM on a `local[*]` master).
+// docs/kafka-sink.md says why it is exactly once; spark_jobs/sinks/kafka_server.py drives it.
+//
+// A run's attempt is one transaction, found by its key in OPEN:
+//   - a write with `open=true` creates the producer, fences every older attempt of the drain
+//     (`initTransactions` on the drain's transactional.id) and begins the transaction; its
+//     tasks send the rows; its commit flushes them, so every record is on the broker (or its
+//     error known) when the write returns. Further writes (the dead letters) add to it.
+//   - the driver then checks its Postgres lease and reads this source with `action=commit`:
+//     the marker (which carries the counts per topic) is sent and the transaction committed,
+//     once (a repeated read returns the same result). `action=abort` aborts it.
+// A failure names its kind for the driver: `drainer-kafka-sink[kind][source][topic] detail`.
+package drainer;
+
+import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.kafka.clients.producer.Callback;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.errors.AuthorizationException;
+import org.apache.kafka.common.errors.InvalidProducerEpochException;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.apache.kafka.common.errors.RecordBatchTooLargeException;
+import org.apache.kafka.common.errors.RecordTooLargeException;
+import org.apache.kafka.common.errors.TimeoutException;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.spark.TaskContext;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.catalog.TableProvider;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.write.BatchWrite;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.DataWriterFactory;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.PhysicalWriteInfo;
+import org.apache.spark.sql.connector.write.Write;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.StringType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.unsafe.types.UTF8String;
+
+public class KafkaTxnSink implements TableProvider {
+  /** The open (and last committed) transaction of each attempt, by its key. */
+  static final ConcurrentHashMap<String, RunTxn> OPEN = new ConcurrentHashMap<>();
+
+  static final StructType RESULT = new StructType(new StructField[] {
+      DataTypes.createStructField("topic", DataTypes.StringType, false),
+      DataTypes.createStructField("records", DataTypes.LongType, false),
+      DataTypes.createStructField("bytes", DataTypes.LongType, false),
+      DataTypes.createStructField("marker_offset", DataTypes.LongType, false)});
+
+  public StructType inferSchema(CaseInsensitiveStringMap options) {
+    return options.containsKey("action") ? RESULT : new StructType();
+  }
+
+  public boolean supportsExternalMetadata() {
+    return true;
+  }
+
+  public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> props) {
+    return new SinkTable(schema);
+  }
+
+  // failures the driver turns into drainer's own errors
+
+  static RuntimeException failure(String kind, String source, String topic, String detail) {
+    return new IllegalStateException("drainer-kafka-sink[" + kind + "][" + (source == null ? "" : source)
+        + "][" + (topic == null ? "" : topic) + "] " + detail);
+  }
+
+  static String kindOf(Throwable error) {
+    for (Throwable e = error; e != null; e = e.getCause()) {
+      if (e instanceof ProducerFencedException || e instanceof InvalidProducerEpochException) {
+        return "fenced";
+      }
+      if (e instanceof AuthorizationException) return "denied";
+      if (e instanceof UnknownTopicOrPartitionException) return "missing";
+      if (e instanceof RecordTooLargeException || e instanceof RecordBatchTooLargeException) {
+        return "too_large";
+      }
+      if (e instanceof TimeoutException) return "timeout";
+    }
+    return "unavailable";
+  }
+
+  static String describe(Throwable e) {
+    String text = e.getClass().getSimpleName() + ": " + e.getMessage();
+    return text.replace('\n', ' ');
+  }
+
+  /** One attempt's transaction: its producer, its first failure, what it produced. */
+  static final class RunTxn {
+    final String key;
+    final String tid;
+    final KafkaProducer<byte[], byte[]> producer;
+    final AtomicReference<RuntimeException> failed = new AtomicReference<>();
+    final Map<String, long[]> produced = new TreeMap<>(); // topic -> {records, bytes}
+    String state = "open";
+    List<Object[]> result;
+
+    RunTxn(String key, String tid, KafkaProducer<byte[], byte[]> producer) {
+      this.key = key;
+      this.tid = tid;
+      this.producer = producer;
+    }
+
+    void check() {
+      RuntimeException e = failed.get();
+      if (e != null) throw e;
+    }
+
+    synchronized void add(String topic, long records, long bytes) {
+      long[] sum = produced.computeIfAbsent(topic, t -> new long[2]);
+      sum[0] += records;
+      sum[1] += bytes;
+    }
+
+    synchronized List<Object[]> commit(String markerTopic, int partition, String markerKey,
+        String markerFields) {
+      if ("committed".equals(state)) return result;
+      if (!"open".equals(state)) {
+        throw failure("gone", null, markerTopic, "the attempt's transaction was " + state);
+      }
+      try {
+        producer.flush();
+        check();
+        StringBuilder counts = new StringBuilder();
+        long bytes = 0;
+        for (Map.Entry<String, long[]> e : produced.entrySet()) {
+          counts.append(counts.length() == 0 ? "" : ",").append('"').append(e.getKey())
+              .append("\":").append(e.getValue()[0]);
+          bytes += e.getValue()[1];
+        }
+        // the driver's marker fields, completed with what only the producer knows
+        String marker = markerFields.substring(0, markerFields.length() - 1) + ",\"bytes\":"
+            + bytes + ",\"produced\":{" + counts + "}}";
+        long offset = producer.send(new ProducerRecord<>(markerTopic, partition,
+            markerKey.getBytes(StandardCharsets.UTF_8), marker.getBytes(StandardCharsets.UTF_8)))
+            .get().offset();
+        producer.commitTransaction();
+        state = "committed";
+        result = new ArrayList<>();
+        for (Map.Entry<String, long[]> e : produced.entrySet()) {
+          result.add(new Object[] {e.getKey(), e.getValue()[0], e.getValue()[1], offset});
+        }
+        if (result.isEmpty()) result.add(new Object[] {markerTopic, 0L, 0L, offset});
+        return result;
+      } catch (RuntimeException | InterruptedException | java.util.concurrent.ExecutionException e) {
+        abort();
+        if (e instanceof IllegalStateException && e.getMessage() != null
+            && e.getMessage().startsWith("drainer-kafka-sink[")) {
+          throw (IllegalStateException) e;
+        }
+        throw failure(kindOf(e), null, markerTopic, describe(e));
+      } finally {
+        producer.close(Duration.ofSeconds(5));
+      }
+    }
+
+    synchronized void abort() {
+      if (!"open".equals(state)) return;
+      state = "aborted";
+      try {
+        producer.abortTransaction();
+      } catch (KafkaException e) {
+        // a fenced or failed producer's transaction is aborted by the coordinator
+      } finally {
+        producer.close(Duration.ZERO);
+      }
+    }
+  }
+
+  static final class SinkTable implements Table, SupportsWrite, SupportsRead {
+    final StructType schema;
+
+    SinkTable(StructType schema) {
+      this.schema = schema;
+    }
+
+    public String name() {
+      return "drainer_kafka_sink";
+    }
+
+    public StructType schema() {
+      return schema;
+    }
+
+    public Set<TableCapability> capabilities() {
+      return Set.of(TableCapability.BATCH_WRITE, TableCapability.BATCH_READ);
+    }
+
+    public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+      Map<String, String> options = new HashMap<>(info.options().asCaseSensitiveMap());
+      StructType rows = info.schema();
+      return new WriteBuilder() {
+        public Write build() {
+          return new Write() {
+            public BatchWrite toBatch() {
+              return new Produce(options, rows);
+            }
+          };
+        }
+      };
+    }
+
+    public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+      Map<String, String> given = new HashMap<>(options.asCaseSensitiveMap());
+      return () -> new Control(given);
+    }
+  }
+
+  /** A write into the attempt's transaction, opening it when asked to. */
+  static final class Produce implements BatchWrite {
+    final Map<String, String> options;
+    final StructType rows;
+    final RunTxn txn;
+
+    Produce(Map<String, String> options, StructType rows) {
+      this.options = options;
+      this.rows = rows;
+      String key = options.get("key");
+      txn = "true".equals(options.get("open")) ? open(key, options) : OPEN.get(key);
+      if (txn == null || !"open".equals(txn.state)) {
+        throw failure("gone", null, options.get("topic"),
+            "the attempt's transaction is no longer open on the Spark server");
+      }
+    }
+
+    static RunTxn open(String key, Map<String, String> options) {
+      RunTxn same = OPEN.get(key);
+      if (same != null && "open".equals(same.state)) return same; // the same write, planned again
+      String tid = options.get("transactional.id");
+      Properties settings = new Properties();
+      options.forEach((k, v) -> {
+        if (k.startsWith("kafka.")) settings.put(k.substring(6), v);
+      });
+      settings.put("transactional.id", tid);
+      settings.put("key.serializer", ByteArraySerializer.class.getName());
+      settings.put("value.serializer", ByteArraySerializer.class.getName());
+      KafkaProducer<byte[], byte[]> producer;
+      try {
+        producer = new KafkaProducer<>(settings);
+      } catch (KafkaException e) {
+        throw failure("settings", null, options.get("topic"), describe(e));
+      }
+      try {
+        producer.initTransactions(); // fences every older producer of the drain
+        producer.beginTransaction();
+      } catch (KafkaException e) {
+        producer.close(Duration.ZERO);
+        throw failure("init_" + kindOf(e), null, options.get("topic"), describe(e));
+      }
+      RunTxn txn = new RunTxn(key, tid, producer);
+      // older attempts of the drain are fenced now: their producers are closed, for good
+      OPEN.forEach((k, old) -> {
+        if (old.tid.equals(tid) && !k.equals(key)) {
+          OPEN.remove(k);
+          old.abort();
+        }
+      });
+      OPEN.put(key, txn);
+      return txn;
+    }
+
+    public DataWriterFactory createBatchWriterFactory(PhysicalWriteInfo info) {
+      List<String> names = List.of(rows.fieldNames());
+      int headers = names.indexOf("headers");
+      boolean textHeaders = headers >= 0 && ((StructType) ((ArrayType) rows.fields()[headers]
+          .dataType()).elementType()).fields()[1].dataType() instanceof StringType;
+      String run = options.get("run_header");
+      return new Writers(txn.key, options.get("topic"), run, names.indexOf("value"),
+          names.indexOf("key"), headers, textHeaders, names.indexOf("partition"),
+          names.indexOf("source"));
+    }
+
+    public boolean useCommitCoordinator() {
+      return false;
+    }
+
+    public void commit(WriterCommitMessage[] messages) {
+      long records = 0;
+      long bytes = 0;
+      for (WriterCommitMessage m : messages) {
+        records += ((Sent) m).records;
+        bytes += ((Sent) m).bytes;
+      }
+      try {
+        txn.producer.flush(); // every record on the broker, or its error known
+      } catch (KafkaException e) {
+        throw failure(kindOf(e), null, options.get("topic"), describe(e));
+      }
+      txn.check();
+      txn.add(options.get("topic"), records, bytes);
+    }
+
+    public void abort(WriterCommitMessage[] messages) {
+      OPEN.remove(txn.key, txn);
+      txn.abort();
+    }
+  }
+
+  record Sent(long records, long bytes) implements WriterCommitMessage {}
+
+  record Writers(String key, String topic, String run, int value, int recordKey, int headers,
+      boolean textHeaders, int partition, int source) implements DataWriterFactory {
+    public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
+      TaskContext task = TaskContext.get();
+      if (task != null && task.attemptNumber() > 0) { // its first attempt may have sent rows
+        throw failure("unavailable", null, topic, "Spark retried a task of the write, which "
+            + "would produce its rows twice into the run's transaction");
+      }
+      RunTxn txn = OPEN.get(key);
+      if (txn == null) {
+        throw failure("gone", null, topic,
+            "the attempt's transaction is not open in this JVM: the server-side producer "
+            + "needs a local[*] master");
+      }
+      byte[] runHeader = run == null ? null : run.getBytes(StandardCharsets.UTF_8);
+      return new RowWriter(this, txn, runHeader);
+    }
+  }
+
+  static final class RowWriter implements DataWriter<InternalRow> {
+    final Writers at;
+    final RunTxn txn;
+    final byte[] runHeader;
+    long records = 0;
+    long bytes = 0;
+
+    RowWriter(Writers at, RunTxn txn, byte[] runHeader) {
+      this.at = at;
+      this.txn = txn;
+      this.runHeader = runHeader;
+    }
+
+    public void write(InternalRow row) {
+      txn.check();
+      byte[] src = at.source() < 0 || row.isNullAt(at.source()) ? null : row.getBinary(at.source());
+      String source = src == null ? null : new String(src, StandardCharsets.UTF_8);
+      if (row.isNullAt(at.value())) throw failure("no_value", source, at.topic(), "");
+      byte[] value = row.getBinary(at.value());
+      byte[] key = at.recordKey() < 0 || row.isNullAt(at.recordKey()) ? null
+          : row.getBinary(at.recordKey());
+      Integer partition = at.partition() < 0 || row.isNullAt(at.partition()) ? null
+          : row.getInt(at.partition());
+      List<Header> headers = new ArrayList<>(3);
+      if (at.headers() >= 0 && !row.isNullAt(at.headers())) {
+        ArrayData own = row.getArray(at.headers());
+        for (int i = 0; i < own.numElements(); i++) {
+          InternalRow h = own.getStruct(i, 2);
+          byte[] v = h.isNullAt(1) ? null
+              : at.textHeaders() ? h.getUTF8String(1).getBytes() : h.getBinary(1);
+          headers.add(new RecordHeader(h.getUTF8String(0).toString(), v));
+        }
+      }
+      if (runHeader != null) headers.add(new RecordHeader("drainer.run", runHeader));
+      if (src != null) headers.add(new RecordHeader("drainer.source", src));
+      Callback delivered = (metadata, e) -> {
+        if (e != null) txn.failed.compareAndSet(null, failure(kindOf(e), source, at.topic(),
+            describe(e)));
+      };
+      try {
+        txn.producer.send(new ProducerRecord<>(at.topic(), partition, key, value, headers),
+            delivered);
+      } catch (KafkaException e) {
+        throw failure(kindOf(e), source, at.topic(), describe(e));
+      }
+      records++;
+      bytes += value.length + (key == null ? 0 : key.length);
+    }
+
+    public WriterCommitMessage commit() {
+      return new Sent(records, bytes);
+    }
+
+    public void abort() {}
+
+    public void close() {}
+  }
+
+  /** `action=commit` or `action=abort` of an attempt's transaction, read as its counts. */
+  static final class Control implements Scan, Batch {
+    final Map<String, String> options;
+    InputPartition[] done;
+
+    Control(Map<String, String> options) {
+      this.options = options;
+    }
+
+    public StructType readSchema() {
+      return RESULT;
+    }
+
+    public Batch toBatch() {
+      return this;
+    }
+
+    public synchronized InputPartition[] planInputPartitions() {
+      if (done != null) return done;
+      String key = options.get("key");
+      List<Object[]> rows = new ArrayList<>();
+      if ("commit".equals(options.get("action"))) {
+        RunTxn txn = OPEN.get(key);
+        if (txn == null) {
+          throw failure("gone", null, null,
+              "the attempt's transaction is no longer open on the Spark server");
+        }
+        rows = txn.commit(options.get("marker_topic"),
+            Integer.parseInt(options.get("marker_partition")), options.get("marker_key"),
+            options.get("marker_fields"));
+      } else {
+        RunTxn txn = OPEN.remove(key);
+        if (txn != null) txn.abort();
+      }
+      done = new InputPartition[] {new Rows(rows)};
+      return done;
+    }
+
+    public PartitionReaderFactory createReaderFactory() {
+      return new RowsReader();
+    }
+  }
+
+  static final class RowsReader implements PartitionReaderFactory {
+    public PartitionReader<InternalRow> createReader(InputPartition part) {
+      List<Object[]> rows = ((Rows) part).rows();
+      return new PartitionReader<InternalRow>() {
+        int at = -1;
+
+        public boolean next() {
+          return ++at < rows.size();
+        }
+
+        public InternalRow get() {
+          Object[] r = rows.get(at);
+          return new GenericInternalRow(
+              new Object[] {UTF8String.fromString((String) r[0]), r[1], r[2], r[3]});
+        }
+
+        public void close() {}
+      };
+    }
+  }
+
+  record Rows(List<Object[]> rows) implements InputPartition, Serializable {}
+}
