@@ -78,6 +78,8 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
         if "transactional_id" in details:
             metadata["kafka_transactional_id"] = dg.MetadataValue.text(details["transactional_id"])
             metadata["kafka_aborted_attempts"] = dg.MetadataValue.int(details["aborted_attempts"])
+        if "producer" in details:  # where its transactional producer ran: server or driver
+            metadata["kafka_producer"] = dg.MetadataValue.text(details["producer"])
     # steps after the commit that failed (mirror, dead-letter publish, backlog lookup): the run
     # succeeded, and the next run retries them
     metadata["run_warnings"] = dg.MetadataValue.int(len(result.warnings))

@@ -182,6 +182,11 @@ def kafka_poison_echo(record: Record) -> dict[str, Any]:
     return kafka_echo(record)
 
 
+def kafka_one_without_value(df: DataFrame) -> DataFrame:
+    """`kafka_passthrough`, but the record at offset 3 has no value (a null: not producible)."""
+    return kafka_passthrough(df).withColumn("value", F.when(F.col("offset") != 3, F.col("value")))
+
+
 def kafka_one_oversized(df: DataFrame) -> DataFrame:
     """`kafka_passthrough`, but the record at offset 3 becomes a value over 1 MB (too large)."""
     big = F.repeat(F.lit("x"), 1_100_000).cast("binary")

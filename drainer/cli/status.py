@@ -255,6 +255,7 @@ def _commit_details(commits: list[dict[str, Any]]) -> None:
             ", ".join(f"{t}: {n:,}" for t, n in sorted(d.get("produced", {}).items())),
             str(d.get("transactional_id", "")),
             d.get("aborted_attempts", 0),
+            str(d.get("producer", "")),
         ]
         for r in commits
         if (d := r["table_commit"].get("details"))
@@ -262,7 +263,7 @@ def _commit_details(commits: list[dict[str, Any]]) -> None:
     if rows:
         print_table(
             "produced per run",
-            ["run", "records per topic", "transactional id", "aborted attempts"],
+            ["run", "records per topic", "transactional id", "aborted attempts", "producer"],
             rows,
             justify="left",
         )

@@ -89,7 +89,7 @@ class _SinkModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     # every key any sink type takes, so a misplaced one is told apart from a typo
     _ALL_KEYS: ClassVar[frozenset[str]] = frozenset(
-        {"table", "publish", "path", "catalog", "topic", "kafka"}
+        {"table", "publish", "path", "catalog", "topic", "kafka", "producer"}
     )
 
     @model_validator(mode="before")
@@ -210,6 +210,14 @@ class KafkaSinkConfig(_SinkModel):
         "common settings of a drain's `kafka:` block (security.protocol, sasl.*, ssl.*), values "
         "may be ${NAME} references to the environment. Default: the drain's own cluster and "
         "`kafka:` block, for producing as for reading",
+    )
+    producer: Literal["auto", "server", "driver"] = Field(
+        default="auto",
+        description="kafka only: where the run's one transactional producer runs. `server`: in "
+        "the Spark Connect server's JVM, which the write's tasks share (a server `drainer "
+        "services up` started with a JDK present, local master); `driver`: in the drain's own "
+        "process (confluent-kafka), every output row streamed to it; `auto` (default): the "
+        "server where it can (the drain's own cluster, no per-row `topic`), else the driver",
     )
 
     @model_validator(mode="before")

@@ -58,17 +58,21 @@ class RunMarker:
     dead_letters: int = 0  # of them
 
     def value(self) -> bytes:
+        data = {**self.fields(), "produced": dict(self.produced), "bytes": self.size}
+        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+    def fields(self) -> dict[str, Any]:
+        """What the marker says besides its counts (`produced`, `bytes`): the Spark server's
+        producer adds those, which only it knows."""
         data: dict[str, Any] = {
             "drain": self.drain,
             "run": self.run_id,
             "nonce": self.nonce,
             "attempt": self.attempt,
-            "produced": dict(self.produced),
-            "bytes": self.size,
         }
         if self.dlq_max_attempts is not None:
             data["dlq"] = {"max_attempts": self.dlq_max_attempts, "records": self.dead_letters}
-        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+        return data
 
     @classmethod
     def parse(cls, raw: bytes, offset: int) -> RunMarker | None:

@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from drainer import faults
 from drainer.config.kafka_clients import redact
-from drainer.errors import ConfigError, DrainerError, FencedOut, KafkaUnavailable
+from drainer.errors import ConfigError, DrainerError, KafkaUnavailable
 from drainer.kafka.clients import make_client, retry_passing
 from drainer.kafka.out_batches import (
     SOURCE_HEADER,
@@ -52,6 +52,7 @@ from drainer.kafka.run_markers import (
     source_of,
     transactional_id,
 )
+from drainer.kafka.sink_errors import init_failure, kind_of, produce_failure
 
 __all__ = [
     "MARKER_TOPIC",
@@ -77,20 +78,6 @@ OUTPUT_PRODUCER_DEFAULTS: dict[str, Any] = {
     "queue.buffering.max.messages": 1_000_000,
     "compression.type": "lz4",
 }
-# librdkafka's and the broker's error codes that mean "a newer producer took over"
-_FENCED = {
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    KafkaError.INVALID_PRODUCER_ID_MAPPING,
-}
-_DENIED = {
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-}
-_MISSING = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
-_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE}
 
 
 class KnownTopics:
@@ -160,28 +147,8 @@ class RunTransaction:
             self._errors.append((err, source.decode() if source else None, msg.topic()))
 
     def _init_failed(self, err: KafkaException) -> DrainerError:
-        code = err.args[0].code()
-        if code in _DENIED:
-            return ConfigError(
-                f"the Kafka sink's producer is not authorised to use the transactional id "
-                f"{self.tid!r} ({redact(err.args[0].str())}): grant it WRITE and DESCRIBE on "
-                f"TransactionalId:{self.tid} and WRITE on the output topics and "
-                f"{MARKER_TOPIC}. Nothing was produced or committed"
-            )
-        if code in (KafkaError._TIMED_OUT, KafkaError.COORDINATOR_NOT_AVAILABLE):
-            return KafkaUnavailable(
-                f"the Kafka sink's transactions could not start ({redact(err.args[0].str())}): "
-                "the broker has no transaction coordinator; on a cluster with fewer brokers than "
-                "transaction.state.log.replication.factor (default 3) or "
-                "transaction.state.log.min.isr, lower those broker settings (1 on a one-node "
-                "broker) and restart it. Nothing was produced or committed"
-            )
-        if code in _FENCED:
-            return FencedOut(f"a newer attempt of drain {self.drain!r} took over its producer")
-        return KafkaUnavailable(
-            f"the Kafka sink's transactions could not start: {redact(err.args[0].str())}. "
-            "Nothing was committed: rerun; the run resumes with the same ranges"
-        )
+        error = err.args[0]
+        return init_failure(kind_of(error.code()), redact(error.str()), self.drain, self.tid)
 
     def ensure_marker_topic(self) -> None:
         """The marker topic, created when missing: compacted by drain, kept forever."""
@@ -222,9 +189,9 @@ class RunTransaction:
             future.result(30)
         except KafkaException as err:
             code = err.args[0].code()
-            if code in _MISSING:
+            if kind_of(code) == "missing":
                 return False
-            if code in _DENIED:
+            if kind_of(code) == "denied":
                 return True
             raise KafkaUnavailable(
                 f"describing the Kafka sink's topic {topic} failed ({redact(err.args[0].str())}). "
@@ -442,41 +409,16 @@ class RunTransaction:
         return len(records)
 
     def _produce_failed(self, err: KafkaError, source: str | None, topic: str) -> DrainerError:
-        code = err.code()
-        if code in _FENCED:
-            return FencedOut(
-                f"run {self.run_id} of drain {self.drain!r}: a newer attempt took over the "
-                f"producer {self.tid!r}; this attempt's transaction is aborted, nothing of it "
-                "is visible"
-            )
-        if code in _MISSING:
-            return missing_topic(topic, source)
-        if code in _DENIED:
-            return ConfigError(
-                f"the Kafka sink may not write topic {topic} ({err.str()}): grant WRITE on it "
-                f"(and on TransactionalId:{self.tid}). Nothing was committed"
-            )
-        if code in _TOO_LARGE:
-            return ConfigError(
-                f"an output record{_from(source)} for topic {topic} is larger than the broker "
-                f"accepts (max.message.bytes; {err.str()}): make it smaller in the processor or "
-                "handler, or raise the topic's max.message.bytes and the producer's "
-                "message.max.bytes (`kafka_librdkafka:`). Nothing was committed"
-            )
-        return KafkaUnavailable(
-            f"producing run {self.run_id}'s output to {topic} failed ({redact(err.str())}); "
-            "its transaction is aborted. Nothing was committed: rerun; the run resumes with "
-            "the same ranges"
-        )
+        return self.failed(kind_of(err.code()), redact(err.str()), source, topic)
+
+    def failed(self, kind: str, detail: str, source: str | None, topic: str) -> DrainerError:
+        """The error for a failure of `kind` (sink_errors) producing the run's transaction."""
+        return produce_failure(kind, detail, self.run_id, self.drain, self.tid, source, topic)
 
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(0)
             self._producer = None
-
-
-def _from(source: str | None) -> str:
-    return f" (from source record {source})" if source else ""
 
 
 def _plain(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """The Kafka sink, Spark side: Spark computes the run's output, the driver produces it in one
 Kafka transaction with the run's marker, before the Postgres commit.
 
-Roles: the Spark job computes the output rows and streams them to the driver as Arrow tables
+Where the Spark server can hold the run's producer (`kafka_server`: a local master started
+with drainer's producer jar), the write's tasks produce there and no row crosses to the driver.
+Otherwise the driver produces. Roles there: the Spark job computes the output rows and streams them to the driver as Arrow tables
 (on Connect: the server's own result stream); a reader thread converts each table to columns
 and hands it on through a bounded queue, while the driver's one transactional producer sends
 the tables already there. So computing, streaming and producing overlap, each row is computed
@@ -43,6 +45,7 @@ from drainer.store import dead_letters, runs
 from drainer.store.leases import check_fence
 from spark_jobs.session import is_connect
 from spark_jobs.sinks.base import SparkSink
+from spark_jobs.sinks.kafka_server import produce_on_server, producer_settings, why_not_on_server
 
 SOURCE_COLUMN = "_drainer_source"
 _TEXT_OR_BYTES = (StringType, BinaryType)
@@ -93,6 +96,19 @@ class KafkaSparkSink(KafkaSink, SparkSink):
 
             # a first attempt was never asked `committed()`: the marker topic may not exist yet
             self._txn(ctx).ensure_marker_topic()
+            source = rows if staged is None else staged
+            if self._on_server(source):
+                marker = produce_on_server(
+                    self._txn(ctx),
+                    source,
+                    self.topic,
+                    ctx.attempt,
+                    producer_settings(ctx.drain, self.settings.bootstrap_servers),
+                    still_ours,
+                    self._dead_letters(ctx),
+                    self._crash_in_spark,
+                )
+                return self._commit(marker, "server")
             # the stream starts now: Spark computes while the producer is fenced in
             streamed = _out_batches(rows if staged is None else staged)
             if self._crash_in_spark:
@@ -104,7 +120,18 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         finally:
             if staged is not None:
                 staged.unpersist()
-        return self._commit(marker)
+        return self._commit(marker, "driver")
+
+    def _on_server(self, rows: DataFrame) -> bool:
+        """Whether the Spark server produces the run (`producer:`; kafka_server says when it
+        can); `producer: server` where it cannot is a configuration error."""
+        reason = why_not_on_server(rows.sparkSession, self.config, rows.columns)
+        if reason is not None and self.config.producer == "server":
+            raise ConfigError(
+                f"the Kafka sink says `producer: server`, but {reason}. Set `producer: auto` "
+                "(or `driver`) to produce from the driver instead. Nothing was committed"
+            )
+        return reason is None
 
     def _dead_letters(self, ctx: RunContext) -> DeadLetterJoin | None:
         """The attempt's dead letters join its transaction (exactly once on the DLQ topic)
@@ -140,7 +167,7 @@ class KafkaSparkSink(KafkaSink, SparkSink):
             )
         return self._transaction
 
-    def _commit(self, marker: RunMarker) -> TableCommit:
+    def _commit(self, marker: RunMarker, producer: str | None = None) -> TableCommit:
         assert self._transaction is not None
         return TableCommit(
             "kafka",
@@ -158,6 +185,8 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                 # opened one) was aborted by the coordinator or fenced by the next attempt
                 "aborted_attempts": marker.attempt - 1,
                 "attempt": marker.attempt,
+                # where the run's transactional producer ran (a resumed run's found marker: none)
+                **({"producer": producer} if producer else {}),
             },
         )
 

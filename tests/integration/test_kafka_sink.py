@@ -44,6 +44,7 @@ from drainer.errors import ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.transactions import transactional_id
 from drainer.observe.status import drain_status
+from drainer.spark.sink_jar import SERVER_CONF
 from drainer.store import get_engine
 from spark_jobs import drain_job
 
@@ -62,10 +63,19 @@ MODES = {
 }
 
 
-@pytest.mark.parametrize("mode", ["dataframe", "record"])
-def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark, mode):
+def on_server(spark) -> str:
+    """Where `producer: auto` produces on the server the tests share: the server when it was
+    started with drainer's producer jar (a JDK on PATH), else the driver."""
+    return "server" if spark.conf.get(SERVER_CONF, "") else "driver"
+
+
+@pytest.mark.parametrize(
+    ("mode", "producer"), [("dataframe", "auto"), ("record", "auto"), ("dataframe", "driver")]
+)
+def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark, mode, producer):
     with output_topic() as out:
-        drain = make_drain(sink={"type": "kafka", "topic": out}, budget=BUDGET, **MODES[mode])
+        sink = {"type": "kafka", "topic": out, "producer": producer}
+        drain = make_drain(sink=sink, budget=BUDGET, **MODES[mode])
         total = sum(produce_backlog(drain, PER_PARTITION).values())
         results = drain_until_empty(drain)
         assert sum(r.drained for r in results) == total and len(results) == 2
@@ -84,6 +94,9 @@ def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark
         assert commit["details"]["produced"] == {out: last.drained}
         assert commit["details"]["transactional_id"] == transactional_id(drain.name)
         assert commit["details"]["aborted_attempts"] == 0
+        assert commit["details"]["producer"] == (
+            on_server(spark) if producer == "auto" else producer
+        )
         report = drain_status(drain)
         assert {r["id"]: r["table_commit"] for r in report["runs"]}[last.run_id] == commit
         shown = cli("status", drain.name)
@@ -93,6 +106,7 @@ def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark
         assert metadata[f"kafka_produced_{out}"].value == last.drained
         assert metadata["kafka_transactional_id"].value == transactional_id(drain.name)
         assert metadata["kafka_aborted_attempts"].value == 0
+        assert metadata["kafka_producer"].value == commit["details"]["producer"]
 
 
 def test_rows_route_themselves_to_other_topics_and_partitions(make_drain, spark):
@@ -120,15 +134,22 @@ def test_rows_route_themselves_to_other_topics_and_partitions(make_drain, spark)
         assert [high_watermark(routed, p) > 0 for p in range(3)] == [True, False, False]
         produced = result.table_commit["details"]["produced"]
         assert produced == {out: 20, routed: 40}
+        # a row's own topic is checked before it is produced: the driver's producer does that
+        assert result.table_commit["details"]["producer"] == "driver"
 
 
 @pytest.mark.parametrize("point", faults.KAFKA_POINTS)
-@pytest.mark.parametrize("mode", ["dataframe", "record"])
-def test_crash_then_resume_is_exactly_once(make_drain, spark, mode, point):
+@pytest.mark.parametrize(
+    ("mode", "producer"), [("dataframe", "auto"), ("record", "auto"), ("dataframe", "driver")]
+)
+def test_crash_then_resume_is_exactly_once(make_drain, spark, mode, producer, point):
     if mode == "record" and point in ("after_plan", "after_commit"):
         pytest.skip("the same in both modes: the dataframe case covers it")
+    if producer == "driver" and point in ("after_plan", "after_commit"):
+        pytest.skip("before and after the sink's part: the server producer's case covers it")
     with output_topic() as out:
-        drain = make_drain(sink={"type": "kafka", "topic": out}, budget=BUDGET, **MODES[mode])
+        sink = {"type": "kafka", "topic": out, "producer": producer}
+        drain = make_drain(sink=sink, budget=BUDGET, **MODES[mode])
         total = sum(produce_backlog(drain, PER_PARTITION).values())
         crashed = cli_run(drain, point)
         assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
@@ -164,11 +185,15 @@ def _stopped(pid: int) -> bool:
     return state == "T"
 
 
-def test_a_paused_zombie_attempt_never_becomes_visible(make_drain, spark):
+@pytest.mark.parametrize("producer", ["auto", "driver"])
+def test_a_paused_zombie_attempt_never_becomes_visible(make_drain, spark, producer):
     """Attempt A is stopped (SIGSTOP) with its run produced in an open transaction; B takes the
-    drain over and commits the run; A is resumed: its transaction is fenced, never visible."""
+    drain over and commits the run; A is resumed: its transaction is fenced, never visible.
+    On the server producer A's transaction is held by the server, which goes on: B's fence
+    aborts it there."""
     with output_topic() as out:
-        drain = make_drain(sink={"type": "kafka", "topic": out}, **MODES["dataframe"])
+        sink = {"type": "kafka", "topic": out, "producer": producer}
+        drain = make_drain(sink=sink, **MODES["dataframe"])
         total = sum(produce_backlog(drain, PER_PARTITION).values())
         env = {**os.environ, "DRAINER_FAULT": "pause_after_produce"}
         a = subprocess.Popen(
@@ -243,12 +268,46 @@ def test_an_output_without_value_is_one_line_and_commits_nothing(make_drain, spa
         _nothing_committed(drain, out)
 
 
-def test_a_record_over_the_size_limit_names_its_source_offset_and_commits_nothing(
-    make_drain, spark
+@pytest.mark.parametrize("producer", ["auto", "driver"])
+def test_a_row_without_a_value_names_its_source_offset_and_commits_nothing(
+    make_drain, spark, producer
 ):
     with output_topic() as out:
         drain = make_drain(
-            sink={"type": "kafka", "topic": out},
+            sink={"type": "kafka", "topic": out, "producer": producer},
+            mode="dataframe",
+            processor="spark_jobs.examples:kafka_one_without_value",
+            levels=1,
+            partitions=1,
+        )
+        produce_backlog(drain, {0: 10})
+        with pytest.raises(ConfigError, match="has no `value`") as err:
+            drain_job.run(drain.name, trigger="test")
+        assert f"{drain.level_topic(0)}/0/3" in str(err.value) and "\n" not in str(err.value)
+        _nothing_committed(drain, out)
+
+
+def test_producer_server_where_the_server_cannot_is_one_line_and_commits_nothing(make_drain, spark):
+    with output_topic() as out, output_topic() as routed:
+        drain = make_drain(
+            sink={"type": "kafka", "topic": out, "producer": "server"},
+            mode="dataframe",
+            processor="spark_jobs.examples:kafka_routed",
+        )
+        produce_records(drain, [OutRecord(value=b"1", headers=[("route", routed.encode())])])
+        with pytest.raises(ConfigError, match="`producer: server`, but its rows name") as err:
+            drain_job.run(drain.name, trigger="test")
+        assert "producer: auto" in str(err.value) and "\n" not in str(err.value)
+        _nothing_committed(drain, out)
+
+
+@pytest.mark.parametrize("producer", ["auto", "driver"])
+def test_a_record_over_the_size_limit_names_its_source_offset_and_commits_nothing(
+    make_drain, spark, producer
+):
+    with output_topic() as out:
+        drain = make_drain(
+            sink={"type": "kafka", "topic": out, "producer": producer},
             mode="dataframe",
             processor="spark_jobs.examples:kafka_one_oversized",
             levels=1,

@@ -1,0 +1,101 @@
+"""What a Kafka sink failure tells the user, whichever producer met it: the driver's
+(confluent-kafka, `drainer.kafka.transactions`) or the Spark server's (Java, which names the
+failure's kind for the driver: `spark_jobs/sinks/kafka_server.py`)."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError
+
+from drainer.errors import ConfigError, DrainerError, FencedOut, KafkaUnavailable
+from drainer.kafka.out_batches import missing_topic, no_value
+from drainer.kafka.run_markers import MARKER_TOPIC
+
+# librdkafka's and the broker's error codes by the kind of failure they mean
+_KINDS: dict[str, frozenset[int]] = {
+    # a newer producer of the drain took over
+    "fenced": frozenset(
+        {
+            KafkaError._FENCED,
+            KafkaError.PRODUCER_FENCED,
+            KafkaError.INVALID_PRODUCER_EPOCH,
+            KafkaError.INVALID_PRODUCER_ID_MAPPING,
+        }
+    ),
+    "denied": frozenset(
+        {
+            KafkaError.TOPIC_AUTHORIZATION_FAILED,
+            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        }
+    ),
+    "missing": frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}),
+    "too_large": frozenset({KafkaError.MSG_SIZE_TOO_LARGE}),
+    "timeout": frozenset({KafkaError._TIMED_OUT, KafkaError.COORDINATOR_NOT_AVAILABLE}),
+}
+
+
+def kind_of(code: int) -> str:
+    """A librdkafka error code's kind: fenced, denied, missing, too_large, timeout, or
+    unavailable (anything else)."""
+    return next((kind for kind, codes in _KINDS.items() if code in codes), "unavailable")
+
+
+def init_failure(kind: str, detail: str, drain: str, tid: str) -> DrainerError:
+    """The producer could not start its transactions (`init_transactions`)."""
+    if kind == "denied":
+        return ConfigError(
+            f"the Kafka sink's producer is not authorised to use the transactional id "
+            f"{tid!r} ({detail}): grant it WRITE and DESCRIBE on TransactionalId:{tid} and WRITE "
+            f"on the output topics and {MARKER_TOPIC}. Nothing was produced or committed"
+        )
+    if kind == "timeout":
+        return KafkaUnavailable(
+            f"the Kafka sink's transactions could not start ({detail}): the broker has no "
+            "transaction coordinator; on a cluster with fewer brokers than "
+            "transaction.state.log.replication.factor (default 3) or "
+            "transaction.state.log.min.isr, lower those broker settings (1 on a one-node "
+            "broker) and restart it. Nothing was produced or committed"
+        )
+    if kind == "fenced":
+        return FencedOut(f"a newer attempt of drain {drain!r} took over its producer")
+    return KafkaUnavailable(
+        f"the Kafka sink's transactions could not start: {detail}. "
+        "Nothing was committed: rerun; the run resumes with the same ranges"
+    )
+
+
+def produce_failure(
+    kind: str, detail: str, run_id: int, drain: str, tid: str, source: str | None, topic: str
+) -> DrainerError:
+    """Producing the run's transaction failed: it is aborted, nothing of it is visible."""
+    if kind == "fenced":
+        return FencedOut(
+            f"run {run_id} of drain {drain!r}: a newer attempt took over the producer {tid!r}; "
+            "this attempt's transaction is aborted, nothing of it is visible"
+        )
+    if kind == "missing":
+        return missing_topic(topic, source)
+    if kind == "no_value":
+        return no_value(source)
+    if kind == "denied":
+        return ConfigError(
+            f"the Kafka sink may not write topic {topic} ({detail}): grant WRITE on it "
+            f"(and on TransactionalId:{tid}). Nothing was committed"
+        )
+    if kind == "too_large":
+        return ConfigError(
+            f"an output record{_from(source)} for topic {topic} is larger than the broker "
+            f"accepts (max.message.bytes; {detail}): make it smaller in the processor or "
+            "handler, or raise the topic's max.message.bytes and the producer's "
+            "message.max.bytes (`kafka_librdkafka:`; `kafka_java:` max.request.size when the "
+            "Spark server produces). Nothing was committed"
+        )
+    return KafkaUnavailable(
+        f"producing run {run_id}'s output to {topic} failed ({detail}); "
+        "its transaction is aborted. Nothing was committed: rerun; the run resumes with "
+        "the same ranges"
+    )
+
+
+def _from(source: str | None) -> str:
+    return f" (from source record {source})" if source else ""

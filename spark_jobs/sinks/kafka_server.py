@@ -1,0 +1,235 @@
+"""The Kafka sink's producer on the Spark server: the run's transaction held by one Java
+producer in the Connect server's JVM (`spark_jobs/jvm/drainer/KafkaTxnSink.java`), which the
+write's tasks share, so the output rows never cross to the driver.
+
+The driver keeps every step the exactly-once design rests on (docs/kafka-sink.md): it fences
+and finds the marker of a resumed run first (`RunTransaction`), then one write opens the
+attempt's transaction on the server (`initTransactions` fences every older producer of the
+drain) and produces the rows, a second one the dead letters; the driver then checks its
+Postgres lease and only then asks the server to send the marker and commit. A driver that dies
+before that leaves the transaction open on the server: it is never committed, and the next
+attempt's `initTransactions` aborts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from drainer import faults
+from drainer.config import DrainConfig
+from drainer.config.kafka_clients import java_settings, redact
+from drainer.config.sinks import KafkaSinkConfig
+from drainer.errors import ConfigError, DrainerError
+from drainer.kafka.out_batches import missing_topic
+from drainer.kafka.run_markers import MARKER_TOPIC, marker_partition, run_header
+from drainer.kafka.sink_errors import init_failure
+from drainer.kafka.transactions import (
+    OUTPUT_PRODUCER_DEFAULTS,
+    TRANSACTION_TIMEOUT_S,
+    DeadLetterJoin,
+    RunMarker,
+    RunTransaction,
+)
+from drainer.spark.sink_jar import SERVER_CONF, SINK_CLASS
+from spark_jobs.sinks.faults import crash_once
+
+# a Java failure, as KafkaTxnSink names it: `drainer-kafka-sink[kind][source][topic] detail`
+_FAILURE = re.compile(r"drainer-kafka-sink\[(\w+)\]\[([^\]]*)\]\[([^\]]*)\] ?([^\n]*)")
+_DURING_SPARK_S = 0.2  # the during_spark fault: this far into the write, or at its end
+_SESSION_ATTR = "_drainer_server_sink"  # what a session's server offers, asked once
+
+
+def why_not_on_server(
+    spark: SparkSession, config: KafkaSinkConfig, columns: list[str]
+) -> str | None:
+    """Why this run's output cannot be produced on the Spark server (None: it can)."""
+    if config.producer == "driver":
+        return "the sink says `producer: driver`"
+    if config.kafka is not None:
+        return "the sink has a cluster of its own (`sink.kafka:`)"
+    if "topic" in columns:
+        # a row's own topic is checked to exist before it is produced, which the driver does
+        return "its rows name their own topics"
+    offered = getattr(spark, _SESSION_ATTR, None)
+    if offered is None:
+        jar = spark.conf.get(SERVER_CONF, "") or ""
+        master = spark.conf.get("spark.master", "") or ""
+        if not jar:
+            offered = (
+                "the Spark server was not started with drainer's producer jar (`drainer "
+                "services up` with a JDK on PATH starts it so)"
+            )
+        elif not master.startswith("local"):
+            offered = f"its tasks run on {master}, in other JVMs than the one producer"
+        else:
+            offered = ""
+        with contextlib.suppress(AttributeError):
+            setattr(spark, _SESSION_ATTR, offered)
+    return offered or None
+
+
+def producer_settings(drain: DrainConfig, bootstrap: str) -> dict[str, str]:
+    """The server producer's settings: the sink's defaults, then the drain's `kafka:` block as
+    Spark's Java clients take it (with `kafka_java:`), then what exactly once rests on."""
+    settings = {
+        # librdkafka's local-queue bound has no JVM twin (buffer.memory bounds its queue)
+        **{k: str(v) for k, v in OUTPUT_PRODUCER_DEFAULTS.items() if not k.startswith("queue.")},
+        "bootstrap.servers": bootstrap,
+        **java_settings(drain),
+        "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_S * 1000),
+    }
+    settings.pop("isolation.level", None)  # a consumer's
+    return settings
+
+
+def produce_on_server(
+    txn: RunTransaction,
+    rows: DataFrame,
+    topic: str,
+    attempt: int,
+    settings: Mapping[str, str],
+    still_ours: Callable[[], None],
+    dead_letters: DeadLetterJoin | None,
+    crash_in_spark: bool = False,
+) -> RunMarker:
+    """Produce `rows` (and the dead letters) in the attempt's transaction on the server; commit
+    it with the run's marker once the lease is still ours. Any failure aborts it."""
+    spark = rows.sparkSession
+    known = txn.existing_topics()
+    if topic not in known:
+        raise missing_topic(topic)
+    key = f"{txn.tid}/{txn.run_id}/{txn.nonce}/{attempt}"
+    txn.close()  # a resumed run's driver producer fenced and looked: the server's takes over
+    still_ours()  # a lost lease produces nothing
+    if crash_in_spark:
+        at = time.monotonic() + _DURING_SPARK_S
+        crash_once(lambda: time.monotonic() >= at)
+    try:
+        write = _writer(rows, key, topic, settings).option("open", "true")
+        _run(
+            txn,
+            topic,
+            lambda: write.option(
+                "run_header", _text(run_header(txn.run_id, txn.nonce, attempt))
+            ).save(),
+        )
+        dlq_max_attempts = dead = None
+        if dead_letters is not None and dead_letters.topic in known:  # else: after the commit
+            dead = _send_dead_letters(txn, spark, key, dead_letters, settings)
+            dlq_max_attempts = dead_letters.max_attempts
+        if crash_in_spark:
+            faults.crash_point("during_spark")
+        faults.crash_point("mid_produce")  # every record on the broker, in the open transaction
+        faults.pause_point("after_produce")
+        still_ours()  # after the fence: a takeover since then is seen here, before the commit
+        fields = RunMarker(
+            txn.drain,
+            txn.run_id,
+            txn.nonce,
+            attempt,
+            {},
+            0,
+            dlq_max_attempts=dlq_max_attempts,
+            dead_letters=dead or 0,
+        ).fields()
+        committed = _run(
+            txn,
+            MARKER_TOPIC,
+            lambda: (
+                _control(spark, key, "commit")
+                .option("marker_topic", MARKER_TOPIC)
+                .option("marker_partition", str(marker_partition(txn.drain)))
+                .option("marker_key", txn.drain)
+                .option("marker_fields", json.dumps(fields, separators=(",", ":")))
+                .load()
+                .collect()
+            ),
+        )
+    except BaseException:
+        with contextlib.suppress(Exception):  # a dead server's transaction ends with its timeout
+            _control(spark, key, "abort").load().collect()
+        raise
+    produced = {r.topic: int(r.records) for r in committed if r.records}
+    return RunMarker(
+        txn.drain,
+        txn.run_id,
+        txn.nonce,
+        attempt,
+        produced,
+        sum(int(r.bytes) for r in committed),
+        offset=int(committed[0].marker_offset),
+        dlq_max_attempts=dlq_max_attempts,
+        dead_letters=dead or 0,
+    )
+
+
+def _writer(rows: DataFrame, key: str, topic: str, settings: Mapping[str, str]) -> Any:
+    write = (
+        rows.write.format(SINK_CLASS)
+        .mode("append")
+        .option("key", key)
+        .option("topic", topic)
+        .option("transactional.id", key.split("/", 1)[0])
+    )
+    for name, value in settings.items():
+        write = write.option(f"kafka.{name}", value)
+    return write
+
+
+def _control(spark: SparkSession, key: str, action: str) -> Any:
+    return spark.read.format(SINK_CLASS).option("action", action).option("key", key)
+
+
+def _send_dead_letters(
+    txn: RunTransaction,
+    spark: SparkSession,
+    key: str,
+    join: DeadLetterJoin,
+    settings: Mapping[str, str],
+) -> int:
+    """The dead letters, into the open transaction on the server; returns how many."""
+    records = join.records()
+    if records:
+        rows = spark.createDataFrame(
+            [(r.value, r.key, [(k, v) for k, v in r.headers]) for r in records],
+            "value binary, key binary, headers array<struct<key: string, value: binary>>",
+        )
+        _run(txn, join.topic, lambda: _writer(rows, key, join.topic, settings).save())
+    return len(records)
+
+
+def _run(txn: RunTransaction, topic: str, step: Callable[[], Any]) -> Any:
+    """`step()`, a failure the server's producer named turned into drainer's own error."""
+    try:
+        return step()
+    except Exception as err:
+        found = _FAILURE.search(str(err))
+        if found is None:
+            raise
+        raise _failure(txn, topic, *found.groups()) from None
+
+
+def _failure(
+    txn: RunTransaction, topic: str, kind: str, source: str, named: str, detail: str
+) -> DrainerError:
+    detail = redact(detail)[:500]
+    if kind.startswith("init_"):
+        return init_failure(kind.removeprefix("init_"), detail, txn.drain, txn.tid)
+    if kind == "settings":
+        return ConfigError(
+            f"the Spark server's Kafka producer refused the drain's settings ({detail}): fix "
+            "them in `kafka:` or `kafka_java:`, or set the sink's `producer: driver`. Nothing "
+            "was committed"
+        )
+    return txn.failed(kind, detail, source or None, named or topic)
+
+
+def _text(value: bytes) -> str:
+    return value.decode()
