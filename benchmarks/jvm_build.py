@@ -21,16 +21,11 @@ def kafka_clients_jar() -> Path:
 
 
 def jvm_producer_settings() -> dict[str, str]:
-    """drainer's Kafka sink producer settings (`OUTPUT_PRODUCER_DEFAULTS`) as the JVM's
-    KafkaProducer takes them: librdkafka's local-queue bound has no JVM twin (buffer.memory
-    bounds the JVM's queue instead)."""
-    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
+    """drainer's Kafka sink producer settings as the JVM's KafkaProducer takes them: the
+    defaults the sink's server-side producer starts from."""
+    from spark_jobs.sinks.kafka_server import server_defaults
 
-    return {
-        key: str(value)
-        for key, value in OUTPUT_PRODUCER_DEFAULTS.items()
-        if key != "queue.buffering.max.messages"
-    }
+    return server_defaults()
 
 
 def pyspark_jars() -> Path:

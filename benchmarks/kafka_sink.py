@@ -8,7 +8,7 @@ copies them into an output topic of its own (4 partitions):
 
 - `drainer`: a drain with `sink: {type: kafka}`, dataframe mode, `kafka_passthrough` (every
   record as it is, with drainer's run and source headers), budget = N so one run drains it all;
-  timed: `spark_jobs.drain_job.run` whole (plan, Spark, the driver's one transaction, Postgres
+  timed: `spark_jobs.drain_job.run` whole (plan, Spark, the run's one transaction, Postgres
   commit, Kafka mirror). Exactly once for `read_committed` consumers.
 - `spark_kafka_sink`: the same read (`assign` + numeric offsets, as drainer reads) and
   `df.write.format("kafka")` on the same warm Connect session: at-least-once (a retried task
@@ -18,8 +18,10 @@ copies them into an output topic of its own (4 partitions):
   transactional producer, `send_offsets_to_transaction` and a commit every 100,000 records.
 - `server_task` (a prototype, opt in with `--paths`): the one transactional producer in one
   Python task on the Spark server, so no row crosses to the driver (see `run_server_task`).
-- `jvm_writer` (a prototype, opt in with `--paths`): the one transactional producer in the
-  Spark server's JVM, as a DataSource V2 writer of our own (see `run_jvm_writer`).
+- `drainer_driver` (opt in with `--paths`): `drainer` with the sink's `producer: driver`, its
+  one transactional producer in the drainer process (confluent-kafka), every output row
+  streamed to it; `drainer` itself produces on the Spark server where the server has drainer's
+  producer jar (`producer: auto`; the table shows which producer ran).
 
 Each path is warmed by a small run first (`--warmup` records, its own topics). Output record
 counts are checked against N (end offsets of the output topics minus the commit markers a
@@ -31,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 import uuid
 from datetime import UTC, datetime
@@ -95,7 +96,7 @@ def source(records: int) -> Any:
     return drain
 
 
-def run_drainer(src: Any, records: int) -> dict[str, Any]:
+def run_drainer(src: Any, records: int, producer: str = "auto") -> dict[str, Any]:
     from spark_jobs import drain_job
 
     out = create_topic()
@@ -104,14 +105,19 @@ def run_drainer(src: Any, records: int) -> dict[str, Any]:
         name=f"bench_kfk_{uuid.uuid4().hex[:8]}",
         topic=src.topic,
         processor=PROCESSOR,
-        sink={"type": "kafka", "topic": out},
+        sink={"type": "kafka", "topic": out, "producer": producer},
         **({"kafka_librdkafka": PRODUCER} if PRODUCER else {}),
     )
     started = time.perf_counter()
     result = drain_job.run(drain, trigger="bench")
     wall = time.perf_counter() - started
     assert result.drained == records, f"drained {result.drained} of {records}"
-    return {"wall_s": round(wall, 2), "phases": result.phases, "out": out}
+    producer_ran = (result.table_commit or {}).get("details", {}).get("producer")
+    return {"wall_s": round(wall, 2), "phases": result.phases, "out": out, "producer": producer_ran}
+
+
+def run_drainer_driver(src: Any, records: int) -> dict[str, Any]:
+    return run_drainer(src, records, producer="driver")
 
 
 def bounded_read(spark: Any, src: Any) -> Any:
@@ -275,66 +281,8 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
     return {"wall_s": round(wall, 2), "out": out}
 
 
-def run_jvm_writer(src: Any, records: int) -> dict[str, Any]:
-    """A prototype, not drainer: the one transactional producer on the Spark server's JVM, as a
-    DataSource V2 writer (`benchmarks/jvm/TxnWriterPrototype.java`): every task of the write
-    sends through the producer the driver's side opened, and the write's commit sends the run's
-    marker and commits the transaction. Same producer settings and two headers per record as
-    drainer's sink; no lease or Postgres. Needs its jar on the server's class path (the command
-    is printed when it is not). Opt in with `--paths ...,jvm_writer`."""
-    from jvm_build import jvm_producer_settings
-    from pyspark.sql import functions as F
-
-    from spark_jobs.session import get_spark
-
-    spark = get_spark()
-    out, marker = create_topic(), create_topic(1)
-    read = bounded_read(spark, src)
-    write = (
-        read.select(
-            "value", "key", F.concat_ws("/", "topic", "partition", "offset").alias("source")
-        )
-        .write.format("TxnWriterPrototype")
-        .mode("append")
-        .option("kafka.bootstrap.servers", _bootstrap())
-        .option("transactional.id", f"bench-jvm-{uuid.uuid4().hex[:8]}")
-        .option("topic", out)
-        .option("marker_topic", marker)
-        .option("run", "1:bench:1")
-    )
-    for key, value in jvm_producer_settings().items():
-        write = write.option(f"kafka.{key}", value)
-    started = time.perf_counter()
-    try:
-        write.save()
-    except Exception as err:
-        # the server cannot load the writer (DATA_SOURCE_NOT_FOUND) or kafka-clients beside it
-        if not any(cause in str(err) for cause in ("DATA_SOURCE_NOT_FOUND", "NoClassDefFound")):
-            raise
-        sys.exit(f"the jvm_writer path needs its jar on the Connect server: {jvm_writer_setup()}")
-    wall = time.perf_counter() - started
-    return {"wall_s": round(wall, 2), "out": out}
-
-
-def jvm_writer_setup() -> str:
-    """Build the prototype's jar and a Spark conf folder that puts it on the server's class
-    path; return the command that restarts the server with it."""
-    from jvm_build import build, kafka_clients_jar, pyspark_jars
-
-    kafka = kafka_clients_jar()
-    writer = build("TxnWriterPrototype", [pyspark_jars() / "*", kafka])
-    conf = OUT / "jvm" / "conf"
-    conf.mkdir(parents=True, exist_ok=True)
-    classpath = f"{writer}:{kafka}"
-    (conf / "spark-defaults.conf").write_text(f"spark.driver.extraClassPath {classpath}\n")
-    return (
-        f"kill the Connect server (pkill -f SparkConnectServer), then `SPARK_CONF_DIR={conf} "
-        ".venv/bin/drainer services up`; a plain `drainer services up` after a kill goes back"
-    )
-
-
 PATHS = {"drainer": run_drainer, "spark_kafka_sink": run_spark_sink, "txn_loop": run_txn_loop}
-PROTOTYPES = {"server_task": run_server_task, "jvm_writer": run_jvm_writer}
+PROTOTYPES = {"server_task": run_server_task, "drainer_driver": run_drainer_driver}
 
 
 def main() -> None:
@@ -370,7 +318,8 @@ def main() -> None:
             assert count >= args.records, f"{name}: {count} of {args.records} records"
             got["records_out"] = count
             results[name].append(got)
-            print(name, got["wall_s"], "s", flush=True)
+            ran = f" (producer: {got['producer']})" if got.get("producer") else ""
+            print(name, got["wall_s"], "s" + ran, flush=True)
     summary = {
         name: {
             "median_s": statistics.median(r["wall_s"] for r in rs),

@@ -34,7 +34,7 @@ from drainer.sinks import configured_formats, server_conf
 from drainer.spark.endpoint import endpoint_port, redacted
 from drainer.spark.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
 from drainer.spark.net import port_open
-from drainer.spark.sink_jar import SERVER_CONF, server_sink_classpath
+from drainer.spark.sink_jar import NO_JDK, SERVER_CONF, server_sink_classpath
 from drainer.spark.tools import require
 
 NAME = "connect"
@@ -228,6 +228,8 @@ def start(
     if sink_classpath:  # on the JVM's own class path: a session's class loader would not share
         settings_conf["spark.driver.extraClassPath"] = ":".join(map(str, sink_classpath))
         settings_conf[SERVER_CONF] = sink_jar
+    elif master.startswith("local"):
+        echo(f"{NAME:<9} {NO_JDK}")
     home = spark_home()
     cmd = [
         str(home / "bin" / "spark-submit"),

@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 SINK_CLASS = "drainer.KafkaTxnSink"
 # set on a server started with the jar on its class path (its file name): what a run asks
 SERVER_CONF = "spark.drainer.kafkaSink"
+NO_JDK = (
+    "no JDK (javac) on PATH: Kafka sinks will produce from the driver, ~1.7x slower for large "
+    "outputs; install a JDK 17+ and run `drainer services up` again"
+)
 
 
 def _source() -> Path | None:
@@ -50,10 +54,6 @@ def server_sink_classpath(home: Path) -> list[Path] | None:
     source = _source()
     javac, jar_tool = shutil.which("javac"), shutil.which("jar")
     if source is None or javac is None or jar_tool is None:
-        log.info(
-            "no JDK (javac, jar) on PATH: the Kafka sink will produce from the driver; install "
-            "a JDK 17+ and run `drainer services up` again for the faster server-side producer"
-        )
         return None
     kafka_clients = next(p for p in spark_kafka_jars(home) if p.name.startswith("kafka-clients"))
     digest = hashlib.sha256(

@@ -6,7 +6,7 @@ import shutil
 
 from drainer.errors import ServiceError
 
-JAVA_MAVEN_HINT = "apt-get install maven openjdk-17-jre-headless"
+JAVA_MAVEN_HINT = "apt-get install maven openjdk-17-jdk-headless"
 
 
 def require(program: str, install_hint: str = JAVA_MAVEN_HINT) -> str:

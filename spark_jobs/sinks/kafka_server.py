@@ -75,12 +75,17 @@ def why_not_on_server(
     return offered or None
 
 
+def server_defaults() -> dict[str, str]:
+    """The sink's producer defaults (`OUTPUT_PRODUCER_DEFAULTS`) as the JVM's KafkaProducer
+    takes them: librdkafka's local-queue bound has no JVM twin (buffer.memory bounds its queue)."""
+    return {k: str(v) for k, v in OUTPUT_PRODUCER_DEFAULTS.items() if not k.startswith("queue.")}
+
+
 def producer_settings(drain: DrainConfig, bootstrap: str) -> dict[str, str]:
     """The server producer's settings: the sink's defaults, then the drain's `kafka:` block as
     Spark's Java clients take it (with `kafka_java:`), then what exactly once rests on."""
     settings = {
-        # librdkafka's local-queue bound has no JVM twin (buffer.memory bounds its queue)
-        **{k: str(v) for k, v in OUTPUT_PRODUCER_DEFAULTS.items() if not k.startswith("queue.")},
+        **server_defaults(),
         "bootstrap.servers": bootstrap,
         **java_settings(drain),
         "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_S * 1000),

@@ -29,6 +29,14 @@ def admin() -> AdminClient:
     return AdminClient({"bootstrap.servers": load_settings().bootstrap_servers})
 
 
+def auto_producer(spark) -> str:
+    """Where `producer: auto` produces on the server the tests share: the server when it was
+    started with drainer's producer jar (a JDK on PATH), else the driver."""
+    from drainer.spark.sink_jar import SERVER_CONF
+
+    return "server" if spark.conf.get(SERVER_CONF, "") else "driver"
+
+
 @contextmanager
 def output_topic(partitions: int = 3, **config: str) -> Iterator[str]:
     """A fresh output topic, deleted afterwards."""

@@ -19,6 +19,7 @@ import pytest
 from kafka_output import (
     admin,
     assert_each_source_once,
+    auto_producer,
     delete_topic,
     expected_sources,
     high_watermark,
@@ -44,7 +45,6 @@ from drainer.errors import ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.transactions import transactional_id
 from drainer.observe.status import drain_status
-from drainer.spark.sink_jar import SERVER_CONF
 from drainer.store import get_engine
 from spark_jobs import drain_job
 
@@ -61,12 +61,6 @@ MODES = {
         "ordering": "partition",
     },
 }
-
-
-def on_server(spark) -> str:
-    """Where `producer: auto` produces on the server the tests share: the server when it was
-    started with drainer's producer jar (a JDK on PATH), else the driver."""
-    return "server" if spark.conf.get(SERVER_CONF, "") else "driver"
 
 
 @pytest.mark.parametrize(
@@ -95,7 +89,7 @@ def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark
         assert commit["details"]["transactional_id"] == transactional_id(drain.name)
         assert commit["details"]["aborted_attempts"] == 0
         assert commit["details"]["producer"] == (
-            on_server(spark) if producer == "auto" else producer
+            auto_producer(spark) if producer == "auto" else producer
         )
         report = drain_status(drain)
         assert {r["id"]: r["table_commit"] for r in report["runs"]}[last.run_id] == commit

@@ -223,3 +223,62 @@ def test_a_password_in_an_error_is_redacted_from_every_table_and_log_line(
     assert holding[creds.password] == []
     assert holding["login refused for ***"]  # the error itself is kept, redacted
     assert creds.password not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("listener", "producer"), [("scram", "auto"), ("ssl", "auto"), ("scram", "driver")]
+)
+def test_a_kafka_sink_produces_through_each_secured_listener_and_the_secret_shows_nowhere(
+    monkeypatch, make_drain, local_listeners, spark, listener, producer
+):
+    """The sink's producer takes the drain's one `kafka:` block: librdkafka's settings on the
+    driver, the same block translated for the Java client on the Spark server (the JAAS line,
+    PEM stores). Exactly once, read back by distinct source coordinates."""
+    from kafka_output import auto_producer, output_topic, sources
+
+    from drainer.observe.status import drain_status
+
+    sasl, ssl, creds = local_listeners
+    monkeypatch.setenv("KAFKA_PASSWORD", creds.password)
+    if listener == "scram":
+        bootstrap, secret = sasl, creds.password
+        kafka = {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": creds.username,
+            "sasl.password": "${KAFKA_PASSWORD}",
+        }
+    else:
+        bootstrap, secret = ssl, Path(creds.client_key).read_text().splitlines()[1]
+        kafka = {
+            "security.protocol": "SSL",
+            "ssl.ca.location": _from_home(creds.ca),
+            "ssl.certificate.location": _from_home(creds.client_certificate),
+            "ssl.key.location": _from_home(creds.client_key),
+        }
+    plain = load_settings().bootstrap_servers
+    with output_topic() as out:  # made, and read back below, through the plain listener
+        monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
+        drain = make_drain(
+            mode="dataframe",
+            processor="spark_jobs.examples:kafka_passthrough",
+            sink={"type": "kafka", "topic": out, "producer": producer},
+            partitions=2,
+            kafka=kafka,
+        )
+        for level in range(drain.levels):
+            records = [OutRecord(value=f"v{i}".encode(), key=b"k%d" % i) for i in range(20)]
+            produce_records(drain, records, level)
+        env = {"KAFKA_BOOTSTRAP_SERVERS": bootstrap, "DRAINER_CONFIG": os.environ["DRAINER_CONFIG"]}
+        done = _cli("run", drain.name, "--json", env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout)["drained"] == 3 * 20
+        assert secret not in done.stdout + done.stderr
+        (run,) = drain_status(drain)["runs"]  # its backlog read through the secured listener
+        with monkeypatch.context() as unsecured:  # then back: the drain's clean-up is secured
+            unsecured.setenv("KAFKA_BOOTSTRAP_SERVERS", plain)
+            seen = sources(out)
+        assert len(seen) == 3 * 20 and set(seen.values()) == {1}
+        assert run["table_commit"]["details"]["producer"] == (
+            auto_producer(spark) if producer == "auto" else producer
+        )

@@ -68,3 +68,17 @@ def test_a_server_an_older_drainer_started_is_restarted(paths, settings, dropped
 
 def test_a_server_that_left_no_record_is_restarted(paths, settings) -> None:
     assert connect.restart_reason(paths, settings, ()) is not None
+
+
+def test_a_server_without_this_version_of_the_kafka_sink_producer_is_restarted(
+    paths, settings
+) -> None:
+    """The Kafka sink's server producer is on the JVM's class path: only a restart adds it."""
+    _started(paths, connect.started_with("local[*]", ("delta",), settings))
+    reason = connect.restart_reason(paths, settings, ("delta",), "drainer-kafka-sink-new.jar")
+    assert reason is not None and "Kafka sink" in reason
+    older = connect.started_with("local[*]", ("delta",), settings, "drainer-kafka-sink-old.jar")
+    _started(paths, older)
+    assert connect.restart_reason(paths, settings, ("delta",), "drainer-kafka-sink-new.jar")
+    # without a JDK there is no jar to want: a server started with one serves as well
+    assert connect.restart_reason(paths, settings, ("delta",)) is None
