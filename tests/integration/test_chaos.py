@@ -44,7 +44,7 @@ from typing import IO, Any
 import pytest
 from broker_kill import kill_broker
 from confluent_kafka import Consumer, TopicPartition
-from kafka_output import output_topic, read_output
+from kafka_output import auto_producer, output_topic, read_output
 from lifecycle_helpers import CLI, sink_records
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from sqlalchemy import text
@@ -53,6 +53,7 @@ from test_lakehouse import sink_of, table_offsets
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.observe.status import drain_status
 from drainer.services import connect, kafka, postgres, process
 from drainer.services.pg_layout import layout
 from drainer.settings import load_settings
@@ -355,6 +356,7 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
     make_drain, spark, lakehouse, sink, sink_block
 ):
     seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
+    producer = auto_producer(spark)  # asked now: the session's server is killed below
     print(f"chaos seed: {seed} (replay with CHAOS_SEED={seed})")
     rng = random.Random(seed)
     drain = make_drain(
@@ -491,6 +493,13 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
         aborted = sum(uncommitted.values()) - sum(seen.values())
         print(f"output: {sum(seen.values())} records read_committed, {aborted} more aborted")
         assert set(uncommitted) == expected and aborted > 0
+        # the runs that produced did so where `producer: auto` says (a found marker: none)
+        produced_by = {
+            r["table_commit"]["details"].get("producer")
+            for r in drain_status(drain, recent=1000)["runs"]
+            if r["table_commit"]
+        }
+        assert producer in produced_by and produced_by <= {producer, None}, produced_by
     ends = high_watermarks(drain)
     assert stored_offsets(drain) == {key: (end, "") for key, end in ends.items()}
     assert kafka_offsets(drain) == {key: (end, "") for key, end in ends.items()}
