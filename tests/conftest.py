@@ -122,6 +122,7 @@ class DagsterDrains(NamedTuple):
     leaky: DrainConfig
     upkept: DrainConfig
     fresh: DrainConfig
+    produces: DrainConfig
 
 
 @pytest.fixture(scope="session")
@@ -131,12 +132,15 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     `launches`: UI launches, backfills and the lag sensor; `cron`: its schedule fires every
     minute; `browser`: the browser test's; `service`: max_wait, run_seconds and budget_bytes;
     `leaky`: a processor that fails with a secret in its error; `upkept`: its daily
-    maintenance job is launched; `fresh`: max_wait 1m, Dagster's shortest freshness window.
+    maintenance job is launched; `fresh`: max_wait 1m, Dagster's shortest freshness window;
+    `produces`: a Kafka sink (its output topic `<name>_out`).
     """
     import yaml
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     from drainer.config import load_drains
     from drainer.kafka.session import KafkaSession
+    from drainer.settings import load_settings
     from drainer.testing import delete_topics, drain_body
 
     suffix = uuid.uuid4().hex[:6]
@@ -162,7 +166,12 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
         "upkept": {"budget": 700},
         "fresh": {"budget": 700, "max_wait": "1m"},
     }
-    names = {role: f"{role}_{suffix}" for role in bodies}
+    names = {role: f"{role}_{suffix}" for role in [*bodies, "produces"]}
+    bodies["produces"] = {
+        "budget": 7000,
+        "processor": "spark_jobs.examples:kafka_passthrough",
+        "sink": {"type": "kafka", "topic": f"{names['produces']}_out"},
+    }
     drains_yaml = {
         names[role]: drain_body(names[role], group=f"g_{names[role]}", **body)
         for role, body in bodies.items()
@@ -174,9 +183,13 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     for drain in drains.values():
         with KafkaSession(drain) as kafka:
             kafka.create_topics()
+    out = drains["produces"].sink.topic  # type: ignore[union-attr]
+    admin = AdminClient({"bootstrap.servers": load_settings().bootstrap_servers})
+    admin.create_topics([NewTopic(out, num_partitions=3, replication_factor=1)])[out].result(30)
     yield DagsterDrains(path=path, **drains)
     for drain in drains.values():
         delete_topics(drain)
+    admin.delete_topics([out], operation_timeout=10)[out].result(30)
 
 
 @pytest.fixture(scope="session")

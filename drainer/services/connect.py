@@ -34,7 +34,7 @@ from drainer.sinks import configured_formats, server_conf
 from drainer.spark.endpoint import endpoint_port, redacted
 from drainer.spark.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
 from drainer.spark.net import port_open
-from drainer.spark.sink_jar import NO_JDK, SERVER_CONF, server_sink_classpath
+from drainer.spark.sink_jar import NO_JDK, SERVER_CONF, has_jdk, server_sink_classpath
 from drainer.spark.tools import require
 
 NAME = "connect"
@@ -191,7 +191,12 @@ def start(
     formats = configured_formats(settings) if formats is None else formats
     token = ensure_secret(settings.home, CONNECT_TOKEN)
     # the Kafka sink's producer runs in the server's JVM where the tasks do (a local master)
-    sink_classpath = server_sink_classpath(settings.home) if master.startswith("local") else None
+    sink_classpath = None
+    if master.startswith("local"):
+        try:
+            sink_classpath = server_sink_classpath(settings.home)
+        except ServiceError as err:  # the sink still works, from the driver
+            echo(f"{NAME:<9} {err}: Kafka sinks will produce from the driver")
     sink_jar = sink_classpath[0].name if sink_classpath else "-"
     pid = process.our_pid(paths.pid_file, MARKER)
     if (
@@ -228,7 +233,7 @@ def start(
     if sink_classpath:  # on the JVM's own class path: a session's class loader would not share
         settings_conf["spark.driver.extraClassPath"] = ":".join(map(str, sink_classpath))
         settings_conf[SERVER_CONF] = sink_jar
-    elif master.startswith("local"):
+    elif master.startswith("local") and not has_jdk():
         echo(f"{NAME:<9} {NO_JDK}")
     home = spark_home()
     cmd = [

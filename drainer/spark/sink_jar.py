@@ -2,8 +2,8 @@
 
 `drainer services up` compiles it with the JDK's `javac` against pyspark's own jars and Spark's
 kafka-clients, into `home/jars/`, and starts the local Connect server with both on its own class
-path: the sink then produces in the server's JVM, six times cheaper than from the driver
-(benchmarks/README.md, issue 27). Without a JDK (or the source) there is no jar, and the sink
+path: the sink then produces in the server's JVM, where the same transaction costs a sixth of
+the CPU it costs the driver (benchmarks/README.md, issue 27's twelfth part). Without a JDK (or the source) there is no jar, and the sink
 produces from the driver, as on a `SPARK_REMOTE` server or a standalone cluster.
 """
 
@@ -48,9 +48,14 @@ def _pyspark_jars() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "jars"
 
 
+def has_jdk() -> bool:
+    return shutil.which("javac") is not None and shutil.which("jar") is not None
+
+
 def server_sink_classpath(home: Path) -> list[Path] | None:
     """The sink's jar (built once per source and pyspark version) and the kafka-clients jar it
-    runs on, for the server's `spark.driver.extraClassPath`; None without a JDK or the source."""
+    runs on, for the server's `spark.driver.extraClassPath`; None without a JDK or the source.
+    A build that fails raises ServiceError with javac's words."""
     source = _source()
     javac, jar_tool = shutil.which("javac"), shutil.which("jar")
     if source is None or javac is None or jar_tool is None:

@@ -14,6 +14,7 @@ attempt's `initTransactions` aborts it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
 import time
@@ -117,14 +118,9 @@ def produce_on_server(
         at = time.monotonic() + _DURING_SPARK_S
         crash_once(lambda: time.monotonic() >= at)
     try:
+        header = run_header(txn.run_id, txn.nonce, attempt).decode()
         write = _writer(rows, key, topic, settings).option("open", "true")
-        _run(
-            txn,
-            topic,
-            lambda: write.option(
-                "run_header", _text(run_header(txn.run_id, txn.nonce, attempt))
-            ).save(),
-        )
+        _run(txn, topic, write.option("run_header", header).save)
         dlq_max_attempts = dead = None
         if dead_letters is not None and dead_letters.topic in known:  # else: after the commit
             dead = _send_dead_letters(txn, spark, key, dead_letters, settings)
@@ -134,7 +130,8 @@ def produce_on_server(
         faults.crash_point("mid_produce")  # every record on the broker, in the open transaction
         faults.pause_point("after_produce")
         still_ours()  # after the fence: a takeover since then is seen here, before the commit
-        fields = RunMarker(
+        # what the marker says besides its counts, which the server's producer adds
+        marker = RunMarker(
             txn.drain,
             txn.run_id,
             txn.nonce,
@@ -143,7 +140,7 @@ def produce_on_server(
             0,
             dlq_max_attempts=dlq_max_attempts,
             dead_letters=dead or 0,
-        ).fields()
+        )
         committed = _run(
             txn,
             MARKER_TOPIC,
@@ -152,7 +149,7 @@ def produce_on_server(
                 .option("marker_topic", MARKER_TOPIC)
                 .option("marker_partition", str(marker_partition(txn.drain)))
                 .option("marker_key", txn.drain)
-                .option("marker_fields", json.dumps(fields, separators=(",", ":")))
+                .option("marker_fields", json.dumps(marker.fields(), separators=(",", ":")))
                 .load()
                 .collect()
             ),
@@ -161,17 +158,11 @@ def produce_on_server(
         with contextlib.suppress(Exception):  # a dead server's transaction ends with its timeout
             _control(spark, key, "abort").load().collect()
         raise
-    produced = {r.topic: int(r.records) for r in committed if r.records}
-    return RunMarker(
-        txn.drain,
-        txn.run_id,
-        txn.nonce,
-        attempt,
-        produced,
-        sum(int(r.bytes) for r in committed),
-        offset=int(committed[0].marker_offset),
-        dlq_max_attempts=dlq_max_attempts,
-        dead_letters=dead or 0,
+    return dataclasses.replace(
+        marker,
+        produced={r.topic: int(r.records) for r in committed if r.records},
+        size=sum(int(r.bytes) for r in committed),
+        offset=int(committed[0].marker_offset),  # exact: the server's producer sent it
     )
 
 
@@ -234,7 +225,3 @@ def _failure(
             "was committed"
         )
     return txn.failed(kind, detail, source or None, named or topic)
-
-
-def _text(value: bytes) -> str:
-    return value.decode()

@@ -191,6 +191,28 @@ def test_ui_launches_backfills_schedule_and_sensor_each_make_one_drainer_run(
     assert all(r.status == "committed" for r in drainer_runs(drain))
 
 
+def test_a_ui_launched_run_of_a_kafka_sink_produces_each_record_once_with_its_metadata(
+    dagster_stack, dagster_drains, spark
+):
+    """ "Materialize all" of a drain whose sink is a Kafka topic: one Dagster run, one drainer
+    run, one transaction (on the Spark server where it can), and the asset's metadata says what
+    it produced, where and with which transactional id."""
+    from kafka_output import assert_each_source_once, auto_producer
+
+    ui, drain = dagster_stack, dagster_drains.produces
+    produce(drain, 100, seed=40)
+    runs = ui.wait_backfill(ui.launch_backfill(drain.name))
+    assert [r["status"] for r in runs] == ["SUCCESS"]
+    (run,) = drainer_runs(drain)
+    assert run.status == "committed" and run.dagster_run_id == runs[0]["runId"]
+    out = drain.sink.topic
+    assert_each_source_once(out, high_watermarks(drain))
+    metadata = [m["metadata"] for m in ui.materializations(drain.name)]
+    assert metadata and all(m["kafka_produced_" + out] == 300 for m in metadata)
+    assert {m["kafka_producer"] for m in metadata} == {auto_producer(spark)}
+    assert {m["kafka_transactional_id"] for m in metadata} == {f"drainer-{drain.name}"}
+
+
 def _drained_by_schedule(drain) -> int:
     return sum(
         n

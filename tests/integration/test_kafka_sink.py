@@ -262,25 +262,6 @@ def test_an_output_without_value_is_one_line_and_commits_nothing(make_drain, spa
         _nothing_committed(drain, out)
 
 
-@pytest.mark.parametrize("producer", ["auto", "driver"])
-def test_a_row_without_a_value_names_its_source_offset_and_commits_nothing(
-    make_drain, spark, producer
-):
-    with output_topic() as out:
-        drain = make_drain(
-            sink={"type": "kafka", "topic": out, "producer": producer},
-            mode="dataframe",
-            processor="spark_jobs.examples:kafka_one_without_value",
-            levels=1,
-            partitions=1,
-        )
-        produce_backlog(drain, {0: 10})
-        with pytest.raises(ConfigError, match="has no `value`") as err:
-            drain_job.run(drain.name, trigger="test")
-        assert f"{drain.level_topic(0)}/0/3" in str(err.value) and "\n" not in str(err.value)
-        _nothing_committed(drain, out)
-
-
 def test_producer_server_where_the_server_cannot_is_one_line_and_commits_nothing(make_drain, spark):
     with output_topic() as out, output_topic() as routed:
         drain = make_drain(
@@ -296,21 +277,30 @@ def test_producer_server_where_the_server_cannot_is_one_line_and_commits_nothing
 
 
 @pytest.mark.parametrize("producer", ["auto", "driver"])
-def test_a_record_over_the_size_limit_names_its_source_offset_and_commits_nothing(
-    make_drain, spark, producer
+@pytest.mark.parametrize(
+    ("processor", "says"),
+    [
+        ("kafka_one_without_value", "has no `value`"),
+        ("kafka_one_oversized", "larger than the broker accepts"),
+    ],
+)
+def test_a_bad_output_record_names_its_source_offset_and_commits_nothing(
+    make_drain, spark, producer, processor, says
 ):
+    """The record at offset 3 cannot be produced (no value; over the size limit)."""
     with output_topic() as out:
         drain = make_drain(
             sink={"type": "kafka", "topic": out, "producer": producer},
             mode="dataframe",
-            processor="spark_jobs.examples:kafka_one_oversized",
+            processor=f"spark_jobs.examples:{processor}",
             levels=1,
             partitions=1,
         )
         produce_backlog(drain, {0: 10})
-        with pytest.raises(ConfigError, match="larger than the broker accepts") as err:
+        with pytest.raises(ConfigError, match=says) as err:
             drain_job.run(drain.name, trigger="test")
         assert f"source record {drain.level_topic(0)}/0/3" in str(err.value)
+        assert "\n" not in str(err.value)
         _nothing_committed(drain, out)
         # the records produced before it were aborted with the transaction
         assert sum(sources(out, "read_uncommitted").values()) <= 3
