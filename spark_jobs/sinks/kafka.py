@@ -84,8 +84,11 @@ class KafkaSparkSink(KafkaSink, SparkSink):
 
     def _produce(self, ctx: RunContext, rows: DataFrame) -> TableCommit:
         # a retry stages first (cached on the Spark side; a lost block is recomputed from the
-        # same ranges), so its transaction lasts the produce-and-commit step only
-        staged = rows.persist() if ctx.attempt > 1 else None
+        # same ranges), so its transaction lasts the produce-and-commit step only. So does a
+        # classic session: its `toLocalIterator` never reports the read's observation (the
+        # run's count then waited forever), the staging count does
+        classic = not is_connect(rows.sparkSession)
+        staged = rows.persist() if ctx.attempt > 1 or classic else None
         try:
             if staged is not None:
                 staged.count()

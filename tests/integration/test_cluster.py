@@ -205,6 +205,33 @@ def test_record_mode_on_a_standalone_cluster(make_drain, cluster):
     assert _scalar(distinct) == sum(PRODUCED.values())
 
 
+def _kafka_sink_from_the_driver(make_drain, **spark_env: str) -> dict:
+    """A Kafka sink's run on the cluster: its tasks run in the worker's JVMs, which cannot share
+    the run's one producer, so `producer: auto` produces from the driver, exactly once."""
+    from kafka_output import output_topic, sources
+
+    from drainer.observe.status import drain_status
+
+    with output_topic() as out:
+        drain = make_drain(
+            budget=5000,
+            processor="spark_jobs.examples:kafka_passthrough",
+            sink={"type": "kafka", "topic": out},
+        )
+        _produce(drain)
+        result = _drain_in_process(drain, **spark_env)
+        assert result["drained"] == sum(PRODUCED.values())
+        seen = sources(out)
+        assert len(seen) == sum(PRODUCED.values()) and set(seen.values()) == {1}
+        (run,) = drain_status(drain)["runs"]
+        assert run["table_commit"]["details"]["producer"] == "driver"
+    return result
+
+
+def test_a_kafka_sink_on_a_standalone_cluster_produces_from_the_driver(make_drain, cluster):
+    _kafka_sink_from_the_driver(make_drain, SPARK_MASTER=cluster.master_url)
+
+
 @pytest.mark.parametrize("mode", ["dataframe", "record"])
 def test_spark_connect_server_attached_to_the_cluster(
     make_drain, cluster, connect_on_cluster, mode
@@ -227,3 +254,11 @@ def test_spark_connect_server_attached_to_the_cluster(
         assert _scalar(f'SELECT count(*) FROM "{table}"') == sum(PRODUCED.values())
     else:
         assert _scalar(f'SELECT sum(records) FROM "{table}"') == sum(PRODUCED.values())
+
+
+def test_a_kafka_sink_on_a_connect_server_attached_to_the_cluster_produces_from_the_driver(
+    make_drain, cluster, connect_on_cluster
+):
+    remote = client_url(connect_on_cluster, load_settings().connect_token)
+    result = _kafka_sink_from_the_driver(make_drain, SPARK_REMOTE=remote)
+    assert f"server master {cluster.master_url}" in result["spark"]
