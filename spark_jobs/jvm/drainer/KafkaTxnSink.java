@@ -127,7 +127,7 @@ public class KafkaTxnSink implements TableProvider {
     final KafkaProducer<byte[], byte[]> producer;
     final AtomicReference<RuntimeException> failed = new AtomicReference<>();
     final Map<String, long[]> produced = new TreeMap<>(); // topic -> {records, bytes}
-    String state = "open";
+    volatile String state = "open"; // open, committed or aborted; read by the writes' threads
     List<Object[]> result;
 
     RunTxn(String key, String tid, KafkaProducer<byte[], byte[]> producer) {
