@@ -3,8 +3,6 @@ pyspark's own and the kafka-clients jar drainer downloads for Spark's Kafka sour
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,9 +13,9 @@ JAVA_SOURCES = Path(__file__).resolve().parent / "jvm"
 
 def kafka_clients_jar() -> Path:
     from drainer.settings import load_settings
-    from drainer.spark.jars import spark_kafka_jars
+    from drainer.spark import sink_jar
 
-    return next(p for p in spark_kafka_jars(load_settings().home) if "kafka-clients" in p.name)
+    return sink_jar.kafka_clients_jar(load_settings().home)
 
 
 def jvm_producer_settings() -> dict[str, str]:
@@ -29,24 +27,17 @@ def jvm_producer_settings() -> dict[str, str]:
 
 
 def pyspark_jars() -> Path:
-    import pyspark
+    from drainer.spark.sink_jar import pyspark_jars as jars
 
-    return Path(pyspark.__file__).parent / "jars"
+    return jars()
 
 
 def build(name: str, classpath: list[Path]) -> Path:
     """`benchmarks/jvm/<name>.java` compiled into `benchmarks/out/jvm/<name>.jar`."""
-    javac, jar = shutil.which("javac"), shutil.which("jar")
-    if javac is None or jar is None:
+    from drainer.spark.sink_jar import compile_jar, has_jdk
+
+    if not has_jdk():
         sys.exit(f"{name} needs a JDK: javac and jar on PATH")
-    classes = OUT / "jvm" / name
-    shutil.rmtree(classes, ignore_errors=True)
-    classes.mkdir(parents=True)
-    cp = ":".join(str(p) for p in classpath)
-    subprocess.run(
-        [javac, "-nowarn", "-d", str(classes), "-cp", cp, str(JAVA_SOURCES / f"{name}.java")],
-        check=True,
-    )
     built = OUT / "jvm" / f"{name}.jar"
-    subprocess.run([jar, "cf", str(built), "-C", str(classes), "."], check=True)
+    compile_jar(JAVA_SOURCES / f"{name}.java", classpath, built)
     return built

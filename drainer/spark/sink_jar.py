@@ -42,7 +42,8 @@ def _source() -> Path | None:
     return path if path.is_file() else None
 
 
-def _pyspark_jars() -> Path:
+def pyspark_jars() -> Path:
+    """The installed pyspark's own jars (its `jars/` folder), found without importing it."""
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.submodule_search_locations
     return Path(next(iter(spec.submodule_search_locations))) / "jars"
@@ -57,21 +58,28 @@ def server_sink_classpath(home: Path) -> list[Path] | None:
     runs on, for the server's `spark.driver.extraClassPath`; None without a JDK or the source.
     A build that fails raises ServiceError with javac's words."""
     source = _source()
-    javac, jar_tool = shutil.which("javac"), shutil.which("jar")
-    if source is None or javac is None or jar_tool is None:
+    if source is None or not has_jdk():
         return None
-    kafka_clients = next(p for p in spark_kafka_jars(home) if p.name.startswith("kafka-clients"))
+    kafka_clients = kafka_clients_jar(home)
     digest = hashlib.sha256(
         source.read_bytes() + f"{pyspark_version()} {kafka_clients.name}".encode()
     ).hexdigest()[:12]
     built = home / "jars" / f"drainer-kafka-sink-{digest}.jar"
     with file_lock(home / "jars" / ".drainer-kafka-sink.lock"):
         if not built.exists():
-            _build(javac, jar_tool, source, [*_pyspark_jars().glob("*.jar"), kafka_clients], built)
+            compile_jar(source, [*pyspark_jars().glob("*.jar"), kafka_clients], built)
     return [built, kafka_clients]
 
 
-def _build(javac: str, jar_tool: str, source: Path, classpath: list[Path], built: Path) -> None:
+def kafka_clients_jar(home: Path) -> Path:
+    """The kafka-clients jar Spark's Kafka source runs on (drainer resolves it into `home`)."""
+    return next(p for p in spark_kafka_jars(home) if p.name.startswith("kafka-clients"))
+
+
+def compile_jar(source: Path, classpath: list[Path], built: Path) -> None:
+    """`source` compiled with the JDK's javac against `classpath` into the jar `built`;
+    ServiceError with javac's words if it fails (a JDK on PATH: `has_jdk`)."""
+    javac, jar_tool = shutil.which("javac") or "javac", shutil.which("jar") or "jar"
     with tempfile.TemporaryDirectory(prefix="drainer-sink-") as tmp:
         classes = Path(tmp) / "classes"
         steps = [
