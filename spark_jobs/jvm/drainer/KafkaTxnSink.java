@@ -395,8 +395,11 @@ public class KafkaTxnSink implements TableProvider {
         txn.producer.send(new ProducerRecord<>(at.topic(), partition, key, value, headers),
             delivered);
       } catch (KafkaException e) {
-        throw failure(kindOf(e), source, at.topic(), describe(e));
+        // A send refused because another task's record already failed the transaction must
+        // name that record, not this one: the first failure is the one the user can fix.
+        txn.failed.compareAndSet(null, failure(kindOf(e), source, at.topic(), describe(e)));
       }
+      txn.check();
       records++;
       bytes += value.length + (key == null ? 0 : key.length);
     }
