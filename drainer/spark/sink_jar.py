@@ -3,8 +3,9 @@
 `drainer services up` compiles it with the JDK's `javac` against pyspark's own jars and Spark's
 kafka-clients, into `home/jars/`, and starts the local Connect server with both on its own class
 path: the sink then produces in the server's JVM, where the same transaction costs a sixth of
-the CPU it costs the driver (benchmarks/README.md, issue 27's twelfth part). Without a JDK (or the source) there is no jar, and the sink
-produces from the driver, as on a `SPARK_REMOTE` server or a standalone cluster.
+the CPU it costs the driver (benchmarks/README.md, issue 27's twelfth part). Without a JDK (or
+the source) there is no jar, and the sink produces from the driver, as on a `SPARK_REMOTE`
+server or a standalone cluster.
 """
 
 from __future__ import annotations

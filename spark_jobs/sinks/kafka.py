@@ -6,8 +6,8 @@ drainer's producer jar), the write's tasks produce there and no row crosses to t
 Otherwise the driver produces. Roles there: the Spark job computes the output rows and streams
 them to the driver as Arrow tables (on Connect: the server's own result stream); a reader thread
 converts each table to columns and hands it on through a bounded queue, while the driver's one
-transactional producer sends the tables already there. So computing, streaming and producing overlap, each row is computed
-once, and driver memory stays bounded by a few tables. The broker's transaction starts with the
+transactional producer sends the tables already there. So computing, streaming and producing
+overlap, each row is computed once, and driver memory stays bounded by a few tables. The broker's transaction starts with the
 first record sent, so it spans the job's streaming tail, not its whole run. An attempt after a
 failed one computes and caches every row first (the run's stage) and produces from that: a job
 too slow to stream within one transaction timeout still completes on its retry.

@@ -24,6 +24,7 @@ import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.producer.Callback;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -96,7 +97,8 @@ public class KafkaTxnSink implements TableProvider {
   // failures the driver turns into drainer's own errors
 
   static RuntimeException failure(String kind, String source, String topic, String detail) {
-    return new IllegalStateException("drainer-kafka-sink[" + kind + "][" + (source == null ? "" : source)
+    return new IllegalStateException("drainer-kafka-sink[" + kind + "]["
+        + (source == null ? "" : source)
         + "][" + (topic == null ? "" : topic) + "] " + detail);
   }
 
@@ -177,7 +179,7 @@ public class KafkaTxnSink implements TableProvider {
         }
         if (result.isEmpty()) result.add(new Object[] {markerTopic, 0L, 0L, offset});
         return result;
-      } catch (RuntimeException | InterruptedException | java.util.concurrent.ExecutionException e) {
+      } catch (RuntimeException | InterruptedException | ExecutionException e) {
         abort();
         if (e instanceof IllegalStateException && e.getMessage() != null
             && e.getMessage().startsWith("drainer-kafka-sink[")) {
