@@ -78,18 +78,17 @@ def kafka(topic: str, expected: Any) -> Found:
     }
 
 
-def _arrow(table: Any) -> Found:
-    grouped = (
-        table.select(COLUMNS)
-        .group_by(["topic", "partition"])
-        .aggregate(
-            [
-                ("offset", "count"),
-                ("offset", "count_distinct"),
-                ("offset", "min"),
-                ("offset", "max"),
-            ]
-        )
+def _arrow(table: Any, prefix: str = "") -> Found:
+    """Counted per source partition; `prefix`: the coordinate columns' (`_topic`, ... for a
+    drain without a processor)."""
+    table = table.select([prefix + c for c in COLUMNS]).rename_columns(COLUMNS)
+    grouped = table.group_by(["topic", "partition"]).aggregate(
+        [
+            ("offset", "count"),
+            ("offset", "count_distinct"),
+            ("offset", "min"),
+            ("offset", "max"),
+        ]
     )
     return {
         (row["topic"], int(row["partition"])): (
@@ -102,10 +101,11 @@ def _arrow(table: Any) -> Found:
     }
 
 
-def delta(location: str) -> Found:
+def delta(location: str, prefix: str = "") -> Found:
     from deltalake import DeltaTable
 
-    return _arrow(DeltaTable(location).to_pyarrow_dataset().to_table(columns=COLUMNS))
+    columns = [prefix + c for c in COLUMNS]
+    return _arrow(DeltaTable(location).to_pyarrow_dataset().to_table(columns=columns), prefix)
 
 
 def iceberg(table: str) -> Found:
