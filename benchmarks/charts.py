@@ -53,7 +53,9 @@ def stamp(rows: list[dict[str, Any]]) -> str:
 
 
 def sink_chart(plt: Any, sink: str, rows: list[dict[str, Any]], out: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 5))
+    from matplotlib.ticker import NullLocator, ScalarFormatter
+
+    fig, ax = plt.subplots(figsize=(10, 5))
     lines: dict[str, list[tuple[int, float]]] = defaultdict(list)
     kinds = {}
     for row in rows:
@@ -75,11 +77,14 @@ def sink_chart(plt: Any, sink: str, rows: list[dict[str, Any]], out: Path) -> Pa
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(sizes, [f"{s:,}" for s in sizes])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
     ax.set_xlabel("records")
     ax.set_ylabel("wall time (s), median")
     ax.set_title(f"sink {sink}: drainer, tuned and default peers, the limits\n{stamp(rows)}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     path = out / f"sink-{sink}.png"
     fig.savefig(path, dpi=110)
@@ -166,7 +171,7 @@ def main() -> int:
     by_sink = sink_rows(files)
     drawn = [sink_chart(plt, sink, rows, args.out) for sink, rows in sorted(by_sink.items())]
     drawn += [p for p in (phases_chart(plt, by_sink, args.out),) if p]
-    drawn += [p for p in (partitions_chart(plt, [{**f} for f in files], args.out),) if p]
+    drawn += [p for p in (partitions_chart(plt, files, args.out),) if p]
     for path in drawn:
         print(path)
     return 0
