@@ -78,5 +78,27 @@ dagster: services
 services-down: $(STAMP)
 	$(BIN)/drainer services down
 
+# every fair-fight benchmark (benchmarks/README.md), then the charts from benchmarks/results/.
+# Numbers are only worth keeping from an idle machine. BENCH_SIZES: the records of the sink
+# benchmarks; a smoke run: `make bench BENCH_SIZES=20000 BENCH_REPEAT=1 BENCH_PARTITIONS="4 16"`
+BENCH_SIZES ?= 10000 100000 1000000 10000000
+BENCH_REPEAT ?= 5
+BENCH_PEERS_RECORDS ?= 1000000
+BENCH_PARTITION_RECORDS ?= 192000
+BENCH_PARTITIONS ?= 4 16 64 256
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: services $(BENCH_STAMP)
+	for n in $(BENCH_SIZES); do \
+	  $(BIN)/python benchmarks/kafka_sink.py --records $$n --repeat $(BENCH_REPEAT) || exit 1; done
+	$(BIN)/python benchmarks/lakehouse_sinks.py --records $(BENCH_SIZES) --repeat $(BENCH_REPEAT)
+	$(BIN)/python benchmarks/peers.py --records $(BENCH_PEERS_RECORDS) --repeat $(BENCH_REPEAT)
+	$(BIN)/python benchmarks/partitions.py --records $(BENCH_PARTITION_RECORDS) \
+	  --repeat $(BENCH_REPEAT) --partitions $(BENCH_PARTITIONS)
+	$(BIN)/python benchmarks/charts.py
+
 clean:
 	rm -rf $(VENV) .venv-3.* build .pytest_cache .hypothesis .ruff_cache spark-warehouse

@@ -12,25 +12,26 @@ Delta table:
   (typed rows plus the metadata columns), timed as `spark_jobs.drain_job.run` whole (plan,
   Spark read + decode + write, table commit, Postgres commit, Kafka mirror);
 - `avro raw`: the same drain without `value` (the value as bytes plus the same metadata);
-- `avro from_avro`: the hand-written job: `spark.read.format("kafka")` of the topic from
-  earliest to latest, `from_avro(value, schema)` and the same metadata columns,
-  `write.format("delta")`, timed from building the read to the write returning (no plan, no
-  commit, no mirror);
+- `avro from_avro tuned` / `avro from_avro`: the hand-written job: `spark.read.format("kafka")`
+  of the topic from earliest to latest, `from_avro(value, schema)` and the same metadata
+  columns, `write.format("delta")`, timed from building the read to the write returning (no
+  plan, no commit, no mirror), with drainer's read options (`fair.py`) / Spark's defaults;
 - `protobuf decoded`: a drain with `value: {format: protobuf, schema: order.desc, message:
   shop.Order}` (decoded in Python in Arrow batches, `mapInArrow`: no spark-protobuf jar here);
 - `protobuf raw`: the same drain without `value`, on the Protobuf topic.
 
 The drains are the ones the record-format tests drain (`drainer.testing`: the `Order` schemas,
 `typed_drain`, `typed_sink`). Every path is warmed by a run of its own on a 10,000-record topic
-first; each table is read back with deltalake and must hold N rows. The topics are deleted
-afterwards unless `--keep`.
+first; each table is read back with deltalake by distinct source coordinates
+(`readback.py`): a table that is not exactly the N records, each once, exits 1. Every path's
+settings are printed with the results (`benchmarks/results/decode_formats-<N>.json`). The
+topics are deleted afterwards unless `--keep`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 import uuid
@@ -38,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fair
+import readback
 from common import OUT, fresh_drain
 
 
@@ -46,12 +49,6 @@ def produce(drain_name: str, records: int) -> None:
 
     cmd = [sys.executable, "-m", "spark_jobs.cli", "produce", drain_name, "--count", str(records)]
     subprocess.run(cmd, check=True, capture_output=True)
-
-
-def delta_rows(path: Path) -> int:
-    from deltalake import DeltaTable
-
-    return DeltaTable(str(path)).to_pyarrow_dataset().count_rows()
 
 
 def drain_path(topic_drain: Any, value: dict[str, Any] | None) -> tuple[float, Path]:
@@ -79,7 +76,7 @@ def drain_path(topic_drain: Any, value: dict[str, Any] | None) -> tuple[float, P
     return seconds, Path(load_settings().warehouse) / "bench_decode" / suffix
 
 
-def hand_written(topic: str, avsc: Path) -> tuple[float, Path]:
+def hand_written(topic: str, avsc: Path, tuned: bool) -> tuple[float, Path]:
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
@@ -96,6 +93,7 @@ def hand_written(topic: str, avsc: Path) -> tuple[float, Path]:
         .option("subscribe", f"{topic}-0")
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
+        .options(**read_options(tuned))
         .load()
     )
     decoded = df.select(
@@ -108,6 +106,14 @@ def hand_written(topic: str, avsc: Path) -> tuple[float, Path]:
     ).select("v.*", "_topic", "_partition", "_offset", "_timestamp", "_key")
     decoded.write.format("delta").mode("append").save(str(path))
     return time.perf_counter() - t0, path
+
+
+def read_options(tuned: bool) -> dict[str, str]:
+    """drainer's read options for one level topic's 4 partitions, or none."""
+    return fair.drainer_read_options(PARTITIONS, fair.spark_cores()) if tuned else {}
+
+
+PARTITIONS = 4
 
 
 def value_formats() -> dict[str, dict[str, Any]]:
@@ -137,7 +143,7 @@ def main() -> int:
     topics: dict[tuple[str, str], Any] = {}
     for name, value in values.items():
         for role, count in (("warmup", args.warmup), ("timed", args.records)):
-            drain = fresh_drain(count, levels=1, partitions=4, value=value, processor=None)
+            drain = fresh_drain(count, levels=1, partitions=PARTITIONS, value=value, processor=None)
             t0 = time.perf_counter()
             produce(drain.name, count)
             seconds = time.perf_counter() - t0
@@ -145,28 +151,40 @@ def main() -> int:
             topics[(name, role)] = drain
 
     paths: dict[str, tuple[str, Callable[[Any], tuple[float, Path]]]] = {}
+    contenders: list[fair.Contender] = []
+    reads = read_options(tuned=True)
     for name, value in values.items():
         paths[f"{name} decoded"] = (name, lambda d, v=value: drain_path(d, v))
         paths[f"{name} raw"] = (name, lambda d: drain_path(d, None))
+        contenders += [
+            fair.Contender(f"{name} decoded", fair.DRAINER, f"drainer, value: {name}", reads),
+            fair.Contender(f"{name} raw", fair.DRAINER, "drainer, the value as bytes", reads),
+        ]
         if name == "avro":
             avsc = Path(value["schema"])
-            paths["avro from_avro"] = (name, lambda d, a=avsc: hand_written(d.topic, a))
+            paths["avro from_avro tuned"] = (
+                name,
+                lambda d, a=avsc: hand_written(d.topic, a, tuned=True),
+            )
+            paths["avro from_avro"] = (name, lambda d, a=avsc: hand_written(d.topic, a, False))
+            contenders += [
+                fair.Contender("avro from_avro tuned", fair.TUNED, "hand-written job", reads),
+                fair.Contender("avro from_avro", fair.DEFAULT, "hand-written job"),
+            ]
     times: dict[str, list[float]] = {path: [] for path in paths}
     for name, run in paths.values():  # warm every path on the small topic
         run(topics[(name, "warmup")])
+    expected = {name: fair.Expected.of_drain(topics[(name, "timed")]) for name in values}
     for _ in range(args.repeat):
         for path, (name, run) in paths.items():
             seconds, table = run(topics[(name, "timed")])
-            rows = delta_rows(table)
-            assert rows == args.records, f"{path}: {rows} rows, expected {args.records}"
+            expected[name].check(path, readback.delta(str(table), prefix="_"))
             times[path].append(seconds)
-            print(f"{path:>16}: {seconds:6.2f} s ({args.records / seconds:,.0f} records/s)")
-    print()
-    print("| path | seconds (median) | records/s |")
-    print("|---|---:|---:|")
-    for path, seen in times.items():
-        median = statistics.median(seen)
-        print(f"| {path} | {median:.2f} | {args.records / median:,.0f} |")
+            print(f"{path:>20}: {seconds:6.2f} s, read back", flush=True)
+    rows = fair.report("decoding into Delta", args.records, contenders, times)
+    fair.write_results(
+        "decode_formats", {"records": args.records, "repeat": args.repeat, "rows": rows}
+    )
     if not args.keep:
         from drainer.testing import delete_topics
 

@@ -21,9 +21,9 @@ def kafka_clients_jar() -> Path:
 def jvm_producer_settings() -> dict[str, str]:
     """drainer's Kafka sink producer settings as the JVM's KafkaProducer takes them: the
     defaults the sink's server-side producer starts from."""
-    from spark_jobs.sinks.kafka_server import server_defaults
+    import fair
 
-    return server_defaults()
+    return fair.drainer_java_producer_settings()
 
 
 def pyspark_jars() -> Path:

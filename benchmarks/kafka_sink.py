@@ -1,44 +1,50 @@
-"""drainer's Kafka sink against Spark's own Kafka sink and a confluent-kafka transactional loop
-(issue 27).
+"""drainer's Kafka sink against Spark's own Kafka sink, a confluent-kafka transactional loop,
+and the limits of this machine (issues 27 and 51).
 
-  .venv/bin/python benchmarks/kafka_sink.py      # --records 1000000 --repeat 1
+  .venv/bin/python benchmarks/kafka_sink.py      # --records 1000000 --repeat 5
 
 N records (100-byte values over 1,000 keys, 3 levels x 4 partitions) are produced once; each path
-copies them into an output topic of its own (4 partitions):
+copies them into an output topic of its own (4 partitions), every record with a
+`drainer.source` header naming its source record (drainer's sink writes it; each peer is given
+it), so that the output is read back by source coordinates (`readback.kafka`, a
+`read_committed` consumer): a path whose output is not exactly the N records, each once, fails
+the benchmark (exit 1).
 
-- `drainer`: a drain with `sink: {type: kafka}`, dataframe mode, `kafka_passthrough` (every
-  record as it is, with drainer's run and source headers), budget = N so one run drains it all;
-  timed: `spark_jobs.drain_job.run` whole (plan, Spark, the run's one transaction, Postgres
-  commit, Kafka mirror). Exactly once for `read_committed` consumers.
-- `spark_kafka_sink`: the same read (`assign` + numeric offsets, as drainer reads) and
-  `df.write.format("kafka")` on the same warm Connect session: at-least-once (a retried task
-  produces again), no transaction, no offsets kept anywhere.
-- `txn_loop`: the consume-process-produce loop Kafka's own exactly-once tutorials show, in one
-  Python process with confluent-kafka: a consumer group reading `read_committed`, a
-  transactional producer, `send_offsets_to_transaction` and a commit every 100,000 records.
-- `server_task` (a prototype, opt in with `--paths`): the one transactional producer in one
-  Python task on the Spark server, so no row crosses to the driver (see `run_server_task`).
-- `drainer_driver` (opt in with `--paths`): `drainer` with the sink's `producer: driver`, its
-  one transactional producer in the drainer process (confluent-kafka), every output row
-  streamed to it; `drainer` itself produces on the Spark server where the server has drainer's
-  producer jar (`producer: auto`; the table shows which producer ran).
+- `drainer`: a drain with `sink: {type: kafka}`, dataframe mode, `kafka_passthrough`, budget =
+  N so one run drains it all; timed: `spark_jobs.drain_job.run` whole (plan, Spark, the run's
+  one transaction, Postgres commit, Kafka mirror). Exactly once for `read_committed` consumers.
+- `spark_kafka_sink_tuned` / `spark_kafka_sink`: the same read (`assign` + numeric offsets, as
+  drainer reads) and `df.write.format("kafka")` on the same warm Connect session, with
+  drainer's read options and producer settings / with Spark's and Kafka's defaults.
+  At-least-once: a retried task produces again; no transaction, no offsets kept.
+- `txn_loop_tuned` / `txn_loop`: the consume-process-produce loop of Kafka's exactly-once
+  tutorials, one Python process with confluent-kafka (a group reading `read_committed`, a
+  transactional producer, `send_offsets_to_transaction`, a commit every 100,000 records), with
+  drainer's fetch wait and producer settings / with librdkafka's defaults.
+- limits, same sitting: `limit_spark_noop` (Spark reading the same ranges into `noop`, drainer's
+  read options), `limit_consumer` (a bare confluent-kafka consumer taking the same records),
+  `limit_spark_from_memory` (Spark writing the same rows, cached in memory first, into a topic
+  with drainer's producer settings), `limit_producer` (one transaction of N records already in
+  memory: the JVM producer where a JDK is, else drainer's Python loop; `producer_floor.py`).
+- opt in with `--paths`: `drainer_driver` (the sink's `producer: driver`) and `server_task`
+  (a prototype: one transactional producer in one Python task on the Spark server).
 
-Each path is warmed by a small run first (`--warmup` records, its own topics). Output record
-counts are checked against N (end offsets of the output topics minus the commit markers a
-transactional path writes: read back `read_committed`).
+Each path is warmed by a small run first (`--warmup` records, its own topics); rounds rotate
+the order. Results: `benchmarks/results/kafka_sink-<N>.json` (charts.py draws them).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import sys
 import time
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
-from common import OUT, delete_at_exit, fresh_drain, produce
+import fair
+import readback
+from common import delete_at_exit, fresh_drain, produce
 
 PROCESSOR = "spark_jobs.examples:kafka_passthrough"
 COMMIT_EVERY = 100_000
@@ -61,33 +67,6 @@ def create_topic(partitions: int = 4) -> str:
     ].result(30)
     delete_at_exit(topics=[name])
     return name
-
-
-def committed_count(topic: str) -> int:
-    """Records a `read_committed` consumer sees in `topic`."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": _bootstrap(),
-            "group.id": f"count-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    parts = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-    open_parts, count = set(parts), 0
-    while open_parts:
-        for msg in consumer.consume(10_000, 10):
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    open_parts.discard(msg.partition())
-                continue
-            count += 1
-    consumer.close()
-    return count
 
 
 def source(records: int) -> Any:
@@ -113,18 +92,15 @@ def run_drainer(src: Any, records: int, producer: str = "auto") -> dict[str, Any
     wall = time.perf_counter() - started
     assert result.drained == records, f"drained {result.drained} of {records}"
     producer_ran = (result.table_commit or {}).get("details", {}).get("producer")
-    return {"wall_s": round(wall, 2), "phases": result.phases, "out": out, "producer": producer_ran}
+    return {"wall_s": wall, "phases": result.phases, "out": out, "producer": producer_ran}
 
 
 def run_drainer_driver(src: Any, records: int) -> dict[str, Any]:
     return run_drainer(src, records, producer="driver")
 
 
-def bounded_read(spark: Any, src: Any) -> Any:
-    """The source's whole backlog as Spark reads it (`assign` + numeric offsets, as drainer
-    reads)."""
+def ranges_of(src: Any) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], dict]:
     from drainer.kafka.session import KafkaSession
-    from spark_jobs.kafka_source import BOUNDED_FETCH_MAX_WAIT_MS, BOUNDED_MAX_POLL_RECORDS
 
     with KafkaSession(src) as kafka:
         marks = kafka.watermarks(kafka.partitions(range(src.levels)))
@@ -136,6 +112,27 @@ def bounded_read(spark: Any, src: Any) -> Any:
         assign.setdefault(topic, []).append(partition)
         start.setdefault(topic, {})[str(partition)] = w.low
         end.setdefault(topic, {})[str(partition)] = w.high
+    return assign, start, end
+
+
+def read_options(src: Any, tuned: bool) -> dict[str, str]:
+    """drainer's read options for the source's ranges, or none (Spark's defaults)."""
+    if not tuned:
+        return {}
+    return fair.drainer_read_options(src.levels * src.partitions, fair.spark_cores())
+
+
+def producer_options(tuned: bool) -> dict[str, str]:
+    """drainer's Kafka sink producer settings as Spark's sink takes them, or none."""
+    if not tuned:
+        return {}
+    return {f"kafka.{k}": v for k, v in fair.drainer_java_producer_settings().items()}
+
+
+def bounded_read(spark: Any, src: Any, options: dict[str, str]) -> Any:
+    """The source's whole backlog as Spark reads it (`assign` + numeric offsets, as drainer
+    reads), with `options` (drainer's read options, or none)."""
+    assign, start, end = ranges_of(src)
     return (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", _bootstrap())
@@ -143,38 +140,68 @@ def bounded_read(spark: Any, src: Any) -> Any:
         .option("startingOffsets", json.dumps(start))
         .option("endingOffsets", json.dumps(end))
         .option("includeHeaders", "true")
-        # drainer's read settings, so that the paths differ in their sinks only
-        .option("kafka.fetch.max.wait.ms", str(BOUNDED_FETCH_MAX_WAIT_MS))
-        .option("kafka.max.poll.records", str(BOUNDED_MAX_POLL_RECORDS))
+        .options(**options)
         .load()
     )
 
 
-def run_spark_sink(src: Any, records: int) -> dict[str, Any]:
+def with_source_header(read: Any) -> Any:
+    """Key, value and headers with `drainer.source` (`topic/partition/offset`) added, as
+    drainer's sink writes it: what the read-back counts."""
+    from pyspark.sql import functions as F
+
+    source = F.struct(
+        F.lit(readback.SOURCE_HEADER).alias("key"),
+        F.concat_ws("/", "topic", "partition", "offset").cast("binary").alias("value"),
+    )
+    headers = F.concat(
+        F.coalesce("headers", F.array().cast("array<struct<key:string,value:binary>>")),
+        F.array(source),
+    )
+    return read.select("key", "value", headers.alias("headers"))
+
+
+def spark_sink(src: Any, tuned: bool) -> dict[str, Any]:
     from spark_jobs.session import get_spark
 
     spark = get_spark()
     out = create_topic()
-    read = bounded_read(spark, src)  # planned before the clock starts, as for server_task
+    read = bounded_read(spark, src, read_options(src, tuned))  # planned before the clock
     started = time.perf_counter()
     (
-        read.select("key", "value", "headers")
+        with_source_header(read)
         .write.format("kafka")
         .mode("append")  # Kafka's V2 writer, which drainer's session uses, takes only append
         .option("kafka.bootstrap.servers", _bootstrap())
         .option("topic", out)
+        .options(**producer_options(tuned))
         .save()
     )
-    wall = time.perf_counter() - started
-    return {"wall_s": round(wall, 2), "out": out}
+    return {"wall_s": time.perf_counter() - started, "out": out}
 
 
-def run_txn_loop(src: Any, records: int) -> dict[str, Any]:
+def run_spark_sink_tuned(src: Any, records: int) -> dict[str, Any]:
+    return spark_sink(src, tuned=True)
+
+
+def run_spark_sink(src: Any, records: int) -> dict[str, Any]:
+    return spark_sink(src, tuned=False)
+
+
+def txn_loop_settings(tuned: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(consumer, producer) settings of the loop beyond what it needs to work."""
+    if not tuned:
+        return {}, {}
+    return fair.drainer_consumer_settings(), fair.drainer_producer_settings()
+
+
+def txn_loop(src: Any, records: int, tuned: bool) -> dict[str, Any]:
     """Kafka's transactional consume-process-produce loop, in one Python process."""
     from confluent_kafka import Consumer, Producer
 
     out = create_topic()
     group = f"bench-loop-{uuid.uuid4().hex[:8]}"
+    consumer_extra, producer_extra = txn_loop_settings(tuned)
     consumer = Consumer(
         {
             "bootstrap.servers": _bootstrap(),
@@ -182,16 +209,11 @@ def run_txn_loop(src: Any, records: int) -> dict[str, Any]:
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            **consumer_extra,
         }
     )
     producer = Producer(
-        {
-            "bootstrap.servers": _bootstrap(),
-            "transactional.id": group,
-            "linger.ms": 20,
-            "batch.size": 1_000_000,
-            "compression.type": "lz4",
-        }
+        {"bootstrap.servers": _bootstrap(), "transactional.id": group, **producer_extra}
     )
     started = time.perf_counter()
     producer.init_transactions(30)
@@ -202,9 +224,11 @@ def run_txn_loop(src: Any, records: int) -> dict[str, Any]:
         for msg in consumer.consume(10_000, 1.0):
             if msg.error():
                 continue
+            source = f"{msg.topic()}/{msg.partition()}/{msg.offset()}".encode()
+            headers = [*(msg.headers() or []), (readback.SOURCE_HEADER, source)]
             while True:
                 try:
-                    producer.produce(out, msg.value(), msg.key(), headers=msg.headers())
+                    producer.produce(out, msg.value(), msg.key(), headers=headers)
                     break
                 except BufferError:
                     producer.poll(0.1)
@@ -220,7 +244,96 @@ def run_txn_loop(src: Any, records: int) -> dict[str, Any]:
                 producer.begin_transaction()
     wall = time.perf_counter() - started
     consumer.close()
-    return {"wall_s": round(wall, 2), "out": out}
+    return {"wall_s": wall, "out": out}
+
+
+def run_txn_loop_tuned(src: Any, records: int) -> dict[str, Any]:
+    return txn_loop(src, records, tuned=True)
+
+
+def run_txn_loop(src: Any, records: int) -> dict[str, Any]:
+    return txn_loop(src, records, tuned=False)
+
+
+def limit_spark_noop(src: Any, records: int) -> dict[str, Any]:
+    """Spark reading the same ranges, with drainer's read options, into `noop`."""
+    from spark_jobs.session import get_spark
+
+    spark = get_spark()
+    read = bounded_read(spark, src, read_options(src, tuned=True))
+    started = time.perf_counter()
+    read.write.format("noop").mode("overwrite").save()
+    return {"wall_s": time.perf_counter() - started}
+
+
+def limit_consumer(src: Any, records: int) -> dict[str, Any]:
+    """A bare confluent-kafka consumer taking the same records (assigned, to their ends)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    assign, start, end = ranges_of(src)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": _bootstrap(),
+            "group.id": f"bench-floor-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            **fair.drainer_consumer_settings(),
+        }
+    )
+    ends = {(t, p): end[t][str(p)] for t, ps in assign.items() for p in ps if end[t][str(p)] > 0}
+    started = time.perf_counter()
+    consumer.assign(
+        [TopicPartition(t, p, start[t][str(p)]) for t, p in ends if start[t][str(p)] < ends[t, p]]
+    )
+    ends = {k: v for k, v in ends.items() if start[k[0]][str(k[1])] < v}
+    taken = 0
+    while ends:
+        for msg in consumer.consume(10_000, 1.0):
+            if msg.error():
+                continue
+            taken += 1
+            key = (msg.topic(), msg.partition())
+            if msg.offset() + 1 >= ends.get(key, 1 << 62):
+                ends.pop(key, None)
+    wall = time.perf_counter() - started
+    consumer.close()
+    assert taken == records, f"the bare consumer took {taken} of {records} records"
+    return {"wall_s": wall}
+
+
+def limit_spark_from_memory(src: Any, records: int) -> dict[str, Any]:
+    """Spark writing the same rows (key, value, headers with the source), cached in memory
+    first, into a topic with drainer's producer settings: the sink's share alone."""
+    from spark_jobs.session import get_spark
+
+    spark = get_spark()
+    out = create_topic()
+    rows = with_source_header(bounded_read(spark, src, read_options(src, tuned=True))).cache()
+    try:
+        assert rows.count() == records  # materialized before the clock starts
+        started = time.perf_counter()
+        (
+            rows.write.format("kafka")
+            .mode("append")
+            .option("kafka.bootstrap.servers", _bootstrap())
+            .option("topic", out)
+            .options(**producer_options(tuned=True))
+            .save()
+        )
+        wall = time.perf_counter() - started
+    finally:
+        rows.unpersist()
+    return {"wall_s": wall, "out": out}
+
+
+def limit_producer(src: Any, records: int) -> dict[str, Any]:
+    """One transaction of N records already in memory, drainer's producer settings: the JVM
+    producer where a JDK is (the server producer's floor), else drainer's Python loop."""
+    import producer_floor
+
+    from drainer.spark.sink_jar import has_jdk
+
+    rounds = (producer_floor.jvm_rounds if has_jdk() else producer_floor.python_rounds)(records, 2)
+    return {"wall_s": rounds[-1]["wall_s"]}  # the first warms the path
 
 
 def run_server_task(src: Any, records: int) -> dict[str, Any]:
@@ -230,13 +343,12 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
     Postgres (it measures the data path only). Opt in with `--paths ...,server_task`."""
     from pyspark.sql import functions as F
 
-    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
     from spark_jobs.session import get_spark
 
     spark = get_spark()
     out = create_topic()
     bootstrap, tid = _bootstrap(), f"bench-task-{uuid.uuid4().hex[:8]}"
-    defaults = dict(OUTPUT_PRODUCER_DEFAULTS)  # the task gets a copy with its function
+    defaults = fair.drainer_producer_settings()  # the task gets a copy with its function
 
     def produce_all(batches: Any) -> Any:
         import pyarrow as pa
@@ -268,7 +380,7 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
         producer.commit_transaction(120)
         yield pa.RecordBatch.from_pydict({"n": [n]})
 
-    read = bounded_read(spark, src)
+    read = bounded_read(spark, src, read_options(src, tuned=True))
     started = time.perf_counter()
     rows = read.select(
         "value",
@@ -278,22 +390,109 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
     produced = rows.coalesce(1).mapInArrow(produce_all, "n long").collect()
     wall = time.perf_counter() - started
     assert sum(r.n for r in produced) == records, produced
-    return {"wall_s": round(wall, 2), "out": out}
+    return {"wall_s": wall, "out": out}
 
 
-PATHS = {"drainer": run_drainer, "spark_kafka_sink": run_spark_sink, "txn_loop": run_txn_loop}
-PROTOTYPES = {"server_task": run_server_task, "drainer_driver": run_drainer_driver}
+def contenders(src: Any) -> dict[str, tuple[fair.Contender, Any]]:
+    """Every path with the settings it runs with (beyond bootstrap servers and the names of
+    its topics, groups and transactions), and its function."""
+    from drainer.spark.sink_jar import has_jdk
+
+    reads, produces = read_options(src, tuned=True), producer_options(tuned=True)
+    loop_consumer, loop_producer = txn_loop_settings(tuned=True)
+    ours = {**reads, **produces, **{f"librdkafka.{k}": v for k, v in PRODUCER.items()}}
+    floor = "JVM KafkaProducer" if has_jdk() else "drainer's Python produce loop"
+    C = fair.Contender
+    return {
+        "drainer": (
+            C("drainer", fair.DRAINER, "drainer run, sink kafka, producer auto", ours),
+            run_drainer,
+        ),
+        "spark_kafka_sink_tuned": (
+            C("spark_kafka_sink_tuned", fair.TUNED, "Spark's Kafka sink", {**reads, **produces}),
+            run_spark_sink_tuned,
+        ),
+        "spark_kafka_sink": (
+            C("spark_kafka_sink", fair.DEFAULT, "Spark's Kafka sink"),
+            run_spark_sink,
+        ),
+        "txn_loop_tuned": (
+            C(
+                "txn_loop_tuned",
+                fair.TUNED,
+                "confluent-kafka transactional loop",
+                {**loop_consumer, **loop_producer},
+            ),
+            run_txn_loop_tuned,
+        ),
+        "txn_loop": (
+            C("txn_loop", fair.DEFAULT, "confluent-kafka transactional loop"),
+            run_txn_loop,
+        ),
+        "limit_spark_noop": (
+            C("limit_spark_noop", fair.LIMIT, "Spark reading the ranges into noop", reads),
+            limit_spark_noop,
+        ),
+        "limit_consumer": (
+            C(
+                "limit_consumer",
+                fair.LIMIT,
+                "a bare confluent-kafka consumer taking the records",
+                fair.drainer_consumer_settings(),
+            ),
+            limit_consumer,
+        ),
+        "limit_spark_from_memory": (
+            C(
+                "limit_spark_from_memory",
+                fair.LIMIT,
+                "Spark writing the rows, cached, into a topic",
+                produces,
+            ),
+            limit_spark_from_memory,
+        ),
+        "limit_producer": (
+            C(
+                "limit_producer",
+                fair.LIMIT,
+                f"one transaction of the records in memory ({floor})",
+                fair.drainer_producer_settings(),
+            ),
+            limit_producer,
+        ),
+        "drainer_driver": (
+            C("drainer_driver", fair.DRAINER, "drainer run, producer driver", ours),
+            run_drainer_driver,
+        ),
+        "server_task": (
+            C("server_task", fair.TUNED, "prototype: one producer in one Spark task", reads),
+            run_server_task,
+        ),
+    }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+DEFAULT_PATHS = [
+    "drainer",
+    "spark_kafka_sink_tuned",
+    "spark_kafka_sink",
+    "txn_loop_tuned",
+    "txn_loop",
+    "limit_spark_noop",
+    "limit_consumer",
+    "limit_spark_from_memory",
+    "limit_producer",
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--warmup", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument(
         "--paths",
-        default=",".join(PATHS),
-        help="comma-separated, of: " + ", ".join([*PATHS, *PROTOTYPES]),
+        default=",".join(DEFAULT_PATHS),
+        help="comma-separated, of: " + ", ".join([*DEFAULT_PATHS, "drainer_driver", "server_task"]),
     )
     parser.add_argument(
         "--producer",
@@ -304,43 +503,42 @@ def main() -> None:
     )
     args = parser.parse_args()
     PRODUCER.update(item.split("=", 1) for item in args.producer)
-    paths = {name: {**PATHS, **PROTOTYPES}[name] for name in args.paths.split(",")}
     warm = source(args.warmup)
-    for path in paths.values():
-        path(warm, args.warmup)
+    known = contenders(warm)
+    names = args.paths.split(",")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"--paths: unknown {unknown}; choose from {', '.join(known)}", file=sys.stderr)
+        return 2
+    for name in names:
+        known[name][1](warm, args.warmup)
     src = source(args.records)
-    results: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
+    expected = fair.Expected.of_drain(src)
+    paths = contenders(src)
+    walls: dict[str, list[float]] = {name: [] for name in names}
+    runs: list[dict[str, Any]] = []
     for round_ in range(args.repeat):
-        names = list(paths)
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            got = paths[name](src, args.records)
-            count = committed_count(got["out"])
-            assert count >= args.records, f"{name}: {count} of {args.records} records"
-            got["records_out"] = count
-            results[name].append(got)
+            got = paths[name][1](src, args.records)
+            if "out" in got:  # read back by source coordinates, read_committed
+                expected.check(name, readback.kafka(got["out"], expected))
+            walls[name].append(got["wall_s"])
+            runs.append({"path": name, "round": round_, **got})
             ran = f" (producer: {got['producer']})" if got.get("producer") else ""
-            print(name, got["wall_s"], "s" + ran, flush=True)
-    summary = {
-        name: {
-            "median_s": statistics.median(r["wall_s"] for r in rs),
-            "records_per_s": round(args.records / statistics.median(r["wall_s"] for r in rs)),
-            "runs": rs,
-        }
-        for name, rs in results.items()
-    }
-    base = summary["spark_kafka_sink"]["median_s"] if "spark_kafka_sink" in summary else None
-    for s in summary.values():
-        s["vs_spark_kafka_sink"] = round(s["median_s"] / base, 2) if base else None
-    OUT.mkdir(exist_ok=True)
-    report = {"at": datetime.now(UTC).isoformat(), "records": args.records, "paths": summary}
-    (OUT / "kafka_sink.json").write_text(json.dumps(report, indent=2, default=str))
-    print("| path | wall (s) | records/s | vs Spark's Kafka sink |")
-    print("|---|---|---|---|")
-    for name, s in summary.items():
-        print(
-            f"| {name} | {s['median_s']} | {s['records_per_s']:,} | {s['vs_spark_kafka_sink']}x |"
-        )
+            checked = ", read back" if "out" in got else ""
+            print(f"{name} {got['wall_s']:.2f} s{ran}{checked}", flush=True)
+    rows = fair.report("Kafka sink", args.records, [paths[n][0] for n in names], walls)
+    for row in rows:
+        row["sink"] = "kafka"
+        phases = [r["phases"] for r in runs if r["path"] == row["path"] and r.get("phases")]
+        if phases:  # a drainer path's: where its time goes (charts.py draws them)
+            row["phases"] = {k: fair.median([p.get(k, 0.0) for p in phases]) for k in phases[0]}
+    fair.write_results(
+        "kafka_sink",
+        {"records": args.records, "repeat": args.repeat, "rows": rows, "runs": runs},
+    )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

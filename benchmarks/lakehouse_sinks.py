@@ -1,34 +1,38 @@
-"""drainer's sinks against the Structured Streaming job a Spark user writes instead (issue 17).
+"""drainer's table sinks against the Structured Streaming job a Spark user writes instead, and
+the limits of this machine (issues 17, 30 and 51).
 
-  .venv/bin/python benchmarks/lakehouse_sinks.py      # --records 100000 1000000 --repeat 3
+  .venv/bin/python benchmarks/lakehouse_sinks.py      # --records 1000000 --repeat 5
 
 Per size, N records (100-byte values over 1,000 keys, 3 levels x 4 partitions) are produced
-once. Each sink (`--sinks postgres delta iceberg`) is drained from those topics by a drain of its
-own (its own name, consumer group and table; budget = the backlog, so one run drains it all),
-dataframe mode with `spark_jobs.examples:one_row_per_record`; timed: `spark_jobs.drain_job.run`
-whole (plan, Spark read + write, table commit, Postgres commit, Kafka mirror).
+once. Each sink (`--sinks postgres delta iceberg`) is written by:
 
-The baseline, `streaming`, is the hand-written job: `readStream` of the 3 level topics
-(`subscribe`, `startingOffsets=earliest`), the same projection, `writeStream` into a fresh Delta
-table with a checkpoint and `trigger(availableNow=True)`, timed from building the query to
-`awaitTermination()` returning, on the same session of the same Connect server.
-`streaming_fetch10` is the same job with the one Kafka option drainer sets on its bounded reads
-(`kafka.fetch.max.wait.ms=10`). Issue 30 asks each sink against the AvailableNow job writing the
-same rows into the same kind of table, so for Iceberg and Postgres the job also runs as
-`streaming_iceberg` (`writeStream.format("iceberg").toTable(...)` in drainer's catalog) and
-`streaming_postgres` (`foreachBatch` appending each micro-batch through Spark's JDBC writer,
-`reWriteBatchedInserts=true`, the documented way to write a stream into Postgres; the JDBC driver
-is the one the Iceberg catalog already loads on the server); each is timed when its sink is.
-Every path is warmed by a small run of its own (`--warmup`
-records) before anything is timed; `--repeat` rounds (each starting one path later) give medians.
+- `<sink>` (drainer): a drain of its own (name, consumer group, table; budget = the backlog, so
+  one run drains it all), dataframe mode with `spark_jobs.examples:one_row_per_record`; timed:
+  `spark_jobs.drain_job.run` whole (plan, Spark read + write, table commit, Postgres commit,
+  Kafka mirror).
+- `streaming_<sink>_tuned` / `streaming_<sink>`: the hand-written job, `readStream` of the 3
+  level topics (`subscribe`, `startingOffsets=earliest`), the same projection, into the same
+  kind of table with a checkpoint and `trigger(availableNow=True)`, timed from building the
+  query to `awaitTermination()` returning, on the same session of the same Connect server;
+  with drainer's read options (`fetch.max.wait.ms`, `max.poll.records`, `minPartitions`) /
+  with Spark's and Kafka's defaults. Postgres: the tuned job COPYs each micro-batch from its
+  tasks (Arrow CSV through psycopg, as drainer's sink does), the default one appends it through
+  Spark's JDBC writer (`reWriteBatchedInserts=true`, the documented way).
+- limits, same sitting: `limit_spark_noop` (Spark reading the same ranges into `noop`, drainer's
+  read options), `limit_consumer` (a bare confluent-kafka consumer taking the same records),
+  `limit_<sink>_from_memory` (Spark writing the same rows, cached in memory first, into a fresh
+  table of the sink's kind: Delta's and Iceberg's writers, COPY for Postgres).
 
-Each size runs in a child process, so the Python client's peak RSS is that size's. The Spark
-JVM (the Connect server's; local mode: driver and executors in one JVM) is shared by all sizes,
-so it is measured around each timed run: before it a full GC (the heap it already held) and a
-reset of the peak RSS (`/proc/<pid>/clear_refs`); after it the peak RSS and the heap after a
-full GC (`jcmd`). Every table is read back without Spark (a Postgres count, `deltalake`,
-`pyiceberg`) and must hold N rows; the drainer's and the baseline's Delta tables must have the
-same columns. Topics, tables and drains files are removed afterwards unless `--keep`.
+Every table is read back without Spark (`readback`: deltalake, pyiceberg, psycopg) by distinct
+source coordinates: a path whose table is not exactly the N records, each once, fails the
+benchmark (exit 1). Every path is warmed by a small run of its own (`--warmup` records) before
+anything is timed; `--repeat` rounds (each starting one path later) give medians.
+
+Each size runs in a child process. The Spark JVM (the Connect server's; local mode) is shared by
+all sizes, so it is measured around each drainer and streaming run: a full GC and a reset of the
+peak RSS before it, the peak RSS and the heap after a full GC (`jcmd`) after it. Results:
+`benchmarks/results/lakehouse_sinks-<N>.json` (charts.py draws them). Topics, tables and drains
+files are removed afterwards unless `--keep`.
 """
 
 from __future__ import annotations
@@ -36,32 +40,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import platform
 import re
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import fair
+import readback
 from common import OUT, fresh_drain, produce, vm_hwm_kb
 
 SINKS = ("postgres", "delta", "iceberg")
-# the hand-written job as a Spark user writes it, and with the Kafka option drainer's bounded
-# reads set (a consumer that reached its range's end waits 10 ms for more, not Spark's 500 ms)
-BASELINES = {"streaming": {}, "streaming_fetch10": {"kafka.fetch.max.wait.ms": "10"}}
-BASELINE = "streaming"
-# the same job into the same kind of table as a sink (Delta's is `streaming` itself)
-SAME_SINK = {"postgres": "streaming_postgres", "delta": "streaming", "iceberg": "streaming_iceberg"}
-STREAMING = (*BASELINES, "streaming_iceberg", "streaming_postgres")
 PROCESSOR = "spark_jobs.examples:one_row_per_record"
 FOLDER = "bench_lakehouse"  # under the warehouse: the Delta tables and the baseline's checkpoints
+PG_COLUMNS = (
+    'topic text, partition integer, "offset" bigint, level integer, key text, value_size integer'
+)
 
 
 class Jvm:
@@ -143,6 +141,11 @@ def delta_path(name: str) -> str:
     return sink_for(DeltaSinkConfig(path=f"{FOLDER}/{name}"), load_settings()).location()
 
 
+def table_of(what: str, drain: Any) -> str:
+    """Where the read-back and `clean_up` find a drain's table."""
+    return delta_path(drain.name) if what == "delta" else str(drain.sink.table)
+
+
 def run_drainer(drain: Any, records: int, jvm: Jvm) -> dict[str, Any]:
     from spark_jobs import drain_job
 
@@ -160,16 +163,36 @@ def run_drainer(drain: Any, records: int, jvm: Jvm) -> dict[str, Any]:
     }
 
 
+def projection(records: Any) -> Any:
+    """What `one_row_per_record` makes of drainer's read, from Spark's Kafka source rows."""
+    from pyspark.sql import functions as F
+
+    return records.select(
+        "topic",
+        "partition",
+        "offset",
+        F.substring_index("topic", "-", -1).cast("int").alias("level"),
+        F.col("key").cast("string").alias("key"),
+        F.length("value").alias("value_size"),
+    )
+
+
+def read_options(source: Any, tuned: bool) -> dict[str, str]:
+    if not tuned:
+        return {}
+    return fair.drainer_read_options(source.levels * source.partitions, fair.spark_cores())
+
+
 def run_streaming(
-    spark: Any, source: Any, table: str, jvm: Jvm, options: dict[str, str], into: str = "delta"
+    spark: Any, source: Any, table: str, jvm: Jvm, tuned: bool, into: str
 ) -> dict[str, Any]:
     """The job a Spark user writes instead: Kafka to a table (`into`: delta, iceberg or
     postgres), AvailableNow, with a checkpoint."""
-    from pyspark.sql import functions as F
-
     from drainer.settings import load_settings
 
     topics = ",".join(source.level_topic(level) for level in range(source.levels))
+    if into == "postgres":
+        create_pg_table(table)
     jvm.before()
     started = time.perf_counter()
     records = (
@@ -177,31 +200,25 @@ def run_streaming(
         .option("kafka.bootstrap.servers", load_settings().bootstrap_servers)
         .option("subscribe", topics)
         .option("startingOffsets", "earliest")
-        .options(**options)
+        .options(**read_options(source, tuned))
         .load()
     )
-    rows = records.select(  # what one_row_per_record makes of the drainer's read
-        "topic",
-        "partition",
-        "offset",
-        F.element_at(F.split("topic", "-"), -1).cast("int").alias("level"),
-        F.col("key").cast("string").alias("key"),
-        F.length("value").alias("value_size"),
+    writer = (
+        projection(records)
+        .writeStream.option("checkpointLocation", delta_path(f"_checkpoints/{table}"))
+        .trigger(availableNow=True)
     )
-    writer = rows.writeStream.option(
-        "checkpointLocation", delta_path(f"_checkpoints/{table}")
-    ).trigger(availableNow=True)
     if into == "iceberg":
         query = writer.format("iceberg").toTable(f"drainer.{iceberg_table(table)}")
     elif into == "postgres":
-        query = writer.foreachBatch(jdbc_append(table)).start()
+        query = writer.foreachBatch(copy_batch(table) if tuned else jdbc_append(table)).start()
     else:
         query = writer.format("delta").start(delta_path(table))
     query.awaitTermination()
     wall = time.perf_counter() - started
     memory = jvm.after()
     return {
-        "wall_s": round(wall, 2),
+        "wall_s": wall,
         "batches": len(query.recentProgress),
         "input_rows": sum(p.numInputRows for p in query.recentProgress),
         **memory,
@@ -210,6 +227,58 @@ def run_streaming(
 
 def iceberg_table(name: str) -> str:
     return f"bench.{name}"
+
+
+def pg_url() -> str:
+    from drainer.settings import load_settings, psycopg_url
+
+    return psycopg_url(load_settings().database_url)
+
+
+def create_pg_table(table: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_url()) as conn:
+        conn.execute(f'CREATE TABLE IF NOT EXISTS "{table}" ({PG_COLUMNS})')
+
+
+def copy_rows(table: str) -> Any:
+    """A `mapInArrow` function: each task COPYs its rows into `table` as Arrow's CSV (what
+    drainer's Postgres sink does, so the peer has the same write path)."""
+    url = pg_url()
+
+    def copy(batches: Any) -> Any:
+        import psycopg
+        import pyarrow as pa
+        from pyarrow import csv as pa_csv
+
+        n = 0
+        with psycopg.connect(url) as conn, conn.cursor() as cur:
+            names = None
+            with cur.copy(f'COPY "{table}" FROM STDIN (FORMAT csv)') as copy:
+                for batch in batches:
+                    if not batch.num_rows:
+                        continue
+                    names = names or batch.schema.names
+                    out = pa.BufferOutputStream()
+                    pa_csv.write_csv(
+                        batch, out, write_options=pa_csv.WriteOptions(include_header=False)
+                    )
+                    copy.write(memoryview(out.getvalue()))
+                    n += batch.num_rows
+        yield pa.RecordBatch.from_pydict({"rows": [n]})
+
+    return copy
+
+
+def copy_batch(table: str) -> Any:
+    """foreachBatch's function: COPY the micro-batch into Postgres from its tasks."""
+    copy = copy_rows(table)
+
+    def write(batch: Any, batch_id: int) -> None:
+        batch.mapInArrow(copy, "rows long").collect()
+
+    return write
 
 
 def jdbc_append(table: str) -> Any:
@@ -233,36 +302,38 @@ def jdbc_append(table: str) -> Any:
     return append
 
 
-def rows_in(what: str, where: str) -> int:
-    """Rows of a sink table, read without Spark."""
-    from drainer.settings import load_settings
+def bounded_read(spark: Any, source: Any) -> Any:
+    """The source's ranges, read as drainer reads them (kafka_sink.bounded_read)."""
+    from kafka_sink import bounded_read as read
 
-    if what == "postgres":
-        from sqlalchemy import text
-
-        from drainer.store.engine import get_engine
-
-        with get_engine().connect() as conn:
-            return int(conn.execute(text(f'SELECT count(*) FROM "{where}"')).scalar_one())
-    if what == "iceberg":
-        from pyiceberg.catalog.sql import SqlCatalog
-
-        catalog = SqlCatalog("drainer", uri=load_settings().database_url)
-        return int(catalog.load_table(where).scan().count())
-    from deltalake import DeltaTable
-
-    return int(DeltaTable(where).to_pyarrow_dataset().count_rows())
+    return read(spark, source, read_options(source, tuned=True))
 
 
-def delta_columns(where: str) -> list[tuple[str, str]]:
-    from deltalake import DeltaTable
+def limit_noop(spark: Any, source: Any) -> dict[str, Any]:
+    read = bounded_read(spark, source)
+    started = time.perf_counter()
+    read.write.format("noop").mode("overwrite").save()
+    return {"wall_s": time.perf_counter() - started}
 
-    return [(f.name, str(f.type)) for f in DeltaTable(where).to_pyarrow_dataset().schema]
 
-
-def table_of(what: str, drain: Any) -> str:
-    """Where `rows_in` and `clean_up` find a drain's table."""
-    return delta_path(drain.name) if what == "delta" else str(drain.sink.table)
+def limit_from_memory(spark: Any, source: Any, into: str, table: str, count: int) -> dict:
+    """Spark writing the rows, cached in memory first, into a fresh table of kind `into`."""
+    rows = projection(bounded_read(spark, source)).cache()
+    try:
+        assert rows.count() == count  # materialized before the clock starts
+        if into == "postgres":
+            create_pg_table(table)
+        started = time.perf_counter()
+        if into == "postgres":
+            rows.mapInArrow(copy_rows(table), "rows long").collect()
+        elif into == "iceberg":
+            rows.writeTo(f"drainer.{iceberg_table(table)}").using("iceberg").create()
+        else:
+            rows.write.format("delta").save(delta_path(table))
+        wall = time.perf_counter() - started
+    finally:
+        rows.unpersist()
+    return {"wall_s": wall}
 
 
 def clean_up(
@@ -296,11 +367,44 @@ def clean_up(
             (warehouse / folder).rmdir()
 
 
+def plan(sinks: list[str]) -> list[tuple[str, str, str]]:
+    """Every path of a sitting: (name, kind, sink it writes or "" for a shared limit)."""
+    paths = [("limit_spark_noop", fair.LIMIT, ""), ("limit_consumer", fair.LIMIT, "")]
+    for sink in sinks:
+        paths += [
+            (sink, fair.DRAINER, sink),
+            (f"streaming_{sink}_tuned", fair.TUNED, sink),
+            (f"streaming_{sink}", fair.DEFAULT, sink),
+            (f"limit_{sink}_from_memory", fair.LIMIT, sink),
+        ]
+    return paths
+
+
+def contender(name: str, kind: str, sink: str, source: Any) -> fair.Contender:
+    reads = read_options(source, tuned=True)
+    if name == "limit_spark_noop":
+        return fair.Contender(name, kind, "Spark reading the ranges into noop", reads)
+    if name == "limit_consumer":
+        what = "a bare confluent-kafka consumer taking the records"
+        return fair.Contender(name, kind, what, fair.drainer_consumer_settings())
+    if kind == fair.DRAINER:
+        return fair.Contender(name, kind, f"drainer run, sink {sink}", reads)
+    if kind == fair.LIMIT:
+        how = "COPY from the tasks" if sink == "postgres" else f"Spark's {sink} writer"
+        what = f"Spark writing the rows, read with drainer's options and cached ({how})"
+        return fair.Contender(name, kind, what, reads)
+    tuned = kind == fair.TUNED
+    how = {"postgres": "COPY from the tasks" if tuned else "JDBC, reWriteBatchedInserts"}
+    what = f"AvailableNow job into {sink}" + (f" ({how[sink]})" if sink in how else "")
+    return fair.Contender(name, kind, what, reads if tuned else {})
+
+
 def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: bool) -> dict:
+    from kafka_sink import limit_consumer
+
     from spark_jobs import drain_job
     from spark_jobs.session import get_spark
 
-    load_before = Path("/proc/loadavg").read_text().split()[:3]
     # produce finds the drain in the drains file fresh_drain made current: one after the other
     warm = fresh_drain(warmup, processor=PROCESSOR)
     produce(warm, warmup)
@@ -308,47 +412,54 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
     started = time.monotonic()
     produce(source, records)
     produce_s = time.monotonic() - started
+    expected = {id(warm): fair.Expected.of_drain(warm), id(source): fair.Expected.of_drain(source)}
 
     spark = get_spark()
     jvm = Jvm(jvm_pid())
     tables: list[tuple[str, str]] = []
     drains = [warm.name, source.name]
 
-    def timed(what: str, topics: Any, count: int, memory: Jvm) -> dict[str, Any]:
-        if what in STREAMING:
-            name = f"bench_str_{uuid.uuid4().hex[:8]}"
-            into = streaming_into(what)
-            where = {"delta": delta_path(name), "iceberg": iceberg_table(name)}.get(into, name)
-            tables.extend([(into, where), ("delta", delta_path(f"_checkpoints/{name}"))])
-            options = BASELINES.get(what, {})
-            return {"table": where} | run_streaming(spark, topics, name, memory, options, into)
-        drain = drain_for(what, topics, count)
-        drains.append(drain.name)
-        tables.append((what, table_of(what, drain)))
-        return {"table": table_of(what, drain)} | run_drainer(drain, count, memory)
+    def timed(name: str, kind: str, sink: str, topics: Any, count: int, memory: Jvm) -> dict:
+        """One run of a path; its table read back (exit 1 when it disagrees)."""
+        if name == "limit_spark_noop":
+            return limit_noop(spark, topics)
+        if name == "limit_consumer":
+            return limit_consumer(topics, count)
+        table = f"bench_{uuid.uuid4().hex[:8]}"
+        if kind == fair.DRAINER:
+            drain = drain_for(sink, topics, count)
+            drains.append(drain.name)
+            where = table_of(sink, drain)
+            got = run_drainer(drain, count, memory)
+        else:
+            where = {"delta": delta_path(table), "iceberg": iceberg_table(table)}.get(sink, table)
+            if kind == fair.LIMIT:
+                got = limit_from_memory(spark, topics, sink, table, count)
+            else:
+                tables.append(("delta", delta_path(f"_checkpoints/{table}")))
+                got = run_streaming(spark, topics, table, memory, kind == fair.TUNED, sink)
+        tables.append((sink, where))
+        expected[id(topics)].check(name, readback.table(sink, where))
+        return {"table": where, **got}
 
-    paths = [*sinks, *BASELINES, *(SAME_SINK[s] for s in sinks if SAME_SINK[s] not in BASELINES)]
+    paths = plan(sinks)
     # warm every path on this session: first writes load classes, the JIT compiles
-    for what in paths:
-        timed(what, warm, warmup, Jvm(None))
+    for name, kind, sink in paths:
+        timed(name, kind, sink, warm, warmup, Jvm(None))
     jvm_rss_at_start = jvm.rss_mb()
     runs: list[dict[str, Any]] = []
     for round_ in range(repeat):
         # each round starts one path later, so no path always runs first or last
-        for what in paths[round_ % len(paths) :] + paths[: round_ % len(paths)]:
-            runs.append({"what": what, "round": round_} | timed(what, source, records, jvm))
-            print(f"{records:,} {what}: {runs[-1]['wall_s']} s", file=sys.stderr)
-    # before the read-back: deltalake and pyiceberg are no part of a run
+        for name, kind, sink in paths[round_ % len(paths) :] + paths[: round_ % len(paths)]:
+            memory = jvm if kind != fair.LIMIT else Jvm(None)
+            got = timed(name, kind, sink, source, records, memory)
+            runs.append({"path": name, "kind": kind, "sink": sink, "round": round_, **got})
+            checked = ", read back" if "table" in got else ""
+            print(f"{records:,} {name}: {got['wall_s']:.2f} s{checked}", file=sys.stderr)
     python_peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    load_after = Path("/proc/loadavg").read_text().split()[:3]
-
-    for run in runs:
-        kind = streaming_into(run["what"]) if run["what"] in STREAMING else run["what"]
-        run["rows"] = rows_in(kind, run["table"])
-        assert run["rows"] == records, f"{run['what']}: {run['rows']} rows, {records} records"
     if "delta" in sinks:  # the same rows: the same columns and types in both Delta tables
-        ours = delta_columns(next(r["table"] for r in runs if r["what"] == "delta"))
-        theirs = delta_columns(next(r["table"] for r in runs if r["what"] == BASELINE))
+        ours = delta_columns(next(r["table"] for r in runs if r["path"] == "delta"))
+        theirs = delta_columns(next(r["table"] for r in runs if r["path"] == "streaming_delta"))
         assert ours == theirs, f"drainer's Delta columns {ours} != the baseline's {theirs}"
     if not keep:
         clean_up(spark, [warm, source], tables, drains)
@@ -358,108 +469,52 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
         "spark": drain_job.which_spark(),
         "python_client_peak_rss_mb": python_peak,
         "jvm_rss_at_start_mb": jvm_rss_at_start,
-        "load_before": load_before,
-        "load_after": load_after,
+        "paths": [
+            {"contender": vars(contender(name, kind, sink, source)), "sink": sink}
+            for name, kind, sink in paths
+        ],
         "runs": runs,
     }
 
 
-def streaming_into(what: str) -> str:
-    """The table a streaming baseline writes: `streaming_iceberg` Iceberg, and so on."""
-    return (
-        what.removeprefix("streaming_")
-        if what in ("streaming_iceberg", "streaming_postgres")
-        else "delta"
-    )
+def delta_columns(where: str) -> list[tuple[str, str]]:
+    from deltalake import DeltaTable
+
+    return [(f.name, str(f.type)) for f in DeltaTable(where).to_pyarrow_dataset().schema]
 
 
-def summarize(size: dict) -> list[dict[str, Any]]:
-    """Per path: median wall time over the rounds, and its ratio to each baseline's median."""
+def summarize(size: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per sink: its paths and the shared limits, printed with their settings and drainer's
+    ratios; the rows, each with its sink, for the results file."""
     records = size["records"]
-    order = [w for w in (*SINKS, *STREAMING) if any(r["what"] == w for r in size["runs"])]
-    median = {
-        what: statistics.median(r["wall_s"] for r in size["runs"] if r["what"] == what)
-        for what in order
-    }
-    rows = []
-    for what in order:
-        mine = [r for r in size["runs"] if r["what"] == what]
-        jvm_peak = [r["jvm_peak_rss_mb"] for r in mine if r["jvm_peak_rss_mb"] is not None]
-        # the round that left the most heap behind, with what the server held before it
-        heap = max(mine, key=lambda r: r["jvm_heap_after_gc_mb"] or 0)
-        rows.append(
-            {
-                "records": records,
-                "what": what,
-                "rounds": len(mine),
-                "wall_s": round(median[what], 2),
-                "records_per_s": round(records / median[what]),
-                **{f"vs_{b}": round(median[what] / median[b], 2) for b in BASELINES},
-                # against the AvailableNow job into the same kind of table (issue 30's measure)
-                "same_sink": SAME_SINK.get(what),
-                "vs_same_sink": round(median[what] / median[SAME_SINK[what]], 2)
-                if what in SAME_SINK and SAME_SINK[what] in median
-                else None,
-                "rows": mine[0]["rows"],
-                "spark_job_s": statistics.median(r["phases"]["spark_job"] for r in mine)
-                if what not in STREAMING
-                else None,
-                "python_client_peak_rss_mb": size["python_client_peak_rss_mb"],
-                "jvm_peak_rss_mb": max(jvm_peak, default=None),
-                "jvm_heap_before_mb": heap["jvm_heap_before_mb"],
-                "jvm_heap_after_gc_mb": heap["jvm_heap_after_gc_mb"],
-            }
-        )
-    return rows
-
-
-def print_table(rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="drainer sinks vs Structured Streaming (AvailableNow)")
-    columns = [
-        ("records", "records", "{:,}"),
-        ("what", "path", "{}"),
-        ("wall_s", "wall (s)", "{:.2f}"),
-        ("records_per_s", "records/s", "{:,}"),
-        ("vs_streaming", "x streaming", "{:.2f}"),
-        ("vs_streaming_fetch10", "x fetch10", "{:.2f}"),
-        ("vs_same_sink", "x streaming, same sink", "{:.2f}"),
-        ("rows", "rows read back", "{:,}"),
-        ("spark_job_s", "Spark job (s)", "{:.2f}"),
-        ("python_client_peak_rss_mb", "Python client peak RSS (MB)", "{}"),
-        ("jvm_peak_rss_mb", "JVM peak RSS (MB)", "{}"),
-        ("jvm_heap_before_mb", "JVM heap before (MB)", "{}"),
-        ("jvm_heap_after_gc_mb", "JVM heap after GC (MB)", "{}"),
-    ]
-    for _, title, _ in columns:
-        table.add_column(title, justify="left" if title == "path" else "right")
-    for row in rows:
-        table.add_row(
-            *("–" if row[key] is None else fmt.format(row[key]) for key, _, fmt in columns)
-        )
-    console = Console()
-    Console(width=max(console.width, 200)).print(table)  # piped: rich's 80 columns are too few
-
-
-def machine() -> dict[str, Any]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    return {"cpus": os.cpu_count(), "cpu": cpu, "kernel": platform.release()}
+    contenders = {p["contender"]["name"]: p for p in size["paths"]}
+    sinks = [p["sink"] for p in size["paths"] if p["contender"]["kind"] == fair.DRAINER]
+    out = []
+    for sink in sinks:
+        names = [n for n, p in contenders.items() if p["sink"] in (sink, "")]
+        walls = {n: [r["wall_s"] for r in size["runs"] if r["path"] == n] for n in names}
+        paths = [fair.Contender(**contenders[n]["contender"]) for n in names]
+        rows = fair.report(f"sink {sink}", records, paths, walls)
+        for row in rows:
+            mine = [r for r in size["runs"] if r["path"] == row["path"]]
+            row["sink"] = sink
+            if row["kind"] == fair.DRAINER:
+                row["spark_job_s"] = fair.median([r["phases"]["spark_job"] for r in mine])
+                row["phases"] = {
+                    k: fair.median([r["phases"].get(k, 0.0) for r in mine])
+                    for k in mine[0]["phases"]
+                }
+            peaks = [r.get("jvm_peak_rss_mb") for r in mine if r.get("jvm_peak_rss_mb")]
+            row["jvm_peak_rss_mb"] = max(peaks, default=None)
+        out += rows
+    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--sinks", nargs="+", choices=SINKS, default=list(SINKS))
-    parser.add_argument("--repeat", type=int, default=1, help="timed rounds per size (median)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed rounds per size (median)")
     parser.add_argument("--warmup", type=int, default=3000, help="records of the warm-up runs")
     parser.add_argument("--keep", action="store_true", help="keep topics and tables")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)
@@ -467,7 +522,7 @@ def main() -> int:
     OUT.mkdir(exist_ok=True)
     if args.one:
         report = one_size(args.one, args.sinks, args.repeat, args.warmup, args.keep)
-        print(json.dumps(report))
+        print(json.dumps(report, default=str))
         return 0
 
     from drainer import services
@@ -478,10 +533,9 @@ def main() -> int:
         # starts; this benchmark's drains files change under it
         print("lakehouse_sinks runs on Spark Connect: unset SPARK_MASTER", file=sys.stderr)
         return 2
-    # the baseline writes Delta; a running server without a format's jars is restarted
+    # the baselines write Delta checkpoints; a running server without a format's jars restarts
     formats = ("delta", "iceberg") if "iceberg" in args.sinks else ("delta",)
     services.up(echo=lambda *_: None, formats=formats)
-    sizes = []
     for records in args.records:
         cmd = [sys.executable, __file__, "--one", str(records), "--sinks", *args.sinks]
         cmd += ["--repeat", str(args.repeat), "--warmup", str(args.warmup)]
@@ -489,24 +543,12 @@ def main() -> int:
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # progress on stderr
         if done.returncode != 0:
             return done.returncode
-        sizes.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    rows = [row for size in sizes for row in summarize(size)]
-    print_table(rows)
-    report = {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
-        "args": vars(args),
-        "summary": rows,
-        "sizes": sizes,
-    }
-    path = OUT / "lakehouse_sinks.json"
-    path.write_text(json.dumps(report, indent=2))
-    for size in sizes:
-        print(
-            f"{size['records']:,} records: load average {' '.join(size['load_before'])} before, "
-            f"{' '.join(size['load_after'])} after; {size['spark']}"
+        size = json.loads(done.stdout.strip().splitlines()[-1])
+        rows = summarize(size)
+        fair.write_results(
+            "lakehouse_sinks",
+            {"records": records, "repeat": args.repeat, "rows": rows, "size": size},
         )
-    print(f"raw results: {path}")
     return 0
 
 

@@ -28,10 +28,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from typing import Any
 
-from common import OUT
+import fair
 from kafka_sink import create_topic
 
 BATCH = 10_000
@@ -47,10 +46,12 @@ def records(n: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
 
 
 def producer_settings() -> dict[str, Any]:
-    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
     from drainer.settings import load_settings
 
-    return {"bootstrap.servers": load_settings().bootstrap_servers, **OUTPUT_PRODUCER_DEFAULTS}
+    return {
+        "bootstrap.servers": load_settings().bootstrap_servers,
+        **fair.drainer_producer_settings(),
+    }
 
 
 def python_rounds(n: int, rounds: int) -> list[dict[str, float]]:
@@ -143,13 +144,24 @@ def main() -> None:
             "rounds": rounds,
         }
         print(name, [round(r["wall_s"], 2) for r in rounds], flush=True)
-    OUT.mkdir(exist_ok=True)
-    report = {"at": datetime.now(UTC).isoformat(), "records": args.records, "paths": summary}
-    (OUT / "producer_floor.json").write_text(json.dumps(report, indent=2))
-    print("| path | wall (s), median | process CPU (s), median |")
-    print("|---|---:|---:|")
-    for name, s in summary.items():
-        print(f"| {name} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} |")
+    java = fair.drainer_java_producer_settings()
+    paths = {
+        "python": fair.Contender(
+            "python", fair.LIMIT, "drainer's produce loop", producer_settings()
+        ),
+        "jvm": fair.Contender("jvm", fair.LIMIT, "the JVM's KafkaProducer", java),
+    }
+    rows = fair.report(
+        "one producer's transaction",
+        args.records,
+        [paths[name] for name in summary],
+        {name: [r["wall_s"] for r in s["rounds"]] for name, s in summary.items()},
+    )
+    for row in rows:
+        row["cpu_s"] = round(summary[row["path"]]["cpu_s"], 3)
+    fair.write_results(
+        "producer_floor", {"records": args.records, "repeat": args.repeat, "rows": rows}
+    )
 
 
 if __name__ == "__main__":

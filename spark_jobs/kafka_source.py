@@ -26,10 +26,13 @@ from spark_jobs.session import KAFKA_SOURCE
 log = logging.getLogger(__name__)
 
 BOUNDED_FETCH_MAX_WAIT_MS = 10  # `kafka_java: {fetch.max.wait.ms: …}` overrides it
-# a dataframe-mode read of at most this many records runs in as many tasks as cores: below it a
-# task's start (~50 ms here, in waves of `cores`) costs more than its share of the reading, and
-# an uneven split of so few records costs little (benchmarks/README.md, issue 30's seventh part)
-SMALL_READ_RECORDS = 100_000
+# a dataframe-mode read of more ranges than cores gives each task at least this many records,
+# its ranges read one after another: a task's start (~50 ms here, in waves of `cores`) costs
+# more than reading fewer. Small reads so run in `cores` tasks (12 ranges of 83 records: a 1.67
+# -> 1.39 s Spark job), and many small ranges in few tasks: 192,000 records on 3 x 64
+# partitions were 192 tasks, a 7.3 s Spark job against 1.5 s on 3 x 4 (issue 51). 1M records
+# on 12 ranges keep their 12 tasks
+TASK_RECORDS = 50_000
 # Spark's consumer seeks and polls again each time it has handed out a poll's records, and
 # Kafka's default returns 500 per poll: 10,000 read 1M records in 0.99 s instead of 1.44 s
 # (medians of 6, benchmarks/README.md, issue 30's eighth part). It bounds a poll's count only:
@@ -60,9 +63,10 @@ def read_ranges(
     `cores` (dataframe mode: the cores that run the job) sizes the read's tasks. A plan of fewer
     ranges than cores has Spark split a large range into several tasks (Kafka's
     `minPartitions`): each still reads a bounded [start, end) of one partition, and together
-    exactly the plan's. A small read of more ranges than cores (`SMALL_READ_RECORDS`) runs in
-    `cores` tasks, each reading its ranges one after another. Record mode passes no `cores`: a
-    partition's records go through one task, in order, and one task per partition.
+    exactly the plan's. A read of more ranges than cores whose ranges are small runs in fewer
+    tasks than ranges (`coalesced_tasks`), each reading its ranges one after another. Record
+    mode passes no `cores`: a partition's records go through one task, in order, and one task
+    per partition.
 
     `home` (default: the environment's) holds the key of the read's group id (`spark_group`).
     """
@@ -96,9 +100,9 @@ def read_ranges(
     if cores is not None and cores > tasks:
         reader = reader.option("minPartitions", str(cores))
     df = reader.load()
-    if cores is not None and tasks > cores and records <= SMALL_READ_RECORDS:
-        # 12 ranges of 83 records: 1.67 -> 1.39 s for the Spark job (medians of 10)
-        df = df.coalesce(cores)
+    coalesced = coalesced_tasks(tasks, records, cores)
+    if coalesced is not None:
+        df = df.coalesce(coalesced)
     # the suffix after the topic's last "-" (substring_index stays on Spark's bytes, where
     # split made a Java string and ran a regex per record)
     df = df.withColumn("level", F.substring_index(F.col("topic"), "-", -1).cast("int"))
@@ -111,6 +115,17 @@ def read_ranges(
         skip = spark.createDataFrame(done, "topic string, partition int, offset long")
         df = df.join(F.broadcast(skip), ["topic", "partition", "offset"], "left_anti")
     return df
+
+
+def coalesced_tasks(ranges: int, records: int, cores: int | None) -> int | None:
+    """The tasks a dataframe read of `ranges` ranges holding `records` records runs in when
+    that is fewer than one per range: at least `cores`, else one per `TASK_RECORDS` records.
+    None: one task per range (a plan of no more ranges than cores, or large ranges; record
+    mode, which passes no `cores`)."""
+    if cores is None or ranges <= cores:
+        return None
+    tasks = max(cores, -(-records // TASK_RECORDS))
+    return tasks if tasks < ranges else None
 
 
 def consumer_settings(drain: DrainConfig, bootstrap: str, home: Path) -> dict[str, str]:

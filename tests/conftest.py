@@ -28,8 +28,16 @@ def stack() -> None:
     shares.
     """
     from drainer import services
+    from drainer.settings import load_settings
+    from drainer.spark.sink_jar import server_sink_classpath
 
     services.up(echo=lambda *_: None, formats=STACK_FORMATS)
+    # `services.up` reports a failed build of the Kafka sink's server writer and goes on (the
+    # sink then produces from the driver); the suite must not: built here again, a javac
+    # error fails every test with javac's words (a no-op once built, None without a JDK)
+    settings = load_settings()
+    if settings.local_spark_connect and settings.spark_master.startswith("local"):
+        server_sink_classpath(settings.home)
 
 
 @pytest.fixture

@@ -30,11 +30,31 @@ def admin() -> AdminClient:
 
 
 def auto_producer(spark) -> str:
-    """Where `producer: auto` produces on the server the tests share: the server when it was
-    started with drainer's producer jar (a JDK on PATH), else the driver."""
+    """The producer `producer: auto` must pick on this stack, from the stack, not from what the
+    server happens to run: the server's wherever the local Connect server runs drainer's tasks
+    and a JDK is on PATH (`expected_auto_producer`), else the driver's. A server that should
+    have the writer and lacks it (its build failed, or it was started without it) fails here
+    instead of the sink's silently producing from the driver."""
     from drainer.spark.sink_jar import SERVER_CONF
 
-    return "server" if spark.conf.get(SERVER_CONF, "") else "driver"
+    expected = expected_auto_producer()
+    if expected == "server":
+        assert spark.conf.get(SERVER_CONF, ""), (
+            "a JDK is on PATH but the Connect server runs without the Kafka sink's server jar: "
+            "`producer: auto` would silently produce from the driver"
+        )
+    return expected
+
+
+def expected_auto_producer() -> str:
+    """ "server" on a stack whose local Connect server (local master) can load the writer: a
+    JDK on PATH; "driver" on any other."""
+    from drainer.settings import load_settings
+    from drainer.spark.sink_jar import has_jdk
+
+    settings = load_settings()
+    local = settings.local_spark_connect and settings.spark_master.startswith("local")
+    return "server" if local and has_jdk() else "driver"
 
 
 @contextmanager

@@ -203,6 +203,7 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
     """Repeated keys, 0x00 and non-UTF-8 bytes come back byte for byte; two retries at once
     produce the dead letter once."""
     import threading
+    import time
 
     from confluent_kafka import Consumer, TopicPartition
 
@@ -230,10 +231,13 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
 
     start = threading.Barrier(2)
     counts: list[int] = []
+    spans: list[tuple[float, float]] = []
 
     def retry() -> None:
         start.wait()
+        began = time.monotonic()
         counts.append(retry_dead_letters(drain))
+        spans.append((began, time.monotonic()))
 
     threads = [threading.Thread(target=retry) for _ in range(2)]
     for t in threads:
@@ -241,6 +245,8 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
     for t in threads:
         t.join(60)
     assert sorted(counts) == [0, 1]
+    # the race happened: both retries began before either returned
+    assert max(b for b, _ in spans) < min(e for _, e in spans), spans
 
     topic = drain.level_topic(1)
     consumer = Consumer(

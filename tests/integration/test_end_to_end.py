@@ -149,6 +149,43 @@ def test_a_small_read_of_more_ranges_than_cores_runs_in_as_many_tasks_as_cores(m
     assert sum(r.read_records for r in read) == 1200
 
 
+def test_many_small_ranges_are_read_together_in_few_tasks_exactly_once(make_drain, spark):
+    """48 ranges of 2,500 records (more records than a read of one task per core held before):
+    the read runs in `coalesced_tasks` tasks, not one per range; every record lands once and
+    the counts per partition stay exact."""
+    from spark_jobs import drain_job
+    from spark_jobs.kafka_source import coalesced_tasks
+    from spark_jobs.session import cores
+
+    drain = make_drain(
+        levels=3, partitions=16, processor="spark_jobs.examples:with_read_task", budget=200_000
+    )
+    for level in range(3):
+        for partition in range(16):
+            records = synthetic_records(2_500, keys=7, seed=partition)
+            produce_records(drain, records, level=level, partition=partition)
+    n = cores(spark) or 1
+    expected = coalesced_tasks(48, 120_000, n)
+    if expected is None:
+        pytest.skip(f"{n} cores: 48 ranges of 2,500 records are read one task each")
+    result = drain_job.run(drain)
+    assert result.drained == 120_000
+    assert_each_record_once(drain, high_watermarks(drain))
+    with get_engine().connect() as conn:
+        tasks = conn.execute(
+            text(f'SELECT count(DISTINCT read_task) FROM "{drain.sink.table}"')
+        ).scalar_one()
+        read = conn.execute(
+            text(
+                "SELECT rr.read_records, rr.end_offset - rr.start_offset AS planned"
+                " FROM run_ranges rr JOIN runs r ON r.id = rr.run_id WHERE r.drain = :d"
+            ),
+            {"d": drain.name},
+        ).all()
+    assert tasks == expected < 48
+    assert len(read) == 48 and all(r.read_records == r.planned for r in read)
+
+
 def test_a_plan_of_fewer_ranges_than_cores_is_read_in_split_tasks_exactly_once(make_drain, spark):
     """One partition per level and more cores than ranges: the dataframe read splits each range
     into several Spark tasks (Kafka's minPartitions, issue 30); every record still lands once and

@@ -454,9 +454,11 @@ def test_task_writes_hold_off_a_takeover_and_are_refused_after_it(make_drain, st
         fence = conn.scalar(text("SELECT fence FROM drains WHERE name = :n"), {"n": drain.name})
     url = psycopg_url(load_settings().database_url)
     bumped = threading.Event()
+    taker_pid: list[int] = []
 
     def take_over() -> None:  # what a new lease does
         with engine.begin() as conn:
+            taker_pid.append(conn.scalar(text("SELECT pg_backend_pid()")))
             conn.execute(
                 text("UPDATE drains SET fence = fence + 1 WHERE name = :n"), {"n": drain.name}
             )
@@ -466,8 +468,8 @@ def test_task_writes_hold_off_a_takeover_and_are_refused_after_it(make_drain, st
         check_fence(task, Lease(drain.name, fence), shared=True)  # a task of the run, mid-write
         taker = threading.Thread(target=take_over)
         taker.start()
-        # the race happened: the takeover's UPDATE is seen waiting for the task's lock
-        assert _waits_for_lock("UPDATE drains SET fence", timeout_s=30)
+        # the race happened: the takeover's own session waits for the lock the task holds
+        assert _blocked_by(taker_pid, task.info.backend_pid, timeout_s=30)
         assert not bumped.is_set()
     taker.join(10)
     assert bumped.is_set()
@@ -475,19 +477,16 @@ def test_task_writes_hold_off_a_takeover_and_are_refused_after_it(make_drain, st
         check_fence(task, Lease(drain.name, fence), shared=True)  # the old run's next task
 
 
-def _waits_for_lock(query_start: str, timeout_s: float) -> bool:
-    """True once a session running a query that starts with `query_start` waits on a lock."""
+def _blocked_by(blocked: list[int], holder: int, timeout_s: float) -> bool:
+    """True once the session whose pid `blocked` comes to hold waits on a lock `holder`'s
+    session holds (`pg_blocking_pids` of that one session, not any waiter in the database)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        with get_engine().connect() as conn:
-            if conn.scalar(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND starts_with(query, :q)"
-                ),
-                {"q": query_start},
-            ):
-                return True
+        if blocked:
+            with get_engine().connect() as conn:
+                blockers = conn.scalar(text("SELECT pg_blocking_pids(:p)"), {"p": blocked[0]})
+                if holder in blockers:
+                    return True
         time.sleep(0.05)
     return False
 

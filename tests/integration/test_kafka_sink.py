@@ -41,7 +41,7 @@ from test_exactly_once import (
 
 from dagster_project.metadata import run_metadata
 from drainer import faults
-from drainer.errors import ConfigError
+from drainer.errors import ConfigError, FencedOut
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.transactions import transactional_id
 from drainer.observe.status import drain_status
@@ -219,6 +219,10 @@ def test_a_paused_zombie_attempt_never_becomes_visible(make_drain, spark, produc
             _, a_err = a.communicate(timeout=120)
         assert a.returncode != 0, "the zombie attempt must not succeed"
         assert "injected pause at after_produce" in a_err
+        # it failed because it was fenced (FencedOut: its producer's epoch, or its lease, was
+        # taken over), not for some other reason that would also have kept it invisible
+        assert a.returncode == FencedOut.exit_code, a_err[-3000:]
+        assert "took over" in a_err and "Traceback" not in a_err, a_err[-3000:]
         # read_committed: B's records, each source once; none of A's (attempt 1)
         assert_each_source_once(out, high_watermarks(drain))
         assert {r.attempt for r in read_output(out)} == {2}

@@ -9,6 +9,7 @@ record. Crashes are real `drainer run` processes that exit 86 at an injected poi
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -206,10 +207,13 @@ def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, s
     rows = spark.range(2_000).selectExpr("'t' AS topic", "0 AS partition", "id AS offset")
     start = threading.Barrier(3)
     commits: list[Any] = []
+    spans: list[tuple[float, float]] = []
 
     def attempt() -> None:
         start.wait()
+        began = time.monotonic()
         commits.append(sink.write(spark, ctx, rows))
+        spans.append((began, time.monotonic()))
 
     threads = [threading.Thread(target=attempt) for _ in range(3)]
     for thread in threads:
@@ -217,6 +221,8 @@ def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, s
     for thread in threads:
         thread.join(timeout=300)
     assert len(commits) == 3, "an attempt failed instead of finding the run's commit"
+    # the race happened: every attempt began its write before any attempt's write returned
+    assert max(b for b, _ in spans) < min(e for _, e in spans), spans
     assert {c.version for c in commits} == {commits[0].version}  # all name the one commit
     assert table_run_ids(drain) == [run_id]
     assert table_arrow(drain).num_rows == 2_000

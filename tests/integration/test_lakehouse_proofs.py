@@ -230,13 +230,15 @@ def test_failures_of_the_attempt_whose_write_landed_are_the_ones_committed(make_
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
-def test_abandon_while_a_killed_attempts_write_still_runs_on_the_server_writes_nothing_twice(
+def test_abandon_right_after_a_client_died_mid_write_writes_nothing_twice(
     make_drain, lakehouse, fmt
 ):
-    """The client died as the table's files appeared (`during_spark`); the Connect server goes
-    on with its write. Abandon right then: it stops the plan's tagged operations first, then
-    looks for the commit, so the write cannot land after the look. Before: abandon looked at
-    nothing, and a write that landed after it was written again by the next plan."""
+    """The client died as the table's files appeared (`during_spark`); the Connect server may
+    go on with its write. Abandon right then: it stops the plan's tagged operations first, then
+    looks for the commit, so the write cannot land after the look. Whether the server's write
+    was still running when abandon came is not controlled here (both outcomes are accepted and
+    checked); what the test holds is that neither writes a record twice. Before: abandon looked
+    at nothing, and a write that landed after it was written again by the next plan."""
     drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
     total = sum(produce_backlog(drain, PER_PARTITION).values())
     crashed = cli("run", drain.name, fault="during_spark")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -81,13 +82,19 @@ def rows_of(drain: DrainConfig) -> list[dict[str, Any]]:
     return list(catalog.load_table(drain.sink.table).scan().to_arrow().to_pylist())
 
 
-def assert_each_offset_once(drain: DrainConfig, rows: list[dict[str, Any]], extra: int = 0) -> None:
+def assert_each_offset_once(
+    drain: DrainConfig, rows: list[dict[str, Any]], dead: Sequence[dict[str, Any]] = ()
+) -> None:
+    """The sink's rows plus the dead letters (`dead_letters_of`) are exactly the drain's
+    records, by source coordinates: none twice, none in both, none missing, none extra."""
     seen = Counter((r["_topic"], r["_partition"], r["_offset"]) for r in rows)
-    assert max(seen.values()) == 1, "a record was written twice"
+    assert max(seen.values(), default=1) == 1, "a record was written twice"
+    lettered = Counter((d["topic"], d["partition"], d["offset"]) for d in dead)
+    assert max(lettered.values(), default=1) == 1, "a record was dead-lettered twice"
+    assert not set(seen) & set(lettered), "a record is both a row and a dead letter"
     high = high_watermarks(drain)
     expected = {(t, p, o) for (t, p), end in high.items() for o in range(end)}
-    assert len(seen) + extra == len(expected)
-    assert set(seen) <= expected
+    assert set(seen) | set(lettered) == expected
 
 
 def assert_offsets_unmoved(drain: DrainConfig) -> None:
@@ -310,7 +317,7 @@ def test_bad_records_of_every_kind_go_to_the_dead_letters_with_their_raw_bytes(
     rows, dead = rows_of(drain), dead_letters_of(drain)
     # nothing lost: sink rows + dead letters = records drained, by distinct offsets
     assert len(rows) + len(dead) == total
-    assert_each_offset_once(drain, rows, extra=len(dead))
+    assert_each_offset_once(drain, rows, dead)
     by_offset = {d["offset"]: d for d in dead}
     assert set(by_offset) == set(offsets.values())
     for name, offset in offsets.items():
@@ -354,7 +361,7 @@ def test_a_dead_letter_of_an_unknown_schema_id_decodes_once_retried_after_the_sc
     drain_until_empty(drain)
     [row] = [r for r in rows_of(drain) if r["note"] is not None]
     assert (row["id"], row["note"], row["_key"]) == ("1-0-9", "early", "early")
-    assert_each_offset_once(drain, rows_of(drain), extra=1)  # the dead letter's own offset
+    assert_each_offset_once(drain, rows_of(drain), [letter])  # the original's offset
 
 
 def test_malformed_json_goes_to_the_dead_letters_and_the_rest_is_written(lakehouse, make_drain):
@@ -368,6 +375,7 @@ def test_malformed_json_goes_to_the_dead_letters_and_the_rest_is_written(lakehou
     drain_until_empty(drain)
     rows, dead = rows_of(drain), dead_letters_of(drain)
     assert len(rows) + len(dead) == total
+    assert_each_offset_once(drain, rows, dead)
     assert {d["offset"] for d in dead} == set(offsets.values())
     assert all("malformed JSON" in d["error"] for d in dead)
 

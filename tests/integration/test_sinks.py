@@ -270,23 +270,26 @@ def test_two_attempts_of_one_task_leave_one_attempts_rows():
         release_a.wait(10)
         yield ("a", 3)
 
-    def attempt(rows) -> None:
+    pids: dict[str, int] = {}
+
+    def attempt(name: str, rows) -> None:
         try:
             with psycopg.connect(_url()) as conn:
+                pids[name] = conn.info.backend_pid
                 sinks.write_staged(conn, table, NAMES, 7, "topic:0:100", rows)
         except BaseException as err:  # surfaced by the assertion below
             errors.append(err)
 
-    a = threading.Thread(target=attempt, args=(rows_of_a(),))
+    a = threading.Thread(target=attempt, args=("a", rows_of_a()))
     a.start()
     assert a_staging.wait(10)
-    b = threading.Thread(target=attempt, args=([("b", 10), ("b", 20)],))
+    b = threading.Thread(target=attempt, args=("b", [("b", 10), ("b", 20)]))
     b.start()
-    # B either finishes at once (no lock: the defect) or waits on A's lock
+    # B either finishes at once (no lock: the defect) or its own session waits on A's
     deadline = time.monotonic() + 30
-    while b.is_alive() and not _waits_on_advisory_lock() and time.monotonic() < deadline:
+    while b.is_alive() and not _blocks(pids, "a", "b") and time.monotonic() < deadline:
         time.sleep(0.05)
-    blocked = b.is_alive() and _waits_on_advisory_lock()
+    blocked = b.is_alive() and _blocks(pids, "a", "b")
     release_a.set()
     a.join(10)
     b.join(10)
@@ -296,16 +299,14 @@ def test_two_attempts_of_one_task_leave_one_attempts_rows():
     assert _rows(sink_names.stage_name(table, 7)) == [("b", 10), ("b", 20)]
 
 
-def _waits_on_advisory_lock() -> bool:
+def _blocks(pids: dict[str, int], holder: str, waiter: str) -> bool:
+    """True while `waiter`'s session waits on a lock `holder`'s session holds (the two
+    sessions' own pids, not any waiter in the database)."""
+    if holder not in pids or waiter not in pids:
+        return False
     with get_engine().connect() as conn:
-        return bool(
-            conn.scalar(
-                text(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                )
-            )
-        )
+        blockers = conn.scalar(text("SELECT pg_blocking_pids(:p)"), {"p": pids[waiter]})
+        return pids[holder] in blockers
 
 
 def _users_table(name: str, rows: int = 3) -> None:

@@ -1,0 +1,233 @@
+"""A fair fight, shared by every benchmark (issue 51).
+
+- The settings drainer runs with, handed to every peer that has the same knob: Spark's Kafka
+  source options (`fetch.max.wait.ms`, `max.poll.records`, `minPartitions`, from
+  `spark_jobs.kafka_source`), the Kafka sink's producer settings (compression, linger, batch
+  size), librdkafka's twin of the fetch wait for confluent-kafka consumers. The default-
+  configured peer stays as a second line (`TUNED` / `DEFAULT`).
+- `Contender`: one path of a benchmark with the settings it ran with, printed beside its result
+  (`report`), so a table never hides which knobs a contender had.
+- `Expected` and the readers in `readback.py`: every path's output is read back by a reader
+  that is not the path's own, counting distinct source coordinates; `Expected.check` exits
+  non-zero when a read-back disagrees.
+- `write_results`: the JSON under `benchmarks/results/` that `charts.py` draws, with the date,
+  the machine and the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TUNED, DEFAULT, LIMIT, DRAINER = "tuned", "default", "limit", "drainer"
+
+
+def drainer_read_options(ranges: int, cores: int | None) -> dict[str, str]:
+    """The Kafka source options drainer's bounded reads set, as a Spark reader takes them:
+    the two consumer settings, and `minPartitions` where drainer sets it (a plan of fewer
+    ranges than the job's cores: `spark_jobs.kafka_source.read_ranges`)."""
+    from spark_jobs.kafka_source import BOUNDED_FETCH_MAX_WAIT_MS, BOUNDED_MAX_POLL_RECORDS
+
+    options = {
+        "kafka.fetch.max.wait.ms": str(BOUNDED_FETCH_MAX_WAIT_MS),
+        "kafka.max.poll.records": str(BOUNDED_MAX_POLL_RECORDS),
+    }
+    if cores is not None and cores > ranges:
+        options["minPartitions"] = str(cores)
+    return options
+
+
+def drainer_consumer_settings() -> dict[str, Any]:
+    """drainer's read settings as librdkafka (confluent-kafka) takes them: `fetch.wait.max.ms`
+    is its name for `fetch.max.wait.ms`; it has no `max.poll.records` (a `consume(n)` call
+    asks for n records: the peers ask for 10,000, drainer's poll size)."""
+    from spark_jobs.kafka_source import BOUNDED_FETCH_MAX_WAIT_MS
+
+    return {"fetch.wait.max.ms": BOUNDED_FETCH_MAX_WAIT_MS}
+
+
+def drainer_producer_settings() -> dict[str, Any]:
+    """The Kafka sink's producer settings (librdkafka names: the driver producer's)."""
+    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
+
+    return dict(OUTPUT_PRODUCER_DEFAULTS)
+
+
+def drainer_java_producer_settings() -> dict[str, str]:
+    """The same, as the JVM's KafkaProducer takes them (the server producer's; Spark's sink)."""
+    from spark_jobs.sinks.kafka_server import server_defaults
+
+    return server_defaults()
+
+
+def spark_cores() -> int | None:
+    from spark_jobs.session import cores, get_spark
+
+    return cores(get_spark())
+
+
+@dataclass
+class Contender:
+    """One contender: its name, its kind (drainer, a tuned or default peer, a limit), what it
+    does, and every setting it ran with."""
+
+    name: str
+    kind: str
+    what: str
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        knobs = ", ".join(f"{k}={v}" for k, v in sorted(self.settings.items())) or "defaults"
+        return f"{self.name} [{self.kind}] {self.what}; settings: {knobs}"
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+def report(
+    title: str, records: int, paths: list[Contender], walls: dict[str, list[float]]
+) -> list[dict[str, Any]]:
+    """Per path: its median wall time, records/s, and drainer's ratio to it; printed as a
+    table with each path's settings under it. Returns the rows for the results file."""
+    medians = {name: median(ws) for name, ws in walls.items() if ws}
+    ours = [p.name for p in paths if p.kind == DRAINER and p.name in medians]
+    mine = medians[ours[0]] if ours else None
+    rows = []
+    for path in paths:
+        if path.name not in medians:
+            continue
+        wall = medians[path.name]
+        rows.append(
+            {
+                "path": path.name,
+                "kind": path.kind,
+                "what": path.what,
+                "settings": path.settings,
+                "records": records,
+                "wall_s": wall,
+                "runs_s": [round(w, 3) for w in walls[path.name]],
+                "records_per_s": round(records / wall) if wall else None,
+                # drainer's time over this path's: below 1.0 drainer is faster
+                "drainer_over_this": round(mine / wall, 2) if mine and wall else None,
+            }
+        )
+    print(f"\n{title}: {records:,} records, medians of {max(map(len, walls.values()))}")
+    print("| path | kind | wall (s) | records/s | drainer / this |")
+    print("|---|---|---:|---:|---:|")
+    for row in rows:
+        ratio = "" if row["drainer_over_this"] is None else f"{row['drainer_over_this']:.2f}x"
+        print(
+            f"| {row['path']} | {row['kind']} | {row['wall_s']:.2f} | "
+            f"{row['records_per_s']:,} | {ratio} |"
+        )
+    print("settings:")
+    for path in paths:
+        print(f"  {path.line()}")
+    for name in ours:
+        print(verdict(name, rows))
+    return rows
+
+
+def verdict(drainer: str, rows: list[dict[str, Any]]) -> str:
+    """One line: drainer's ratio to the limit next to its ratio to the peers."""
+    ours = next(r for r in rows if r["path"] == drainer)
+    parts = [
+        f"{r['path']} ({r['kind']}) {ours['wall_s'] / r['wall_s']:.2f}x"
+        for r in rows
+        if r["path"] != drainer and r["kind"] != DRAINER and r["wall_s"]
+    ]
+    return f"{drainer}'s wall time over each path's: " + "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Expected:
+    """The source records of a benchmark: per (topic, partition), [low, high)."""
+
+    ranges: dict[tuple[str, int], tuple[int, int]]
+
+    @property
+    def records(self) -> int:
+        return sum(high - low for low, high in self.ranges.values())
+
+    @classmethod
+    def of_drain(cls, drain: Any) -> Expected:
+        from drainer.kafka.session import KafkaSession
+
+        with KafkaSession(drain) as kafka:
+            marks = kafka.watermarks(kafka.partitions(range(drain.levels)))
+        return cls({(drain.level_topic(lv), p): (w.low, w.high) for (lv, p), w in marks.items()})
+
+    def check(self, path: str, found: dict[tuple[str, int], tuple[int, int, int, int]]) -> int:
+        """`found`: per source partition (rows, distinct offsets, lowest, highest) as a reader
+        saw them. Exits 1 unless they are exactly this benchmark's records, each once."""
+        wrong = []
+        for key, (low, high) in self.ranges.items():
+            rows, distinct, first, last = found.get(key, (0, 0, None, None))
+            if high == low and rows == 0:
+                continue
+            if (rows, distinct, first, last) != (high - low, high - low, low, high - 1):
+                wrong.append(
+                    f"{key[0]}[{key[1]}]: {rows} rows, {distinct} distinct offsets in "
+                    f"[{first}, {last}], expected [{low}, {high})"
+                )
+        wrong += [f"{t}[{p}]: not a source partition" for t, p in set(found) - set(self.ranges)]
+        if wrong:
+            sys.exit(f"{path}: its output read back disagrees: " + "; ".join(wrong[:5]))
+        return self.records
+
+
+def machine() -> dict[str, Any]:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    return {"cpus": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "load": load}
+
+
+def commit() -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent,
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent,
+    ).stdout.strip()
+    return done.stdout.strip() + ("+dirty" if dirty else "") if done.returncode == 0 else "?"
+
+
+def write_results(benchmark: str, payload: dict[str, Any]) -> Path:
+    """`benchmarks/results/<benchmark>-<records or label>.json`, what charts.py draws: one
+    file per benchmark and size, the latest run's, with its date, machine and commit."""
+    RESULTS.mkdir(exist_ok=True)
+    label = payload.get("records", payload.get("label", "all"))
+    path = RESULTS / f"{benchmark}-{label}.json"
+    body = {
+        "benchmark": benchmark,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "commit": commit(),
+        **payload,
+    }
+    path.write_text(json.dumps(body, indent=2, default=str) + "\n")
+    print(f"results: {path}")
+    return path
