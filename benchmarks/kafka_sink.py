@@ -230,7 +230,7 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
     Postgres (it measures the data path only). Opt in with `--paths ...,server_task`."""
     from pyspark.sql import functions as F
 
-    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
+    from drainer.sinks.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
     from spark_jobs.session import get_spark
 
     spark = get_spark()

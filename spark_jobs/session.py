@@ -218,6 +218,8 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             continue
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
+        for key, value in sinks_session_conf(settings).items():  # the sessions' catalogs
+            spark.conf.set(key, value)
         v2_reads(spark)
         if remote and session_id is not None and not measured_once:
             measured_once = True
@@ -251,6 +253,22 @@ def session_modules(settings: Settings) -> list[str]:
     except DrainerError:
         pass  # the run itself reports a broken drains file
     return modules
+
+
+def sinks_session_conf(settings: Settings) -> dict[str, str]:
+    """What the drains file's sinks need a session made with (their catalogs' settings): set
+    here, when a session is made, since sinks never change the session runs share (the
+    session's catalogs are part of its identity: `_catalogs`). A drain whose catalog cannot
+    be defined (a variable unset) is left out: its own run says why."""
+    conf: dict[str, str] = {}
+    try:
+        drains = list(load_drains(settings.config_path).values())
+    except DrainerError:
+        return conf  # the run itself reports a broken drains file
+    for drain in drains:
+        with contextlib.suppress(DrainerError):
+            conf.update(sink_for(drain.sink, settings).session_conf())
+    return conf
 
 
 def _catalogs(settings: Settings) -> str:
@@ -313,7 +331,7 @@ def _in_process(settings: Settings) -> SparkSession:
         .config("spark.redaction.regex", SPARK_REDACTION_REGEX)
         .config("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     )
-    for key, value in server_conf(formats).items():
+    for key, value in {**server_conf(formats), **sinks_session_conf(settings)}.items():
         builder = builder.config(key, value)
     if _loopback(settings.spark_master) and not settings.spark_master.startswith("local"):
         # a cluster on this machine: its executors call this driver back on loopback

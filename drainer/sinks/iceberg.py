@@ -62,6 +62,9 @@ class IcebergSink(TableSink[IcebergSinkConfig]):
             return ""
         return repr(sorted(self.config.catalog.properties().items()))
 
+    def session_conf(self) -> dict[str, str]:
+        return self.catalog_conf()
+
     def catalog_conf(self) -> dict[str, str]:
         """Session settings defining the catalog, `${NAME}` references expanded.
 

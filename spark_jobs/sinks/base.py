@@ -28,7 +28,7 @@ from pyspark.sql.types import (
 
 from drainer.errors import ConfigError, DrainerError, ServiceError
 from drainer.lifecycle.results import RunContext
-from drainer.sinks import Sink, TableCommit
+from drainer.sinks import Sink, SinkCommit
 from drainer.store import runs
 from drainer.store.leases import check_fence
 
@@ -54,18 +54,20 @@ class SparkSink(Sink[Any]):
     def prepare(self, spark: SparkSession, drain: str) -> None:  # noqa: B027  (Postgres: nothing)
         """Check that the session can write this sink (jars, extension), define its catalog."""
 
-    def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
-        """The run's commit if the sink already holds it (a sink committing before Postgres)."""
-        return None
+    @abc.abstractmethod
+    def committed(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
+        """The run's commit if the sink already holds it: what a resumed run asks a sink that
+        commits before Postgres, so it never writes twice. Required of every sink, so one that
+        commits first cannot forget it; a sink that commits in Postgres holds none (None)."""
 
     @abc.abstractmethod
-    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit | None:
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
         """Write the run's output once; a table sink returns the commit it made. Columns it
         adds to an existing table go on record first (`note_columns_added`)."""
 
     def write_records(
         self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: StructType
-    ) -> TableCommit | None:
+    ) -> SinkCommit | None:
         """Record mode: the handler's rows (failures staged by the tasks), written once."""
         from spark_jobs.modes import record_mode_rows
 

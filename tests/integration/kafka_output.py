@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from drainer.kafka.transactions import RUN_HEADER, SOURCE_HEADER, parse_run_header
 from drainer.settings import load_settings
+from drainer.sinks.kafka.protocol import RUN_HEADER, SOURCE_HEADER, parse_run_header
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def admin() -> AdminClient:
 def auto_producer(spark) -> str:
     """Where `producer: auto` produces on the server the tests share: the server when it was
     started with drainer's producer jar (a JDK on PATH), else the driver."""
-    from drainer.spark.sink_jar import SERVER_CONF
+    from drainer.sinks.kafka.server_jar import SERVER_CONF
 
     return "server" if spark.conf.get(SERVER_CONF, "") else "driver"
 
