@@ -7,8 +7,9 @@ marker, a fenced zombie, an oversized record and a missing topic. What each case
 marker's bytes, every output record's headers, the error line) must be equal byte for byte.
 
 What is normalised, and only that, because it must differ between two drains: the drain's name
-(and the topics named after it), the output topic's name, the run id, the run's nonce and the
-marker's offset on the shared marker topic. Each is replaced by a placeholder, everything else
+(and the topics named after it), the output topic's name, the run id, the run's nonce, the
+marker's offset on the shared marker topic, and in a commit's details the name of the producer
+that made it (`server` or `driver`). Each is replaced by a placeholder, everything else
 (field order, counts, bytes, header names and values, words of the error) is compared as is.
 """
 
@@ -159,6 +160,13 @@ def test_a_normal_run_writes_the_same_marker_and_headers_on_both_producers(make_
     seen = _each(make_drain, _normal_run)
     assert seen["server"] == seen["driver"]
     assert len(seen["server"]["markers"]) == 1 and len(seen["server"]["records"]) == 6
+    # what was compared: the whole marker, every header (the normalising left the rest)
+    (marker,) = seen["server"]["markers"]
+    assert marker.startswith('{"attempt":1,"bytes":') and marker.endswith(
+        '"drain":"DRAIN","nonce":"NONCE","produced":{"OUT":6},"run":RUN}'
+    )
+    headers = [h for _, _, h in seen["server"]["records"]]
+    assert headers[0] == [("drainer.run", "RUN:NONCE:1"), ("drainer.source", "LEVEL/0/0")]
 
 
 def _resumed(make_drain, out: str, producer: str) -> dict:
@@ -168,9 +176,11 @@ def _resumed(make_drain, out: str, producer: str) -> dict:
     assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
     resumed = drain_job.run(drain.name, trigger="test")
     assert resumed.attempt == 2 and resumed.drained == 6
+    # the commit the crashed attempt put on record: its producer's name must differ
     commit = resumed.table_commit
-    assert "producer" not in commit["details"], "a found marker was not produced again"
-    found = {k: v for k, v in commit.items() if k != "version"}  # the marker's offset
+    assert commit["details"]["producer"] == producer and commit["details"]["attempt"] == 1
+    details = {k: v for k, v in commit["details"].items() if k != "producer"}
+    found = {k: v for k, v in commit.items() if k != "version"} | {"details": details}
     return {**_seen(drain, out), "found": _normal(str(found), drain, out)}
 
 
