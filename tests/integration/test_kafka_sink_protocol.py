@@ -15,6 +15,7 @@ that made it (`server` or `driver`). Each is replaced by a placeholder, everythi
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -141,10 +142,14 @@ def _each(make_drain, case) -> dict[str, object]:
     return results
 
 
-def _normal_run(make_drain, out: str, producer: str) -> dict:
+def _normal_run(make_drain, out: str, producer: str, caplog) -> dict:
     drain = _drain(make_drain, out, producer)
     produce_backlog(drain, BACKLOG)
-    result = drain_job.run(drain.name, trigger="test")
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        result = drain_job.run(drain.name, trigger="test")
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "Kafka transaction committed: 6 records" in logged and "files" not in logged
     assert result.drained == 6 and result.table_commit["details"]["producer"] == producer
     status = subprocess.run(
         [str(DRAINER), "status", drain.name], capture_output=True, text=True, timeout=120
@@ -156,8 +161,10 @@ def _normal_run(make_drain, out: str, producer: str) -> dict:
     return _seen(drain, out)
 
 
-def test_a_normal_run_writes_the_same_marker_and_headers_on_both_producers(make_drain, both):
-    seen = _each(make_drain, _normal_run)
+def test_a_normal_run_writes_the_same_marker_and_headers_on_both_producers(
+    make_drain, both, caplog
+):
+    seen = _each(make_drain, lambda md, out, producer: _normal_run(md, out, producer, caplog))
     assert seen["server"] == seen["driver"]
     assert len(seen["server"]["markers"]) == 1 and len(seen["server"]["records"]) == 6
     # what was compared: the whole marker, every header (the normalising left the rest)
