@@ -32,6 +32,7 @@ class IcebergSink(TableSink[IcebergSinkConfig]):
         spark_extension="org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         table_maintenance=True,
         commit_id="snapshot",
+        files=True,
     )
 
     @property

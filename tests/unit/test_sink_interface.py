@@ -86,3 +86,11 @@ def test_the_interface_check_fails_for_a_sink_that_commits_first_without_a_looku
             return None
 
     assert _interface_gaps(Finds) == []
+
+
+@pytest.mark.parametrize("kind", sorted(SINKS))
+def test_a_table_formats_commits_count_files_and_others_have_none(kind):
+    """`drainer status` shows files for a sink whose commits add them (its table maintenance
+    compacts them), and none for one that has none (a Kafka transaction)."""
+    caps = SINKS[kind].capabilities
+    assert caps.files == caps.table_maintenance

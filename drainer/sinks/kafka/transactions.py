@@ -409,7 +409,7 @@ class RunTransaction:
         return self.failed(kind_of(err.code()), redact(err.str()), source, topic)
 
     def failed(self, kind: str, detail: str, source: str | None, topic: str) -> DrainerError:
-        """The error for a failure of `kind` (sink_errors) producing the run's transaction."""
+        """The error for a failure of `kind` (protocol.KINDS) producing the run's transaction."""
         return produce_failure(kind, detail, self.run_id, self.drain, self.tid, source, topic)
 
     def close(self) -> None:
