@@ -1,17 +1,20 @@
 """The sink interface: what a sink promises a run, and the values it hands back.
 
-A sink is where a drain's output lands. Each format is one class (drainer.sinks.postgres,
-.delta, .iceberg) that says, through its `capabilities`, how its commit relates to the run's
-Postgres commit, and implements the driver side of a run:
+A sink is where a drain's output lands. Each kind is one class (drainer.sinks.postgres,
+.delta, .iceberg, .kafka) that says, through its `capabilities`, how its commit relates to the
+run's Postgres commit, and implements the driver side of a run:
 
 - `prepare_attempt`: before an attempt executes, drop what an earlier attempt left that is not
-  the run's (a Postgres stage; failures that no table commit took);
+  the run's (a Postgres stage; failures that no sink commit took);
 - `publish`: inside the Postgres commit transaction, make the run's output visible (Postgres:
-  attach the stage) or account for a table commit made before it (Delta, Iceberg);
+  attach the stage) or account for a `SinkCommit` made before it (`CommitsFirst`: Delta,
+  Iceberg, Kafka);
 - `discard`: an abandoned plan's leftovers;
-- `upkeep` after every commit and `maintain` to the end (`drainer maintain`);
+- `upkeep` after every commit and `maintain` to the end (`drainer maintain`, `upkeep_words`);
+- how it reports a commit (`commit_line`; `capabilities.commit_id`, `files`, `rows`);
 - where it lives (`location`, `describe`, `data_folder`) and what Spark needs to write it
-  (`spark_formats` jars and extensions, `session_key` for catalogs).
+  (`spark_formats` jars and extensions, `session_key` and `session_conf` for catalogs, set
+  when a session is made, `server_jar` for code it runs in the Spark server's JVM).
 
 The Spark half (write, find a run's commit, compact a table) extends these classes in
 `spark_jobs/sinks/`. Nothing outside the two sink packages asks which format a sink is: it asks

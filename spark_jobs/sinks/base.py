@@ -1,10 +1,11 @@
-"""The Spark half of the sink interface: write a run's output, find a run's table commit,
-maintain a table. Each format's class extends its driver-side class (drainer.sinks) with these.
+"""The Spark half of the sink interface: write a run's output, find a run's sink commit,
+maintain a table. Each sink's class extends its driver-side class (drainer.sinks) with these.
 
 Roles, as in a distributed commit: the Spark tasks write and send back only counts; the
 driver commits. A sink that commits before Postgres (`capabilities.commit == "before_postgres"`)
-tags its commit with the run, and `committed` finds that commit again, so a resumed run never
-writes twice.
+tags its commit with the run, and `committed` (required of every sink) finds that commit
+again, so a resumed run never writes twice. A sink never changes the Spark session runs share:
+what a write needs goes with the write, or is set when the session is made.
 """
 
 from __future__ import annotations
