@@ -57,14 +57,14 @@ def drainer_consumer_settings() -> dict[str, Any]:
 
 def drainer_producer_settings() -> dict[str, Any]:
     """The Kafka sink's producer settings (librdkafka names: the driver producer's)."""
-    from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
+    from drainer.sinks.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
 
     return dict(OUTPUT_PRODUCER_DEFAULTS)
 
 
 def drainer_java_producer_settings() -> dict[str, str]:
     """The same, as the JVM's KafkaProducer takes them (the server producer's; Spark's sink)."""
-    from spark_jobs.sinks.kafka_server import server_defaults
+    from spark_jobs.sinks.kafka.server import server_defaults
 
     return server_defaults()
 

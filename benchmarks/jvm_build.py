@@ -13,9 +13,10 @@ JAVA_SOURCES = Path(__file__).resolve().parent / "jvm"
 
 def kafka_clients_jar() -> Path:
     from drainer.settings import load_settings
-    from drainer.spark import sink_jar
+    from drainer.sinks.kafka.server_jar import kafka_clients_jar as find
+    from drainer.spark.jars import spark_kafka_jars
 
-    return sink_jar.kafka_clients_jar(load_settings().home)
+    return find(spark_kafka_jars(load_settings().home))
 
 
 def jvm_producer_settings() -> dict[str, str]:
@@ -27,14 +28,14 @@ def jvm_producer_settings() -> dict[str, str]:
 
 
 def pyspark_jars() -> Path:
-    from drainer.spark.sink_jar import pyspark_jars as jars
+    from drainer.spark.javac import pyspark_jars as jars
 
     return jars()
 
 
 def build(name: str, classpath: list[Path]) -> Path:
     """`benchmarks/jvm/<name>.java` compiled into `benchmarks/out/jvm/<name>.jar`."""
-    from drainer.spark.sink_jar import compile_jar, has_jdk
+    from drainer.spark.javac import compile_jar, has_jdk
 
     if not has_jdk():
         sys.exit(f"{name} needs a JDK: javac and jar on PATH")

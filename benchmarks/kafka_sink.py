@@ -330,7 +330,7 @@ def limit_producer(src: Any, records: int) -> dict[str, Any]:
     producer where a JDK is (the server producer's floor), else drainer's Python loop."""
     import producer_floor
 
-    from drainer.spark.sink_jar import has_jdk
+    from drainer.spark.javac import has_jdk
 
     rounds = (producer_floor.jvm_rounds if has_jdk() else producer_floor.python_rounds)(records, 2)
     return {"wall_s": rounds[-1]["wall_s"]}  # the first warms the path
@@ -396,7 +396,7 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
 def contenders(src: Any) -> dict[str, tuple[fair.Contender, Any]]:
     """Every path with the settings it runs with (beyond bootstrap servers and the names of
     its topics, groups and transactions), and its function."""
-    from drainer.spark.sink_jar import has_jdk
+    from drainer.spark.javac import has_jdk
 
     reads, produces = read_options(src, tuned=True), producer_options(tuned=True)
     loop_consumer, loop_producer = txn_loop_settings(tuned=True)

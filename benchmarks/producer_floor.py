@@ -7,7 +7,7 @@ Both produce N records already in memory (100-byte values over 1,000 keys, and t
 drainer's Kafka sink gives every record: the run and `drainer.source`) into a 4-partition topic
 in one transaction per round, with the sink's producer settings (`OUTPUT_PRODUCER_DEFAULTS`):
 
-- `python`: `drainer.kafka.out_batches.send_batch`, the sink's own loop, over batches of 10,000.
+- `python`: `drainer.sinks.kafka.out_batches.send_batch`, the sink's own loop, over batches of 10,000.
 - `jvm`: `benchmarks/jvm/TxnProducerFloor.java`, built with `javac` against the kafka-clients
   jar drainer already downloads for Spark: what a producer on the Spark server would cost.
 
@@ -57,8 +57,8 @@ def producer_settings() -> dict[str, Any]:
 def python_rounds(n: int, rounds: int) -> list[dict[str, float]]:
     from confluent_kafka import Producer
 
-    from drainer.kafka.out_batches import OutBatch, send_batch
-    from drainer.kafka.run_markers import RUN_HEADER
+    from drainer.sinks.kafka.out_batches import OutBatch, send_batch
+    from drainer.sinks.kafka.protocol import RUN_HEADER
 
     topic = create_topic()
     values, keys, sources = records(n)

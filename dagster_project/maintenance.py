@@ -42,16 +42,13 @@ def maintenance_job(drain: DrainConfig) -> dg.JobDefinition:
             metadata.update({f"maintenance_{key}": value for key, value in upkeep.table.items()})
         context.log_event(dg.AssetObservation(asset_key=drain.name, metadata=metadata))
 
-    what = (
-        f"compacts {drain.name}'s {sink.describe()} and removes files and snapshots older "
-        "than 7 days"
-        if tables
-        else f"folds the partitions of {drain.name}'s sink table"
-    )
+    # the sink says what its upkeep is: a table compacted, partitions folded, or nothing
+    what = sink.upkeep_words()
+    done = f"{what}, and prunes" if what else "prunes"
 
     @dg.job(
         name=f"{drain.name}_table_maintenance",
-        description=f"Daily `drainer maintain`: {what}, and prunes the drain's run history.",
+        description=f"Daily `drainer maintain` of drain {drain.name}: {done} its run history.",
         tags={"dagster/kind/" + sink.kind: ""},
     )
     def _job() -> None:

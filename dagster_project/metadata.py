@@ -64,18 +64,22 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
     if result.columns_added:
         metadata["run_columns_added_names"] = dg.MetadataValue.text(", ".join(result.columns_added))
     commit = result.table_commit
-    if commit:  # a lakehouse sink: the table commit this run made (or found, when resumed)
+    if commit and "files_added" in commit:  # a table format: the commit this run made (or
+        # found, when resumed)
         metadata["table_format"] = dg.MetadataValue.text(commit["format"])
         metadata["table_location"] = dg.MetadataValue.path(commit["location"])
         metadata["table_version"] = dg.MetadataValue.int(commit["version"])
         metadata["table_files_added"] = dg.MetadataValue.int(commit["files_added"])
         metadata["table_bytes_added"] = dg.MetadataValue.int(commit["bytes_added"])
+    if commit:
         details = commit.get("details") or {}
         # a Kafka sink: records produced per output topic, its transactional id, and the
         # attempts before the one that committed (each one's transaction aborted or fenced)
         for topic, count in (details.get("produced") or {}).items():
             metadata[f"kafka_produced_{topic}"] = dg.MetadataValue.int(int(count))
         if "transactional_id" in details:
+            metadata["kafka_marker_offset"] = dg.MetadataValue.int(commit["version"])
+            metadata["kafka_bytes_produced"] = dg.MetadataValue.int(commit["bytes_added"])
             metadata["kafka_transactional_id"] = dg.MetadataValue.text(details["transactional_id"])
             metadata["kafka_aborted_attempts"] = dg.MetadataValue.int(details["aborted_attempts"])
         if "producer" in details:  # where its transactional producer ran: server or driver

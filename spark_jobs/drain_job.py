@@ -32,7 +32,7 @@ from drainer.lifecycle.results import ExecutionResult, RunContext, RunResult
 from drainer.lifecycle.run import drain_once
 from drainer.processing.callables import load_callable
 from drainer.settings import Settings, load_settings
-from drainer.sinks import TableCommit
+from drainer.sinks import SinkCommit
 from drainer.store import runs, throughput
 from drainer.store.leases import check_fence
 from drainer.store.runs import StoredRun
@@ -175,7 +175,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         # up before any write) and its nonce is new, so no table holds a commit of it; the
         # searches (the table's history, ~0.3 s a run) are for resumed runs
         if ctx.attempt > 1:
-            landed = proof_on_record(ctx) or sink.committed(spark, ctx)
+            landed = proof_on_record(ctx, sink) or sink.committed(spark, ctx)
         if landed is not None:
             record_proof(ctx, landed)
     failures_of = ctx.attempt if landed is None else landed.attempt
@@ -201,12 +201,12 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         )
         if landed is not None:
             log.warning(
-                "run %d of drain %s: %s already holds its commit (version %d); "
-                "committing Postgres only",
+                "run %d of drain %s: %s already holds its commit (%s %d); committing Postgres only",
                 ctx.run.id,
                 drain.name,
                 landed.location,
-                landed.version,
+                sink.capabilities.commit_id,
+                landed.id,
             )
             counts = count_read(df, ctx.run.ranges)
             # the commit that landed left them out: stage again, as the landed attempt's
@@ -234,15 +234,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         commit = _write(ctx, spark, sink, df)
         if commit is not None:
             record_proof(ctx, commit)  # on record before anything else can fail
-            log.info(
-                "run %d of drain %s: %s commit %d, %d files (%d bytes) added",
-                ctx.run.id,
-                drain.name,
-                commit.format,
-                commit.version,
-                commit.files_added,
-                commit.bytes_added,
-            )
+            log.info("run %d of drain %s: %s", ctx.run.id, drain.name, sink.commit_line(commit))
             faults.crash_point("after_table_commit")
         measured = measure()
         return ExecutionResult(
@@ -271,7 +263,7 @@ def _full_reads(ctx: RunContext) -> dict[tuple[str, int], int] | None:
 
 def _write(
     ctx: RunContext, spark: SparkSession, sink: SparkSink, df: DataFrame
-) -> TableCommit | None:
+) -> SinkCommit | None:
     """The processing mode's output, written by the sink."""
     drain = ctx.drain
     if drain.mode == "record":
@@ -384,7 +376,7 @@ def _user_frame_lines(lines: list[str]) -> list[str]:
 
 def find_commit(
     drain: DrainConfig, run: StoredRun, settings: Settings, engine: Engine
-) -> TableCommit | None:
+) -> SinkCommit | None:
     """For `plan abandon`: stop what the plan's attempts left running on the Connect server,
     then look for the plan's commit in its table (a CommitFinder)."""
     spark = get_spark(settings, check=True)
@@ -396,19 +388,19 @@ def find_commit(
     return sink.committed(spark, ctx)
 
 
-def proof_on_record(ctx: RunContext) -> TableCommit | None:
-    """The run's table commit as recorded in Postgres when an attempt saw it, or None."""
+def proof_on_record(ctx: RunContext, sink: SparkSink) -> SinkCommit | None:
+    """The run's sink commit as recorded in Postgres when an attempt saw it, or None."""
     with ctx.engine.connect() as conn:
         found = runs.table_proof(conn, ctx.run.id)
     if found is None:
         return None
     attempt, data = found
-    commit = TableCommit.from_dict(data)
+    commit = SinkCommit.from_dict(data, sink.capabilities.files)
     return None if commit is None else replace(commit, attempt=attempt)
 
 
-def record_proof(ctx: RunContext, commit: TableCommit) -> None:
-    """Put the run's table commit on record (fenced: a zombie's write proves nothing new)."""
+def record_proof(ctx: RunContext, commit: SinkCommit) -> None:
+    """Put the run's sink commit on record (fenced: a zombie's write proves nothing new)."""
     with ctx.engine.begin() as conn:
         check_fence(conn, ctx.lease, shared=True)
         runs.record_table_proof(conn, ctx.run.id, commit.attempt, commit.as_dict())

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import pyarrow as pa
@@ -38,8 +38,8 @@ from drainer.processing.records import Record
 from drainer.settings import psycopg_url
 from drainer.store.dead_letters import clear_partition_failures, stage_failures
 from drainer.store.leases import check_fence
-from drainer.store.sinks import clear_task_partition, write_staged
 from spark_jobs.handler_rows import checked_rows
+from spark_jobs.row_types import row_columns
 
 # what record mode's staging tasks send back, as Spark DDL and as their batches' Arrow schema
 RECORD_COUNTS = (
@@ -67,6 +67,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class ChunkStage(Protocol):
+    """Where a sink that stages from the tasks keeps each chunk's rows, with its failures, in
+    one fenced transaction (the sink's own class, e.g. the Postgres sink's); picklable."""
+
+    def clear(self, conn: Any, run_id: int, topic: str, partition: int, attempt: int) -> None:
+        """A retried task's start: drop what earlier attempts staged for the partition (its
+        rows and failures)."""
+
+    def write(
+        self, conn: Any, names: list[str], run_id: int, task: str, rows: list[tuple[Any, ...]]
+    ) -> None:
+        """Stage one chunk's rows under `task` (a retried chunk replaces its own)."""
+
+
 @dataclass(frozen=True)
 class RecordJob:
     """What record mode's tasks need, picklable: the handler, where to stage, the fence."""
@@ -78,24 +92,18 @@ class RecordJob:
     run_id: int
     lease: Any
     names: list[str]
-    # (name, Postgres type) of the output's columns: a handler row that does not fit is that
-    # record's failure (spark_jobs.handler_rows); a type Postgres lacks is checked by name only
+    # (name, SQL type) of the output's columns: a handler row that does not fit is that
+    # record's failure (spark_jobs.handler_rows, spark_jobs.row_types)
     columns: list[tuple[str, str]]
-    # Postgres sink: its target, so each chunk's rows are staged with the chunk's failures
-    stage_table: str | None = None
+    # a sink that stages from the tasks: each chunk's rows staged with the chunk's failures
+    stage: ChunkStage | None = None
     attempt: int = 0  # the run's attempt: its staged failures are its own
     chunk_records: int = CHUNK_RECORDS
 
     @classmethod
     def of(
-        cls, ctx: RunContext, output_schema: StructType, stage_table: str | None = None
+        cls, ctx: RunContext, columns: list[tuple[str, str]], stage: ChunkStage | None = None
     ) -> RecordJob:
-        from spark_jobs.sinks.postgres import pg_columns
-
-        try:
-            columns = pg_columns(output_schema)
-        except ConfigError:  # a table format stores types Postgres has no column for
-            columns = [(name, "") for name in output_schema.fieldNames()]
         if ctx.drain.handler is None:  # the drains file's validation already refuses this
             raise ConfigError(f"drain {ctx.drain.name!r}: mode 'record' needs `handler`")
         return cls(
@@ -107,7 +115,7 @@ class RecordJob:
             ctx.lease,
             [name for name, _ in columns],
             columns,
-            stage_table,
+            stage,
             attempt=ctx.attempt,
         )
 
@@ -130,7 +138,7 @@ def handle_records(
 ) -> Iterator[tuple[PartitionDone, list[tuple[Any, ...]], list[str]]]:
     """Record mode's one task loop: the handler over each Kafka partition's records in chunks.
 
-    Each chunk's failures (and, for a Postgres sink, its rows) are staged in one fenced
+    Each chunk's failures (and, with a `stage`, its rows) are staged in one fenced
     transaction before the chunk's rows are handed on; a retried task first drops what an
     earlier attempt of it staged for the partition. Yields each chunk's rows with its
     partition's running account and each row's source record (`topic/partition/offset`); a
@@ -144,18 +152,16 @@ def handle_records(
         done = PartitionDone(topic, partition)
         with psycopg.connect(job.url) as conn:
             check_fence(conn, job.lease, shared=True)
-            if job.stage_table is None:
+            if job.stage is None:
                 clear_partition_failures(conn, job.run_id, topic, partition, job.attempt)
             else:  # the rows' chunk keys may differ between attempts: the partition's, all
-                clear_task_partition(
-                    conn, job.stage_table, job.run_id, topic, partition, job.attempt
-                )
+                job.stage.clear(conn, job.run_id, topic, partition, job.attempt)
             conn.commit()
             for outcomes in process_in_chunks(
                 records, handler, job.ordering, job.concurrency, job.chunk_records
             ):
                 rows = [_as_tuple(row, job.names) for o in outcomes if o.ok for row in o.rows]
-                # where each row came from, parallel to `rows` (a Kafka sink's headers)
+                # where each row came from, parallel to `rows` (a sink may name it per row)
                 sources = [
                     f"{topic}/{partition}/{o.record.offset}"
                     for o in outcomes
@@ -164,9 +170,9 @@ def handle_records(
                 ]
                 not_done = [o for o in outcomes if not o.ok]
                 check_fence(conn, job.lease, shared=True)
-                if job.stage_table is not None:
+                if job.stage is not None:
                     task = f"{topic}:{partition}:{outcomes[0].record.offset}"
-                    write_staged(conn, job.stage_table, job.names, job.run_id, task, rows)
+                    job.stage.write(conn, job.names, job.run_id, task, rows)
                 _stage_failures(conn, job.run_id, topic, partition, not_done, job.attempt)
                 conn.commit()
                 chunk_failed = sum(1 for o in not_done if not o.held_back)
@@ -178,16 +184,16 @@ def handle_records(
 
 
 def run_record_mode(
-    ctx: RunContext, df: DataFrame, output_schema: StructType, stage_table: str
+    ctx: RunContext, df: DataFrame, columns: list[tuple[str, str]], stage: ChunkStage
 ) -> list[tuple[Any, ...]]:
-    """Record mode staging its rows in a Postgres stage, chunk by chunk with the failures.
+    """Record mode staging its rows through a sink's `stage`, chunk by chunk with the failures.
 
     Per Kafka partition: (topic, partition, ok, failed, held_back, seconds, worker_peak_kb).
     `seconds` is the task's wall time for that partition, from asking for its first record
     to its last chunk staged: the processing itself, without the job's scheduling.
     `worker_peak_kb` is the peak resident memory of the Python worker that ran it.
     """
-    job = RecordJob.of(ctx, output_schema, stage_table)
+    job = RecordJob.of(ctx, columns, stage)
 
     def process_partition(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         last: PartitionDone | None = None
@@ -225,7 +231,7 @@ def record_mode_rows(
     so the sink's write consumes them without a Postgres stage. With `source_column`, each row
     also names its source record (`topic/partition/offset`) in that string column, last.
     """
-    job = RecordJob.of(ctx, output_schema)
+    job = RecordJob.of(ctx, row_columns(output_schema))
     schema = output_schema
     if source_column is not None:
         schema = StructType([*output_schema.fields]).add(source_column, "string")

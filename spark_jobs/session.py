@@ -62,7 +62,10 @@ _lock = threading.Lock()
 
 
 def get_spark(settings: Settings | None = None, check: bool = False) -> SparkSession:
-    """The session for `settings`, created once per process and endpoint (or master).
+    """The session for `settings`, created once per process, endpoint (or master) and the
+    settings the drains' sinks need a session made with (their catalogs: `sinks_session_conf`):
+    a drains file that defines another catalog gets a session of its own, since sinks never
+    change a session that runs share.
 
     `check` (once per run): a Connect session whose server was restarted since is replaced
     rather than handed out dead; a long-lived process (a Dagster code server, a test session)
@@ -79,7 +82,8 @@ def get_spark(settings: Settings | None = None, check: bool = False) -> SparkSes
                 file=sys.stderr,
             )
             endpoint = None
-    key = endpoint or settings.spark_master
+    made_with = sinks_session_conf(settings)
+    key = f"{endpoint or settings.spark_master} {_conf_key(made_with)}"
     with _lock:
         session = _sessions.get(key)
         if session is not None and check and not _still_served(session):
@@ -92,6 +96,11 @@ def get_spark(settings: Settings | None = None, check: bool = False) -> SparkSes
             session = _connect(endpoint, settings) if endpoint else _in_process(settings)
             _sessions[key] = session
     return session
+
+
+def _conf_key(conf: dict[str, str]) -> str:
+    """A session's sink settings as a key (a digest: they may hold a catalog's password)."""
+    return hashlib.sha256(repr(sorted(conf.items())).encode()).hexdigest()[:16]
 
 
 def _still_served(spark: SparkSession) -> bool:
@@ -157,7 +166,7 @@ def describe(spark: SparkSession) -> str:
     """Which Spark a session is, for logs and the demo: `Spark Connect sc://… (Spark 4.1.3 …)`."""
     master = spark.conf.get("spark.master", "?")
     if is_connect(spark):
-        endpoint = next((k for k, v in _sessions.items() if v is spark), "?")
+        endpoint = next((k.split(" ", 1)[0] for k, v in _sessions.items() if v is spark), "?")
         return f"Spark Connect {redacted(endpoint)} (Spark {spark.version}, server master {master})"
     return f"in-process Spark {spark.version} on {master}"
 
@@ -218,6 +227,8 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             continue
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
+        for key, value in sinks_session_conf(settings).items():  # the sessions' catalogs
+            spark.conf.set(key, value)
         v2_reads(spark)
         if remote and session_id is not None and not measured_once:
             measured_once = True
@@ -253,6 +264,22 @@ def session_modules(settings: Settings) -> list[str]:
     return modules
 
 
+def sinks_session_conf(settings: Settings) -> dict[str, str]:
+    """What the drains file's sinks need a session made with (their catalogs' settings): set
+    here, when a session is made, since sinks never change the session runs share (the
+    session's catalogs are part of its identity: `_catalogs`). A drain whose catalog cannot
+    be defined (a variable unset) is left out: its own run says why."""
+    conf: dict[str, str] = {}
+    try:
+        drains = list(load_drains(settings.config_path).values())
+    except DrainerError:
+        return conf  # the run itself reports a broken drains file
+    for drain in drains:
+        with contextlib.suppress(DrainerError):
+            conf.update(sink_for(drain.sink, settings).session_conf())
+    return conf
+
+
 def _catalogs(settings: Settings) -> str:
     """Catalogs: a session keeps the catalog it initialized first, so a different warehouse,
     database or sink catalog block must get a session of its own."""
@@ -285,7 +312,14 @@ def _in_process(settings: Settings) -> SparkSession:
                 f"this process already runs an in-process Spark session on {master}; one process "
                 f"cannot also run one on {settings.spark_master}: start another process"
             )
-        return existing
+        need = sinks_session_conf(settings)
+        if all(existing.conf.get(key, None) == value for key, value in need.items()):
+            return existing
+        # the same SparkContext, SQL settings of its own: made with its sinks' settings
+        session = existing.newSession()
+        for key, value in need.items():
+            session.conf.set(key, value)
+        return session
     # inherited from a parent process that used Spark Connect, this flag would make the builder
     # return a Connect client instead of the in-process session asked for
     os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
@@ -313,7 +347,7 @@ def _in_process(settings: Settings) -> SparkSession:
         .config("spark.redaction.regex", SPARK_REDACTION_REGEX)
         .config("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     )
-    for key, value in server_conf(formats).items():
+    for key, value in {**server_conf(formats), **sinks_session_conf(settings)}.items():
         builder = builder.config(key, value)
     if _loopback(settings.spark_master) and not settings.spark_master.startswith("local"):
         # a cluster on this machine: its executors call this driver back on loopback

@@ -29,15 +29,19 @@ def stack() -> None:
     """
     from drainer import services
     from drainer.settings import load_settings
-    from drainer.spark.sink_jar import server_sink_classpath
+    from drainer.sinks import SINKS
+    from drainer.spark.jars import spark_kafka_jars
+    from drainer.spark.javac import has_jdk
 
     services.up(echo=lambda *_: None, formats=STACK_FORMATS)
-    # `services.up` reports a failed build of the Kafka sink's server writer and goes on (the
-    # sink then produces from the driver); the suite must not: built here again, a javac
-    # error fails every test with javac's words (a no-op once built, None without a JDK)
+    # `services.up` reports a failed build of a sink's server code and goes on (the Kafka sink
+    # then produces from the driver); the suite must not: built here again, a javac error
+    # fails every test with javac's words (a no-op once built)
     settings = load_settings()
-    if settings.local_spark_connect and settings.spark_master.startswith("local"):
-        server_sink_classpath(settings.home)
+    if settings.local_spark_connect and settings.spark_master.startswith("local") and has_jdk():
+        for cls in SINKS.values():
+            if cls.capabilities.server_code:
+                cls.server_jar(settings.home, spark_kafka_jars(settings.home))
 
 
 @pytest.fixture

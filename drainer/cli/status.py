@@ -147,14 +147,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
     commits = [r for r in report["runs"] if r["table_commit"]]
     if commits:
+        # files where the sink's commits add them (a table format's), not a Kafka sink's
+        files = any("files_added" in r["table_commit"] for r in commits)
         print_table(
-            f"{sink['type']} table commits",
-            ["run", sink["commit_id"], "files", "bytes", "rows"],
+            f"{sink['type']} commits",
+            ["run", sink["commit_id"], *(["files"] if files else []), "bytes", sink["rows"]],
             [
                 [
                     str(r["id"]),
                     str(r["table_commit"]["version"]),
-                    r["table_commit"]["files_added"],
+                    *([r["table_commit"].get("files_added", 0)] if files else []),
                     r["table_commit"]["bytes_added"],
                     r["table_commit"]["rows_added"],
                 ]

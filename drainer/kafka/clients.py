@@ -127,7 +127,7 @@ def client_config(
 
 
 def read_committed(drain: DrainConfig | None) -> bool:
-    """Whether the drain reads only committed transactional records (the default).
+    """Whether the drain reads only the committed records of transactions (the default).
 
     With it, aborted records and transaction markers are never read, and plans end at the last
     stable offset; a drain may opt out with `isolation.level: read_uncommitted` in `kafka:`.

@@ -19,12 +19,12 @@ from sqlalchemy import Connection, Engine
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
 from drainer.settings import Settings, load_settings
-from drainer.sinks import Sink, TableCommit, sink_for
+from drainer.sinks import Sink, SinkCommit, sink_for
 from drainer.store import get_engine, runs
 from drainer.store.leases import drain_lease
 from drainer.store.runs import StoredRun
 
-CommitFinder = Callable[[DrainConfig, StoredRun, Settings, Engine], TableCommit | None]
+CommitFinder = Callable[[DrainConfig, StoredRun, Settings, Engine], SinkCommit | None]
 """Stops an open plan's attempts on Spark, then finds its commit in the table (injected from
 spark_jobs: this package imports no pyspark)."""
 
@@ -74,14 +74,14 @@ def _refuse_if_committed(
     finder: CommitFinder | None,
 ) -> None:
     proof = runs.table_proof(conn, run.id)
-    landed = TableCommit.from_dict(proof[1]) if proof else None
+    landed = SinkCommit.from_dict(proof[1], sink.capabilities.files) if proof else None
     if landed is None and finder is not None:
         landed = finder(drain, run, settings, engine)
     if landed is None:
         return
     raise ConfigError(
         f"run {run.id} of drain '{drain.name}' already committed to {sink.describe()} "
-        f"({sink.capabilities.commit_id} {landed.version}): abandoning it would let the next "
+        f"({sink.capabilities.commit_id} {landed.id}): abandoning it would let the next "
         f"plan write those rows again. Run `drainer run {drain.name}` instead: it finds the "
         "commit and commits the offsets, writing nothing twice. Nothing was abandoned"
     )

@@ -16,7 +16,7 @@ from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.errors import CommitConflict
 from drainer.lifecycle.results import ExecutionResult
-from drainer.sinks import Sink, TableCommit
+from drainer.sinks import Sink, SinkCommit
 from drainer.store import dead_letters, offsets, retention, runs, throughput, topics
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRange, StoredRun
@@ -147,7 +147,7 @@ class DeadLetterRule:
     published: bool  # the sink's own commit carried them to the DLQ topic
 
 
-def _dead_letter_rule(drain: DrainConfig, table_commit: TableCommit | None) -> DeadLetterRule:
+def _dead_letter_rule(drain: DrainConfig, table_commit: SinkCommit | None) -> DeadLetterRule:
     """A sink that produced the dead letters in its own transaction decided them with the
     `max_attempts` it recorded: the same decision here, even if the setting changed before a
     resumed run commits (the DLQ topic holds them already)."""

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from drainer.config import DrainConfig
 from drainer.lifecycle.mirror import MirrorReport
 from drainer.settings import Settings
-from drainer.sinks import Sink, TableCommit, sink_for
+from drainer.sinks import Sink, SinkCommit, sink_for
 from drainer.store import get_engine, launches, runs
 from drainer.store.leases import Lease
 from drainer.store.runs import StoredRange, StoredRun
@@ -76,7 +76,7 @@ class ExecutionResult:
     read: Mapping[tuple[str, int], int] | None = None
     read_bytes: Mapping[tuple[str, int], int] | None = None
     spark_start_s: float = 0.0
-    table_commit: TableCommit | None = None
+    table_commit: SinkCommit | None = None
     # whose staged failures the commit takes: the attempt whose write landed (None: all)
     failures_attempt: int | None = None
 

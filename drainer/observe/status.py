@@ -11,7 +11,7 @@ from drainer.lifecycle.planning import allocation_policy, partition_states
 from drainer.observe.drain_health import drain_health
 from drainer.observe.health import LevelHealth
 from drainer.settings import Settings, load_settings
-from drainer.sinks import sink_for
+from drainer.sinks import Sink, SinkCommit, sink_for
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
 
@@ -89,6 +89,7 @@ def drain_status(
             "location": sink.location(),
             "describe": sink.describe(),
             "commit_id": sink.capabilities.commit_id,
+            "rows": sink.capabilities.rows,
         },
         "levels": report_levels,
         "runs": [
@@ -106,8 +107,9 @@ def drain_status(
                 "lost_to_retention": int(r.lost_to_retention),
                 "error": r.error,
                 "fill_ratios": {int(k): v for k, v in (r.fills or {}).items()},
-                # a lakehouse sink: format, location, version or snapshot id, files/bytes added
-                "table_commit": r.table_commit,
+                # a sink that commits first: format, location, its commit id (version, snapshot,
+                # marker offset), bytes and rows added, files where it has them, details
+                "table_commit": _shown(r.table_commit, sink),
                 # the sink table's columns the run added (new optional fields)
                 "columns_added": list(r.columns_added or []),
             }
@@ -152,3 +154,9 @@ def health_report(health: LevelHealth) -> dict[str, Any]:
         "eta_s": rounded(health.eta_s, 1),
         "eta": health.eta_text(),
     }
+
+
+def _shown(stored: dict[str, Any] | None, sink: Sink[Any]) -> dict[str, Any] | None:
+    """A recorded sink commit as the sink reports it (no files for a sink without them)."""
+    commit = SinkCommit.from_dict(stored, sink.capabilities.files)
+    return None if commit is None else commit.as_dict()

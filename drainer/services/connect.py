@@ -30,11 +30,10 @@ from drainer.services import process
 from drainer.services.connect_logging import log4j2, redact_log, roll_console_log
 from drainer.services.status import ServiceStatus
 from drainer.settings import DEFAULT_CONNECT_PORT, Settings
-from drainer.sinks import configured_formats, server_conf
+from drainer.sinks import ServerCode, configured_formats, server_code, server_conf
 from drainer.spark.endpoint import endpoint_port, redacted
 from drainer.spark.jars import lakehouse_jars, pyspark_version, spark_kafka_jars
 from drainer.spark.net import port_open
-from drainer.spark.sink_jar import NO_JDK, SERVER_CONF, has_jdk, server_sink_classpath
 from drainer.spark.tools import require
 
 NAME = "connect"
@@ -190,18 +189,19 @@ def start(
     address = f"sc://{CLIENT_HOST}:{port}"
     formats = configured_formats(settings) if formats is None else formats
     token = ensure_secret(settings.home, CONNECT_TOKEN)
-    # the Kafka sink's producer runs in the server's JVM where the tasks do (a local master)
-    sink_classpath = None
-    if master.startswith("local"):
-        try:
-            sink_classpath = server_sink_classpath(settings.home)
-        except ServiceError as err:  # the sink still works, from the driver
-            echo(f"{NAME:<9} {err}: Kafka sinks will produce from the driver")
-    sink_jar = sink_classpath[0].name if sink_classpath else "-"
+    # a sink's own code runs in the server's JVM where the tasks do (a local master)
+    sinks_code = (
+        server_code(settings.home, spark_kafka_jars(settings.home))
+        if master.startswith("local")
+        else ServerCode()
+    )
+    for problem in sinks_code.problems:  # each sink still works without it
+        echo(f"{NAME:<9} {problem}")
+    sink_jars = sinks_code.jars
     pid = process.our_pid(paths.pid_file, MARKER)
     if (
         pid is not None
-        and (reason := restart_reason(paths, settings, formats, sink_jar)) is not None
+        and (reason := restart_reason(paths, settings, formats, sink_jars)) is not None
     ):
         echo(f"{NAME:<9} restarting pid {pid}: {reason} (it runs {_started_with(paths)})")
         process.terminate(pid)
@@ -230,11 +230,10 @@ def start(
         "spark.local.dir": str(paths.scratch),
         **(conf or {}),
     }
-    if sink_classpath:  # on the JVM's own class path: a session's class loader would not share
-        settings_conf["spark.driver.extraClassPath"] = ":".join(map(str, sink_classpath))
-        settings_conf[SERVER_CONF] = sink_jar
-    elif master.startswith("local") and not has_jdk():
-        echo(f"{NAME:<9} {NO_JDK}")
+    if sinks_code.classpath:  # on the JVM's own class path: a session's class loader would not
+        # share it between tasks
+        settings_conf["spark.driver.extraClassPath"] = ":".join(map(str, sinks_code.classpath))
+        settings_conf.update(sinks_code.conf)
     home = spark_home()
     cmd = [
         str(home / "bin" / "spark-submit"),
@@ -275,7 +274,7 @@ def start(
         )
     _children[proc.pid] = proc
     process.write_pid(paths.pid_file, proc.pid)
-    paths.started_with.write_text(started_with(master, formats, settings, sink_jar) + "\n")
+    paths.started_with.write_text(started_with(master, formats, settings, sink_jars) + "\n")
     _wait_ready(port, paths, proc.pid, proc)
     return ServiceStatus(NAME, True, address, proc.pid, _detail(paths, settings, "started"))
 
@@ -301,19 +300,27 @@ def stop(
 
 
 def started_with(
-    master: str, formats: Iterable[str], settings: Settings, sink_jar: str = "-"
+    master: str,
+    formats: Iterable[str],
+    settings: Settings,
+    sink_jars: Mapping[str, str] | None = None,
 ) -> str:
     """The line a server we start leaves in `started_with`: what `status` shows, and what
-    `restart_reason` reads back when the server is found running."""
+    `restart_reason` reads back when the server is found running. `sink_jars`: each sink's
+    code in the server's JVM by sink type (`-`: none), as `<type>_sink=<jar>`."""
+    jars = "".join(f"{kind}_sink={jar} " for kind, jar in (sink_jars or {}).items())
     return (
         f"master={master} pyspark={pyspark_version()} python={sys.executable} "
         f"lakehouse={','.join(formats) or '-'} auth=token {NO_PLANS_LOGGED} {ROLLING_LOG} "
-        f"{OWN_SCRATCH} kafka_sink={sink_jar} {_code_of(settings)}"
+        f"{OWN_SCRATCH} {jars}{_code_of(settings)}"
     )
 
 
 def restart_reason(
-    paths: ConnectPaths, settings: Settings, formats: Iterable[str], sink_jar: str = "-"
+    paths: ConnectPaths,
+    settings: Settings,
+    formats: Iterable[str],
+    sink_jars: Mapping[str, str] | None = None,
 ) -> str | None:
     """Why the running server of `paths` cannot serve this environment's runs, or None when it
     can: a client cannot change what a server was started with, so each is a restart."""
@@ -336,8 +343,9 @@ def restart_reason(
         return "its log never rolls over"
     if OWN_SCRATCH not in words:
         return "it keeps its temp files in /tmp, where a kill leaves them"
-    if sink_jar != "-" and f"kafka_sink={sink_jar}" not in words:
-        return "it lacks this version of the Kafka sink's server-side producer"
+    for kind, jar in (sink_jars or {}).items():
+        if jar != "-" and f"{kind}_sink={jar}" not in words:
+            return f"it lacks this version of the {kind} sink's code for the server's JVM"
     return None
 
 

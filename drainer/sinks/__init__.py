@@ -7,15 +7,17 @@ The Spark half of each format lives in `spark_jobs/sinks/`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from drainer.config import DrainConfig, load_drains
 from drainer.config.formats import DECODER_JARS
 from drainer.config.sinks import SINK_MODELS
-from drainer.errors import DrainerError
+from drainer.errors import DrainerError, ServiceError
 from drainer.settings import Settings
-from drainer.sinks.base import Capabilities, Sink, TableCommit, TableSink, UpkeepReport
+from drainer.sinks.base import Capabilities, ServerJar, Sink, SinkCommit, TableSink, UpkeepReport
 from drainer.sinks.delta import DeltaSink
 from drainer.sinks.iceberg import IcebergSink
 from drainer.sinks.kafka import KafkaSink
@@ -73,15 +75,48 @@ def format_jars(formats: Iterable[str]) -> dict[str, tuple[str, ...]]:
     return out
 
 
+@dataclass
+class ServerCode:
+    """What the sinks run in the Spark server's JVM, for the server's start: the class path,
+    its conf, each sink's jar by type (`-`: none here) and why a sink has none."""
+
+    classpath: list[Path] = field(default_factory=list)
+    conf: dict[str, str] = field(default_factory=dict)
+    jars: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def server_code(home: Path, spark_jars: Sequence[Path]) -> ServerCode:
+    """Every sink's code for the server's JVM (`capabilities.server_code`), built as needed;
+    a sink that cannot have it here works without it and says why (`problems`)."""
+    code = ServerCode()
+    for kind, cls in SINKS.items():
+        if not cls.capabilities.server_code:
+            continue
+        jar: ServerJar | None = None
+        try:
+            jar = cls.server_jar(home, spark_jars)
+        except ServiceError as err:
+            code.problems.append(str(err))
+        code.jars[kind] = jar.name if jar else "-"
+        if jar is not None:
+            code.classpath += [p for p in jar.classpath if p not in code.classpath]
+            code.conf.update(jar.conf)
+    return code
+
+
 __all__ = [
     "SINKS",
     "Capabilities",
+    "ServerCode",
+    "ServerJar",
     "Sink",
-    "TableCommit",
+    "SinkCommit",
     "TableSink",
     "UpkeepReport",
     "configured_formats",
     "format_jars",
+    "server_code",
     "server_conf",
     "sink_for",
     "spark_formats",

@@ -35,6 +35,7 @@ class DeltaSink(TableSink[DeltaSinkConfig]):
         },
         table_maintenance=True,
         commit_id="version",
+        files=True,
     )
 
     def location(self) -> str:

@@ -32,6 +32,7 @@ class IcebergSink(TableSink[IcebergSinkConfig]):
         spark_extension="org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         table_maintenance=True,
         commit_id="snapshot",
+        files=True,
     )
 
     @property
@@ -61,6 +62,9 @@ class IcebergSink(TableSink[IcebergSinkConfig]):
         if self.config.catalog is None:
             return ""
         return repr(sorted(self.config.catalog.properties().items()))
+
+    def session_conf(self) -> dict[str, str]:
+        return self.catalog_conf()
 
     def catalog_conf(self) -> dict[str, str]:
         """Session settings defining the catalog, `${NAME}` references expanded.

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from sqlalchemy import Connection, Engine
 
 from drainer.config.sinks import PostgresSinkConfig
-from drainer.sinks.base import Capabilities, Sink, TableCommit, UpkeepReport
+from drainer.sinks.base import Capabilities, Sink, SinkCommit, UpkeepReport
 from drainer.sinks.postgres_folds import AFTER_COMMIT_STEPS, UPKEEP_FOLD_BYTES, fold_sink
 from drainer.store import dead_letters, sinks
 from drainer.store.runs import StoredRun
@@ -33,13 +33,16 @@ class PostgresSink(Sink[PostgresSinkConfig]):
     def describe(self) -> str:
         return f"Postgres table {self.table}"
 
+    def upkeep_words(self) -> str | None:
+        return f"folds the partitions of {self.describe()}"
+
     def prepare_attempt(
         self, conn: Connection, run: StoredRun, read_from: Mapping[tuple[str, int], int]
     ) -> None:
         sinks.clear_staged(conn, self.table, run.id)
         dead_letters.clear_failures(conn, run.id)
 
-    def publish(self, conn: Connection, run_id: int, commit: TableCommit | None) -> int:
+    def publish(self, conn: Connection, run_id: int, commit: SinkCommit | None) -> int:
         return sinks.publish_staged(conn, self.table, run_id)
 
     def discard(self, conn: Connection, run_id: int) -> None:

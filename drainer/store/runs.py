@@ -437,14 +437,20 @@ def columns_added(conn: Connection, run_id: int) -> list[str]:
 
 
 def store_table_commit(conn: Connection, run_id: int, commit: dict[str, Any]) -> None:
-    """Record the lakehouse table commit of a run, inside the run's Postgres commit."""
+    """Record the sink commit a run made before Postgres (a table's, a Kafka transaction's),
+    inside the run's Postgres commit."""
     conn.execute(
         text(
             "INSERT INTO run_table_commits (run_id, format, location, version, files_added, "
             "bytes_added, rows_added) VALUES (:run_id, :format, :location, :version, "
             ":files_added, :bytes_added, :rows_added) ON CONFLICT (run_id) DO NOTHING"
         ),
-        {"run_id": run_id, **{k: commit[k] for k in _COMMIT_FIELDS}},
+        # a sink whose commits add no files (Kafka) has none to record: 0 in the column
+        {
+            "run_id": run_id,
+            "files_added": 0,
+            **{k: commit[k] for k in _COMMIT_FIELDS if k in commit},
+        },
     )
     if commit.get("details"):  # a Kafka sink's: records per topic, transactional id
         conn.execute(

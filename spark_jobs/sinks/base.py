@@ -1,10 +1,11 @@
-"""The Spark half of the sink interface: write a run's output, find a run's table commit,
-maintain a table. Each format's class extends its driver-side class (drainer.sinks) with these.
+"""The Spark half of the sink interface: write a run's output, find a run's sink commit,
+maintain a table. Each sink's class extends its driver-side class (drainer.sinks) with these.
 
 Roles, as in a distributed commit: the Spark tasks write and send back only counts; the
 driver commits. A sink that commits before Postgres (`capabilities.commit == "before_postgres"`)
-tags its commit with the run, and `committed` finds that commit again, so a resumed run never
-writes twice.
+tags its commit with the run, and `committed` (required of every sink) finds that commit
+again, so a resumed run never writes twice. A sink never changes the Spark session runs share:
+what a write needs goes with the write, or is set when the session is made.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pyspark.sql.types import (
 
 from drainer.errors import ConfigError, DrainerError, ServiceError
 from drainer.lifecycle.results import RunContext
-from drainer.sinks import Sink, TableCommit
+from drainer.sinks import Sink, SinkCommit
 from drainer.store import runs
 from drainer.store.leases import check_fence
 
@@ -54,18 +55,20 @@ class SparkSink(Sink[Any]):
     def prepare(self, spark: SparkSession, drain: str) -> None:  # noqa: B027  (Postgres: nothing)
         """Check that the session can write this sink (jars, extension), define its catalog."""
 
-    def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
-        """The run's commit if the sink already holds it (a sink committing before Postgres)."""
-        return None
+    @abc.abstractmethod
+    def committed(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
+        """The run's commit if the sink already holds it: what a resumed run asks a sink that
+        commits before Postgres, so it never writes twice. Required of every sink, so one that
+        commits first cannot forget it; a sink that commits in Postgres holds none (None)."""
 
     @abc.abstractmethod
-    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit | None:
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
         """Write the run's output once; a table sink returns the commit it made. Columns it
         adds to an existing table go on record first (`note_columns_added`)."""
 
     def write_records(
         self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: StructType
-    ) -> TableCommit | None:
+    ) -> SinkCommit | None:
         """Record mode: the handler's rows (failures staged by the tasks), written once."""
         from spark_jobs.modes import record_mode_rows
 

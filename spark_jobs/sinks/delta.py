@@ -17,7 +17,7 @@ from pyspark.sql.types import StructType
 
 from drainer.errors import CommitProofLost, ConfigError
 from drainer.lifecycle.results import RunContext
-from drainer.sinks import TableCommit
+from drainer.sinks import SinkCommit
 from drainer.sinks.delta import DeltaSink
 from spark_jobs.session import own_settings
 from spark_jobs.sinks.base import (
@@ -61,10 +61,10 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         check_extension(spark, self, drain)
         self.check_writable()
 
-    def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
+    def committed(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
         return self._commit_of(spark, *run_of(ctx)[:3])
 
-    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit:
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
         where = self.location()
         drain, run_id, nonce, attempt = run_of(ctx)
         existing = self._schema(spark)
@@ -163,7 +163,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         run_id: int,
         nonce: str | None = None,
         latest: int | None = None,
-    ) -> TableCommit | None:
+    ) -> SinkCommit | None:
         history = self._history(spark, latest)
         if history is None:
             return None
@@ -185,14 +185,14 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             return None
         row = rows[0]
         metrics: dict[str, Any] = row["operationMetrics"] or {}
-        return TableCommit(
+        return SinkCommit(
             "delta",
             self.location(),
-            int(row["version"]),
-            int(metrics.get("numFiles", 0) or 0),
-            int(metrics.get("numOutputBytes", 0) or 0),
-            int(metrics.get("numOutputRows", 0) or 0),
-            int(row["attempt"] or 0),
+            id=int(row["version"]),
+            rows=int(metrics.get("numOutputRows", 0) or 0),
+            bytes=int(metrics.get("numOutputBytes", 0) or 0),
+            files=int(metrics.get("numFiles", 0) or 0),
+            attempt=int(row["attempt"] or 0),
         )
 
     def _schema(self, spark: SparkSession) -> StructType | None:

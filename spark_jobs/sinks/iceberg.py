@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 from drainer.config.kafka_clients import redact
 from drainer.errors import CatalogUnavailable, CommitProofLost, ServiceError
 from drainer.lifecycle.results import RunContext
-from drainer.sinks import TableCommit
+from drainer.sinks import SinkCommit
 from drainer.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
@@ -58,12 +58,19 @@ def wap_id(drain: str, run_id: int, nonce: str | None = None) -> str:
 
 class IcebergSparkSink(IcebergSink, SparkSink):
     def prepare(self, spark: SparkSession, drain: str) -> None:
+        """The session was made with the catalog's settings (spark_jobs.session sets every
+        configured sink's `session_conf`): checked, never set here on the shared session."""
         check_extension(spark, self, drain)
         for key, value in self.catalog_conf().items():
             if spark.conf.get(key, None) != value:
-                spark.conf.set(key, value)
+                raise ServiceError(
+                    f"drain '{drain}' writes the Iceberg catalog {self.catalog}, but this Spark "
+                    f"session was made without its settings ({key}): a session takes the "
+                    "catalogs of the drains file it was made for; run the drain with the "
+                    "drains file that defines it (DRAINER_CONFIG). Nothing was committed"
+                )
 
-    def committed(self, spark: SparkSession, ctx: RunContext) -> TableCommit | None:
+    def committed(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
         found = self._commit_of(spark, *run_of(ctx)[:3])
         if found is None and ctx.attempt > 1 and ctx.run.planned_at is not None:
             self._check_history_reaches(spark, ctx)
@@ -98,7 +105,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
                 "plans (docs/lakehouse.md)"
             )
 
-    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit:
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
         table = self.location()
         drain, run_id, nonce, attempt = run_of(ctx)
         existing = self._schema(spark)
@@ -187,7 +194,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
 
     def _commit_of(
         self, spark: SparkSession, drain: str, run_id: int, nonce: str | None = None
-    ) -> TableCommit | None:
+    ) -> SinkCommit | None:
         """The run's published snapshot: on `main`'s line, by its WAP id (or, for snapshots
         written before WAP publishing, by its run property); a staged or branch snapshot does
         not count."""
@@ -227,7 +234,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
 
     def _publish_once(
         self, spark: SparkSession, ctx: RunContext, out: DataFrame
-    ) -> TableCommit | None:
+    ) -> SinkCommit | None:
         """Append on a branch of this attempt's own, then cherry-pick it onto main, once.
 
         The attempt's branch keeps a write the Connect server finishes for a dead client off
@@ -276,7 +283,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
                 f"CALL {self.catalog}.system.cherrypick_snapshot(table => '{self.table}', "
                 f"snapshot_id => {head['snapshot_id']})"
             ).collect()
-            done: TableCommit | None = _table_commit(
+            done: SinkCommit | None = _table_commit(
                 table, int(picked["current_snapshot_id"]), head["summary"] or {}
             )
         except Exception as err:
@@ -317,16 +324,16 @@ class IcebergSparkSink(IcebergSink, SparkSink):
         return len(stale)
 
 
-def _table_commit(table: str, snapshot_id: int, summary: dict[str, str]) -> TableCommit:
+def _table_commit(table: str, snapshot_id: int, summary: dict[str, str]) -> SinkCommit:
     """A published snapshot as the run's proof, its numbers from the snapshot summary."""
-    return TableCommit(
+    return SinkCommit(
         "iceberg",
         table,
-        snapshot_id,
-        int(summary.get("added-data-files", 0) or 0),
-        int(summary.get("added-files-size", 0) or 0),
-        int(summary.get("added-records", 0) or 0),
-        int(summary.get(ATTEMPT_PROPERTY, 0) or 0),
+        id=snapshot_id,
+        rows=int(summary.get("added-records", 0) or 0),
+        bytes=int(summary.get("added-files-size", 0) or 0),
+        files=int(summary.get("added-data-files", 0) or 0),
+        attempt=int(summary.get(ATTEMPT_PROPERTY, 0) or 0),
     )
 
 

@@ -3,43 +3,36 @@
 Each task writes its rows into the run's stage table (`drainer.store.sinks.write_staged`, fenced
 by the drain's lease, keyed by task so a retried task replaces its rows) and sends back only a
 count; the driver's commit transaction attaches the stage (drainer.sinks.postgres). Record mode
-stages each chunk's rows together with its failures (spark_jobs.modes.handle_records).
+stages each chunk's rows together with its failures through this sink's `PostgresStage`
+(spark_jobs.modes.handle_records).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import (
-    BinaryType,
-    BooleanType,
-    DataType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-)
+from pyspark.sql.types import StructType
 
 from drainer.errors import ConfigError
 from drainer.lifecycle.results import RunContext
 from drainer.settings import psycopg_url
-from drainer.sinks import TableCommit
+from drainer.sinks import SinkCommit
 from drainer.sinks.postgres import PostgresSink
 from drainer.store.leases import check_fence
-from drainer.store.sinks import ensure_sink_tables, write_staged, write_staged_csv
+from drainer.store.sinks import (
+    clear_task_partition,
+    ensure_sink_tables,
+    write_staged,
+    write_staged_csv,
+)
 from spark_jobs import modes
+from spark_jobs.row_types import SQL_TYPES
 from spark_jobs.sinks.base import SparkSink
 from spark_jobs.sinks.faults import crash_once
 
@@ -47,26 +40,11 @@ from spark_jobs.sinks.faults import crash_once
 STAGED_COUNTS = "task string, rows long"
 _STAGED_ARROW = pa.schema([("task", pa.string()), ("rows", pa.int64())])
 
-_PG_TYPES: dict[type[DataType], str] = {
-    StringType: "text",
-    IntegerType: "integer",
-    ShortType: "smallint",
-    LongType: "bigint",
-    DoubleType: "double precision",
-    FloatType: "real",
-    BooleanType: "boolean",
-    TimestampType: "timestamptz",
-    TimestampNTZType: "timestamp",
-    DateType: "date",
-    BinaryType: "bytea",
-    DecimalType: "numeric",
-}
-
 
 def pg_columns(schema: StructType) -> list[tuple[str, str]]:
     columns = []
     for f in schema.fields:
-        pg_type = _PG_TYPES.get(type(f.dataType))
+        pg_type = SQL_TYPES.get(type(f.dataType))
         if pg_type is None:
             raise ConfigError(
                 f"output column {f.name} has Spark type {f.dataType.simpleString()}, which the "
@@ -74,6 +52,22 @@ def pg_columns(schema: StructType) -> list[tuple[str, str]]:
             )
         columns.append((f.name, pg_type))
     return columns
+
+
+@dataclass(frozen=True)
+class PostgresStage:
+    """Record mode's stage for the sink (modes.ChunkStage): each chunk's rows in the run's
+    stage table, in the transaction that stages the chunk's failures."""
+
+    table: str
+
+    def clear(self, conn: Any, run_id: int, topic: str, partition: int, attempt: int) -> None:
+        clear_task_partition(conn, self.table, run_id, topic, partition, attempt)
+
+    def write(
+        self, conn: Any, names: list[str], run_id: int, task: str, rows: list[tuple[Any, ...]]
+    ) -> None:
+        write_staged(conn, self.table, names, run_id, task, rows)
 
 
 def csv_chunks(
@@ -106,7 +100,11 @@ def csv_chunks(
 class PostgresSparkSink(PostgresSink, SparkSink):
     """Stages from the tasks; nothing is visible before the commit transaction attaches it."""
 
-    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit | None:
+    def committed(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
+        """None: the run's rows are published by its Postgres commit, nothing before it."""
+        return None
+
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
         columns = pg_columns(out.schema)
         self._ensure_tables(ctx, columns)
         names = [name for name, _ in columns]
@@ -136,10 +134,11 @@ class PostgresSparkSink(PostgresSink, SparkSink):
 
     def write_records(
         self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: Any
-    ) -> TableCommit | None:
+    ) -> SinkCommit | None:
         """Record mode: each chunk's rows staged with its failures, in the handler's task."""
-        self._ensure_tables(ctx, pg_columns(output_schema))
-        modes.run_record_mode(ctx, df, output_schema, self.table)
+        columns = pg_columns(output_schema)
+        self._ensure_tables(ctx, columns)
+        modes.run_record_mode(ctx, df, columns, PostgresStage(self.table))
         return None
 
     def crash_while_writing(self, ctx: RunContext) -> None:

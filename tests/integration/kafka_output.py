@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from drainer.kafka.transactions import RUN_HEADER, SOURCE_HEADER, parse_run_header
 from drainer.settings import load_settings
+from drainer.sinks.kafka.protocol import RUN_HEADER, SOURCE_HEADER, parse_run_header
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def auto_producer(spark) -> str:
     and a JDK is on PATH (`expected_auto_producer`), else the driver's. A server that should
     have the writer and lacks it (its build failed, or it was started without it) fails here
     instead of the sink's silently producing from the driver."""
-    from drainer.spark.sink_jar import SERVER_CONF
+    from drainer.sinks.kafka.server_jar import SERVER_CONF
 
     expected = expected_auto_producer()
     if expected == "server":
@@ -50,7 +50,7 @@ def expected_auto_producer() -> str:
     """ "server" on a stack whose local Connect server (local master) can load the writer: a
     JDK on PATH; "driver" on any other."""
     from drainer.settings import load_settings
-    from drainer.spark.sink_jar import has_jdk
+    from drainer.spark.javac import has_jdk
 
     settings = load_settings()
     local = settings.local_spark_connect and settings.spark_master.startswith("local")

@@ -43,8 +43,8 @@ from dagster_project.metadata import run_metadata
 from drainer import faults
 from drainer.errors import ConfigError, FencedOut
 from drainer.kafka.producer import OutRecord, produce_records
-from drainer.kafka.transactions import transactional_id
 from drainer.observe.status import drain_status
+from drainer.sinks.kafka.protocol import transactional_id
 from drainer.store import get_engine
 from spark_jobs import drain_job
 
@@ -317,7 +317,7 @@ def test_a_first_run_on_a_cluster_without_the_marker_topic_creates_it_compacted(
     broker auto-created, not compacted)."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    from drainer.kafka.transactions import MARKER_TOPIC
+    from drainer.sinks.kafka.protocol import MARKER_TOPIC
 
     client = admin()
     if MARKER_TOPIC in client.list_topics(timeout=30).topics:

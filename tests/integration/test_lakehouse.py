@@ -223,7 +223,7 @@ def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, s
     assert len(commits) == 3, "an attempt failed instead of finding the run's commit"
     # the race happened: every attempt began its write before any attempt's write returned
     assert max(b for b, _ in spans) < min(e for _, e in spans), spans
-    assert {c.version for c in commits} == {commits[0].version}  # all name the one commit
+    assert {c.id for c in commits} == {commits[0].id}  # all name the one commit
     assert table_run_ids(drain) == [run_id]
     assert table_arrow(drain).num_rows == 2_000
     # and a later attempt of the run finds the commit instead of writing

@@ -75,10 +75,14 @@ def test_a_server_without_this_version_of_the_kafka_sink_producer_is_restarted(
 ) -> None:
     """The Kafka sink's server producer is on the JVM's class path: only a restart adds it."""
     _started(paths, connect.started_with("local[*]", ("delta",), settings))
-    reason = connect.restart_reason(paths, settings, ("delta",), "drainer-kafka-sink-new.jar")
-    assert reason is not None and "Kafka sink" in reason
-    older = connect.started_with("local[*]", ("delta",), settings, "drainer-kafka-sink-old.jar")
+    new = {"kafka": "drainer-kafka-sink-new.jar"}
+    reason = connect.restart_reason(paths, settings, ("delta",), new)
+    assert reason is not None and "kafka sink" in reason
+    older = connect.started_with(
+        "local[*]", ("delta",), settings, {"kafka": "drainer-kafka-sink-old.jar"}
+    )
+    assert "kafka_sink=drainer-kafka-sink-old.jar" in older  # as servers started before record it
     _started(paths, older)
-    assert connect.restart_reason(paths, settings, ("delta",), "drainer-kafka-sink-new.jar")
+    assert connect.restart_reason(paths, settings, ("delta",), new)
     # without a JDK there is no jar to want: a server started with one serves as well
     assert connect.restart_reason(paths, settings, ("delta",)) is None

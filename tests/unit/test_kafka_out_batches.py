@@ -15,8 +15,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from drainer.errors import ConfigError, FencedOut, KafkaUnavailable
-from drainer.kafka.out_batches import SOURCE_HEADER, OutBatch, send_batch
-from drainer.kafka.transactions import MARKER_TOPIC, RunTransaction
+from drainer.sinks.kafka.out_batches import OutBatch, send_batch
+from drainer.sinks.kafka.protocol import MARKER_TOPIC, SOURCE_HEADER
+from drainer.sinks.kafka.transactions import RunTransaction
 
 RUN_HEADERS = [("drainer.run", b"7:n")]
 
@@ -155,14 +156,14 @@ def test_the_plain_loop_retries_a_record_the_full_queue_refused_and_names_a_refu
 
 
 def test_the_run_header_names_run_nonce_and_attempt_and_reads_back():
-    from drainer.kafka.transactions import parse_run_header, run_header
+    from drainer.sinks.kafka.protocol import parse_run_header, run_header
 
     assert run_header(42, "3f9a", 2) == b"42:3f9a:2"
     assert parse_run_header(run_header(42, "3f9a", 2)) == (42, "3f9a", 2)
 
 
 def test_a_marker_carries_its_dead_letters_rule_and_an_older_marker_reads_without_one():
-    from drainer.kafka.transactions import RunMarker
+    from drainer.sinks.kafka.protocol import RunMarker
 
     joined = RunMarker("d", 7, "ab12", 2, {"out": 297, "dlq": 3}, 1000, 0, 5, 3)
     assert RunMarker.parse(joined.value(), 41) == joined.__class__(
@@ -173,17 +174,38 @@ def test_a_marker_carries_its_dead_letters_rule_and_an_older_marker_reads_withou
     assert parsed is not None and parsed.dlq_max_attempts is None and parsed.dead_letters == 0
 
 
-def test_a_table_commit_on_record_keeps_the_dead_letters_rule_it_was_made_with():
+def test_a_sink_commit_on_record_keeps_the_dead_letters_rule_it_was_made_with():
     """A resumed run reads the proof on record (`as_dict` then `from_dict`): losing the rule
     there would leave the commit to publish the dead letters the transaction carried again."""
-    from drainer.sinks import TableCommit
+    from drainer.sinks import SinkCommit
 
-    joined = TableCommit("kafka", "out", 12, 2, 900, 297, attempt=2, dlq_max_attempts=5)
-    assert TableCommit.from_dict(joined.as_dict()) == TableCommit(
-        "kafka", "out", 12, 2, 900, 297, dlq_max_attempts=5
+    joined = SinkCommit("kafka", "out", id=12, rows=297, bytes=900, attempt=2, dlq_max_attempts=5)
+    assert SinkCommit.from_dict(joined.as_dict(), files=False) == SinkCommit(
+        "kafka", "out", id=12, rows=297, bytes=900, dlq_max_attempts=5
     )
-    plain = TableCommit("delta", "/t", 3, 1, 10, 1)
+    plain = SinkCommit("delta", "/t", id=3, rows=1, bytes=10, files=1)
     assert "dlq_max_attempts" not in plain.as_dict()
+    assert SinkCommit.from_dict(plain.as_dict()) == plain
+
+
+def test_a_kafka_commit_has_no_files_and_an_older_record_of_one_still_loads():
+    """Older versions stored a Kafka commit's number of topics as `files_added`: it loads,
+    without files, and is shown without them."""
+    from drainer.sinks import SinkCommit
+
+    older = {
+        "format": "kafka",
+        "location": "out",
+        "version": 41,
+        "files_added": 2,
+        "bytes_added": 900,
+        "rows_added": 297,
+        "details": {"produced": {"out": 290, "dlq": 7}},
+    }
+    commit = SinkCommit.from_dict(older, files=False)
+    assert commit is not None and commit.files is None and commit.id == 41
+    assert "files_added" not in commit.as_dict()
+    assert "files" not in str(commit.as_dict())
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ import pytest
 
 from drainer.config.sinks import KafkaSinkConfig
 from drainer.errors import ConfigError, FencedOut, KafkaUnavailable
-from drainer.kafka.transactions import RunTransaction
-from drainer.spark.sink_jar import SERVER_CONF
-from spark_jobs.sinks import kafka_server
+from drainer.sinks.kafka.server_jar import SERVER_CONF
+from drainer.sinks.kafka.transactions import RunTransaction
+from spark_jobs.sinks.kafka import server as kafka_server
 
 
 class _Conf:

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import Row
 
-from drainer.kafka.out_batches import OutBatch
-from spark_jobs.sinks.kafka import _arrow_batch, _rows_batch, read_ahead
+from drainer.sinks.kafka.out_batches import OutBatch
+from spark_jobs.sinks.kafka.stream import _arrow_batch, _rows_batch, read_ahead
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 

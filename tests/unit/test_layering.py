@@ -46,9 +46,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("drainer.offset_map", "drainer.processing", "drainer.allocation"),
     ("drainer.store",),
     ("drainer.config",),
+    # Kafka as a source and an admin, and building a jar: what the sinks may use
+    ("drainer.kafka", "drainer.spark.javac", "drainer.spark.lock", "drainer.spark.tools"),
     ("drainer.sinks",),
     ("drainer.spark",),
-    ("drainer.kafka", "drainer.services", "drainer.records"),
+    ("drainer.services", "drainer.records"),
     ("drainer.lifecycle", "drainer.observe", "drainer.testing"),
     ("drainer.cli",),
     ("spark_jobs",),
@@ -353,3 +355,150 @@ def test_test_modules_have_unique_basenames():
     tests = ROOT / "tests"
     names = [p.name for p in tests.rglob("test_*.py")]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+# a sink writing to the Spark session every run shares: its conf, or an attribute of it
+SESSION_NAMES = re.compile(r"(^|_)(spark|session)$|sparkSession$", re.IGNORECASE)
+
+
+def _is_session(node: ast.AST) -> bool:
+    """`spark`, `self.spark`, `rows.sparkSession`: an expression naming a session."""
+    if isinstance(node, ast.Name):
+        return bool(SESSION_NAMES.search(node.id))
+    if isinstance(node, ast.Attribute):
+        return bool(SESSION_NAMES.search(node.attr))
+    return False
+
+
+def _session_writes(path: str, source: str) -> list[str]:
+    """Where `source` changes a shared session: `<session>.conf.set/unset(...)`,
+    `setattr(<session>, ...)`, `<session>.<attr> = ...`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in ("set", "unset")
+                and isinstance(func.value, ast.Attribute)
+                and func.value.attr == "conf"
+                and _is_session(func.value.value)
+            ):
+                found.append(f"{path}:{node.lineno}")
+            if (
+                isinstance(func, ast.Name)
+                and func.id in ("setattr", "delattr")
+                and node.args
+                and _is_session(node.args[0])
+            ):
+                found.append(f"{path}:{node.lineno}")
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found += [
+                f"{path}:{node.lineno}"
+                for t in targets
+                if isinstance(t, ast.Attribute) and _is_session(t.value)
+            ]
+    return found
+
+
+def test_no_sink_changes_the_shared_spark_session():
+    """Runs of every drain share a session: a sink's per-run settings go with its write (writer
+    options) or are set when the session is made (spark_jobs.session), never on the session."""
+    offenders = [
+        found
+        for path in sorted((ROOT / "spark_jobs" / "sinks").rglob("*.py"))
+        for found in _session_writes(path.relative_to(ROOT).as_posix(), path.read_text())
+    ]
+    assert offenders == [], "a sink writes to the shared Spark session: " + "; ".join(offenders)
+
+
+def test_the_session_check_catches_a_sink_that_writes_to_the_session():
+    """The check above would pass vacuously if it never found one."""
+    for offender in (
+        "spark.conf.set('spark.sql.catalog.x', 'y')\n",
+        "rows.sparkSession.conf.unset('k')\n",
+        "setattr(spark, '_drainer_server_sink', '')\n",
+        "spark._cached = 1\n",
+        "self.spark.conf.set('k', 'v')\n",
+    ):
+        assert _session_writes("spark_jobs/sinks/fake.py", offender), offender
+    # a session of its own (own_settings' clone), reads, and writes to other objects are fine
+    for fine in (
+        "vacuum.conf.set('k', 'v')\n",
+        "spark.conf.get('k')\n",
+        "self.config = spark\n",
+        "write = rows.write.option('k', 'v')\n",
+    ):
+        assert _session_writes("spark_jobs/sinks/fake.py", fine) == [], fine
+
+
+# the Kafka sink's modules, its jar and its producer: named only in its own packages
+KAFKA_SINK_HOMES = ("drainer/sinks/", "spark_jobs/sinks/")
+KAFKA_SINK_WORDS = re.compile(
+    r"KafkaTxnSink|drainer-kafka-sink|kafkaSink|run_marker|RunTransaction"
+    r"|\bsink_jar\b|\bkafka_server\b|drainer\.sinks\.kafka|spark_jobs\.sinks\.kafka"
+    r"|drainer-sink-markers|\bserver producer\b|\bdriver producer\b"
+)
+
+
+def _kafka_sink_mentions(path: str, source: str) -> list[str]:
+    if path.startswith(KAFKA_SINK_HOMES):
+        return []
+    return [
+        f"{path}:{n}: {line.strip()}"
+        for n, line in enumerate(source.splitlines(), 1)
+        if KAFKA_SINK_WORDS.search(line)
+    ]
+
+
+def test_the_kafka_sink_lives_in_the_sink_packages_only():
+    """Outside drainer/sinks/ and spark_jobs/sinks/: no module of the Kafka sink, no mention of
+    its writer's jar, its producers or its transaction (drainer/kafka/ reads and administers)."""
+    offenders = [
+        found
+        for path in _python_files()
+        for found in _kafka_sink_mentions(path.relative_to(ROOT).as_posix(), path.read_text())
+    ]
+    java = [p for d in CODE_DIRS for p in (ROOT / d).rglob("*.java")]
+    offenders += [p.relative_to(ROOT).as_posix() for p in java if "sinks/" not in p.as_posix()]
+    assert offenders == [], "the Kafka sink outside its packages: " + "; ".join(offenders)
+
+
+def test_the_kafka_sink_check_catches_a_mention_outside_its_packages():
+    """The check above would pass vacuously if it never found one."""
+    for line in (
+        "from drainer.sinks.kafka.transactions import RunTransaction\n",
+        'SERVER_CONF = "spark.drainer.kafkaSink"\n',
+        "# the jar drainer-kafka-sink-<digest>.jar\n",
+        "from spark_jobs.sinks.kafka import server\n",
+    ):
+        assert _kafka_sink_mentions("drainer/services/connect.py", line), line
+        assert _kafka_sink_mentions("drainer/sinks/kafka/x.py", line) == []
+    assert _kafka_sink_mentions("drainer/kafka/clients.py", "isolation = read_committed\n") == []
+
+
+# what talks to Kafka as a source and an admin, runs services, runs a drain: no transactions
+NO_SINK_TRANSACTIONS = ("drainer/kafka/", "drainer/services/", "drainer/lifecycle/")
+SINK_TRANSACTION = re.compile(r"transactional|KafkaTxnSink|run_marker", re.IGNORECASE)
+
+
+def test_kafka_io_services_and_lifecycle_hold_no_sink_transaction():
+    offenders = [
+        f"{path.relative_to(ROOT).as_posix()}:{n}"
+        for path in _python_files()
+        if path.relative_to(ROOT).as_posix().startswith(NO_SINK_TRANSACTIONS)
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if SINK_TRANSACTION.search(line)
+    ]
+    assert offenders == []
+    assert SINK_TRANSACTION.search('"transactional.id": self.tid,')  # the check can fail
+
+
+def test_the_processing_modes_know_no_sink():
+    """Record mode stages through what a sink hands it (modes.ChunkStage): `modes` imports no
+    sink, so no import runs sinks -> modes -> sinks."""
+    source = (ROOT / "spark_jobs" / "modes.py").read_text()
+    found = [name for _, name in _imports("spark_jobs.modes", source) if ".sinks" in name]
+    assert found == []
+    assert [n for _, n in _imports("x", "def f():\n    from spark_jobs.sinks import a\n")]

@@ -1,43 +1,15 @@
 """What a Kafka sink failure tells the user, whichever producer met it: the driver's
-(confluent-kafka, `drainer.kafka.transactions`) or the Spark server's (Java, which names the
-failure's kind for the driver: `spark_jobs/sinks/kafka_server.py`)."""
+(confluent-kafka, `transactions`) or the Spark server's (Java, which names the failure's kind,
+classified by `protocol.KINDS`, for the driver: spark_jobs.sinks.kafka.server).
+
+Where drainer's words say all there is to fix (fenced, missing topic, too large, no value), the
+line leaves the client's own words out: the two producers' clients word a failure differently,
+and the user gets the same line from either."""
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError
-
 from drainer.errors import ConfigError, DrainerError, FencedOut, KafkaUnavailable
-from drainer.kafka.out_batches import missing_topic, no_value
-from drainer.kafka.run_markers import MARKER_TOPIC
-
-# librdkafka's and the broker's error codes by the kind of failure they mean
-_KINDS: dict[str, frozenset[int]] = {
-    # a newer producer of the drain took over
-    "fenced": frozenset(
-        {
-            KafkaError._FENCED,
-            KafkaError.PRODUCER_FENCED,
-            KafkaError.INVALID_PRODUCER_EPOCH,
-            KafkaError.INVALID_PRODUCER_ID_MAPPING,
-        }
-    ),
-    "denied": frozenset(
-        {
-            KafkaError.TOPIC_AUTHORIZATION_FAILED,
-            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-        }
-    ),
-    "missing": frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}),
-    "too_large": frozenset({KafkaError.MSG_SIZE_TOO_LARGE}),
-    "timeout": frozenset({KafkaError._TIMED_OUT, KafkaError.COORDINATOR_NOT_AVAILABLE}),
-}
-
-
-def kind_of(code: int) -> str:
-    """A librdkafka error code's kind: fenced, denied, missing, too_large, timeout, or
-    unavailable (anything else)."""
-    return next((kind for kind, codes in _KINDS.items() if code in codes), "unavailable")
+from drainer.sinks.kafka.protocol import MARKER_TOPIC
 
 
 def init_failure(kind: str, detail: str, drain: str, tid: str) -> DrainerError:
@@ -85,7 +57,7 @@ def produce_failure(
     if kind == "too_large":
         return ConfigError(
             f"an output record{_from(source)} for topic {topic} is larger than the broker "
-            f"accepts (max.message.bytes; {detail}): make it smaller in the processor or "
+            "accepts (max.message.bytes): make it smaller in the processor or "
             "handler, or raise the topic's max.message.bytes and the producer's "
             "message.max.bytes (`kafka_librdkafka:`; `kafka_java:` max.request.size when the "
             "Spark server produces). Nothing was committed"
@@ -99,3 +71,22 @@ def produce_failure(
 
 def _from(source: str | None) -> str:
     return f" (from source record {source})" if source else ""
+
+
+def no_value(source: str | None) -> ConfigError:
+    return ConfigError(
+        f"an output row{_from(source)} has no `value`: Kafka sink rows need a value (string or "
+        "binary); set it in the processor or handler. Nothing was committed"
+    )
+
+
+def missing_topic(topic: str, source: str | None = None) -> ConfigError:
+    return ConfigError(
+        f"the Kafka sink's output topic {topic} does not exist{_for(source)}: create it, e.g. "
+        f"`kafka-topics.sh --bootstrap-server HOST:PORT --create --topic {topic} "
+        "--partitions N`. Nothing was committed"
+    )
+
+
+def _for(source: str | None) -> str:
+    return f" (output of source record {source})" if source else ""

@@ -1,6 +1,11 @@
 // drainer's Kafka sink, producing on the Spark server: one transactional KafkaProducer in the
 // server's JVM, shared by the write's tasks (they run in that JVM on a `local[*]` master).
-// docs/kafka-sink.md says why it is exactly once; spark_jobs/sinks/kafka_server.py drives it.
+// docs/kafka-sink.md says why it is exactly once; spark_jobs/sinks/kafka/server.py drives it.
+//
+// The protocol is drainer.sinks.kafka.protocol's, handed over as options, never defined here:
+// the header names (`run_header_name`, `source_header_name`), the marker's JSON as a template
+// with two placeholders for the counts only this producer knows (`fill`), and the kinds of
+// failure as `kind=ExceptionClass,...;...` (`kinds`, asked in order for each cause).
 //
 // A run's attempt is one transaction, found by its key in OPEN:
 //   - a write with `open=true` creates the producer, fences every older attempt of the drain
@@ -9,7 +14,9 @@
 //     error known) when the write returns. Further writes (the dead letters) add to it.
 //   - the driver then checks its Postgres lease and reads this source with `action=commit`:
 //     the marker (which carries the counts per topic) is sent and the transaction committed,
-//     once (a repeated read returns the same result). `action=abort` aborts it.
+//     once (a repeated read returns the same result). `action=abort` aborts it. An attempt
+//     whose transaction a newer attempt of the drain closed is `fenced`, as a Kafka producer
+//     fenced by the newer one's `initTransactions` would be.
 // A failure names its kind for the driver: `drainer-kafka-sink[kind][source][topic] detail`.
 package drainer;
 
@@ -30,13 +37,6 @@ import org.apache.kafka.clients.producer.Callback;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
-import org.apache.kafka.common.errors.AuthorizationException;
-import org.apache.kafka.common.errors.InvalidProducerEpochException;
-import org.apache.kafka.common.errors.ProducerFencedException;
-import org.apache.kafka.common.errors.RecordBatchTooLargeException;
-import org.apache.kafka.common.errors.RecordTooLargeException;
-import org.apache.kafka.common.errors.TimeoutException;
-import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
@@ -75,6 +75,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 public class KafkaTxnSink implements TableProvider {
   /** The open (and last committed) transaction of each attempt, by its key. */
   static final ConcurrentHashMap<String, RunTxn> OPEN = new ConcurrentHashMap<>();
+  /** Keys of attempts whose transaction a newer attempt of the drain closed (bounded). */
+  static final Set<String> FENCED = ConcurrentHashMap.newKeySet();
 
   static final StructType RESULT = new StructType(new StructField[] {
       DataTypes.createStructField("topic", DataTypes.StringType, false),
@@ -102,19 +104,44 @@ public class KafkaTxnSink implements TableProvider {
         + "][" + (topic == null ? "" : topic) + "] " + detail);
   }
 
-  static String kindOf(Throwable error) {
+  /** The kind of `error` by the driver's table (`kind=Class,Class;...`): the first kind one
+   * of whose classes `error` or a cause is (by class or superclass), else `unavailable`. */
+  static String kindOf(Throwable error, String kinds) {
     for (Throwable e = error; e != null; e = e.getCause()) {
-      if (e instanceof ProducerFencedException || e instanceof InvalidProducerEpochException) {
-        return "fenced";
+      for (String entry : (kinds == null ? "" : kinds).split(";")) {
+        int eq = entry.indexOf('=');
+        if (eq < 0) continue;
+        for (String name : entry.substring(eq + 1).split(",")) {
+          for (Class<?> c = e.getClass(); c != null; c = c.getSuperclass()) {
+            if (c.getName().equals(name)) return entry.substring(0, eq);
+          }
+        }
       }
-      if (e instanceof AuthorizationException) return "denied";
-      if (e instanceof UnknownTopicOrPartitionException) return "missing";
-      if (e instanceof RecordTooLargeException || e instanceof RecordBatchTooLargeException) {
-        return "too_large";
-      }
-      if (e instanceof TimeoutException) return "timeout";
     }
     return "unavailable";
+  }
+
+  /** The marker's JSON: the driver's template with the counts in place of its placeholders
+   * (drainer.sinks.kafka.protocol.fill: topics with records only, sorted, compact). */
+  static String fill(String template, String producedToken, String bytesToken,
+      Map<String, long[]> produced) {
+    StringBuilder counts = new StringBuilder("{");
+    long bytes = 0;
+    for (Map.Entry<String, long[]> e : new TreeMap<>(produced).entrySet()) {
+      bytes += e.getValue()[1];
+      if (e.getValue()[0] == 0) continue;
+      counts.append(counts.length() == 1 ? "" : ",").append('"').append(e.getKey())
+          .append("\":").append(e.getValue()[0]);
+    }
+    counts.append('}');
+    return replaceOnce(replaceOnce(template, producedToken, "\"produced\":" + counts),
+        bytesToken, "\"bytes\":" + bytes);
+  }
+
+  static String replaceOnce(String text, String token, String by) {
+    int at = text.indexOf(token);
+    if (at < 0) throw new IllegalArgumentException("the marker template lacks " + token);
+    return text.substring(0, at) + by + text.substring(at + token.length());
   }
 
   static String describe(Throwable e) {
@@ -126,15 +153,17 @@ public class KafkaTxnSink implements TableProvider {
   static final class RunTxn {
     final String key;
     final String tid;
+    final String kinds;
     final KafkaProducer<byte[], byte[]> producer;
     final AtomicReference<RuntimeException> failed = new AtomicReference<>();
     final Map<String, long[]> produced = new TreeMap<>(); // topic -> {records, bytes}
     volatile String state = "open"; // open, committed or aborted; read by the writes' threads
     List<Object[]> result;
 
-    RunTxn(String key, String tid, KafkaProducer<byte[], byte[]> producer) {
+    RunTxn(String key, String tid, String kinds, KafkaProducer<byte[], byte[]> producer) {
       this.key = key;
       this.tid = tid;
+      this.kinds = kinds;
       this.producer = producer;
     }
 
@@ -150,7 +179,7 @@ public class KafkaTxnSink implements TableProvider {
     }
 
     synchronized List<Object[]> commit(String markerTopic, int partition, String markerKey,
-        String markerFields) {
+        String template, String producedToken, String bytesToken) {
       if ("committed".equals(state)) return result;
       if (!"open".equals(state)) {
         throw failure("gone", null, markerTopic, "the attempt's transaction was " + state);
@@ -158,16 +187,7 @@ public class KafkaTxnSink implements TableProvider {
       try {
         producer.flush();
         check();
-        StringBuilder counts = new StringBuilder();
-        long bytes = 0;
-        for (Map.Entry<String, long[]> e : produced.entrySet()) {
-          counts.append(counts.length() == 0 ? "" : ",").append('"').append(e.getKey())
-              .append("\":").append(e.getValue()[0]);
-          bytes += e.getValue()[1];
-        }
-        // the driver's marker fields, completed with what only the producer knows
-        String marker = markerFields.substring(0, markerFields.length() - 1) + ",\"bytes\":"
-            + bytes + ",\"produced\":{" + counts + "}}";
+        String marker = fill(template, producedToken, bytesToken, produced);
         long offset = producer.send(new ProducerRecord<>(markerTopic, partition,
             markerKey.getBytes(StandardCharsets.UTF_8), marker.getBytes(StandardCharsets.UTF_8)))
             .get().offset();
@@ -185,7 +205,7 @@ public class KafkaTxnSink implements TableProvider {
             && e.getMessage().startsWith("drainer-kafka-sink[")) {
           throw (IllegalStateException) e;
         }
-        throw failure(kindOf(e), null, markerTopic, describe(e));
+        throw failure(kindOf(e, kinds), null, markerTopic, describe(e));
       } finally {
         producer.close(Duration.ofSeconds(5));
       }
@@ -254,6 +274,9 @@ public class KafkaTxnSink implements TableProvider {
       this.rows = rows;
       String key = options.get("key");
       txn = "true".equals(options.get("open")) ? open(key, options) : OPEN.get(key);
+      if (txn == null && FENCED.contains(key)) {
+        throw failure("fenced", null, options.get("topic"), "a newer attempt opened its own");
+      }
       if (txn == null || !"open".equals(txn.state)) {
         throw failure("gone", null, options.get("topic"),
             "the attempt's transaction is no longer open on the Spark server");
@@ -282,13 +305,16 @@ public class KafkaTxnSink implements TableProvider {
         producer.beginTransaction();
       } catch (KafkaException e) {
         producer.close(Duration.ZERO);
-        throw failure("init_" + kindOf(e), null, options.get("topic"), describe(e));
+        throw failure("init_" + kindOf(e, options.get("kinds")), null, options.get("topic"),
+            describe(e));
       }
-      RunTxn txn = new RunTxn(key, tid, producer);
+      RunTxn txn = new RunTxn(key, tid, options.get("kinds"), producer);
       // older attempts of the drain are fenced now: their producers are closed, for good
       OPEN.forEach((k, old) -> {
         if (old.tid.equals(tid) && !k.equals(key)) {
           OPEN.remove(k);
+          if (FENCED.size() > 1000) FENCED.clear(); // a zombie's answer, not a record to keep
+          FENCED.add(k);
           old.abort();
         }
       });
@@ -302,7 +328,8 @@ public class KafkaTxnSink implements TableProvider {
       boolean textHeaders = headers >= 0 && ((StructType) ((ArrayType) rows.fields()[headers]
           .dataType()).elementType()).fields()[1].dataType() instanceof StringType;
       String run = options.get("run_header");
-      return new Writers(txn.key, options.get("topic"), run, names.indexOf("value"),
+      return new Writers(txn.key, options.get("topic"), run, options.get("run_header_name"),
+          options.get("source_header_name"), txn.kinds, names.indexOf("value"),
           names.indexOf("key"), headers, textHeaders, names.indexOf("partition"),
           names.indexOf("source"));
     }
@@ -321,7 +348,7 @@ public class KafkaTxnSink implements TableProvider {
       try {
         txn.producer.flush(); // every record on the broker, or its error known
       } catch (KafkaException e) {
-        throw failure(kindOf(e), null, options.get("topic"), describe(e));
+        throw failure(kindOf(e, txn.kinds), null, options.get("topic"), describe(e));
       }
       txn.check();
       txn.add(options.get("topic"), records, bytes);
@@ -335,8 +362,9 @@ public class KafkaTxnSink implements TableProvider {
 
   record Sent(long records, long bytes) implements WriterCommitMessage {}
 
-  record Writers(String key, String topic, String run, int value, int recordKey, int headers,
-      boolean textHeaders, int partition, int source) implements DataWriterFactory {
+  record Writers(String key, String topic, String run, String runName, String sourceName,
+      String kinds, int value, int recordKey, int headers, boolean textHeaders, int partition,
+      int source) implements DataWriterFactory {
     public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
       TaskContext task = TaskContext.get();
       if (task != null && task.attemptNumber() > 0) { // its first attempt may have sent rows
@@ -387,11 +415,11 @@ public class KafkaTxnSink implements TableProvider {
           headers.add(new RecordHeader(h.getUTF8String(0).toString(), v));
         }
       }
-      if (runHeader != null) headers.add(new RecordHeader("drainer.run", runHeader));
-      if (src != null) headers.add(new RecordHeader("drainer.source", src));
+      if (runHeader != null) headers.add(new RecordHeader(at.runName(), runHeader));
+      if (src != null) headers.add(new RecordHeader(at.sourceName(), src));
       Callback delivered = (metadata, e) -> {
-        if (e != null) txn.failed.compareAndSet(null, failure(kindOf(e), source, at.topic(),
-            describe(e)));
+        if (e != null) txn.failed.compareAndSet(null, failure(kindOf(e, at.kinds()), source,
+            at.topic(), describe(e)));
       };
       try {
         txn.producer.send(new ProducerRecord<>(at.topic(), partition, key, value, headers),
@@ -399,7 +427,8 @@ public class KafkaTxnSink implements TableProvider {
       } catch (KafkaException e) {
         // A send refused because another task's record already failed the transaction must
         // name that record, not this one: the first failure is the one the user can fix.
-        txn.failed.compareAndSet(null, failure(kindOf(e), source, at.topic(), describe(e)));
+        txn.failed.compareAndSet(null, failure(kindOf(e, at.kinds()), source, at.topic(),
+            describe(e)));
       }
       txn.check();
       records++;
@@ -438,13 +467,17 @@ public class KafkaTxnSink implements TableProvider {
       List<Object[]> rows = new ArrayList<>();
       if ("commit".equals(options.get("action"))) {
         RunTxn txn = OPEN.get(key);
+        if (txn == null && FENCED.contains(key)) {
+          throw failure("fenced", null, null, "a newer attempt opened its own");
+        }
         if (txn == null) {
           throw failure("gone", null, null,
               "the attempt's transaction is no longer open on the Spark server");
         }
         rows = txn.commit(options.get("marker_topic"),
             Integer.parseInt(options.get("marker_partition")), options.get("marker_key"),
-            options.get("marker_fields"));
+            options.get("marker_template"), options.get("marker_produced_token"),
+            options.get("marker_bytes_token"));
       } else {
         RunTxn txn = OPEN.remove(key);
         if (txn != null) txn.abort();

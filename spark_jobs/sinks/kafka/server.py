@@ -1,6 +1,8 @@
 """The Kafka sink's producer on the Spark server: the run's transaction held by one Java
-producer in the Connect server's JVM (`spark_jobs/jvm/drainer/KafkaTxnSink.java`), which the
-write's tasks share, so the output rows never cross to the driver.
+producer in the Connect server's JVM (`KafkaTxnSink.java` beside this module), which the
+write's tasks share, so the output rows never cross to the driver. The writer is handed the
+protocol (header names, the marker's template, the kinds of failure) as options: it defines
+none of it (drainer.sinks.kafka.protocol).
 
 The driver keeps every step the exactly-once design rests on (docs/kafka-sink.md): it fences
 and finds the marker of a resumed run first (`RunTransaction`), then one write opens the
@@ -15,9 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import re
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,23 +30,33 @@ from drainer.config import DrainConfig
 from drainer.config.kafka_clients import java_settings, redact
 from drainer.config.sinks import KafkaSinkConfig
 from drainer.errors import ConfigError, DrainerError
-from drainer.kafka.out_batches import missing_topic
-from drainer.kafka.run_markers import MARKER_TOPIC, marker_partition, run_header
-from drainer.kafka.sink_errors import init_failure
-from drainer.kafka.transactions import (
+from drainer.sinks.kafka.errors import init_failure
+from drainer.sinks.kafka.protocol import (
+    BYTES_TOKEN,
+    MARKER_TOPIC,
+    PRODUCED_TOKEN,
+    RUN_HEADER,
+    SOURCE_HEADER,
+    RunMarker,
+    java_kinds,
+    marker_partition,
+    run_header,
+)
+from drainer.sinks.kafka.server_jar import SERVER_CONF, SINK_CLASS
+from drainer.sinks.kafka.transactions import (
     OUTPUT_PRODUCER_DEFAULTS,
     TRANSACTION_TIMEOUT_S,
     DeadLetterJoin,
-    RunMarker,
     RunTransaction,
 )
-from drainer.spark.sink_jar import SERVER_CONF, SINK_CLASS
 from spark_jobs.sinks.faults import crash_once
 
 # a Java failure, as KafkaTxnSink names it: `drainer-kafka-sink[kind][source][topic] detail`
 _FAILURE = re.compile(r"drainer-kafka-sink\[(\w+)\]\[([^\]]*)\]\[([^\]]*)\] ?([^\n]*)")
 _DURING_SPARK_S = 0.2  # the during_spark fault: this far into the write, or at its end
-_SESSION_ATTR = "_drainer_server_sink"  # what a session's server offers, asked once
+# what a session's server offers, asked once per session (kept here: the session is shared,
+# a sink does not write to it)
+_OFFERED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def why_not_on_server(
@@ -58,7 +70,7 @@ def why_not_on_server(
     if "topic" in columns:
         # a row's own topic is checked to exist before it is produced, which the driver does
         return "its rows name their own topics"
-    offered = getattr(spark, _SESSION_ATTR, None)
+    offered = _OFFERED.get(spark)
     if offered is None:
         jar = spark.conf.get(SERVER_CONF, "") or ""
         master = spark.conf.get("spark.master", "") or ""
@@ -71,8 +83,8 @@ def why_not_on_server(
             offered = f"its tasks run on {master}, in other JVMs than the one producer"
         else:
             offered = ""
-        with contextlib.suppress(AttributeError):
-            setattr(spark, _SESSION_ATTR, offered)
+        with contextlib.suppress(TypeError):  # a session that cannot be weakly referenced
+            _OFFERED[spark] = offered
     return offered or None
 
 
@@ -108,9 +120,7 @@ def produce_on_server(
     """Produce `rows` (and the dead letters) in the attempt's transaction on the server; commit
     it with the run's marker once the lease is still ours. Any failure aborts it."""
     spark = rows.sparkSession
-    known = txn.existing_topics()
-    if topic not in known:
-        raise missing_topic(topic)
+    known = txn.existing_topics()  # the sink's topic is known to exist (KafkaSparkSink)
     key = f"{txn.tid}/{txn.run_id}/{txn.nonce}/{attempt}"
     txn.close()  # a resumed run's driver producer fenced and looked: the server's takes over
     still_ours()  # a lost lease produces nothing
@@ -128,9 +138,10 @@ def produce_on_server(
         if crash_in_spark:
             faults.crash_point("during_spark")
         faults.crash_point("mid_produce")  # every record on the broker, in the open transaction
-        faults.pause_point("after_produce")
         still_ours()  # after the fence: a takeover since then is seen here, before the commit
-        # what the marker says besides its counts, which the server's producer adds
+        # a pause here (a zombie) meets a takeover as the driver producer does: fenced in Kafka
+        faults.pause_point("after_produce")
+        # the marker but for its counts, which the server's producer fills (protocol.fill)
         marker = RunMarker(
             txn.drain,
             txn.run_id,
@@ -149,7 +160,9 @@ def produce_on_server(
                 .option("marker_topic", MARKER_TOPIC)
                 .option("marker_partition", str(marker_partition(txn.drain)))
                 .option("marker_key", txn.drain)
-                .option("marker_fields", json.dumps(marker.fields(), separators=(",", ":")))
+                .option("marker_template", marker.template())
+                .option("marker_produced_token", PRODUCED_TOKEN)
+                .option("marker_bytes_token", BYTES_TOKEN)
                 .load()
                 .collect()
             ),
@@ -173,6 +186,10 @@ def _writer(rows: DataFrame, key: str, topic: str, settings: Mapping[str, str]) 
         .option("key", key)
         .option("topic", topic)
         .option("transactional.id", key.split("/", 1)[0])
+        # the protocol (drainer.sinks.kafka.protocol), handed to the Java writer
+        .option("run_header_name", RUN_HEADER)
+        .option("source_header_name", SOURCE_HEADER)
+        .option("kinds", java_kinds())
     )
     for name, value in settings.items():
         write = write.option(f"kafka.{name}", value)
@@ -180,7 +197,12 @@ def _writer(rows: DataFrame, key: str, topic: str, settings: Mapping[str, str]) 
 
 
 def _control(spark: SparkSession, key: str, action: str) -> Any:
-    return spark.read.format(SINK_CLASS).option("action", action).option("key", key)
+    return (
+        spark.read.format(SINK_CLASS)
+        .option("action", action)
+        .option("key", key)
+        .option("kinds", java_kinds())
+    )
 
 
 def _send_dead_letters(

@@ -1,9 +1,10 @@
 """A run's output produced to Kafka in one transaction, with a marker that proves the commit.
 
-The driver is the one producer of a run's output (Spark tasks cannot share a Kafka
-transaction). Its `transactional.id` is the drain's (`drainer-<drain>`): `init_transactions`
-of a newer attempt bumps the producer epoch, which aborts whatever transaction an older attempt
-left open and fences that attempt, so a paused process that wakes after a takeover can neither
+One producer holds a run's transaction: this module's, in the driver, or the Spark server's
+(spark_jobs.sinks.kafka.server), whose runs still fence and find markers through this one.
+Its `transactional.id` is the drain's (`drainer-<drain>`): `init_transactions` of a newer
+attempt bumps the producer epoch, which aborts whatever transaction an older attempt left open
+and fences that attempt, so a paused process that wakes after a takeover can neither
 produce nor commit. The same transaction carries a marker record (drain, run, nonce) on the
 marker topic; a resumed run reads that topic `read_committed`, so a marker it finds is a
 committed transaction, and the run is not produced twice (docs/kafka-sink.md).
@@ -16,7 +17,8 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
     Consumer,
@@ -33,41 +35,22 @@ from drainer import faults
 from drainer.config.kafka_clients import redact
 from drainer.errors import ConfigError, DrainerError, KafkaUnavailable
 from drainer.kafka.clients import make_client, retry_passing
-from drainer.kafka.out_batches import (
-    SOURCE_HEADER,
-    OutBatch,
-    missing_topic,
-    produce_when_room,
-    send_batch,
-)
-from drainer.kafka.run_markers import (
+from drainer.sinks.kafka.errors import init_failure, produce_failure
+from drainer.sinks.kafka.out_batches import OutBatch, produce_when_room, send_batch
+from drainer.sinks.kafka.protocol import (
     MARKER_PARTITIONS,
     MARKER_TOPIC,
     RUN_HEADER,
-    DeadLetterJoin,
+    SOURCE_HEADER,
     RunMarker,
+    kind_of,
     marker_partition,
-    parse_run_header,
     run_header,
-    source_of,
     transactional_id,
 )
-from drainer.kafka.sink_errors import init_failure, kind_of, produce_failure
 
-__all__ = [
-    "MARKER_TOPIC",
-    "RUN_HEADER",
-    "SOURCE_HEADER",
-    "DeadLetterJoin",
-    "OutBatch",
-    "RunMarker",
-    "RunTransaction",
-    "missing_topic",
-    "parse_run_header",
-    "run_header",
-    "source_of",
-    "transactional_id",
-]
+if TYPE_CHECKING:
+    from drainer.kafka.producer import OutRecord
 
 TRANSACTION_TIMEOUT_S = 60  # the coordinator aborts a transaction open longer than this
 # the output producer's defaults for a large batch of output, which the drain's settings may
@@ -78,6 +61,16 @@ OUTPUT_PRODUCER_DEFAULTS: dict[str, Any] = {
     "queue.buffering.max.messages": 1_000_000,
     "compression.type": "lz4",
 }
+
+
+@dataclass(frozen=True)
+class DeadLetterJoin:
+    """The drain's dead letters, to be produced in the run's transaction (exactly once)."""
+
+    topic: str  # the drain's dlq_topic, on the sink's cluster
+    max_attempts: int
+    # asked once the output is produced: the Spark job's tasks have staged every failure then
+    records: Callable[[], list[OutRecord]]
 
 
 class KnownTopics:
@@ -110,6 +103,7 @@ class RunTransaction:
         self._producer: Any = None
         self._admin: AdminClient | None = None
         self._marker_topic_ready = False
+        self._known: KnownTopics | None = None
         # delivery failures (one callback for the producer: a Python callable per record would
         # cost more than producing it); each names its record's source from its headers
         self._errors: list[tuple[KafkaError, str | None, str]] = []
@@ -174,7 +168,9 @@ class RunTransaction:
     def existing_topics(self) -> KnownTopics:
         """The topics output rows go to, each looked up once when first met: describing one
         topic is a small request, where listing every topic of a large cluster is not."""
-        return KnownTopics(self._exists)
+        if self._known is None:
+            self._known = KnownTopics(self._exists)
+        return self._known
 
     def _admin_client(self) -> AdminClient:
         if self._admin is None:
@@ -351,7 +347,8 @@ class RunTransaction:
             dlq_max_attempts = dead = None
             if dead_letters is not None and dead_letters.topic in known:  # else: after the commit
                 dead = self._send_dead_letters(dead_letters)
-                produced[dead_letters.topic] += dead
+                if dead:
+                    produced[dead_letters.topic] += dead
                 dlq_max_attempts = dead_letters.max_attempts
             producer.flush(120)  # every row delivered (or its error known) before the marker
             if errors:
@@ -412,7 +409,7 @@ class RunTransaction:
         return self.failed(kind_of(err.code()), redact(err.str()), source, topic)
 
     def failed(self, kind: str, detail: str, source: str | None, topic: str) -> DrainerError:
-        """The error for a failure of `kind` (sink_errors) producing the run's transaction."""
+        """The error for a failure of `kind` (protocol.KINDS) producing the run's transaction."""
         return produce_failure(kind, detail, self.run_id, self.drain, self.tid, source, topic)
 
     def close(self) -> None:

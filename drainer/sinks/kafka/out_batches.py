@@ -17,9 +17,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from drainer.errors import ConfigError, DrainerError
-
-SOURCE_HEADER = "drainer.source"
+from drainer.errors import DrainerError
+from drainer.sinks.kafka.errors import missing_topic, no_value
+from drainer.sinks.kafka.protocol import SOURCE_HEADER
 
 Headers = list[tuple[str, bytes | None]]
 
@@ -65,8 +65,8 @@ def send_batch(
             if (topic or default_topic) not in known:
                 first = batch.topics.index(topic)
                 raise missing_topic(topic or default_topic, batch.source(first))
-    elif default_topic not in known:
-        raise missing_topic(default_topic, batch.source(0))
+    elif default_topic not in known:  # the sink's own topic: no row to name (as on the server)
+        raise missing_topic(default_topic)
     if batch.headers is None and batch.partitions is None and batch.topics is None:
         _send_plain(produce, poll, batch, default_topic, run_headers, failed)
         produced[default_topic] += n
@@ -155,26 +155,3 @@ def _size(batch: OutBatch) -> int:
         return batch.size
     keys = batch.keys or ()
     return sum(len(v or b"") for v in batch.values) + sum(len(k or b"") for k in keys)
-
-
-def no_value(source: str | None) -> ConfigError:
-    return ConfigError(
-        f"an output row{_from(source)} has no `value`: Kafka sink rows need a value (string or "
-        "binary); set it in the processor or handler. Nothing was committed"
-    )
-
-
-def missing_topic(topic: str, source: str | None = None) -> ConfigError:
-    return ConfigError(
-        f"the Kafka sink's output topic {topic} does not exist{_for(source)}: create it, e.g. "
-        f"`kafka-topics.sh --bootstrap-server HOST:PORT --create --topic {topic} "
-        "--partitions N`. Nothing was committed"
-    )
-
-
-def _from(source: str | None) -> str:
-    return f" (from source record {source})" if source else ""
-
-
-def _for(source: str | None) -> str:
-    return f" (output of source record {source})" if source else ""

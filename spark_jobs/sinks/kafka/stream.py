@@ -1,0 +1,190 @@
+"""The driver producer's input: the run's output rows streamed from Spark as column batches.
+
+On Spark Connect the rows arrive as the Arrow tables the server streams (its own result
+stream), converted column by column; on a classic session as Rows from `toLocalIterator`, in
+chunks. `read_ahead` reads them on a thread of its own, a few tables ahead of the producer, so
+computing, streaming and producing overlap and driver memory stays bounded by a few tables.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+
+from drainer import faults
+from drainer.sinks.kafka.out_batches import OutBatch
+from spark_jobs.session import is_connect
+
+READ_AHEAD = 4  # Arrow tables between the stream and the producer (Connect's are <= 4 MB)
+JOIN_S = 2.0  # what leaving `read_ahead` waits for its reader thread
+CHUNK_ROWS = 10_000  # rows per batch off a classic session's iterator
+
+
+@contextmanager
+def read_ahead(
+    batches: Iterator[OutBatch], depth: int = READ_AHEAD
+) -> Iterator[Iterator[OutBatch]]:
+    """`batches` read by a thread of their own, up to `depth` ahead of the consumer: the Spark
+    stream and its conversion overlap the producer. An error of the stream reaches the consumer
+    in order; a consumer that stops early stops the reader."""
+    ahead: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for batch in batches:
+                if not put(("batch", batch)):
+                    return
+        except BaseException as err:  # handed to the consumer, raised there
+            put(("error", err))
+            return
+        put(("end", None))
+
+    reader = threading.Thread(target=read, daemon=True, name="drainer-kafka-stream")
+    reader.start()
+
+    def consume() -> Iterator[OutBatch]:
+        while True:
+            kind, item = ahead.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+
+    try:
+        yield consume()
+    finally:
+        stop.set()
+        # ended at once unless it waits on the stream for its next table: bounded, so an
+        # error of the run is never held up by a server that no longer sends
+        reader.join(timeout=JOIN_S)
+
+
+def out_batches(rows: DataFrame) -> Iterator[OutBatch]:
+    """The output rows as column batches, streamed one Arrow table (or chunk) at a time.
+
+    On Spark Connect the rows arrive as the Arrow tables the server streams, converted column
+    by column; elsewhere as Rows from `toLocalIterator`, in chunks.
+    """
+    tables = _arrow_stream(rows)
+    if tables is None:
+        chunk: list[Any] = []
+        for row in rows.toLocalIterator():
+            chunk.append(row)
+            if len(chunk) >= CHUNK_ROWS:
+                yield _rows_batch(chunk)
+                chunk = []
+        if chunk:
+            yield _rows_batch(chunk)
+        return
+    for table in tables:
+        if table.num_rows:
+            yield _arrow_batch(table)
+
+
+def _arrow_batch(table: pa.Table) -> OutBatch:
+    names = set(table.column_names)
+
+    def column(name: str) -> list[Any] | None:
+        if name not in names:
+            return None
+        col = table.column(name)
+        return None if col.null_count == len(col) else col.to_pylist()
+
+    values = table.column("value")
+    size = sum(
+        pc.sum(pc.binary_length(table.column(name))).as_py() or 0
+        for name in ("value", "key")
+        if name in names
+    )
+    headers = None
+    if "headers" in names:
+        col = table.column("headers")
+        if col.null_count < len(col) and pc.sum(pc.list_value_length(col)).as_py():
+            headers = [_headers(h) for h in col.to_pylist()]
+    return OutBatch(
+        values=values.to_pylist(),
+        keys=column("key"),
+        headers=headers,
+        partitions=column("partition"),
+        topics=column("topic"),
+        sources=column("source"),
+        size=size,
+    )
+
+
+def _rows_batch(rows: list[Any]) -> OutBatch:
+    """A chunk of a classic session's Rows (never empty) as columns."""
+    names = rows[0].__fields__
+
+    def own(name: str, convert: Any = None) -> list[Any] | None:
+        if name not in names:
+            return None
+        col = [getattr(r, name) for r in rows]
+        if all(v is None for v in col):
+            return None
+        return col if convert is None else [None if v is None else convert(v) for v in col]
+
+    return OutBatch(
+        values=[None if r.value is None else bytes(r.value) for r in rows],
+        keys=own("key", bytes),
+        headers=own("headers", _headers),
+        partitions=own("partition"),
+        topics=own("topic"),
+        sources=own("source", bytes),
+    )
+
+
+def _headers(headers: Any) -> list[tuple[str, bytes | None]] | None:
+    return [_header(h) for h in headers] if headers else None
+
+
+def _arrow_stream(rows: DataFrame) -> Iterator[Any] | None:
+    """The Connect client's own stream of Arrow tables (what its toLocalIterator reads), or None
+    on a classic session."""
+    if not is_connect(rows.sparkSession):
+        return None
+    connect: Any = rows  # a pyspark.sql.connect DataFrame: its client and plan
+    client, plan = connect._session.client, connect._plan
+    tags = client.get_tags()  # the run's attempt tag (spark.interruptTag finds the stream by it)
+
+    def stream() -> Iterator[Any]:
+        for tag in tags:  # a client's tags are per thread: this one may read the stream
+            client.add_tag(tag)
+        tables = client.to_table_as_iterator(plan.to_proto(client), plan.observations)
+        yield from (t for t in tables if isinstance(t, pa.Table))
+
+    return stream()
+
+
+def _header(h: Any) -> tuple[str, bytes | None]:
+    value = h["value"]
+    if isinstance(value, str):
+        value = value.encode()
+    return str(h["key"]), None if value is None else bytes(value)
+
+
+def crash_at_first(batches: Iterator[OutBatch]) -> Iterator[OutBatch]:
+    """Fault injection: end the process once the Spark job has streamed its first rows, before
+    any is produced (the rest of the job still runs on the server). Deterministic, where a
+    timer could fire after a small run had committed."""
+    for _ in batches:
+        faults.crash_point("during_spark")
+    yield from ()
