@@ -253,6 +253,9 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             # the attempt whose write landed (an earlier one's, when it won a race)
             failures_attempt=ctx.attempt if commit is None else commit.attempt,
         )
+    except KeyboardInterrupt:
+        _stop_interrupted(spark, tag)
+        raise
     finally:
         spark.removeTag(tag)
 
@@ -417,6 +420,17 @@ def record_proof(ctx: RunContext, commit: TableCommit) -> None:
 def _attempt_tag(ctx: RunContext, attempt: int) -> str:
     """Names an attempt's Spark jobs (in the UI, and for spark.interruptTag)."""
     return f"drainer-{ctx.drain.name}-run-{ctx.run.id}-attempt-{attempt}"
+
+
+def _stop_interrupted(spark: SparkSession, tag: str) -> None:
+    """Ctrl-C: stop this attempt's operations on the Connect server now, rather than leave
+    them to the next attempt (`_stop_earlier_attempts`); best effort, the interrupt goes on."""
+    if not is_connect(spark):
+        return
+    try:
+        spark.interruptTag(tag)
+    except Exception as err:  # the server may be what was slow; the next attempt stops it
+        log.debug("could not interrupt %s: %s", tag, err)
 
 
 def _stop_earlier_attempts(ctx: RunContext, spark: SparkSession, wait_s: float = 120.0) -> None:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -208,3 +210,77 @@ def test_the_newcomer_path_every_failure_is_short_documented_and_names_its_fix(n
     drainer.ok("dlq", "retry", orders, "--ids", str(dead["id"]))
     drainer.fails("dlq", "retry", orders, "--ids", str(dead["id"]), fix="dlq list")
     drainer.fails("rewind", orders, "--level", "1", "--to-earliest", fix="--reason")
+
+
+def _drains_file(folder: Path, drains: dict) -> None:
+    (folder / "drains.yaml").write_text(yaml.safe_dump({"drains": drains}))
+
+
+def _run_status(name: str) -> list[tuple[int, str, str | None]]:
+    with get_engine().connect() as conn:
+        rows = conn.execute(
+            text("SELECT id, status, error FROM runs WHERE drain = :d ORDER BY id"), {"d": name}
+        ).all()
+    return [(r.id, r.status, r.error) for r in rows]
+
+
+def test_ctrl_c_during_a_run_is_one_line_exit_130_and_the_next_run_resumes(tmp_path, stack):
+    """Before: an ~80-line KeyboardInterrupt traceback from pyspark/grpc, and `drainer status`
+    said `KeyboardInterrupt:` with nothing after. SIGINT is sent once the run's Spark job is
+    under way (its handler takes a second per record, in offset order): the race happened when
+    the interrupted run is stored failed with nothing committed, and the next run resumes it."""
+    name = f"ctrlc_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 1,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "mode": "record",
+        "handler": "spark_jobs.examples:sleepy_echo",
+        "output_schema": "topic string, partition int, offset long, level int, key string, "
+        "value_size int",
+        "sink": {"type": "postgres", "table": f"{name}_out"},
+    }
+    _drains_file(tmp_path, {name: body})
+    drainer = Newcomer(tmp_path)
+    try:
+        drainer.ok("topics", "create", name)
+        drainer.ok("produce", name, "--count", "12")
+        run = subprocess.Popen(
+            [*DRAINER, "run", name],
+            cwd=tmp_path,
+            env=drainer.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        waited = 0
+        while not any(status == "running" for _, status, _ in _run_status(name)):
+            assert run.poll() is None and waited < 600, run.communicate()
+            time.sleep(0.5)
+            waited += 1
+        time.sleep(4)  # into the Spark job: 12 records, a second each
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 130, (run.returncode, err)
+        assert "Traceback" not in err, err
+        error = err[err.index("drainer: ") :]
+        assert len([line for line in error.splitlines() if line.strip()]) <= 3, error
+        assert f"interrupted; nothing committed; `drainer run {name}` resumes the plan" in error
+
+        [(run_id, status, reason)] = _run_status(name)
+        assert status == "failed" and reason is not None
+        assert reason.startswith("interrupted (Ctrl-C) before the commit"), reason
+        shown = drainer.ok("status", name).stdout
+        assert "interrupted (Ctrl-C)" in shown and "KeyboardInterrupt" not in shown
+
+        resumed = json.loads(drainer.ok("run", name, "--json").stdout)
+        assert (resumed["run_id"], resumed["resumed"], resumed["drained"]) == (run_id, True, 12)
+        with get_engine().connect() as conn:
+            offsets = conn.execute(text(f'SELECT "offset" FROM {name}_out ORDER BY 1')).scalars()
+            assert list(offsets) == list(range(12))  # each record once
+    finally:
+        for drain in load_drains(tmp_path / "drains.yaml").values():
+            delete_topics(drain)
