@@ -33,9 +33,11 @@ def encoder(fmt: RecordFormat, topic: str) -> tuple[Encoder, list[tuple[str, str
         return _avro(fmt, topic)
     if fmt.format == "protobuf":
         return _protobuf(fmt, topic)
-    if fmt.format == "string":
+    if fmt.format in ("string", "bytes"):
         return (lambda value: str(value).encode()), [("value", "string")]
-    raise ConfigError(f"`drainer produce --format` takes json, avro or protobuf, not {fmt.format}")
+    raise ConfigError(
+        f"`drainer produce --format` takes json, avro, protobuf, string or bytes, not {fmt.format}"
+    )
 
 
 def synthetic_values(fields: list[tuple[str, str]], count: int, seed: int) -> Iterator[Any]:

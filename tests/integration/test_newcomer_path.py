@@ -284,3 +284,39 @@ def test_ctrl_c_during_a_run_is_one_line_exit_130_and_the_next_run_resumes(tmp_p
     finally:
         for drain in load_drains(tmp_path / "drains.yaml").values():
             delete_topics(drain)
+
+
+def test_produce_sends_what_it_is_asked_to_and_names_the_line_it_refuses(tmp_path, stack):
+    """Before: a value that is not JSON, on a drain that declares JSON values, was a 23-31
+    line JSONDecodeError traceback (also with `--format string`), and `"value": null` went out
+    as the four bytes `null`."""
+    from kafka_output import read_output
+
+    name = f"prod_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 1,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "value": {"format": "json", "schema": "id bigint"},
+        "sink": {"type": "postgres", "table": f"{name}_out"},
+    }
+    _drains_file(tmp_path, {name: body})
+    drainer = Newcomer(tmp_path)
+    try:
+        drainer.ok("topics", "create", name)
+        lines = '{"value": {"id": 1}}\n{"key": "k", "value": "not json"}\n'
+        drainer.fails("produce", name, "--stdin", stdin=lines, fix="stdin line 2")
+        drainer.fails("produce", name, "--stdin", stdin=lines, fix="--format string")
+        assert read_output(f"{name}-0") == []  # nothing sent: every line is checked first
+
+        drainer.ok("produce", name, "--stdin", "--format", "string", stdin=lines)
+        drainer.ok("produce", name, "--stdin", "--format", "bytes", stdin='{"value": "raw"}\n')
+        drainer.ok("produce", name, "--stdin", stdin='{"key": "k", "value": null}\n')
+        values = [record.value for record in read_output(f"{name}-0")]
+        assert values == [b'{"id": 1}', b"not json", b"raw", None]  # the last a tombstone
+    finally:
+        for drain in load_drains(tmp_path / "drains.yaml").values():
+            delete_topics(drain)
