@@ -320,3 +320,18 @@ def test_produce_sends_what_it_is_asked_to_and_names_the_line_it_refuses(tmp_pat
     finally:
         for drain in load_drains(tmp_path / "drains.yaml").values():
             delete_topics(drain)
+
+
+def test_a_misspelt_key_is_named_with_the_key_meant(tmp_path):
+    """Before: `tabel` was reported as a missing `table`, `typ: delta` made a postgres sink,
+    and a misspelt key beside its correct sibling got pydantic's bare "Extra inputs are not
+    permitted"."""
+    drainer = Newcomer(tmp_path)
+    body = {"topic": "keys", "group": "keys", "levels": 2, "budget": 100, "schedule": None}
+    for sink, fix in (
+        ({"tabel": "out"}, "unknown key `tabel` in sink; did you mean `table`?"),
+        ({"table": "out", "tabel": "x"}, "unknown key `tabel` in sink; did you mean `table`?"),
+        ({"typ": "delta", "path": "lake/keys"}, "set `type: delta`"),
+    ):
+        _drains_file(tmp_path, {"keys": {**body, "sink": sink}})
+        drainer.fails("plan", "keys", fix=fix)
