@@ -363,13 +363,21 @@ def test_malformed_json_goes_to_the_dead_letters_and_the_rest_is_written(lakehou
         bad_records="dead_letter",
         sink=sink_for("postgres"),
     )
-    bad = {"malformed": bad_values(None)["malformed"], "not_json": b"\xff\xfe"}
+    bad = {
+        "malformed": bad_values(None)["malformed"],
+        "not_json": b"\xff\xfe",
+        # well-formed JSON whose field does not fit its type: not "malformed JSON"
+        "misfit": b'{"id": "x", "amount": "abc", "qty": 2}',
+    }
     total, offsets = produce_with_bad(drain, lambda o: json.dumps(o).encode(), bad)
     drain_until_empty(drain)
     rows, dead = rows_of(drain), dead_letters_of(drain)
     assert len(rows) + len(dead) == total
     assert {d["offset"] for d in dead} == set(offsets.values())
-    assert all("malformed JSON" in d["error"] for d in dead)
+    errors = {bytes(d["key"]).decode(): d["error"] for d in dead}
+    assert "malformed JSON" in errors["malformed"] and "malformed JSON" in errors["not_json"]
+    assert "malformed" not in errors["misfit"], errors
+    assert "does not fit its schema: amount = abc is not double" in errors["misfit"], errors
 
 
 def test_a_drain_with_neither_value_nor_processor_writes_raw_records_with_metadata(

@@ -185,3 +185,17 @@ def test_produce_in_the_wire_format_registers_the_schema_and_frames_each_value(t
     assert fmt.registry is not None
     schema_id = registry_client(fmt.registry).get_latest_version("orders-1-value").schema_id
     assert framed[:5] == b"\x00" + schema_id.to_bytes(4, "big")
+
+
+def test_a_bad_record_line_ends_with_its_reason_not_sparks_sql_state():
+    """Before: the fail line ended with a stray `SQLSTATE: P0001` (raise_error's SQL state)."""
+    from spark_jobs.bad_records import known_bad_record
+
+    spark_said = (
+        "[USER_RAISED_EXCEPTION] drainer bad record orders-1[0]@5: malformed JSON: the value "
+        "is not a JSON object SQLSTATE: P0001\nJVM stacktrace: ..."
+    )
+    err = known_bad_record(RuntimeError(spark_said), "orders", 4)
+    assert err is not None
+    assert "(malformed JSON: the value is not a JSON object); run 4" in str(err)
+    assert "SQLSTATE" not in str(err)
