@@ -335,3 +335,50 @@ def test_a_misspelt_key_is_named_with_the_key_meant(tmp_path):
     ):
         _drains_file(tmp_path, {"keys": {**body, "sink": sink}})
         drainer.fails("plan", "keys", fix=fix)
+
+
+def test_a_dead_letter_is_shown_whole_and_fixed_before_its_retry(tmp_path, stack):
+    """Before: `dlq list` never showed the payload, and `dlq retry` re-sent the same bytes, so
+    an undecodable record came straight back as a new dead letter."""
+    name = f"dead_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 1,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "value": {"format": "json", "schema": "id bigint"},
+        "bad_records": "dead_letter",
+        "sink": {"type": "postgres", "table": f"{name}_out"},
+    }
+    _drains_file(tmp_path, {name: body})
+    drainer = Newcomer(tmp_path)
+    try:
+        drainer.ok("topics", "create", name)
+        lines = '{"value": {"id": 1}}\n{"value": "{\\"id\\": \\"abc\\"}"}\n'
+        drainer.ok("produce", name, "--stdin", stdin=lines)
+        drainer.ok("run", name)
+        [dead] = json.loads(drainer.ok("dlq", "list", name, "--json").stdout)
+        assert dead["value"] == '{"id": "abc"}' and dead["value_base64"], dead
+        assert "id = abc is not bigint" in dead["error"], dead
+        listed = drainer.ok("dlq", "list", name).stdout
+        assert '{ "id": "abc" }' in listed, listed  # the payload, on the table's line
+        shown = drainer.ok("dlq", "show", name, str(dead["id"])).stdout
+        assert "reason: undecodable: the value's JSON does not fit its schema" in shown, shown
+        assert '"id": "abc"' in shown, shown
+
+        # the same bytes would come straight back: refused, naming the way to fix them
+        ident = str(dead["id"])
+        drainer.fails("dlq", "retry", name, "--ids", ident, fix="--value-from FILE")
+        drainer.fails("dlq", "show", name, str(dead["id"] + 1000), fix="dlq list")
+        (tmp_path / "fixed.json").write_text('{"id": 2}')
+        drainer.ok("dlq", "retry", name, "--ids", ident, "--value-from", "fixed.json")
+        drainer.ok("run", name)
+        with get_engine().connect() as conn:
+            ids = conn.execute(text(f"SELECT id FROM {name}_out ORDER BY id")).scalars().all()
+        assert ids == [1, 2]
+        assert json.loads(drainer.ok("dlq", "list", name, "--json").stdout) == []
+    finally:
+        for drain in load_drains(tmp_path / "drains.yaml").values():
+            delete_topics(drain)

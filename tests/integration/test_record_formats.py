@@ -350,7 +350,7 @@ def test_a_dead_letter_of_an_unknown_schema_id_decodes_once_retried_after_the_sc
     [letter] = dead_letters_of(drain)
     assert f"unknown schema id {v1 + 1}" in letter["error"]
     assert register(registry, f"{drain.topic}-value", json.dumps(ORDER_V2)) == v1 + 1
-    assert retry_dead_letters(drain) == 1
+    assert retry_dead_letters(drain, as_is=True) == 1  # its schema is registered now
     drain_until_empty(drain)
     [row] = [r for r in rows_of(drain) if r["note"] is not None]
     assert (row["id"], row["note"], row["_key"]) == ("1-0-9", "early", "early")

@@ -114,3 +114,12 @@ def test_a_value_the_encoder_refuses_names_its_line():
 
     with pytest.raises(ConfigError, match=r"stdin line 1: the value does not encode as avro"):
         list(json_line_records(io.StringIO('{"value": {"amount": "x"}}\n'), refuse, "avro"))
+
+
+def test_a_dead_letters_payload_is_decoded_where_it_can_be():
+    from drainer.lifecycle.dlq import payload_text
+
+    assert payload_text(b'{"id":"abc"}') == '{\n  "id": "abc"\n}'
+    assert payload_text(b"plain text") == "plain text"
+    assert payload_text(b"\xff\xfe") == "2 bytes, not UTF-8: b'\\xff\\xfe'"
+    assert payload_text(None) == "null (a tombstone)"
