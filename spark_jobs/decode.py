@@ -246,8 +246,19 @@ def _error_of(fmt: RecordFormat, decoded: Column, first: Column, side: str) -> C
         return F.when(value.isNotNull(), first)
     bad = decoded.isNull() | decoded.getField(_CORRUPT).isNotNull()
     return F.when(value.isNull(), F.lit(None).cast("string")).otherwise(
-        F.when(bad, _json_error(fmt, decoded, side))
+        F.when(bad, _json_error(fmt, decoded, side)).otherwise(_missing(fmt, decoded, side))
     )
+
+
+def _missing(fmt: RecordFormat, decoded: Column, side: str) -> Column:
+    """The required (`NOT NULL`) fields a well-formed record lacks, named; null when none."""
+    required = [f.name for f in _json_schema(fmt, side).fields if not f.nullable]
+    if not required:
+        return F.lit(None).cast("string")
+    names = F.concat_ws(
+        ", ", *[F.when(decoded.getField(name).isNull(), F.lit(name)) for name in required]
+    )
+    return F.when(names != "", F.concat(F.lit(f"the {side} lacks required "), names))
 
 
 def _json_error(fmt: RecordFormat, decoded: Column, side: str) -> Column:

@@ -58,6 +58,10 @@ def _value_of(kind: str, name: str, n: int) -> Any:
         return n * 1.5
     if kind == "boolean":
         return n % 2 == 0
+    if kind == "timestamp":
+        return f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z"
+    if kind == "date":
+        return f"2026-01-{n % 28 + 1:02d}"
     return None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -390,3 +391,51 @@ def test_a_drain_with_neither_value_nor_processor_writes_raw_records_with_metada
     assert len(rows) == produced
     assert_each_offset_once(drain, rows)
     assert json.loads(bytes(rows[0]["value"]))["id"] and isinstance(rows[0]["_key"], bytes)
+
+
+def test_json_schema_dates_are_typed_and_a_record_lacking_a_required_field_is_bad(
+    make_drain, tmp_path
+):
+    """Before: `"format": "date-time"` became a text column, and a record without a `required`
+    field was written with a null."""
+    schema = tmp_path / "event.json"
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "required": ["id"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "at": {"type": "string", "format": "date-time"},
+                    "day": {"type": "string", "format": "date"},
+                },
+            }
+        )
+    )
+    drain = make_drain(
+        partitions=1,
+        value={"format": "json", "schema": str(schema)},
+        bad_records="dead_letter",
+        sink=sink_for("postgres"),
+    )
+    good = {"id": 1, "at": "2026-11-28T12:30:00Z", "day": "2026-11-28"}
+    lacking = {"at": "2026-11-28T12:31:00Z"}
+    records = [OutRecord(value=json.dumps(v).encode(), key=b"k") for v in (good, lacking)]
+    produce_records(drain, records, 1, None, 0)
+    drain_until_empty(drain)
+    with get_engine().connect() as conn:
+        types = dict(
+            conn.execute(
+                text(
+                    "SELECT column_name, data_type FROM information_schema.columns "
+                    "WHERE table_name = :t AND column_name IN ('at', 'day')"
+                ),
+                {"t": drain.sink.table},
+            ).all()
+        )
+    assert types == {"at": "timestamp with time zone", "day": "date"}, types
+    [row] = rows_of(drain)
+    assert row["id"] == 1 and str(row["day"]) == "2026-11-28"
+    assert row["at"] == datetime(2026, 11, 28, 12, 30, tzinfo=UTC), row["at"]
+    [dead] = dead_letters_of(drain)
+    assert dead["error"] == "undecodable: the value lacks required id", dead

@@ -115,6 +115,36 @@ def test_json_schema_file_becomes_spark_ddl(tmp_path):
     )
 
 
+def test_json_schema_dates_are_typed_and_required_fields_not_null(tmp_path):
+    """Before: `"format": "date-time"` became a string column and `required` fields stayed
+    nullable."""
+    path = tmp_path / "event.json"
+    path.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "required": ["id", "at"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "at": {"type": "string", "format": "date-time"},
+                    "day": {"type": ["string", "null"], "format": "date"},
+                    "mail": {"type": "string", "format": "email"},
+                },
+            }
+        )
+    )
+    assert ddl_of_file(path) == (
+        "`id` bigint NOT NULL, `at` timestamp NOT NULL, `day` date, `mail` string"
+    )
+    path.write_text(
+        json.dumps(
+            {"type": "object", "required": ["idd"], "properties": {"id": {"type": "string"}}}
+        )
+    )
+    with pytest.raises(ConfigError, match=r"`required` names idd, which `properties` does not"):
+        ddl_of_file(path)
+
+
 def test_spark_avro_jar_is_resolved_only_when_a_drain_declares_avro(tmp_path):
     (tmp_path / "o.avsc").write_text(json.dumps(ORDER_AVSC))
     plain = load(tmp_path)
