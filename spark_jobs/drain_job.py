@@ -6,6 +6,7 @@ import logging
 import re
 import time
 import traceback
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -57,7 +58,8 @@ def execute(ctx: RunContext) -> ExecutionResult:
     full trace in the log at DEBUG.
     """
     try:
-        return _execute(ctx)
+        with _holding_server(ctx):
+            return _execute(ctx)
     except DrainerError:
         raise
     except Exception as err:
@@ -66,6 +68,19 @@ def execute(ctx: RunContext) -> ExecutionResult:
             raise
         log.debug("run %d: %s; the Spark error was:", ctx.run.id, known, exc_info=True)
         raise known from None
+
+
+def _holding_server(ctx: RunContext) -> AbstractContextManager[None]:
+    """The local Connect server held in use while the run's job runs: `drainer services up`
+    does not restart it under the run (drainer.services.connect_users)."""
+    settings = ctx.settings
+    if settings.spark_remote or not settings.local_spark_connect:
+        return nullcontext()
+    from drainer.services.connect import ConnectPaths
+    from drainer.services.connect_users import using
+
+    label = f"run {ctx.run.id} of drain {ctx.drain.name}"
+    return using(ConnectPaths.local(settings).root, label)
 
 
 # root causes in a Spark/Py4J error's text: the first line that names one wins

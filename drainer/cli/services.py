@@ -11,6 +11,18 @@ from drainer.cli.output import console, err_console
 def register(sub: Subcommands) -> None:
     p = add_command(sub, "services", cmd_services, "local Kafka and Postgres for development")
     p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="up: when the Connect server must restart while runs use it, wait this long for them",
+    )
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="up: restart the Connect server even while runs use it (they fail and resume later)",
+    )
     p = add_command(sub, "topics", cmd_topics, "create a drain's level topics")
     p.add_argument("action", choices=["create"])
     p.add_argument("drain")
@@ -20,7 +32,7 @@ def cmd_services(args: argparse.Namespace) -> int:
     from drainer import services
 
     if args.action == "up":
-        services.up(echo=console.print)
+        services.up(echo=console.print, restart=args.restart, wait_s=args.wait)
     elif args.action == "down":
         services.down(echo=console.print)
     else:

@@ -20,13 +20,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import ServiceError
 from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
-from drainer.services import process
+from drainer.services import connect_users, process
 from drainer.services.connect_logging import log4j2, redact_log, roll_console_log
 from drainer.services.status import ServiceStatus
 from drainer.settings import DEFAULT_CONNECT_PORT, Settings
@@ -146,7 +147,11 @@ def spark_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dic
 
 
 def up(
-    settings: Settings, echo: Echo = print, formats: tuple[str, ...] | None = None
+    settings: Settings,
+    echo: Echo = print,
+    formats: tuple[str, ...] | None = None,
+    restart: bool = False,
+    wait_s: float = 0.0,
 ) -> ServiceStatus:
     """Make the Connect server answer at sc://127.0.0.1:15002 (DRAINER_CONNECT_PORT), starting
     ours if the port is free.
@@ -154,6 +159,8 @@ def up(
     With SPARK_REMOTE set, only checks that it answers; with SPARK_MASTER set (and no
     SPARK_REMOTE), runs use an in-process session, so nothing is started. `formats`: the table
     formats (delta, iceberg) whose jars the server loads; default: those the drains file uses.
+    A server that must restart while runs use it is waited for up to `wait_s`, then refused
+    (ServiceError naming the runs), unless `restart`.
     """
     if settings.spark_remote:
         return _check_remote(settings.spark_remote)
@@ -169,6 +176,8 @@ def up(
         echo,
         None,
         formats,
+        restart=restart,
+        wait_s=wait_s,
     )
 
 
@@ -180,13 +189,37 @@ def start(
     echo: Echo = print,
     conf: Mapping[str, str] | None = None,
     formats: tuple[str, ...] | None = None,
+    restart: bool = False,
+    wait_s: float = 0.0,
 ) -> ServiceStatus:
     """Start (or reuse) a Connect server on 127.0.0.1:`port` running on `master`.
 
     Also used to attach a server to a standalone cluster (`master="spark://…"`). `formats`: the
-    table formats whose jars and SQL extensions it loads (default: the drains file's); a running
-    server that lacks one is restarted, since a client cannot add jars to it.
+    table formats whose jars and SQL extensions it loads (default: the drains file's), added to
+    those a running server has (one user's drains file never takes another's jars away); a
+    running server that lacks one is restarted, since a client cannot add jars to it.
+
+    A restart never pulls the server from under a run (`connect_users`): it waits up to
+    `wait_s` for the runs using it, then refuses naming them, unless `restart` (they fail, and
+    their plans are resumed by their next runs). It holds the server while it restarts it, so a
+    run that starts meanwhile waits for the new server.
     """
+    with ExitStack() as held:
+        return _start(settings, paths, port, master, echo, conf, formats, restart, wait_s, held)
+
+
+def _start(
+    settings: Settings,
+    paths: ConnectPaths,
+    port: int,
+    master: str,
+    echo: Echo,
+    conf: Mapping[str, str] | None,
+    formats: tuple[str, ...] | None,
+    restart: bool,
+    wait_s: float,
+    held: ExitStack,
+) -> ServiceStatus:
     address = f"sc://{CLIENT_HOST}:{port}"
     formats = configured_formats(settings) if formats is None else formats
     token = ensure_secret(settings.home, CONNECT_TOKEN)
@@ -199,10 +232,19 @@ def start(
             echo(f"{NAME:<9} {err}: Kafka sinks will produce from the driver")
     sink_jar = sink_classpath[0].name if sink_classpath else "-"
     pid = process.our_pid(paths.pid_file, MARKER)
+    if pid is not None:  # additive: what it loaded for others stays
+        formats = tuple(sorted(set(formats) | set(_formats_in(_started_with(paths).split()))))
     if (
         pid is not None
         and (reason := restart_reason(paths, settings, formats, sink_jar)) is not None
     ):
+        if not held.enter_context(connect_users.exclusive(paths.root, wait_s)) and not restart:
+            users = "; ".join(connect_users.current_users(paths.root)) or "a run"
+            raise ServiceError(
+                f"the Spark Connect server at {address} must restart ({reason}), but {users} "
+                f"is using it: `drainer services up --wait SECONDS` restarts it once the run is "
+                "done, `--restart` now (the run fails; its next `drainer run` resumes the plan)"
+            )
         echo(f"{NAME:<9} restarting pid {pid}: {reason} (it runs {_started_with(paths)})")
         process.terminate(pid)
         _wait_port_free(port)
@@ -319,8 +361,18 @@ def restart_reason(
     can: a client cannot change what a server was started with, so each is a restart."""
     started = _started_with(paths)
     words = started.split()
+    if f"env={sys.prefix}" not in words:
+        was = next((w.removeprefix("env=") for w in words if w.startswith("env=")), "unknown")
+        return (
+            f"its Python workers run the environment {was}, this shell {sys.prefix}: they "
+            "would import another installation's drainer"
+        )
     if not started.endswith(_code_of(settings)):
-        return "its Python workers would import another interpreter's or checkout's drainer"
+        was = started[started.rfind("PYTHONPATH=") :].removeprefix("PYTHONPATH=") or "(none)"
+        return (
+            f"its Python workers' PYTHONPATH is {was}, this shell's "
+            f"{settings.python_path or '(none)'}: a drain's own modules import from it"
+        )
     if f"pyspark={pyspark_version()}" not in words:
         # an upgrade in place replaced the jars it loads classes from as it goes
         return f"it was started from another pyspark than this environment's {pyspark_version()}"

@@ -382,3 +382,78 @@ def test_a_dead_letter_is_shown_whole_and_fixed_before_its_retry(tmp_path, stack
     finally:
         for drain in load_drains(tmp_path / "drains.yaml").values():
             delete_topics(drain)
+
+
+def test_services_up_from_another_drains_file_never_restarts_the_server_under_a_run(
+    tmp_path, stack
+):
+    """Before: a second user's `services up` restarted the shared Connect server in the middle
+    of another user's run ("Cannot call methods on a stopped SparkContext"). A run writes (a
+    second a record); another folder's `services up` that needs no restart leaves the server
+    be (jars are additive), one that needs it (another PYTHONPATH) refuses naming the run, and
+    with `--wait` restarts it only once the run is done: the run commits."""
+    from drainer.services.connect import ConnectPaths
+    from drainer.services.connect_users import current_users
+    from drainer.settings import load_settings
+
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    mine.mkdir()
+    theirs.mkdir()
+    name = f"shared_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 1,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "mode": "record",
+        "handler": "spark_jobs.examples:sleepy_echo",
+        "output_schema": "topic string, partition int, offset long, level int, key string, "
+        "value_size int",
+        "sink": {"type": "postgres", "table": f"{name}_out"},
+    }
+    _drains_file(mine, {name: body})
+    other = {**body, "topic": f"{name}_x", "group": f"{name}_x", "mode": "dataframe"}
+    del other["handler"], other["output_schema"]
+    other["sink"] = {"type": "delta", "path": f"{name}_x"}
+    _drains_file(theirs, {f"{name}_x": other})
+    me, them = Newcomer(mine), Newcomer(theirs)
+    server = ConnectPaths.local(load_settings()).root
+    run = None
+    try:
+        me.ok("topics", "create", name)
+        me.ok("produce", name, "--count", "10")
+        run = subprocess.Popen(
+            [*DRAINER, "run", name, "--json"],
+            cwd=mine,
+            env=me.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        waited = 0
+        while not any(f"of drain {name}" in user for user in current_users(server)):
+            assert run.poll() is None and waited < 1200, run.communicate()
+            time.sleep(0.5)
+            waited += 1
+
+        same = them.ok("services", "up")  # delta's jars are there already: no restart
+        assert "restarting" not in same.stdout, same.stdout
+        them.env["PYTHONPATH"] = str(theirs)  # their own modules: the server must restart
+        refused = them.fails("services", "up", fix=f"of drain {name}")
+        assert "--wait SECONDS" in refused and "PYTHONPATH" in refused, refused
+        assert run.poll() is None  # still running: nothing restarted under it
+
+        waited_up = them.ok("services", "up", "--wait", "600")
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        assert json.loads(out)["drained"] == 10
+        assert "restarting" in waited_up.stdout, waited_up.stdout
+        assert [status for _, status, _ in _run_status(name)] == ["committed"]
+    finally:
+        if run is not None and run.poll() is None:
+            run.kill()
+        for folder in (mine, theirs):
+            for drain in load_drains(folder / "drains.yaml").values():
+                delete_topics(drain)
