@@ -422,6 +422,7 @@ def test_services_up_from_another_drains_file_never_restarts_the_server_under_a_
     server = ConnectPaths.local(load_settings()).root
     run = None
     try:
+        me.ok("services", "up")  # the server as this shell has it (no PYTHONPATH): no run yet
         me.ok("topics", "create", name)
         me.ok("produce", name, "--count", "10")
         run = subprocess.Popen(
