@@ -458,3 +458,35 @@ def test_services_up_from_another_drains_file_never_restarts_the_server_under_a_
         for folder in (mine, theirs):
             for drain in load_drains(folder / "drains.yaml").values():
                 delete_topics(drain)
+
+
+def test_topics_create_makes_the_kafka_sinks_output_topic_and_plain_ones(tmp_path, stack):
+    """Before: the Kafka sink's missing-topic error sent the user to `kafka-topics.sh`, which
+    the local stack does not ship, and `drainer topics create` could not make an output topic."""
+    name = f"out_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 2,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "sink": {"type": "kafka", "topic": f"{name}_out"},
+    }
+    _drains_file(tmp_path, {name: body})
+    drainer = Newcomer(tmp_path)
+    try:
+        made = drainer.ok("topics", "create", name, "--topic", f"{name}_routed").stdout
+        states = {line.split()[0]: line.split()[1] for line in made.splitlines() if line.strip()}
+        topics = (f"{name}-0", f"{name}-1", f"{name}_out", f"{name}_routed")
+        assert states == dict.fromkeys(topics, "created"), made
+        again = drainer.ok("topics", "create", name).stdout
+        states = {line.split()[0]: line.split()[1] for line in again.splitlines() if line.strip()}
+        assert states == dict.fromkeys(topics[:3], "exists"), again
+    finally:
+        from kafka_output import admin, delete_topic
+
+        for topic in (f"{name}_out", f"{name}_routed"):
+            delete_topic(admin(), topic)
+        for drain in load_drains(tmp_path / "drains.yaml").values():
+            delete_topics(drain)
