@@ -168,17 +168,10 @@ def up(
         return ServiceStatus(
             NAME, False, "-", None, f"not used: SPARK_MASTER={settings.spark_master} (in-process)"
         )
-    return start(
-        settings,
-        ConnectPaths.local(settings),
-        settings.connect_port,
-        "local[*]",
-        echo,
-        None,
-        formats,
-        restart=restart,
-        wait_s=wait_s,
-    )
+    with ExitStack() as held:  # new runs wait while a restart is under way
+        paths = ConnectPaths.local(settings)
+        port = settings.connect_port
+        return start(settings, paths, port, "local[*]", echo, None, formats, restart, wait_s, held)
 
 
 def start(
@@ -191,6 +184,7 @@ def start(
     formats: tuple[str, ...] | None = None,
     restart: bool = False,
     wait_s: float = 0.0,
+    held: ExitStack | None = None,
 ) -> ServiceStatus:
     """Start (or reuse) a Connect server on 127.0.0.1:`port` running on `master`.
 
@@ -199,27 +193,10 @@ def start(
     those a running server has (one user's drains file never takes another's jars away); a
     running server that lacks one is restarted, since a client cannot add jars to it.
 
-    A restart never pulls the server from under a run (`connect_users`): it waits up to
-    `wait_s` for the runs using it, then refuses naming them, unless `restart` (they fail, and
-    their plans are resumed by their next runs). It holds the server while it restarts it, so a
-    run that starts meanwhile waits for the new server.
+    A restart never pulls the server from under a run (`connect_users`): it waits `wait_s`
+    for the runs using it, then refuses naming them, unless `restart`; `held` keeps the server
+    from new runs until the caller is done (they wait for the new server).
     """
-    with ExitStack() as held:
-        return _start(settings, paths, port, master, echo, conf, formats, restart, wait_s, held)
-
-
-def _start(
-    settings: Settings,
-    paths: ConnectPaths,
-    port: int,
-    master: str,
-    echo: Echo,
-    conf: Mapping[str, str] | None,
-    formats: tuple[str, ...] | None,
-    restart: bool,
-    wait_s: float,
-    held: ExitStack,
-) -> ServiceStatus:
     address = f"sc://{CLIENT_HOST}:{port}"
     formats = configured_formats(settings) if formats is None else formats
     token = ensure_secret(settings.home, CONNECT_TOKEN)
@@ -238,13 +215,7 @@ def _start(
         pid is not None
         and (reason := restart_reason(paths, settings, formats, sink_jar)) is not None
     ):
-        if not held.enter_context(connect_users.exclusive(paths.root, wait_s)) and not restart:
-            users = "; ".join(connect_users.current_users(paths.root)) or "a run"
-            raise ServiceError(
-                f"the Spark Connect server at {address} must restart ({reason}), but {users} "
-                f"is using it: `drainer services up --wait SECONDS` restarts it once the run is "
-                "done, `--restart` now (the run fails; its next `drainer run` resumes the plan)"
-            )
+        connect_users.hold_for_restart(paths.root, address, reason, wait_s, restart, held)
         echo(f"{NAME:<9} restarting pid {pid}: {reason} (it runs {_started_with(paths)})")
         process.terminate(pid)
         _wait_port_free(port)

@@ -13,8 +13,10 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+from drainer.errors import ServiceError
 
 LOCK = "in-use.lock"
 USERS = "users"
@@ -75,3 +77,24 @@ def exclusive(root: Path, wait_s: float) -> Iterator[bool]:
             yield True
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def hold_for_restart(
+    root: Path, address: str, reason: str, wait_s: float, restart: bool, held: ExitStack | None
+) -> None:
+    """Before the server at `root` restarts for `reason`: wait `wait_s` for the runs using it
+    and keep it (in `held`, else only check), or raise ServiceError naming them; `restart`
+    goes ahead anyway (they fail, and their next runs resume their plans)."""
+    if held is not None:
+        if held.enter_context(exclusive(root, wait_s)) or restart:
+            return
+    else:
+        with exclusive(root, wait_s) as free:
+            if free or restart:
+                return
+    users = "; ".join(current_users(root)) or "a run"
+    raise ServiceError(
+        f"the Spark Connect server at {address} must restart ({reason}), but {users} is using "
+        "it: `drainer services up --wait SECONDS` restarts it once the run is done, "
+        "`--restart` now (the run fails; its next `drainer run` resumes the plan)"
+    )
