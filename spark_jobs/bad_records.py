@@ -28,6 +28,9 @@ from spark_jobs.decode import BARRIER, ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE, b
 
 _PREFIX = "drainer bad record "
 _RAISED = re.compile(re.escape(_PREFIX) + r"([^\s\[]+)\[(\d+)\]@(\d+): ([^\n\"]*)")
+# Spark ends its error's message with the error class's SQL state (`raise_error`: P0001): not
+# part of the reason
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
 
 
 def guarded(decoded: DataFrame, mode: str) -> DataFrame:
@@ -57,6 +60,7 @@ def known_bad_record(err: BaseException, drain: str, run_id: int) -> BadRecord |
     if found is None:
         return None
     topic, partition, offset, why = found.groups()
+    why = _SQLSTATE.sub("", why)
     return BadRecord(
         redact(
             f"record {topic}[{partition}]@{offset} does not decode ({why.strip()}); run "

@@ -23,7 +23,13 @@ from typing import NamedTuple
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, DataType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    DataType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from drainer.config import DrainConfig
 from drainer.config.formats import METADATA_COLUMNS, RecordFormat
@@ -169,7 +175,7 @@ def _protobuf(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
     return Decoding(F.col(struct), F.col(error), merged.fieldNames(), frame=frame)
 
 
-def _json(fmt: RecordFormat, side: str) -> Decoding:
+def _json_schema(fmt: RecordFormat, side: str) -> StructType:
     path = fmt.schema_path(Path.cwd())
     ddl = ddl_of_file(path) if path is not None else fmt.schema_ or ""
     try:
@@ -178,6 +184,11 @@ def _json(fmt: RecordFormat, side: str) -> Decoding:
         raise ConfigError(f"{side}.schema {ddl!r} is not a Spark DDL struct: {err}") from None
     if not isinstance(schema, StructType):
         raise ConfigError(f"{side}.schema {ddl!r} must list columns, e.g. 'id string'")
+    return schema
+
+
+def _json(fmt: RecordFormat, side: str) -> Decoding:
+    schema = _json_schema(fmt, side)
     with_corrupt = StructType([*schema.fields, StructField(_CORRUPT, StringType())])
     parsed = F.from_json(
         F.col(side).cast("string"),
@@ -234,8 +245,49 @@ def _error_of(fmt: RecordFormat, decoded: Column, first: Column, side: str) -> C
     if fmt.format != "json":  # avro, protobuf: `first` says it
         return F.when(value.isNotNull(), first)
     bad = decoded.isNull() | decoded.getField(_CORRUPT).isNotNull()
-    why = F.lit(f"malformed JSON for the {side}'s schema")
-    return F.when(value.isNull(), F.lit(None).cast("string")).otherwise(F.when(bad, why))
+    return F.when(value.isNull(), F.lit(None).cast("string")).otherwise(
+        F.when(bad, _json_error(fmt, decoded, side)).otherwise(_missing(fmt, decoded, side))
+    )
+
+
+def _missing(fmt: RecordFormat, decoded: Column, side: str) -> Column:
+    """The required (`NOT NULL`) fields a well-formed record lacks, named; null when none."""
+    required = [f.name for f in _json_schema(fmt, side).fields if not f.nullable]
+    if not required:
+        return F.lit(None).cast("string")
+    names = F.concat_ws(
+        ", ", *[F.when(decoded.getField(name).isNull(), F.lit(name)) for name in required]
+    )
+    return F.when(names != "", F.concat(F.lit(f"the {side} lacks required "), names))
+
+
+def _json_error(fmt: RecordFormat, decoded: Column, side: str) -> Column:
+    """Malformed JSON, or JSON whose fields do not fit the schema's types, told apart.
+
+    `from_json` keeps the fields that fit (partial results) and the record's text as corrupt
+    either way; parsed again as a map of texts, a field that has a value there but none in the
+    struct is one whose value does not fit its type: named with its value and type (a record
+    `{"order_id": "abc"}` into `order_id bigint` is not malformed JSON).
+    """
+    schema = _json_schema(fmt, side)
+    texts = F.from_json(F.col(side).cast("string"), "map<string,string>")
+    misfits = [
+        F.when(
+            texts.getItem(field.name).isNotNull() & decoded.getField(field.name).isNull(),
+            F.concat(
+                F.lit(f"{field.name} = "),
+                F.substring(texts.getItem(field.name), 1, 100),
+                F.lit(f" is not {field.dataType.simpleString()}"),
+            ),
+        )
+        for field in schema.fields
+    ]
+    found = F.concat_ws("; ", *misfits) if misfits else F.lit("")
+    return (
+        F.when(texts.isNull(), F.lit(f"malformed JSON: the {side} is not a JSON object"))
+        .when(found != "", F.concat(F.lit(f"the {side}'s JSON does not fit its schema: "), found))
+        .otherwise(F.lit(f"malformed JSON for the {side}'s schema"))
+    )
 
 
 def _wire_avro(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:

@@ -36,11 +36,12 @@ from drainer.sinks import SinkCommit
 from drainer.store import runs, throughput
 from drainer.store.leases import check_fence
 from drainer.store.runs import StoredRun
+from spark_jobs.attempts import attempt_tag, holding_server, stop_earlier_attempts, stop_interrupted
 from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
 from spark_jobs.decode import STRUCTURED, decode
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
-from spark_jobs.session import cores, describe, get_spark, is_connect
+from spark_jobs.session import cores, describe, get_spark
 from spark_jobs.sinks import SparkSink, spark_sink_for
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ def execute(ctx: RunContext) -> ExecutionResult:
     full trace in the log at DEBUG.
     """
     try:
-        return _execute(ctx)
+        with holding_server(ctx):
+            return _execute(ctx)
     except DrainerError:
         raise
     except Exception as err:
@@ -169,7 +171,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
     landed = None
     if sink.capabilities.commit == "before_postgres":
         _check_lease(ctx)  # the sink is searched for the run, and written, under the lease
-        _stop_earlier_attempts(ctx, spark)
+        stop_earlier_attempts(ctx, spark)
         # the proof on record in Postgres first: it outlives the table's own history. A first
         # attempt has none to find: no attempt of the plan started before it (attempts count
         # up before any write) and its nonce is new, so no table holds a commit of it; the
@@ -187,7 +189,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         )
     # the tag names this run's Spark jobs (in the UI, and for spark.interruptTag); a session
     # API, so it works on Connect as well as in-process
-    tag = _attempt_tag(ctx, ctx.attempt)
+    tag = attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
     try:
         df = read_ranges(
@@ -245,6 +247,9 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             # the attempt whose write landed (an earlier one's, when it won a race)
             failures_attempt=ctx.attempt if commit is None else commit.attempt,
         )
+    except KeyboardInterrupt:
+        stop_interrupted(spark, tag)
+        raise
     finally:
         spark.removeTag(tag)
 
@@ -384,7 +389,7 @@ def find_commit(
     sink.prepare(spark, drain.name)
     # as the next attempt would see it: attempts 1..n are the plan's, all to be stopped
     ctx = RunContext(run, drain, settings, engine, run.attempts + 1)
-    _stop_earlier_attempts(ctx, spark)
+    stop_earlier_attempts(ctx, spark)
     return sink.committed(spark, ctx)
 
 
@@ -404,36 +409,6 @@ def record_proof(ctx: RunContext, commit: SinkCommit) -> None:
     with ctx.engine.begin() as conn:
         check_fence(conn, ctx.lease, shared=True)
         runs.record_table_proof(conn, ctx.run.id, commit.attempt, commit.as_dict())
-
-
-def _attempt_tag(ctx: RunContext, attempt: int) -> str:
-    """Names an attempt's Spark jobs (in the UI, and for spark.interruptTag)."""
-    return f"drainer-{ctx.drain.name}-run-{ctx.run.id}-attempt-{attempt}"
-
-
-def _stop_earlier_attempts(ctx: RunContext, spark: SparkSession, wait_s: float = 120.0) -> None:
-    """Interrupt what a crashed attempt left running on the Connect server.
-
-    A Connect server keeps executing a client's write after the client died. That frees the
-    server's cores for this attempt; it does not decide what lands: a write that finishes anyway
-    is skipped by Delta (same txnVersion) or stays on its unpublished Iceberg branch
-    (spark_jobs.sinks). Runs share one session per code version, so the earlier attempts'
-    tagged operations are found in it.
-    """
-    if ctx.attempt <= 1 or not is_connect(spark):
-        return
-    deadline = time.monotonic() + wait_s
-    for attempt in range(1, ctx.attempt):
-        while spark.interruptTag(_attempt_tag(ctx, attempt)):
-            log.warning(
-                "run %d: interrupted Spark operations left by attempt %d", ctx.run.id, attempt
-            )
-            if time.monotonic() > deadline:
-                raise ServiceUnavailable(
-                    f"run {ctx.run.id}: attempt {attempt}'s Spark operations on the Connect "
-                    f"server did not stop within {wait_s:.0f} s; nothing was committed: rerun"
-                )
-            time.sleep(1.0)
 
 
 def _check_lease(ctx: RunContext) -> None:

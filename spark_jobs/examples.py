@@ -52,6 +52,12 @@ def slow_echo(record: Record) -> dict[str, Any]:
     return _echo(record)
 
 
+def sleepy_echo(record: Record) -> dict[str, Any]:
+    """A handler that takes a second per record: a run slow enough to interrupt mid-job."""
+    time.sleep(1.0)
+    return _echo(record)
+
+
 def poison_echo(record: Record) -> dict[str, Any]:
     """Fails on every record whose value contains b'poison': a record that can never succeed."""
     if record.value is not None and b"poison" in record.value:

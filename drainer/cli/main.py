@@ -1,8 +1,8 @@
 """The parser, and the one place where errors become exit codes.
 
 A `DrainerError` is the user's to fix: one line on stderr, exit with its `exit_code` (2, or 3
-when another run holds the drain), nothing changed. Anything else is a bug and keeps its
-traceback. Every message and log line passes `drainer.config.kafka_clients.redact` on its way out, so
+when another run holds the drain), nothing changed. Ctrl-C is one line too, and exit 130 (the
+shell's code for SIGINT). Anything else is a bug and keeps its traceback. Every message and log line passes `drainer.config.kafka_clients.redact` on its way out, so
 a secret expanded from the drains file never reaches the terminal.
 """
 
@@ -94,6 +94,12 @@ def main(
         # one line however wide the terminal (or pipe): wrapped, a line would read as several
         err_console.print(f"[{colour}]drainer:[/] {message}", highlight=False, soft_wrap=True)
         return err.exit_code
+    except KeyboardInterrupt as err:
+        logging.getLogger("drainer").debug("interrupted", exc_info=True)
+        err_console.print(
+            f"[red]drainer:[/] {_escape(interrupted(args, err))}", highlight=False, soft_wrap=True
+        )
+        return INTERRUPTED
     except OperationalError as err:
         logging.getLogger("drainer").debug("Postgres", exc_info=True)
         err_console.print(
@@ -108,6 +114,28 @@ def main(
             soft_wrap=True,
         )
         return 2
+
+
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command ended by Ctrl-C
+
+
+def interrupted(args: argparse.Namespace, err: KeyboardInterrupt) -> str:
+    """The one line Ctrl-C leaves: what became of the work, and how to go on.
+
+    A run interrupted before its commit left its plan open (stored before anything was read),
+    so the next run resumes it; one interrupted after (`committed_run`, set by
+    `drainer.lifecycle.execute`) is committed, and only its after-commit upkeep waits.
+    """
+    drain = getattr(args, "drain", None)
+    if args.command != "run" or not isinstance(drain, str):
+        return "interrupted"
+    committed = getattr(err, "committed_run", None)
+    if committed is not None:
+        return (
+            f"interrupted after run {committed} of {drain} committed; the next "
+            f"`drainer run {drain}` finishes mirroring its offsets"
+        )
+    return f"interrupted; nothing committed; `drainer run {drain}` resumes the plan"
 
 
 _paused: list[bool] = []  # non-empty while `pause_collection` holds the collector off

@@ -11,6 +11,10 @@ from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, progress
 from drainer.errors import ConfigError
 
+# formats whose values stdin gives as JSON and `drainer produce` encodes (and checks); string
+# and bytes values are sent as they are
+STRUCTURED = ("json", "avro", "protobuf")
+
 if TYPE_CHECKING:
     from drainer.config.formats import RecordFormat
     from drainer.kafka.producer import OutRecord
@@ -33,12 +37,14 @@ def register(sub: Subcommands) -> None:
         "--stdin",
         action="store_true",
         help='read JSON lines from stdin instead: {"value": ..., "key": ..., '
-        '"headers": {"name": "text"}, "timestamp_ms": epoch milliseconds}, `value` required',
+        '"headers": {"name": "text"}, "timestamp_ms": epoch milliseconds}, `value` required '
+        "(null: a tombstone)",
     )
     p.add_argument(
         "--format",
-        choices=["json", "avro", "protobuf", "string"],
-        help="encode values so (synthetic ones follow --schema; stdin values are encoded); "
+        choices=["json", "avro", "protobuf", "string", "bytes"],
+        help="encode values so (synthetic ones follow --schema; stdin values are encoded; "
+        "string and bytes: a stdin value's text is sent as it is, unchecked); "
         "default: the drain's declared `value` format, else synthetic JSON",
     )
     p.add_argument(
@@ -58,6 +64,7 @@ def register(sub: Subcommands) -> None:
 def cmd_produce(args: argparse.Namespace) -> int:
     from drainer.kafka.producer import json_line_records, produce_records, synthetic_records
     from drainer.kafka.session import KafkaSession
+    from drainer.records.encode import encoder
 
     drain = get_drain(args.drain)
     drain.check_level(args.level)
@@ -65,9 +72,11 @@ def cmd_produce(args: argparse.Namespace) -> int:
     fmt = _format(args, drain.value)
     records: Iterable[OutRecord]
     if args.stdin:
-        records = list(json_line_records(sys.stdin))  # every line checked before one is sent
-        if fmt is not None:
-            records = _in_format(records, fmt, topic)
+        encode = None
+        if fmt is not None and fmt.format in STRUCTURED:
+            encode, _ = encoder(fmt, topic)
+        # every line checked (and encoded) before one is sent
+        records = list(json_line_records(sys.stdin, encode, fmt.format if fmt else ""))
         total: int | None = len(records)
     elif fmt is not None:
         records = _synthetic_in_format(args, fmt, topic)
@@ -99,8 +108,7 @@ def _format(args: argparse.Namespace, declared: RecordFormat | None) -> RecordFo
     if args.format is None:
         if args.schema or args.registry or args.message:
             raise ConfigError("--schema, --message and --registry go with --format")
-        structured = ("json", "avro", "protobuf")
-        return declared if declared is not None and declared.format in structured else None
+        return declared if declared is not None and declared.format in STRUCTURED else None
     body: dict[str, object] = {"format": args.format}
     if args.schema:
         body["schema"] = args.schema
@@ -112,19 +120,6 @@ def _format(args: argparse.Namespace, declared: RecordFormat | None) -> RecordFo
         return RecordFormat.model_validate(body)
     except ValueError as err:
         raise ConfigError(f"--format {args.format}: {err}") from None
-
-
-def _in_format(records: list[OutRecord], fmt: RecordFormat, topic: str) -> list[OutRecord]:
-    import dataclasses
-    import json
-
-    from drainer.records.encode import encoder
-
-    encode, _ = encoder(fmt, topic)
-    return [
-        dataclasses.replace(r, value=None if r.value is None else encode(json.loads(r.value)))
-        for r in records
-    ]
 
 
 def _synthetic_in_format(

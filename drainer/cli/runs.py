@@ -120,10 +120,35 @@ def _print_level_tables(title: str, levels_desc: list[Any], max_wait: bool = Fal
         sums = [sum(getattr(lp, c) for lp in levels_desc) for c in columns]
         print_table(
             table_title,
-            ["level", *(c.replace("_", " ") for c in columns)],
+            ["level", *(HEADERS.get(c, c.replace("_", " ")) for c in columns)],
             [[str(lp.level), *(getattr(lp, c) for c in columns)] for lp in levels_desc],
             total=["total", *([""] * blank), *sums[blank:]],
         )
+    for line in handed_on_lines(levels_desc):
+        console.print(line, highlight=False)
+
+
+HEADERS = {"handed_on": "handed on to it"}
+
+
+def handed_on_lines(levels_desc: list[Any]) -> list[str]:
+    """Who got budget handed on, and from whom: the levels that left part of their
+    allocation unused (no backlog, or alignment held them back)."""
+    lines = []
+    for lp in levels_desc:
+        if lp.handed_on <= 0:
+            continue
+        givers = [
+            str(o.level) for o in levels_desc if o.level != lp.level and o.allocated > o.planned
+        ]
+        source = (
+            f"level{'s' if len(givers) > 1 else ''} {', '.join(givers)}" if givers else "others"
+        )
+        lines.append(
+            f"handed on: level {lp.level} got {lp.handed_on:,} of the budget that {source} "
+            "could not use"
+        )
+    return lines
 
 
 def cmd_plan_abandon(args: argparse.Namespace) -> int:

@@ -3,24 +3,53 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, err_console
+
+if TYPE_CHECKING:
+    from drainer.config import DrainConfig
 
 
 def register(sub: Subcommands) -> None:
     p = add_command(sub, "services", cmd_services, "local Kafka and Postgres for development")
     p.add_argument("action", choices=["up", "down", "status"])
-    p = add_command(sub, "topics", cmd_topics, "create a drain's level topics")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="up: when the Connect server must restart while runs use it, wait this long for them",
+    )
+    p.add_argument(
+        "--restart",
+        action="store_true",
+        help="up: restart the Connect server even while runs use it (they fail and resume later)",
+    )
+    p = add_command(
+        sub,
+        "topics",
+        cmd_topics,
+        "create a drain's topics: its level topics, DLQ topic and Kafka sink's output topic",
+    )
     p.add_argument("action", choices=["create"])
-    p.add_argument("drain")
+    p.add_argument("drain", help="the drain's name in the drains file (not a topic name)")
+    p.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also a plain topic on the drain's cluster, e.g. one a processor routes rows to "
+        "(repeatable; the drain's partitions and replication factor)",
+    )
 
 
 def cmd_services(args: argparse.Namespace) -> int:
     from drainer import services
 
     if args.action == "up":
-        services.up(echo=console.print)
+        services.up(echo=console.print, restart=args.restart, wait_s=args.wait)
     elif args.action == "down":
         services.down(echo=console.print)
     else:
@@ -29,11 +58,20 @@ def cmd_services(args: argparse.Namespace) -> int:
     return 0
 
 
+def output_topics(drain: DrainConfig) -> list[str]:
+    """The output topic of a Kafka sink that produces to the drain's own cluster (one of
+    its own, `sink.kafka`, is not this command's to reach)."""
+    topic = getattr(drain.sink, "topic", None)
+    on_own_cluster = getattr(drain.sink, "kafka", None) is None
+    return [topic] if isinstance(topic, str) and on_own_cluster else []
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     from drainer.kafka.session import KafkaSession
 
     drain = get_drain(args.drain)
-    extra = [drain.dlq_topic] if drain.dlq_topic else []
+    dlq = [drain.dlq_topic] if drain.dlq_topic else []
+    extra = list(dict.fromkeys([*dlq, *output_topics(drain), *args.topic]))
     with KafkaSession(drain) as kafka:
         created = kafka.create_topics(extra)
         wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + extra

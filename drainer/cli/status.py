@@ -133,8 +133,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         if r["status"] in ("planned", "running", "failed") and r["error"]:
             console.print(
                 f"[yellow]run {r['id']} is {r['status']} after {r['attempts']} attempt(s): "
-                f"{escape(cause_in_text(r['error']))}[/]\nresume it with `drainer run {drain.name}` once the "
-                f"cause is fixed, or end it with `drainer plan abandon {drain.name} --reason TEXT`",
+                f"{escape(cause_in_text(r['error']))}[/]\nresume it with `drainer run {drain.name}`"
+                + ("" if r["error"].startswith("interrupted") else " once the cause is fixed")
+                + f", or end it with `drainer plan abandon {drain.name} --reason TEXT`",
                 highlight=False,
                 soft_wrap=True,
             )

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -24,6 +23,7 @@ from pydantic import (
 from drainer.allocation import reserved_shares
 from drainer.config.formats import RecordFormat, check_schema_files
 from drainer.config.kafka_clients import check_blocks
+from drainer.config.keys import KnownKeys
 from drainer.config.sinks import SINK_MODELS, SinkConfig
 from drainer.config.units import duration_ms, size_bytes
 from drainer.errors import ConfigError
@@ -39,10 +39,11 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._]+$")
 
 
-class DrainConfig(BaseModel):
+class DrainConfig(KnownKeys):
     """One drain: a logical topic with N priority levels, drained in budgeted runs."""
 
     model_config = ConfigDict(extra="forbid")
+    WHERE: ClassVar[str] = "the drain"
 
     name: str = Field(description="the drain's name: the key under `drains:` (set for you)")
     topic: str = Field(description="logical topic; level i lives in the Kafka topic `<topic>-<i>`")
@@ -331,8 +332,9 @@ class DrainConfig(BaseModel):
         return dict.fromkeys(range(self.levels), duration_ms(self.max_wait))
 
 
-class DrainsFile(BaseModel):
+class DrainsFile(KnownKeys):
     model_config = ConfigDict(extra="forbid")
+    WHERE: ClassVar[str] = "the drains file"
 
     drains: dict[str, DrainConfig]
 

@@ -8,9 +8,11 @@ needs); reading schema files and asking a registry happen when a run decodes (sp
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from drainer.config.keys import KnownKeys
 
 Format = Literal["json", "avro", "protobuf", "string", "bytes"]
 
@@ -32,11 +34,12 @@ DECODER_JARS: dict[str, tuple[str, ...]] = {
 }
 
 
-class RegistryConfig(BaseModel):
+class RegistryConfig(KnownKeys):
     """A Confluent-compatible schema registry: values in its wire format (magic byte 0, a
     4-byte schema id, the payload), each writer schema fetched once per run by id."""
 
     model_config = ConfigDict(extra="forbid")
+    WHERE: ClassVar[str] = "registry"
 
     url: str = Field(
         description="the registry's URL, e.g. `https://registry:8081` (Confluent Schema "
@@ -54,10 +57,11 @@ class RegistryConfig(BaseModel):
     )
 
 
-class RecordFormat(BaseModel):
+class RecordFormat(KnownKeys):
     """How a value (or key) decodes: its format and, where the format needs one, its schema."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    WHERE: ClassVar[str] = "the format"
 
     format: Format = Field(
         description="`json`, `avro`, `protobuf`, `string` (UTF-8 text) or `bytes` (as read)"

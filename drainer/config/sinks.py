@@ -8,7 +8,7 @@ What a sink does in a run lives in `drainer/sinks/` (driver side) and `spark_job
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from drainer.config.keys import unknown_keys
 from drainer.store.sink_names import check_table_name
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -84,28 +85,58 @@ class CatalogConfig(BaseModel):
 
 
 class _SinkModel(BaseModel):
-    """One sink type's keys; a key of another type is named with the keys this one takes."""
+    """One sink type's keys: an unknown key is named with the key meant, a key of another type
+    with the keys this one takes, and a block without `type` that holds another type's keys
+    must say its type (it would be a postgres sink otherwise). Then `_require` checks the
+    type's own required keys: after the key checks, so a misspelt `tabel` is named as such,
+    not reported as a missing `table`."""
 
     model_config = ConfigDict(extra="forbid")
-    # every key any sink type takes, so a misplaced one is told apart from a typo
-    _ALL_KEYS: ClassVar[frozenset[str]] = frozenset(
-        {"table", "publish", "path", "catalog", "topic", "kafka", "producer"}
-    )
 
     @model_validator(mode="before")
     @classmethod
     def _keys_of_this_type(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
+        kind = cls.model_fields["type"].default
         allowed = set(cls.model_fields) - {"type"}
-        wrong = sorted(k for k in data if k in cls._ALL_KEYS and k not in allowed)
-        if wrong:
-            kind = cls.model_fields["type"].default
+        owners = _key_owners()
+        typeless = "type" not in data
+        others = sorted(k for k in data if k in owners and k not in allowed)
+        if typeless and others:  # `typ: delta` beside `path:` must not become a postgres sink
+            kinds = sorted({t for k in others for t in owners[k]})
+            keys = ", ".join(f"`{k}`" for k in others)
             raise ValueError(
-                f"{', '.join(wrong)} cannot be used with a {kind} sink (it takes "
-                f"{', '.join(sorted(allowed))}): remove {'them' if len(wrong) > 1 else 'it'}"
+                f"the sink has no `type` (so it is {kind}), but {keys} "
+                f"{'belongs' if len(others) == 1 else 'belong'} to "
+                f"{' or '.join(kinds)} sinks: set `type: {kinds[0]}`"
+                + "".join(f"; {p}" for p in unknown_keys(data, set(owners) | {"type"}, "sink"))
             )
+        problems = unknown_keys(
+            {k: v for k, v in data.items() if k not in owners}, allowed | {"type"}, "sink"
+        )
+        if others:
+            problems.append(
+                f"{', '.join(others)} cannot be used with a {kind} sink (it takes "
+                f"{', '.join(sorted(allowed))}): remove {'them' if len(others) > 1 else 'it'}"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        cls._require(data)
         return data
+
+    @classmethod
+    def _require(cls, data: dict[str, Any]) -> None:
+        """Raise ValueError naming a required key of this type that `data` lacks."""
+
+
+def _key_owners() -> dict[str, set[str]]:
+    """Every key any sink type takes, and the types that take it (`type` aside)."""
+    owners: dict[str, set[str]] = {}
+    for kind, model in SINK_MODELS.items():
+        for key in set(model.model_fields) - {"type"}:
+            owners.setdefault(key, set()).add(kind)
+    return owners
 
 
 class PostgresSinkConfig(_SinkModel):
@@ -132,12 +163,10 @@ class PostgresSinkConfig(_SinkModel):
         "whatever this says",
     )
 
-    @model_validator(mode="before")
     @classmethod
-    def _has_table(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("table") is None:
+    def _require(cls, data: dict[str, Any]) -> None:
+        if data.get("table") is None:
             raise ValueError("a postgres sink needs `table: <name>`")
-        return data
 
     @field_validator("table")
     @classmethod
@@ -157,15 +186,13 @@ class DeltaSinkConfig(_SinkModel):
         "used as is",
     )
 
-    @model_validator(mode="before")
     @classmethod
-    def _has_path(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not str(data.get("path") or "").strip():
+    def _require(cls, data: dict[str, Any]) -> None:
+        if not str(data.get("path") or "").strip():
             raise ValueError(
                 "a delta sink needs `path:` (relative: under DRAINER_WAREHOUSE; or an "
                 "absolute path or URI)"
             )
-        return data
 
 
 class IcebergSinkConfig(_SinkModel):
@@ -180,15 +207,13 @@ class IcebergSinkConfig(_SinkModel):
         "the warehouse",
     )
 
-    @model_validator(mode="before")
     @classmethod
-    def _namespaced_table(cls, data: Any) -> Any:
-        table = data.get("table") if isinstance(data, dict) else None
+    def _require(cls, data: dict[str, Any]) -> None:
+        table = data.get("table")
         if not isinstance(table, str) or not _ICEBERG_TABLE.match(table):
             raise ValueError(
                 "an iceberg sink needs `table: namespace.table` (identifiers joined by '.')"
             )
-        return data
 
 
 class KafkaSinkConfig(_SinkModel):
@@ -220,15 +245,13 @@ class KafkaSinkConfig(_SinkModel):
         "server where it can (the drain's own cluster, no per-row `topic`), else the driver",
     )
 
-    @model_validator(mode="before")
     @classmethod
-    def _has_topic(cls, data: Any) -> Any:
-        topic = data.get("topic") if isinstance(data, dict) else None
+    def _require(cls, data: dict[str, Any]) -> None:
+        topic = data.get("topic")
         if not isinstance(topic, str) or not _KAFKA_TOPIC.match(topic):
             raise ValueError(
                 "a kafka sink needs `topic: NAME` (letters, digits, '.', '_', '-'; at most 249)"
             )
-        return data
 
     @field_validator("kafka")
     @classmethod

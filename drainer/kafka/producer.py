@@ -44,13 +44,23 @@ def synthetic_records(
 STDIN_KEYS = ("value", "key", "headers", "timestamp_ms")
 
 
-def json_line_records(lines: Iterable[str]) -> Iterator[OutRecord]:
+ValueEncoder = Callable[[Any], bytes]
+"""Encodes a value parsed from JSON in a drain's declared format (drainer.records.encode)."""
+
+
+def json_line_records(
+    lines: Iterable[str], encode: ValueEncoder | None = None, declared: str = ""
+) -> Iterator[OutRecord]:
     """JSON lines from stdin: an object with `value` (any JSON) and optional `key`, `headers`
     (an object of header names and text) and `timestamp_ms` (epoch milliseconds).
 
     A line that is not such an object (no `value`, an unknown key such as a misspelt one, a
     wrong type) is an error naming the line; a line that is JSON but not an object is sent as
-    the value. The CLI reads every line before it sends one.
+    the value. A `null` value is a Kafka null (a tombstone). Without `encode`, a string value is
+    sent as its text and any other value as its JSON text; with it (a drain's `declared` json,
+    avro or protobuf values), a string value is JSON text to parse first, and a value that is
+    not JSON, or that `encode` refuses, is an error naming the line. The CLI reads every line
+    before it sends one.
     """
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -61,10 +71,12 @@ def json_line_records(lines: Iterable[str]) -> Iterator[OutRecord]:
             raise ConfigError(f"stdin line {number} is not JSON: {err.msg}") from None
         if not isinstance(obj, dict):
             obj = {"value": obj}
-        yield _stdin_record(number, obj)
+        yield _stdin_record(number, obj, encode, declared)
 
 
-def _stdin_record(number: int, obj: dict[str, Any]) -> OutRecord:
+def _stdin_record(
+    number: int, obj: dict[str, Any], encode: ValueEncoder | None, declared: str
+) -> OutRecord:
     where = f"stdin line {number}"
     unknown = sorted(set(obj) - set(STDIN_KEYS))
     if unknown:
@@ -75,8 +87,6 @@ def _stdin_record(number: int, obj: dict[str, Any]) -> OutRecord:
         )
     if "value" not in obj:
         raise ConfigError(f'{where} has no "value": write {{"key": ..., "value": ...}}')
-    value = obj["value"]
-    raw = value.encode() if isinstance(value, str) else json.dumps(value).encode()
     key = obj.get("key")
     headers = obj.get("headers") or {}
     if not isinstance(headers, dict):
@@ -85,11 +95,38 @@ def _stdin_record(number: int, obj: dict[str, Any]) -> OutRecord:
     if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)):
         raise ConfigError(f'{where}: "timestamp_ms" must be whole epoch milliseconds')
     return OutRecord(
-        value=raw,
+        value=_value_bytes(where, obj["value"], encode, declared),
         key=None if key is None else str(key).encode(),
         headers=[(str(k), None if v is None else str(v).encode()) for k, v in headers.items()],
         timestamp_ms=timestamp,
     )
+
+
+def _value_bytes(
+    where: str, value: Any, encode: ValueEncoder | None, declared: str
+) -> bytes | None:
+    if value is None:
+        return None  # a tombstone: Kafka's null value, not the four bytes `null`
+    if encode is None:
+        return value.encode() if isinstance(value, str) else json.dumps(value).encode()
+    as_text = "send the text as it is with `--format string`"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ConfigError(
+                f"{where}: the value is not JSON ({err.msg}), and values are produced as "
+                f"{declared} here: write the value as JSON, or {as_text}"
+            ) from None
+    try:
+        return encode(value)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    except (ValueError, TypeError, KeyError) as err:  # a value the declared schema refuses
+        raise ConfigError(
+            f"{where}: the value does not encode as {declared} ({type(err).__name__}: "
+            f"{err}): fix the value, or {as_text}"
+        ) from None
 
 
 def produce_records(

@@ -10,6 +10,9 @@ and the commit leaves it unretried too: retried again, it is produced twice (at 
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import json
 import logging
 from typing import Any
 
@@ -27,12 +30,61 @@ log = logging.getLogger(__name__)
 def list_dead_letters(
     drain: DrainConfig, limit: int = 50, include_retried: bool = False
 ) -> list[dict[str, Any]]:
+    """The drain's dead letters, each with its reason (`error`) and payload: `value` as text
+    where it is UTF-8 (None otherwise, or for a tombstone) and always `value_base64`."""
     with get_engine().connect() as conn:
         rows = dead_letters.list_dead_letters(conn, drain.name, limit, include_retried)
-    return [
-        {**row, "key": None if row["key"] is None else bytes(row["key"]).decode("utf-8", "replace")}
-        for row in rows
+    return [_readable(row) for row in rows]
+
+
+def show_dead_letter(drain: DrainConfig, dead_id: int) -> dict[str, Any]:
+    """One dead letter, whole: where it came from, why, its key, headers and payload."""
+    with get_engine().connect() as conn:
+        row = dead_letters.dead_letter(conn, drain.name, dead_id)
+    if row is None:
+        raise ConfigError(
+            f"{dead_id} is not a dead letter of drain '{drain.name}': `drainer dlq list "
+            f"{drain.name}` shows its dead letters"
+        )
+    shown = _readable(row)
+    shown["headers"] = [
+        [name, None if value is None else payload_text(value)]
+        for name, value in decode_headers(row["headers"])
     ]
+    return shown
+
+
+def _readable(row: dict[str, Any]) -> dict[str, Any]:
+    value = row.get("value")
+    raw = None if value is None else bytes(value)
+    return {
+        **row,
+        "key": None if row["key"] is None else bytes(row["key"]).decode("utf-8", "replace"),
+        "value": None if raw is None else _utf8(raw),
+        "value_base64": None if raw is None else base64.b64encode(raw).decode(),
+        "payload": payload_text(raw),
+    }
+
+
+def _utf8(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def payload_text(raw: bytes | None) -> str:
+    """A payload for a terminal: decoded where it can be (UTF-8 text, JSON indented), as
+    escaped bytes otherwise; a null value is a tombstone."""
+    if raw is None:
+        return "null (a tombstone)"
+    text_ = _utf8(raw)
+    if text_ is None:
+        return f"{len(raw):,} bytes, not UTF-8: {raw!r}"
+    try:
+        return json.dumps(json.loads(text_), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text_
 
 
 def _as_record(row: Any, extra_headers: list[tuple[str, bytes]] | None = None) -> OutRecord:
@@ -58,35 +110,77 @@ def dlq_record(dead: Any) -> OutRecord:
     )
 
 
-def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
+def retry_dead_letters(
+    drain: DrainConfig,
+    ids: list[int] | None = None,
+    value: bytes | None = None,
+    as_is: bool = False,
+) -> int:
     """Claim dead letters (marking them retried), re-produce them, then commit the claim.
 
     Named `ids` that are not the drain's dead letters, or were retried already, are a
-    ConfigError naming them, and nothing is re-produced.
+    ConfigError naming them, and nothing is re-produced. `value` replaces the payload of the
+    one dead letter named (a fixed record). A record that did not decode would fail the same
+    way again: named, it is refused unless fixed (`value`) or `as_is` (the drain's format was
+    fixed since); without `ids`, such records stay and the others are retried.
     """
+    if value is not None and (not ids or len(ids) != 1):
+        raise ConfigError(
+            "dlq retry --value-from fixes one dead letter: name it with `--ids ID` "
+            f"(`drainer dlq show {drain.name} ID` prints its payload)"
+        )
     with get_engine().begin() as conn, KafkaSession(drain) as kafka:
         if ids:
-            _check_ids(drain.name, ids, dead_letters.retried_of(conn, drain.name, ids))
-        rows = dead_letters.claim_for_retry(conn, drain.name, ids)
+            known = dead_letters.retried_of(conn, drain.name, ids)
+            _check_ids(drain.name, ids, known)
+            if value is None and not as_is:
+                _refuse_undecodable(drain.name, [known[i] for i in ids])
+        rows = dead_letters.claim_for_retry(
+            conn, drain.name, ids, undecodable_too=bool(ids) or as_is
+        )
+        records = {r.id: _as_record(r) for r in rows}
+        if value is not None:
+            [fixed] = rows
+            records[fixed.id] = dataclasses.replace(records[fixed.id], value=value)
         for level in sorted({r.level for r in rows}):
             produce_records(
                 drain,
-                (_as_record(r) for r in rows if r.level == level),
+                (records[r.id] for r in rows if r.level == level),
                 level=level,
                 kafka=kafka,
             )
     if rows:
         log.info(
-            "drain %s: re-produced dead letters %s to their level topics",
+            "drain %s: re-produced dead letters %s to their level topics%s",
             drain.name,
             ", ".join(str(r.id) for r in rows),
+            " (with the value given)" if value is not None else "",
         )
     return len(rows)
 
 
+def undecodable_left(drain: DrainConfig) -> int:
+    """Dead letters a retry of all left alone: they did not decode, and would not again."""
+    with get_engine().connect() as conn:
+        return dead_letters.undecodable_pending(conn, drain.name)
+
+
+def _refuse_undecodable(drain: str, rows: list[Any]) -> None:
+    same = [r for r in rows if dead_letters.undecodable(r.error)]
+    if not same:
+        return
+    first = same[0]
+    raise ConfigError(
+        f"dead letter {first.id} did not decode ({first.error.removeprefix(dead_letters.UNDECODABLE)})"
+        " and would fail the same way again: fix it with `drainer dlq retry "
+        f"{drain} --ids {first.id} --value-from FILE` (`drainer dlq show {drain} {first.id}` "
+        "prints it), or add --as-is once the drain's format is fixed; nothing was re-produced"
+    )
+
+
 def _check_ids(drain: str, ids: list[int], known: dict[int, Any]) -> None:
     unknown = [i for i in ids if i not in known]
-    retried = [i for i in ids if known.get(i) is not None]
+    retried = [i for i in ids if i in known and known[i].retried_at is not None]
     problems = []
     if unknown:
         problems.append(f"{_listed(unknown)} not {_a('dead letter', unknown)} of drain '{drain}'")

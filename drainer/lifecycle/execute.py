@@ -72,6 +72,27 @@ def execute_plan(
     except BaseException as err:
         _record_failure(engine, lease, drain, stored, ctx.attempt, err)
         raise
+    try:
+        return _after_the_commit(
+            engine, kafka, drain, stored, ctx, result, executed, phases, started
+        )
+    except KeyboardInterrupt as err:
+        err.committed_run = stored.id  # type: ignore[attr-defined]  # read by the CLI's one line
+        raise
+
+
+def _after_the_commit(
+    engine: Engine,
+    kafka: KafkaSession,
+    drain: DrainConfig,
+    stored: StoredRun,
+    ctx: RunContext,
+    result: CommitResult,
+    executed: ExecutionResult,
+    phases: dict[str, float],
+    started: float,
+) -> RunResult:
+    """Mirror, publish dead letters, keep the drain bounded, report: warnings, not failures."""
     faults.crash_point("after_commit")
     # the run is committed: what fails from here on is a warning, retried by the next run
     warnings: list[str] = []
@@ -190,7 +211,7 @@ def _record_failure(
 ) -> None:
     """Mark the run failed (best effort); a plan that keeps failing says how to end it."""
     try:
-        runs.mark_failed(engine, lease, stored.id, redact(f"{type(err).__name__}: {err}"))
+        runs.mark_failed(engine, lease, stored.id, redact(failure_reason(err)))
     except Exception as mark_err:  # never hide the run's own error behind this one
         # a lost service fails this too: its one message already says so, this is detail
         level = logging.DEBUG if isinstance(err, ServiceUnavailable) else logging.WARNING
@@ -198,6 +219,14 @@ def _record_failure(
     failure = run_failure(drain.name, stored.id, attempt, err)
     if failure is not None:
         raise failure from err
+
+
+def failure_reason(err: BaseException) -> str:
+    """What `drainer status` shows for a failed attempt: `Type: message`, or for Ctrl-C (whose
+    message is empty) what happened and what comes next."""
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted (Ctrl-C) before the commit; the next run resumes the plan"
+    return f"{type(err).__name__}: {err}"
 
 
 def _mirror_and_publish(

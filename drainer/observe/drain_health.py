@@ -44,6 +44,7 @@ def drain_health(
     with engine.connect() as conn:
         recent = history.level_runs(conn, drain.name, levels, drain.history_window)
     now = time.time()
+    waits = drain.max_wait_ms or {}
     return {
         level: level_health(
             level,
@@ -51,6 +52,9 @@ def drain_health(
             sum(p.backlog for p in parts if p.level == level),
             now,
             oldest.get(level),
+            # a drain run by hand has no rhythm to judge by: its own max_wait instead
+            scheduled=drain.schedule is not None,
+            max_wait_s=None if waits.get(level) is None else waits[level] / 1000,
         )
         for level in levels
     }

@@ -8,7 +8,9 @@ drain's recent committed runs that covered the level (backfills of other levels 
 about it).
 
 - STOP: records are waiting and no run has drained the level in the window (never, or the last
-  run is long past the drain's usual interval): nothing is running.
+  run is long past the drain's usual interval): nothing is running. A drain without a schedule
+  has no usual interval (it runs when someone runs it): it is judged by its own `max_wait`
+  instead, STOP once its oldest waiting record is older than that.
 - STALL: runs happen, but the level's committed offset has not moved in any of them while it
   had backlog.
 - WARN: the level progresses but is throttled: each run drained less than its backlog and the
@@ -53,6 +55,7 @@ class LevelHealth:
     state: Health
     reason: str
     keeping_up: bool = False  # the last run drained all it found: the next one empties the level
+    eta_note: str | None = None  # why there is no ETA, when there is a reason to say
 
     def eta_text(self) -> str:
         if self.backlog == 0:
@@ -60,13 +63,17 @@ class LevelHealth:
         if self.growing:
             return "growing"
         if self.eta_s is None:
-            return "unknown"
+            return self.eta_note or "unknown"
         return format_seconds(self.eta_s)
 
 
 STALE_INTERVALS = 3.0
 """A level whose last run is older than this many of its usual intervals between runs counts
 as stopped (Burrow's STOP: the consumer stopped committing)."""
+
+RATE_WINDOW_S = 60.0
+"""Arrivals are measured since the newest run at least this old: recent enough that a burst
+the earlier runs drained does not count as arriving still, long enough to be a rate."""
 
 
 def level_health(
@@ -75,8 +82,14 @@ def level_health(
     backlog: int,
     now: float,
     oldest_timestamp: float | None = None,
+    scheduled: bool = True,
+    max_wait_s: float | None = None,
 ) -> LevelHealth:
     """The level's rates, ETA and state from its recent runs (any order) and its backlog now.
+
+    `scheduled`: the drain has a schedule, so its runs have a rhythm to judge by; without one
+    the level is judged by its `max_wait_s` (None: no wait promised) and its ETA is the next
+    run, whenever someone starts it.
 
     Two regimes decide the ETA. A level whose last run drained everything it found is supply
     bound: its drain rate only mirrors the arrivals, and the next run empties it, so the ETA is
@@ -89,39 +102,53 @@ def level_health(
         None if backlog == 0 or oldest_timestamp is None else max(0.0, now - oldest_timestamp)
     )
     arrival, drain = _rates(runs, backlog, now)
-    usual = _usual_interval(runs)
+    usual = _usual_interval(runs) if scheduled else None
     keeping_up = bool(runs) and runs[-1].drained >= runs[-1].backlog_before
     growing = False
     eta: float | None = None
+    note = None
     if backlog == 0:
         eta = 0.0
+    elif keeping_up and not scheduled:
+        note = "at the next run (no schedule)"
     elif keeping_up:
         eta = None if usual is None else max(0.0, usual - (now - runs[-1].committed_at))
     elif arrival is not None and drain is not None:
         growing = arrival > 0 and arrival >= drain
         eta = None if growing or drain <= arrival else backlog / (drain - arrival)
-    state, reason = _state(runs, backlog, now, usual)
+    if eta is None and note is None and len(runs) < 2:
+        note = f"too little history ({len(runs)} run{'' if len(runs) == 1 else 's'}; 2 needed)"
+    if scheduled:
+        state, reason = _state(runs, backlog, now, usual)
+    else:
+        state, reason = _unscheduled_state(runs, backlog, now, oldest_age, max_wait_s)
     if state is Health.STOP:
-        eta = None  # the rates describe runs that no longer come: no time to empty
+        eta, note = None, None  # the rates describe runs that no longer come: no time to empty
     return LevelHealth(
-        level, backlog, oldest_age, arrival, drain, eta, growing, state, reason, keeping_up
+        level, backlog, oldest_age, arrival, drain, eta, growing, state, reason, keeping_up, note
     )
 
 
 def _rates(runs: list[RunSample], backlog: int, now: float) -> tuple[float | None, float | None]:
-    """Arrivals per second since the window's first run; drains per second between its runs.
+    """Arrivals per second over the last RATE_WINDOW_S or more; drains per second between the
+    window's runs.
 
     Arrivals are what the backlog would have grown by without the runs: its change since the
-    first run plus what the later runs drained. The drain rate counts only the time the runs
+    run they are measured from plus what the later runs drained. The drain rate counts only the time the runs
     span: records arriving after the last run wait for the next one, which has not happened
     yet, so counting that idle time would understate the drain (and call a level that keeps
     up "growing").
     """
     if not runs:
         return None, None
+    # from the newest run at least RATE_WINDOW_S old (else the oldest): a burst that earlier
+    # runs drained is over, and must not read as records still arriving
+    old_enough = [i for i, s in enumerate(runs) if now - s.committed_at >= RATE_WINDOW_S]
+    start = old_enough[-1] if old_enough else 0
+    since = sum(s.drained for s in runs[start + 1 :])
+    span = now - runs[start].committed_at
+    arrival = None if span <= 0 else max(0.0, (backlog - runs[start].backlog_after + since) / span)
     drained = sum(s.drained for s in runs[1:])
-    span = now - runs[0].committed_at
-    arrival = None if span <= 0 else max(0.0, (backlog - runs[0].backlog_after + drained) / span)
     covered = runs[-1].committed_at - runs[0].committed_at
     return arrival, (drained / covered if covered > 0 else None)
 
@@ -161,6 +188,33 @@ def _state(
             f"has not shrunk over the last {len(runs)} runs",
         )
     return Health.OK, "draining" if backlog > 0 else "empty"
+
+
+def _unscheduled_state(
+    runs: list[RunSample],
+    backlog: int,
+    now: float,
+    oldest_age: float | None,
+    max_wait_s: float | None,
+) -> tuple[Health, str]:
+    """A drain run by hand: STOP only once a waiting record is older than the level's own
+    `max_wait`; the progress rules (STALL, WARN) as for any drain."""
+    late = max_wait_s is not None and oldest_age is not None and oldest_age > max_wait_s
+    if backlog > 0 and late:
+        assert oldest_age is not None and max_wait_s is not None
+        return (
+            Health.STOP,
+            f"records have waited {format_seconds(oldest_age)}, past the level's max_wait "
+            f"of {format_seconds(max_wait_s)}, and the drain has no schedule: run it",
+        )
+    if not runs:
+        if backlog > 0:
+            return Health.OK, "records wait for a run (the drain has no schedule)"
+        return Health.OK, "nothing to drain"
+    state, reason = _state(runs, backlog, now, None)
+    if state is Health.OK and backlog > 0:
+        return state, "records wait for the next run (the drain has no schedule)"
+    return state, reason
 
 
 def format_seconds(seconds: float) -> str:

@@ -33,9 +33,11 @@ def encoder(fmt: RecordFormat, topic: str) -> tuple[Encoder, list[tuple[str, str
         return _avro(fmt, topic)
     if fmt.format == "protobuf":
         return _protobuf(fmt, topic)
-    if fmt.format == "string":
+    if fmt.format in ("string", "bytes"):
         return (lambda value: str(value).encode()), [("value", "string")]
-    raise ConfigError(f"`drainer produce --format` takes json, avro or protobuf, not {fmt.format}")
+    raise ConfigError(
+        f"`drainer produce --format` takes json, avro, protobuf, string or bytes, not {fmt.format}"
+    )
 
 
 def synthetic_values(fields: list[tuple[str, str]], count: int, seed: int) -> Iterator[Any]:
@@ -56,6 +58,10 @@ def _value_of(kind: str, name: str, n: int) -> Any:
         return n * 1.5
     if kind == "boolean":
         return n % 2 == 0
+    if kind == "timestamp":
+        return f"2026-01-01T00:{n // 60 % 60:02d}:{n % 60:02d}Z"
+    if kind == "date":
+        return f"2026-01-{n % 28 + 1:02d}"
     return None
 
 

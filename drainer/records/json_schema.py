@@ -1,8 +1,12 @@
 """A JSON Schema file as the Spark DDL that `from_json` parses records with.
 
 Objects become structs, arrays arrays; `integer` is a long and `number` a double, so no value
-that JSON allows is cut short. Only what decoding needs is read: `type`, `properties`, `items`
-(nullability is Spark's: every column may be null, as a missing optional field is).
+that JSON allows is cut short; a string of `"format": "date-time"` is a timestamp and of
+`"format": "date"` a date (JSON Schema's RFC 3339 forms, which Spark's JSON reader parses).
+Only what decoding needs is read: `type`, `format`, `properties`, `items`, `required`. A top-level
+property the schema lists in `required` is `NOT NULL` in the DDL: decoding refuses a record
+that lacks it (a bad record, `bad_records`), so the column never holds a null; nested ones stay
+nullable, as Spark's reader makes them.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ _SCALARS = {
     "number": "double",
     "boolean": "boolean",
 }
+# string formats with a Spark type of their own; other formats (email, uuid, …) stay strings
+_STRING_FORMATS = {"date-time": "timestamp", "date": "date"}
 
 
 def ddl_of_file(path: Path) -> str:
@@ -29,7 +35,7 @@ def ddl_of_file(path: Path) -> str:
         raise ConfigError(f"JSON Schema {path} cannot be read: {err}") from None
     if _type(schema, str(path)) != "object":
         raise ConfigError(f"JSON Schema {path}: the top level must be an object (one column each)")
-    return _fields(schema, str(path))
+    return _fields(schema, str(path), top=True)
 
 
 def _type(schema: dict[str, Any], where: str) -> str:
@@ -42,17 +48,28 @@ def _type(schema: dict[str, Any], where: str) -> str:
     return kind
 
 
-def _fields(schema: dict[str, Any], where: str) -> str:
+def _fields(schema: dict[str, Any], where: str, top: bool = False) -> str:
     props = schema.get("properties") or {}
     if not props:
         raise ConfigError(f"JSON Schema at {where}: an object needs `properties`")
+    required = set(schema.get("required") or []) if top else set()
+    unknown = sorted(required - set(props))
+    if unknown:
+        raise ConfigError(
+            f"JSON Schema at {where}: `required` names {', '.join(unknown)}, which "
+            "`properties` does not list: add it there or remove it from `required`"
+        )
     return ", ".join(
-        f"`{name}` {_spark_type(sub, f'{where}.{name}')}" for name, sub in props.items()
+        f"`{name}` {_spark_type(sub, f'{where}.{name}')}"
+        + (" NOT NULL" if name in required else "")
+        for name, sub in props.items()
     )
 
 
 def _spark_type(schema: dict[str, Any], where: str) -> str:
     kind = _type(schema, where)
+    if kind == "string" and schema.get("format") in _STRING_FORMATS:
+        return _STRING_FORMATS[schema["format"]]
     if kind in _SCALARS:
         return _SCALARS[kind]
     if kind == "array":

@@ -36,11 +36,14 @@ def up(
     settings: Settings | None = None,
     echo: Echo = print,
     formats: tuple[str, ...] | None = None,
+    restart: bool = False,
+    wait_s: float = 0.0,
 ) -> list[ServiceStatus]:
     """Bring up Postgres, Kafka and the Spark Connect server (or check the configured ones).
 
     `formats`: the table formats whose jars the Connect server loads; default: those the drains
-    file uses (connect.up).
+    file uses (connect.up). A Connect server that must restart while runs use it: waited for
+    `wait_s`, then refused, unless `restart` (connect.start).
     """
     settings = settings or load_settings()
     results = []
@@ -58,7 +61,7 @@ def up(
     echo(f"{'spark':<9} jars ready in {result.address}: {result.detail}")
     results.append(result)
     with file_lock(settings.home / "services.lock"):
-        result = connect.up(settings, echo, formats)
+        result = connect.up(settings, echo, formats, restart=restart, wait_s=wait_s)
     echo(result.line())
     results.append(result)
     return results

@@ -20,13 +20,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import ServiceError
 from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
-from drainer.services import process
+from drainer.services import connect_users, process
 from drainer.services.connect_logging import log4j2, redact_log, roll_console_log
 from drainer.services.status import ServiceStatus
 from drainer.settings import DEFAULT_CONNECT_PORT, Settings
@@ -145,7 +146,11 @@ def spark_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dic
 
 
 def up(
-    settings: Settings, echo: Echo = print, formats: tuple[str, ...] | None = None
+    settings: Settings,
+    echo: Echo = print,
+    formats: tuple[str, ...] | None = None,
+    restart: bool = False,
+    wait_s: float = 0.0,
 ) -> ServiceStatus:
     """Make the Connect server answer at sc://127.0.0.1:15002 (DRAINER_CONNECT_PORT), starting
     ours if the port is free.
@@ -153,6 +158,8 @@ def up(
     With SPARK_REMOTE set, only checks that it answers; with SPARK_MASTER set (and no
     SPARK_REMOTE), runs use an in-process session, so nothing is started. `formats`: the table
     formats (delta, iceberg) whose jars the server loads; default: those the drains file uses.
+    A server that must restart while runs use it is waited for up to `wait_s`, then refused
+    (ServiceError naming the runs), unless `restart`.
     """
     if settings.spark_remote:
         return _check_remote(settings.spark_remote)
@@ -160,15 +167,10 @@ def up(
         return ServiceStatus(
             NAME, False, "-", None, f"not used: SPARK_MASTER={settings.spark_master} (in-process)"
         )
-    return start(
-        settings,
-        ConnectPaths.local(settings),
-        settings.connect_port,
-        "local[*]",
-        echo,
-        None,
-        formats,
-    )
+    with ExitStack() as held:  # new runs wait while a restart is under way
+        paths = ConnectPaths.local(settings)
+        port = settings.connect_port
+        return start(settings, paths, port, "local[*]", echo, None, formats, restart, wait_s, held)
 
 
 def start(
@@ -179,12 +181,20 @@ def start(
     echo: Echo = print,
     conf: Mapping[str, str] | None = None,
     formats: tuple[str, ...] | None = None,
+    restart: bool = False,
+    wait_s: float = 0.0,
+    held: ExitStack | None = None,
 ) -> ServiceStatus:
     """Start (or reuse) a Connect server on 127.0.0.1:`port` running on `master`.
 
     Also used to attach a server to a standalone cluster (`master="spark://…"`). `formats`: the
-    table formats whose jars and SQL extensions it loads (default: the drains file's); a running
-    server that lacks one is restarted, since a client cannot add jars to it.
+    table formats whose jars and SQL extensions it loads (default: the drains file's), added to
+    those a running server has (one user's drains file never takes another's jars away); a
+    running server that lacks one is restarted, since a client cannot add jars to it.
+
+    A restart never pulls the server from under a run (`connect_users`): it waits `wait_s`
+    for the runs using it, then refuses naming them, unless `restart`; `held` keeps the server
+    from new runs until the caller is done (they wait for the new server).
     """
     address = f"sc://{CLIENT_HOST}:{port}"
     formats = configured_formats(settings) if formats is None else formats
@@ -199,10 +209,13 @@ def start(
         echo(f"{NAME:<9} {problem}")
     sink_jars = sinks_code.jars
     pid = process.our_pid(paths.pid_file, MARKER)
+    if pid is not None:  # additive: what it loaded for others stays
+        formats = tuple(sorted(set(formats) | set(_formats_in(_started_with(paths).split()))))
     if (
         pid is not None
         and (reason := restart_reason(paths, settings, formats, sink_jars)) is not None
     ):
+        connect_users.hold_for_restart(paths.root, address, reason, wait_s, restart, held)
         echo(f"{NAME:<9} restarting pid {pid}: {reason} (it runs {_started_with(paths)})")
         process.terminate(pid)
         _wait_port_free(port)
@@ -326,8 +339,18 @@ def restart_reason(
     can: a client cannot change what a server was started with, so each is a restart."""
     started = _started_with(paths)
     words = started.split()
+    if f"env={sys.prefix}" not in words:
+        was = next((w.removeprefix("env=") for w in words if w.startswith("env=")), "unknown")
+        return (
+            f"its Python workers run the environment {was}, this shell {sys.prefix}: they "
+            "would import another installation's drainer"
+        )
     if not started.endswith(_code_of(settings)):
-        return "its Python workers would import another interpreter's or checkout's drainer"
+        was = started[started.rfind("PYTHONPATH=") :].removeprefix("PYTHONPATH=") or "(none)"
+        return (
+            f"its Python workers' PYTHONPATH is {was}, this shell's "
+            f"{settings.python_path or '(none)'}: a drain's own modules import from it"
+        )
     if f"pyspark={pyspark_version()}" not in words:
         # an upgrade in place replaced the jars it loads classes from as it goes
         return f"it was started from another pyspark than this environment's {pyspark_version()}"

@@ -234,7 +234,8 @@ def list_dead_letters(
 ) -> list[dict[str, Any]]:
     rows = conn.execute(
         text(
-            'SELECT id, topic, level, partition, "offset", key, error, attempts, created_at, retried_at '
+            'SELECT id, topic, level, partition, "offset", key, value, error, attempts, '
+            "created_at, retried_at "
             "FROM dead_letters WHERE drain = :d AND (:all OR retried_at IS NULL) "
             "ORDER BY id LIMIT :n"
         ),
@@ -264,18 +265,50 @@ def pending_by_level(conn: Connection, drain: str) -> dict[int, int]:
     return {int(row.level): int(row.n) for row in rows}
 
 
+def dead_letter(conn: Connection, drain: str, dead_id: int) -> dict[str, Any] | None:
+    """One dead letter of `drain`, every column; None when `dead_id` is not one of them."""
+    row = (
+        conn.execute(
+            text(
+                'SELECT id, run_id, topic, level, partition, "offset", key, value, headers, ts, '
+                "error, attempts, created_at, retried_at "
+                "FROM dead_letters WHERE drain = :d AND id = :i"
+            ),
+            {"d": drain, "i": dead_id},
+        )
+        .mappings()
+        .first()
+    )
+    return None if row is None else dict(row)
+
+
 def retried_of(conn: Connection, drain: str, ids: list[int]) -> dict[int, Any]:
     """Of `ids`, those that are dead letters of `drain`, each with when it was retried (None:
-    not yet); ids missing from the result are not the drain's dead letters."""
+    not yet) and its error; ids missing from the result are not the drain's dead letters."""
     rows = conn.execute(
-        text("SELECT id, retried_at FROM dead_letters WHERE drain = :d AND id = ANY(:ids)"),
+        text("SELECT id, retried_at, error FROM dead_letters WHERE drain = :d AND id = ANY(:ids)"),
         {"d": drain, "ids": ids},
     ).all()
-    return {row.id: row.retried_at for row in rows}
+    return {row.id: row for row in rows}
 
 
-def claim_for_retry(conn: Connection, drain: str, ids: list[int] | None) -> Sequence[Row[Any]]:
-    """Mark dead letters not retried yet (only `ids`, when given) retried, and return them.
+def undecodable_pending(conn: Connection, drain: str) -> int:
+    """Dead letters not retried that did not decode: a retry as they are would fail again."""
+    found = conn.scalar(
+        text(
+            "SELECT count(*) FROM dead_letters WHERE drain = :d AND retried_at IS NULL "
+            "AND starts_with(error, :u)"
+        ),
+        {"d": drain, "u": UNDECODABLE},
+    )
+    return int(found)
+
+
+def claim_for_retry(
+    conn: Connection, drain: str, ids: list[int] | None, undecodable_too: bool = True
+) -> Sequence[Row[Any]]:
+    """Mark dead letters not retried yet (only `ids`, when given; without `undecodable_too`,
+    not those that did not decode) retried, and return them.
 
     The claim and the mark are one statement: rows another transaction is claiming are
     skipped, not waited for, so two concurrent retries never both get a dead letter. The
@@ -286,10 +319,11 @@ def claim_for_retry(conn: Connection, drain: str, ids: list[int] | None) -> Sequ
             "UPDATE dead_letters SET retried_at = now() WHERE id IN ("
             " SELECT id FROM dead_letters WHERE drain = :d AND retried_at IS NULL"
             " AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(:ids))"
+            " AND (:all OR NOT starts_with(error, :u))"
             " ORDER BY id FOR UPDATE SKIP LOCKED) "
-            "RETURNING id, level, key, value, headers"
+            "RETURNING id, level, key, value, headers, error"
         ),
-        {"d": drain, "ids": ids},
+        {"d": drain, "ids": ids, "all": undecodable_too, "u": UNDECODABLE},
     ).all()
     return sorted(rows, key=lambda row: row.id)
 

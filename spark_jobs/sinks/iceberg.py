@@ -56,6 +56,11 @@ def wap_id(drain: str, run_id: int, nonce: str | None = None) -> str:
     return f"drainer:{drain}:{run_id}" + ("" if nonce is None else f":{nonce}")
 
 
+ORPHAN_MIN_AGE_HOURS = 24.0
+"""Files no snapshot references are removed only past this age (and the retention), whatever
+`--force` lowers the retention to: younger ones may belong to a write still in flight."""
+
+
 class IcebergSparkSink(IcebergSink, SparkSink):
     def prepare(self, spark: SparkSession, drain: str) -> None:
         """The session was made with the catalog's settings (spark_jobs.session sets every
@@ -145,7 +150,9 @@ class IcebergSparkSink(IcebergSink, SparkSink):
         self, spark: SparkSession, retention_hours: float, force: bool
     ) -> dict[str, Any]:
         """rewrite_data_files, then expire_snapshots older than the retention (their
-        unreferenced files go with them), and the branches crashed attempts left."""
+        unreferenced files go with them), the branches crashed attempts left, and the data
+        files no snapshot ever referenced (an interrupted write's: remove_orphan_files), once
+        they are older than the retention and ORPHAN_MIN_AGE_HOURS."""
         catalog, table, where = self.catalog, self.table, self.location()
         rewritten = spark.sql(
             f"CALL {catalog}.system.rewrite_data_files(table => '{table}')"
@@ -158,8 +165,10 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             f"CALL {catalog}.system.expire_snapshots(table => '{table}', "
             f"older_than => TIMESTAMP '{older_than}', retain_last => 1)"
         ).collect()
+        orphans = self._remove_orphan_files(spark, max(retention_hours, ORPHAN_MIN_AGE_HOURS))
         row = rewritten[0] if rewritten else None
         return {
+            "orphan_files_removed": orphans,
             "format": "iceberg",
             "location": where,
             "files_removed": int(row["rewritten_data_files_count"]) if row else 0,
@@ -170,6 +179,17 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             "run_branches_dropped": dropped,
             "retention_hours": retention_hours,
         }
+
+    def _remove_orphan_files(self, spark: SparkSession, age_hours: float) -> int:
+        """Remove files in the table's folder that no snapshot references, older than
+        `age_hours`: a write still in flight (another engine's, since this drain's runs wait
+        for its lease) has younger files; Iceberg's own default age is 3 days."""
+        older_than = (datetime.now(UTC) - timedelta(hours=age_hours)).strftime("%Y-%m-%d %H:%M:%S")
+        removed = spark.sql(
+            f"CALL {self.catalog}.system.remove_orphan_files(table => '{self.table}', "
+            f"older_than => TIMESTAMP '{older_than}')"
+        ).collect()
+        return len(removed)
 
     def known_failure(self, err: BaseException, drain: str) -> CatalogUnavailable | None:
         """The drain's own catalog did not answer, as one line naming it and its uri. Spark's

@@ -141,3 +141,28 @@ def test_the_scaffolded_component_without_a_drains_file_loads_its_starter_file(t
     dg_cli(project, "check", "defs")
     listed = json.loads(dg_cli(project, "list", "defs", "--json"))
     assert [a["asset_key"] for a in listed["assets"]] == ["events"]
+
+
+def test_dg_check_defs_passes_in_this_repositorys_own_dagster_project(tmp_path):
+    """Before: "Cannot find module `dagster_project` in the current project" from
+    dagster_project/, whose dg.toml made the folder its own project root. The repository is
+    the project ([tool.dg] in pyproject.toml): from its root and from dagster_project/."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "VIRTUAL_ENV": str(BIN.parent),
+        "DAGSTER_HOME": str(tmp_path),
+        "DRAINER_CONFIG": str(repo / "drains.yaml"),
+    }
+    for where in (repo, repo / "dagster_project"):
+        done = subprocess.run(
+            [str(BIN / "dg"), "check", "defs"],
+            cwd=where,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, (where, done.stdout[-2000:], done.stderr[-2000:])
+        assert "All definitions loaded successfully" in done.stdout + done.stderr

@@ -244,7 +244,7 @@ def test_a_missing_output_topic_is_named_with_the_command_that_creates_it(make_d
     produce_backlog(drain, {0: 5, 1: 5, 2: 5})
     with pytest.raises(ConfigError, match="output topic no_such_topic_27 does not exist") as err:
         drain_job.run(drain.name, trigger="test")
-    assert "kafka-topics.sh" in str(err.value) and "--create --topic no_such_topic_27" in str(
+    assert "drainer topics create" in str(err.value) and "--topic no_such_topic_27" in str(
         err.value
     )
     assert "\n" not in str(err.value)

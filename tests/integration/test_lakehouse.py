@@ -291,6 +291,33 @@ def test_maintain_compacts_small_files_and_keeps_every_row(make_drain, lakehouse
     assert live_files(drain) == report["files_added"]
 
 
+def test_maintain_removes_an_interrupted_writes_orphan_files_past_a_safe_age(make_drain, lakehouse):
+    """Before: the data files an interrupted Iceberg write left outside every snapshot stayed
+    for good. `drainer maintain` removes those older than the retention and a day (a write
+    in flight has younger ones), even with a forced retention of 0."""
+    import os
+    import time
+
+    from spark_jobs.maintenance import maintain
+
+    drain = make_drain(sink=sink_of("iceberg"), budget=100, **DATAFRAME_MODE)
+    total = sum(produce_backlog(drain, {0: 20, 1: 10, 2: 10}).values())
+    drain_until_empty(drain)
+    folder = spark_sink_for(drain.sink, load_settings()).data_folder()
+    assert folder is not None
+    data = folder / "data"
+    [written, *_] = sorted(data.rglob("*.parquet"))
+    old, fresh = data / "00000-9-interrupted-old.parquet", data / "00000-9-in-flight.parquet"
+    for orphan in (old, fresh):
+        orphan.write_bytes(written.read_bytes())  # as a crashed task leaves them: never committed
+    three_days_ago = time.time() - 3 * 86400
+    os.utime(old, (three_days_ago, three_days_ago))
+    report = maintain(drain, retention_hours=0, force=True)
+    assert not old.exists() and fresh.exists()
+    assert report["orphan_files_removed"] == 1
+    assert_each_record_once(drain, total)
+
+
 def test_settings_changed_in_a_session_of_its_own_stay_there(spark):
     """What maintenance changes for its VACUUM (the retention check) stays in a clone of the
     session: the shared one is never changed and set back, which raced a concurrent maintain."""

@@ -2,7 +2,9 @@
 and on the Dagster asset (metadata and the `level_health` check).
 
 Runs are spaced a few seconds apart so that the time `status` takes to start stays well under
-STOP's "three usual intervals since the last run".
+STOP's "three usual intervals since the last run". That rule is a scheduled drain's: the drains
+judged by it have a schedule (the tests call the runs themselves); a drain without one is judged
+by its own `max_wait`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 
 GAP_S = 4.0
+HOURLY = "0 * * * *"  # a schedule, so the runs' rhythm is what the level is judged by
 
 
 def status_json(drain_name: str) -> dict:
@@ -35,7 +38,7 @@ def status_json(drain_name: str) -> dict:
 
 
 def test_runs_that_keep_up_show_ok_with_an_eta(make_drain, spark):
-    drain = make_drain(partitions=1)
+    drain = make_drain(partitions=1, schedule=HOURLY)
     for n in range(3):
         produce_records(drain, synthetic_records(100, seed=n), level=1)
         assert drain_job.run(drain, trigger="test").drained == 100
@@ -71,7 +74,7 @@ def test_a_level_no_run_covers_is_stop_and_the_check_fails(make_drain, spark):
     """A backfill of levels 1..2 twice while level 0 waits: level 0 has never run (STOP)."""
     from dagster_project.definitions import RANGE_END, RANGE_START, build_definitions
 
-    drain = make_drain(partitions=1)
+    drain = make_drain(partitions=1, schedule=HOURLY)
     for level in range(3):
         produce_records(drain, synthetic_records(50, seed=level), level=level)
     before = time.time()
@@ -108,6 +111,28 @@ def test_a_level_no_run_covers_is_stop_and_the_check_fails(make_drain, spark):
     assert level0.state is Health.STOP and level0.backlog == 50
     assert level0.oldest_age_s is not None
     assert 0 <= level0.oldest_age_s <= time.time() - before + 30
+
+
+def test_a_drain_run_by_hand_is_judged_by_its_max_wait_not_a_cadence(make_drain, spark):
+    """Before: a drain run by hand showed every level STOP ("last run 77 s ago, more than 3
+    times the usual 17 s"). Two runs GAP_S apart, then more than three such gaps of quiet:
+    a scheduled drain would be STOP by now; this one is OK until a record outwaits max_wait."""
+    drain = make_drain(partitions=1, max_wait="1h")
+    for n in range(2):
+        produce_records(drain, synthetic_records(10, seed=n), level=1)
+        assert drain_job.run(drain, trigger="test").drained == 10
+        time.sleep(GAP_S)
+    time.sleep(3 * GAP_S)
+    produce_records(drain, synthetic_records(10, seed=7), level=1)
+    level1 = {lv["level"]: lv["health"] for lv in status_json(drain.name)["levels"]}[1]
+    assert level1["state"] == "OK", level1
+    assert level1["eta"] == "at the next run (no schedule)", level1
+
+    two_hours_ago = int((time.time() - 7200) * 1000)
+    late = OutRecord(value=b"{}", key=b"late", timestamp_ms=two_hours_ago)
+    produce_records(drain, [late], level=0)
+    level0 = drain_health(drain)[0]
+    assert level0.state is Health.STOP and "past the level's max_wait" in level0.reason
 
 
 def test_a_level_whose_offset_never_moves_stalls(make_drain, spark):

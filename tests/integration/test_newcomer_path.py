@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -208,3 +210,283 @@ def test_the_newcomer_path_every_failure_is_short_documented_and_names_its_fix(n
     drainer.ok("dlq", "retry", orders, "--ids", str(dead["id"]))
     drainer.fails("dlq", "retry", orders, "--ids", str(dead["id"]), fix="dlq list")
     drainer.fails("rewind", orders, "--level", "1", "--to-earliest", fix="--reason")
+
+
+def _drains_file(folder: Path, drains: dict) -> None:
+    (folder / "drains.yaml").write_text(yaml.safe_dump({"drains": drains}))
+
+
+def _run_status(name: str) -> list[tuple[int, str, str | None]]:
+    with get_engine().connect() as conn:
+        rows = conn.execute(
+            text("SELECT id, status, error FROM runs WHERE drain = :d ORDER BY id"), {"d": name}
+        ).all()
+    return [(r.id, r.status, r.error) for r in rows]
+
+
+def test_ctrl_c_during_a_run_is_one_line_exit_130_and_the_next_run_resumes(tmp_path, stack):
+    """Before: an ~80-line KeyboardInterrupt traceback from pyspark/grpc, and `drainer status`
+    said `KeyboardInterrupt:` with nothing after. SIGINT is sent once the run's Spark job is
+    under way (its handler takes a second per record, in offset order): the race happened when
+    the interrupted run is stored failed with nothing committed, and the next run resumes it."""
+    name = f"ctrlc_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 1,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "mode": "record",
+        "handler": "spark_jobs.examples:sleepy_echo",
+        "output_schema": "topic string, partition int, offset long, level int, key string, "
+        "value_size int",
+        "sink": {"type": "postgres", "table": f"{name}_out"},
+    }
+    _drains_file(tmp_path, {name: body})
+    drainer = Newcomer(tmp_path)
+    try:
+        drainer.ok("topics", "create", name)
+        drainer.ok("produce", name, "--count", "12")
+        run = subprocess.Popen(
+            [*DRAINER, "run", name],
+            cwd=tmp_path,
+            env=drainer.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        waited = 0
+        while not any(status == "running" for _, status, _ in _run_status(name)):
+            assert run.poll() is None and waited < 600, run.communicate()
+            time.sleep(0.5)
+            waited += 1
+        time.sleep(4)  # into the Spark job: 12 records, a second each
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 130, (run.returncode, err)
+        assert "Traceback" not in err, err
+        error = err[err.index("drainer: ") :]
+        assert len([line for line in error.splitlines() if line.strip()]) <= 3, error
+        assert f"interrupted; nothing committed; `drainer run {name}` resumes the plan" in error
+
+        [(run_id, status, reason)] = _run_status(name)
+        assert status == "failed" and reason is not None
+        assert reason.startswith("interrupted (Ctrl-C) before the commit"), reason
+        shown = drainer.ok("status", name).stdout
+        assert "interrupted (Ctrl-C)" in shown and "KeyboardInterrupt" not in shown
+
+        resumed = json.loads(drainer.ok("run", name, "--json").stdout)
+        assert (resumed["run_id"], resumed["resumed"], resumed["drained"]) == (run_id, True, 12)
+        with get_engine().connect() as conn:
+            offsets = conn.execute(text(f'SELECT "offset" FROM {name}_out ORDER BY 1')).scalars()
+            assert list(offsets) == list(range(12))  # each record once
+    finally:
+        for drain in load_drains(tmp_path / "drains.yaml").values():
+            delete_topics(drain)
+
+
+def test_produce_sends_what_it_is_asked_to_and_names_the_line_it_refuses(tmp_path, stack):
+    """Before: a value that is not JSON, on a drain that declares JSON values, was a 23-31
+    line JSONDecodeError traceback (also with `--format string`), and `"value": null` went out
+    as the four bytes `null`."""
+    from kafka_output import read_output
+
+    name = f"prod_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 1,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "value": {"format": "json", "schema": "id bigint"},
+        "sink": {"type": "postgres", "table": f"{name}_out"},
+    }
+    _drains_file(tmp_path, {name: body})
+    drainer = Newcomer(tmp_path)
+    try:
+        drainer.ok("topics", "create", name)
+        lines = '{"value": {"id": 1}}\n{"key": "k", "value": "not json"}\n'
+        drainer.fails("produce", name, "--stdin", stdin=lines, fix="stdin line 2")
+        drainer.fails("produce", name, "--stdin", stdin=lines, fix="--format string")
+        assert read_output(f"{name}-0") == []  # nothing sent: every line is checked first
+
+        drainer.ok("produce", name, "--stdin", "--format", "string", stdin=lines)
+        drainer.ok("produce", name, "--stdin", "--format", "bytes", stdin='{"value": "raw"}\n')
+        drainer.ok("produce", name, "--stdin", stdin='{"key": "k", "value": null}\n')
+        values = [record.value for record in read_output(f"{name}-0")]
+        assert values == [b'{"id": 1}', b"not json", b"raw", None]  # the last a tombstone
+    finally:
+        for drain in load_drains(tmp_path / "drains.yaml").values():
+            delete_topics(drain)
+
+
+def test_a_misspelt_key_is_named_with_the_key_meant(tmp_path):
+    """Before: `tabel` was reported as a missing `table`, `typ: delta` made a postgres sink,
+    and a misspelt key beside its correct sibling got pydantic's bare "Extra inputs are not
+    permitted"."""
+    drainer = Newcomer(tmp_path)
+    body = {"topic": "keys", "group": "keys", "levels": 2, "budget": 100, "schedule": None}
+    for sink, fix in (
+        ({"tabel": "out"}, "unknown key `tabel` in sink; did you mean `table`?"),
+        ({"table": "out", "tabel": "x"}, "unknown key `tabel` in sink; did you mean `table`?"),
+        ({"typ": "delta", "path": "lake/keys"}, "set `type: delta`"),
+    ):
+        _drains_file(tmp_path, {"keys": {**body, "sink": sink}})
+        drainer.fails("plan", "keys", fix=fix)
+
+
+def test_a_dead_letter_is_shown_whole_and_fixed_before_its_retry(tmp_path, stack):
+    """Before: `dlq list` never showed the payload, and `dlq retry` re-sent the same bytes, so
+    an undecodable record came straight back as a new dead letter."""
+    name = f"dead_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 1,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "value": {"format": "json", "schema": "id bigint"},
+        "bad_records": "dead_letter",
+        "sink": {"type": "postgres", "table": f"{name}_out"},
+    }
+    _drains_file(tmp_path, {name: body})
+    drainer = Newcomer(tmp_path)
+    try:
+        drainer.ok("topics", "create", name)
+        lines = '{"value": {"id": 1}}\n{"value": "{\\"id\\": \\"abc\\"}"}\n'
+        drainer.ok("produce", name, "--stdin", stdin=lines)
+        drainer.ok("run", name)
+        [dead] = json.loads(drainer.ok("dlq", "list", name, "--json").stdout)
+        assert dead["value"] == '{"id": "abc"}' and dead["value_base64"], dead
+        assert "id = abc is not bigint" in dead["error"], dead
+        listed = drainer.ok("dlq", "list", name).stdout
+        assert '{ "id": "abc" }' in listed, listed  # the payload, on the table's line
+        shown = drainer.ok("dlq", "show", name, str(dead["id"])).stdout
+        assert "reason: undecodable: the value's JSON does not fit its schema" in shown, shown
+        assert '"id": "abc"' in shown, shown
+
+        # the same bytes would come straight back: refused, naming the way to fix them
+        ident = str(dead["id"])
+        drainer.fails("dlq", "retry", name, "--ids", ident, fix="--value-from FILE")
+        drainer.fails("dlq", "show", name, str(dead["id"] + 1000), fix="dlq list")
+        (tmp_path / "fixed.json").write_text('{"id": 2}')
+        drainer.ok("dlq", "retry", name, "--ids", ident, "--value-from", "fixed.json")
+        drainer.ok("run", name)
+        with get_engine().connect() as conn:
+            ids = conn.execute(text(f"SELECT id FROM {name}_out ORDER BY id")).scalars().all()
+        assert ids == [1, 2]
+        assert json.loads(drainer.ok("dlq", "list", name, "--json").stdout) == []
+    finally:
+        for drain in load_drains(tmp_path / "drains.yaml").values():
+            delete_topics(drain)
+
+
+def test_services_up_from_another_drains_file_never_restarts_the_server_under_a_run(
+    tmp_path, stack
+):
+    """Before: a second user's `services up` restarted the shared Connect server in the middle
+    of another user's run ("Cannot call methods on a stopped SparkContext"). A run writes (a
+    second a record); another folder's `services up` that needs no restart leaves the server
+    be (jars are additive), one that needs it (another PYTHONPATH) refuses naming the run, and
+    with `--wait` restarts it only once the run is done: the run commits."""
+    from drainer.services.connect import ConnectPaths
+    from drainer.services.connect_users import current_users
+    from drainer.settings import load_settings
+
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    mine.mkdir()
+    theirs.mkdir()
+    name = f"shared_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 1,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "mode": "record",
+        "handler": "spark_jobs.examples:sleepy_echo",
+        "output_schema": "topic string, partition int, offset long, level int, key string, "
+        "value_size int",
+        "sink": {"type": "postgres", "table": f"{name}_out"},
+    }
+    _drains_file(mine, {name: body})
+    other = {**body, "topic": f"{name}_x", "group": f"{name}_x", "mode": "dataframe"}
+    del other["handler"], other["output_schema"]
+    other["sink"] = {"type": "delta", "path": f"{name}_x"}
+    _drains_file(theirs, {f"{name}_x": other})
+    me, them = Newcomer(mine), Newcomer(theirs)
+    server = ConnectPaths.local(load_settings()).root
+    run = None
+    try:
+        me.ok("services", "up")  # the server as this shell has it (no PYTHONPATH): no run yet
+        me.ok("topics", "create", name)
+        me.ok("produce", name, "--count", "10")
+        run = subprocess.Popen(
+            [*DRAINER, "run", name, "--json"],
+            cwd=mine,
+            env=me.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        waited = 0
+        while not any(f"of drain {name}" in user for user in current_users(server)):
+            assert run.poll() is None and waited < 1200, run.communicate()
+            time.sleep(0.5)
+            waited += 1
+
+        same = them.ok("services", "up")  # delta's jars are there already: no restart
+        assert "restarting" not in same.stdout, same.stdout
+        them.env["PYTHONPATH"] = str(theirs)  # their own modules: the server must restart
+        refused = them.fails("services", "up", fix=f"of drain {name}")
+        assert "--wait SECONDS" in refused and "PYTHONPATH" in refused, refused
+        assert run.poll() is None  # still running: nothing restarted under it
+
+        waited_up = them.ok("services", "up", "--wait", "600")
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        assert json.loads(out)["drained"] == 10
+        assert "restarting" in waited_up.stdout, waited_up.stdout
+        assert [status for _, status, _ in _run_status(name)] == ["committed"]
+    finally:
+        if run is not None and run.poll() is None:
+            run.kill()
+        for folder in (mine, theirs):
+            for drain in load_drains(folder / "drains.yaml").values():
+                delete_topics(drain)
+
+
+def test_topics_create_makes_the_kafka_sinks_output_topic_and_plain_ones(tmp_path, stack):
+    """Before: the Kafka sink's missing-topic error sent the user to `kafka-topics.sh`, which
+    the local stack does not ship, and `drainer topics create` could not make an output topic."""
+    name = f"out_{uuid.uuid4().hex[:8]}"
+    body = {
+        "topic": name,
+        "group": name,
+        "levels": 2,
+        "partitions": 1,
+        "budget": 100,
+        "schedule": None,
+        "sink": {"type": "kafka", "topic": f"{name}_out"},
+    }
+    _drains_file(tmp_path, {name: body})
+    drainer = Newcomer(tmp_path)
+    try:
+        made = drainer.ok("topics", "create", name, "--topic", f"{name}_routed").stdout
+        states = {line.split()[0]: line.split()[1] for line in made.splitlines() if line.strip()}
+        topics = (f"{name}-0", f"{name}-1", f"{name}_out", f"{name}_routed")
+        assert states == dict.fromkeys(topics, "created"), made
+        again = drainer.ok("topics", "create", name).stdout
+        states = {line.split()[0]: line.split()[1] for line in again.splitlines() if line.strip()}
+        assert states == dict.fromkeys(topics[:3], "exists"), again
+    finally:
+        from kafka_output import admin, delete_topic
+
+        for topic in (f"{name}_out", f"{name}_routed"):
+            delete_topic(admin(), topic)
+        for drain in load_drains(tmp_path / "drains.yaml").values():
+            delete_topics(drain)

@@ -12,6 +12,7 @@ import json
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -357,7 +358,7 @@ def test_a_dead_letter_of_an_unknown_schema_id_decodes_once_retried_after_the_sc
     [letter] = dead_letters_of(drain)
     assert f"unknown schema id {v1 + 1}" in letter["error"]
     assert register(registry, f"{drain.topic}-value", json.dumps(ORDER_V2)) == v1 + 1
-    assert retry_dead_letters(drain) == 1
+    assert retry_dead_letters(drain, as_is=True) == 1  # its schema is registered now
     drain_until_empty(drain)
     [row] = [r for r in rows_of(drain) if r["note"] is not None]
     assert (row["id"], row["note"], row["_key"]) == ("1-0-9", "early", "early")
@@ -370,14 +371,22 @@ def test_malformed_json_goes_to_the_dead_letters_and_the_rest_is_written(lakehou
         bad_records="dead_letter",
         sink=sink_for("postgres"),
     )
-    bad = {"malformed": bad_values(None)["malformed"], "not_json": b"\xff\xfe"}
+    bad = {
+        "malformed": bad_values(None)["malformed"],
+        "not_json": b"\xff\xfe",
+        # well-formed JSON whose field does not fit its type: not "malformed JSON"
+        "misfit": b'{"id": "x", "amount": "abc", "qty": 2}',
+    }
     total, offsets = produce_with_bad(drain, lambda o: json.dumps(o).encode(), bad)
     drain_until_empty(drain)
     rows, dead = rows_of(drain), dead_letters_of(drain)
     assert len(rows) + len(dead) == total
     assert_each_offset_once(drain, rows, dead)
     assert {d["offset"] for d in dead} == set(offsets.values())
-    assert all("malformed JSON" in d["error"] for d in dead)
+    errors = {bytes(d["key"]).decode(): d["error"] for d in dead}
+    assert "malformed JSON" in errors["malformed"] and "malformed JSON" in errors["not_json"]
+    assert "malformed" not in errors["misfit"], errors
+    assert "does not fit its schema: amount = abc is not double" in errors["misfit"], errors
 
 
 def test_a_drain_with_neither_value_nor_processor_writes_raw_records_with_metadata(
@@ -390,3 +399,51 @@ def test_a_drain_with_neither_value_nor_processor_writes_raw_records_with_metada
     assert len(rows) == produced
     assert_each_offset_once(drain, rows)
     assert json.loads(bytes(rows[0]["value"]))["id"] and isinstance(rows[0]["_key"], bytes)
+
+
+def test_json_schema_dates_are_typed_and_a_record_lacking_a_required_field_is_bad(
+    make_drain, tmp_path
+):
+    """Before: `"format": "date-time"` became a text column, and a record without a `required`
+    field was written with a null."""
+    schema = tmp_path / "event.json"
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "required": ["id"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "at": {"type": "string", "format": "date-time"},
+                    "day": {"type": "string", "format": "date"},
+                },
+            }
+        )
+    )
+    drain = make_drain(
+        partitions=1,
+        value={"format": "json", "schema": str(schema)},
+        bad_records="dead_letter",
+        sink=sink_for("postgres"),
+    )
+    good = {"id": 1, "at": "2026-11-28T12:30:00Z", "day": "2026-11-28"}
+    lacking = {"at": "2026-11-28T12:31:00Z"}
+    records = [OutRecord(value=json.dumps(v).encode(), key=b"k") for v in (good, lacking)]
+    produce_records(drain, records, 1, None, 0)
+    drain_until_empty(drain)
+    with get_engine().connect() as conn:
+        types = dict(
+            conn.execute(
+                text(
+                    "SELECT column_name, data_type FROM information_schema.columns "
+                    "WHERE table_name = :t AND column_name IN ('at', 'day')"
+                ),
+                {"t": drain.sink.table},
+            ).all()
+        )
+    assert types == {"at": "timestamp with time zone", "day": "date"}, types
+    [row] = rows_of(drain)
+    assert row["id"] == 1 and str(row["day"]) == "2026-11-28"
+    assert row["at"] == datetime(2026, 11, 28, 12, 30, tzinfo=UTC), row["at"]
+    [dead] = dead_letters_of(drain)
+    assert dead["error"] == "undecodable: the value lacks required id", dead

@@ -97,3 +97,31 @@ def test_resuming_a_collector_it_did_not_pause_changes_nothing():
         "print(gc.isenabled(), gc.get_freeze_count() == frozen)\n"
     )
     assert _python(script) == ["True", "True", "False", "True"]
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    """Before: an ~80-line KeyboardInterrupt traceback. The run's own interrupt is proven in
+    tests/integration/test_newcomer_path.py; here, which line each case gets."""
+    import argparse
+
+    from drainer.cli.main import INTERRUPTED, interrupted, main
+
+    assert INTERRUPTED == 130
+    run = argparse.Namespace(command="run", drain="orders")
+    assert interrupted(run, KeyboardInterrupt()) == (
+        "interrupted; nothing committed; `drainer run orders` resumes the plan"
+    )
+    late = KeyboardInterrupt()
+    late.committed_run = 7  # type: ignore[attr-defined]
+    assert "after run 7 of orders committed" in interrupted(run, late)
+    assert interrupted(argparse.Namespace(command="status"), KeyboardInterrupt()) == "interrupted"
+
+    def ctrl_c(_argv: object = None) -> object:
+        raise KeyboardInterrupt
+
+    import drainer.cli.status as status
+
+    monkeypatch.setattr(status, "cmd_status", ctrl_c)
+    code = main(["status", "orders"])
+    err = capsys.readouterr().err
+    assert code == 130 and err.strip() == "drainer: interrupted", err

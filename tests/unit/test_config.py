@@ -38,7 +38,10 @@ def test_valid_drain_loads_with_defaults(tmp_path):
         ({"maxout_threshold": 7}, "exceeds history_window"),
         ({"distributor": "fibonacci"}, "fibonacci"),
         ({"kafka": {"bootstrap.servers": "x:1"}}, "KAFKA_BOOTSTRAP_SERVERS"),
-        ({"budgett": 5}, "orders.budgett"),
+        (
+            {"budgett": 5},
+            "drains.orders: unknown key `budgett` in the drain; did you mean `budget`?",
+        ),
         ({"ordering": "sideways"}, "orders.ordering"),
         ({"sink": {"table": "t" * 64}}, "use at most 63 bytes"),
         ({"sink": {"table": "out", "publish": "move"}}, "sink.publish"),
@@ -122,3 +125,39 @@ def test_a_level_topic_reads_back_as_its_level(topic: str, level: int) -> None:
         sink={"type": "postgres", "table": "t"},
     )
     assert topic_level(drain.level_topic(level)) == level
+
+
+@pytest.mark.parametrize(
+    ("sink", "message"),
+    [
+        # before: the error asked for `table`, as if none had been written
+        ({"tabel": "out"}, "unknown key `tabel` in sink; did you mean `table`?"),
+        # before: pydantic's bare "Extra inputs are not permitted"
+        ({"table": "out", "tabel": "x"}, "unknown key `tabel` in sink; did you mean `table`?"),
+        ({"type": "delta", "pth": "lake/x"}, "unknown key `pth` in sink; did you mean `path`?"),
+        # a block without `type` is postgres: another type's key asks for the type
+        (
+            {"typ": "delta", "path": "lake/x"},
+            "but `path` belongs to delta sinks: set `type: delta`",
+        ),
+        ({"typ": "delta", "path": "lake/x"}, "unknown key `typ` in sink; did you mean `type`?"),
+        ({"typ": "delta", "table": "out"}, "unknown key `typ` in sink; did you mean `type`?"),
+        ({"type": "delta", "table": "t", "path": "x"}, "table cannot be used with a delta sink"),
+    ],
+)
+def test_a_misspelt_or_misplaced_sink_key_is_named_with_the_key_meant(tmp_path, sink, message):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, sink=sink)
+    assert message in str(info.value)
+    assert "Extra inputs" not in str(info.value)
+
+
+def test_misspelt_keys_elsewhere_are_named_too(tmp_path):
+    with pytest.raises(
+        ConfigError, match=r"unknown key `fromat` in the format; did you mean `format`"
+    ):
+        load(tmp_path, value={"fromat": "json"})
+    with pytest.raises(
+        ConfigError, match=r"unknown key `zzz` in the drain; docs/configuration.md lists"
+    ):
+        load(tmp_path, zzz=1)

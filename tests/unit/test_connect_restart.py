@@ -4,6 +4,8 @@ what it was started with is read back from its `started_with` line."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,11 +52,41 @@ def test_a_server_without_a_table_formats_jars_is_restarted(paths, settings) -> 
     )
 
 
-def test_a_server_of_another_environment_is_restarted(paths, settings) -> None:
+def test_a_server_of_another_pythonpath_is_restarted_naming_both(paths, settings) -> None:
+    """Before: "its Python workers would import another interpreter's or checkout's drainer"
+    when only PYTHONPATH differed."""
     other = dataclasses.replace(settings, python_path="/elsewhere/checkout")
     _started(paths, connect.started_with("local[*]", ("delta",), other))
     reason = connect.restart_reason(paths, settings, ("delta",))
-    assert reason is not None and "another interpreter's or checkout's drainer" in reason
+    assert reason == (
+        "its Python workers' PYTHONPATH is /elsewhere/checkout, this shell's (none): a drain's "
+        "own modules import from it"
+    )
+
+
+def test_a_server_of_another_environment_is_restarted_naming_it(paths, settings) -> None:
+    line = connect.started_with("local[*]", ("delta",), settings)
+    _started(paths, line.replace(f"env={sys.prefix} ", "env=/other/venv "))
+    reason = connect.restart_reason(paths, settings, ("delta",))
+    assert reason is not None and reason.startswith(
+        f"its Python workers run the environment /other/venv, this shell {sys.prefix}"
+    )
+
+
+def test_a_run_holds_the_server_and_a_restart_waits_or_names_it(tmp_path) -> None:
+    from drainer.services import connect_users
+
+    with connect_users.using(tmp_path, "run 4 of drain orders"):
+        assert connect_users.current_users(tmp_path) == [
+            f"run 4 of drain orders (pid {os.getpid()})"
+        ]
+        with connect_users.exclusive(tmp_path, wait_s=0.0) as got:
+            assert not got
+    assert connect_users.current_users(tmp_path) == []
+    with connect_users.exclusive(tmp_path, wait_s=0.0) as got:
+        assert got
+    (tmp_path / connect_users.USERS / "999999999-dead").write_text("run 1 of drain gone")
+    assert connect_users.current_users(tmp_path) == []  # a killed run's name is not a user
 
 
 @pytest.mark.parametrize(

@@ -77,3 +77,49 @@ def test_a_bad_argument_is_one_drainer_line_naming_help_not_a_usage_block(capsys
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("drainer: ") and says in line, line
     assert line.endswith(" --help` shows the usage"), line
+
+
+def test_a_null_value_is_a_tombstone_not_the_text_null():
+    """Before: `"value": null` went out as the four bytes `null`, so deletes could not be tried."""
+    [record] = records('{"key": "k", "value": null}\n')
+    assert record.value is None and record.key == b"k"
+    [encoded] = list(json_line_records(io.StringIO('{"value": null}\n'), _json, "json"))
+    assert encoded.value is None
+
+
+def _json(value: object) -> bytes:
+    import json
+
+    return json.dumps(value).encode()
+
+
+def test_a_value_that_is_not_json_for_a_json_drain_names_its_line():
+    """Before: a 23-31 line JSONDecodeError traceback, exit 1."""
+    lines = '{"value": {"id": 1}}\n{"value": "{\\"id\\": 2}"}\n{"value": "not json"}\n'
+    with pytest.raises(ConfigError, match=r"stdin line 3: the value is not JSON .*--format string"):
+        list(json_line_records(io.StringIO(lines), _json, "json"))
+    ok = list(json_line_records(io.StringIO(lines.rsplit("\n", 2)[0] + "\n"), _json, "json"))
+    assert [r.value for r in ok] == [b'{"id": 1}', b'{"id": 2}']  # a string value is JSON text
+
+
+def test_without_an_encoder_text_is_sent_as_it_is():
+    """`--format string|bytes`: no json.loads; a string is its text, other values their JSON."""
+    got = records('{"value": "not json"}\n{"value": {"a": 1}}\n')
+    assert [r.value for r in got] == [b"not json", b'{"a": 1}']
+
+
+def test_a_value_the_encoder_refuses_names_its_line():
+    def refuse(value: object) -> bytes:
+        raise ValueError("field 'amount' must be a number")
+
+    with pytest.raises(ConfigError, match=r"stdin line 1: the value does not encode as avro"):
+        list(json_line_records(io.StringIO('{"value": {"amount": "x"}}\n'), refuse, "avro"))
+
+
+def test_a_dead_letters_payload_is_decoded_where_it_can_be():
+    from drainer.lifecycle.dlq import payload_text
+
+    assert payload_text(b'{"id":"abc"}') == '{\n  "id": "abc"\n}'
+    assert payload_text(b"plain text") == "plain text"
+    assert payload_text(b"\xff\xfe") == "2 bytes, not UTF-8: b'\\xff\\xfe'"
+    assert payload_text(None) == "null (a tombstone)"

@@ -108,7 +108,7 @@ def test_one_run_gives_an_arrival_rate_but_no_drain_rate():
     health = level_health(0, runs((100, 50, 20, 30)), 230, NOW)
     assert health.arrival_rate == pytest.approx(2.0)  # 200 more records in 100 s
     assert health.drain_rate is None and health.eta_s is None and not health.growing
-    assert health.eta_text() == "unknown"
+    assert health.eta_text() == "too little history (1 run; 2 needed)"  # before: "unknown"
 
 
 def test_a_stalled_level_is_not_called_growing():
@@ -156,3 +156,31 @@ def test_eta_is_defined_exactly_when_the_level_can_empty(rows, backlog):
 )
 def test_format_seconds(seconds, text):
     assert format_seconds(seconds) == text
+
+
+def test_a_burst_the_runs_drained_is_not_still_arriving():
+    """Before: right after a burst, "arriving 500.8/s" while nothing arrived, and an ETA built
+    on it. A burst of 50,000 came between the runs 400 s and 77 s ago; the latter drained it."""
+    health = level_health(0, runs((400, 0, 0, 0), (77, 50_000, 40_000, 10_000)), 10_000, NOW)
+    assert health.arrival_rate == pytest.approx(0.0)
+    assert health.drain_rate is not None and health.eta_s is not None
+
+
+def test_a_drain_without_a_schedule_is_judged_by_its_max_wait_not_a_cadence():
+    """Before: a drain run by hand showed every level STOP ("last run 77 s ago, more than 3
+    times the usual 17 s")."""
+    by_hand = runs((111, 10, 10, 0), (94, 10, 10, 0))
+    health = level_health(0, by_hand, 10, NOW, oldest_timestamp=NOW - 77, scheduled=False)
+    assert health.state is Health.OK, health.reason
+    assert health.eta_text() == "at the next run (no schedule)"
+    assert level_health(0, by_hand, 10, NOW, oldest_timestamp=NOW - 77).state is Health.STOP
+    within = level_health(
+        0, by_hand, 10, NOW, oldest_timestamp=NOW - 77, scheduled=False, max_wait_s=3600
+    )
+    assert within.state is Health.OK
+    late = level_health(
+        0, by_hand, 10, NOW, oldest_timestamp=NOW - 7200, scheduled=False, max_wait_s=3600
+    )
+    assert late.state is Health.STOP and "past the level's max_wait of 60 min" in late.reason
+    never = level_health(0, [], 10, NOW, oldest_timestamp=NOW - 5, scheduled=False)
+    assert never.state is Health.OK and "no schedule" in never.reason

@@ -115,6 +115,36 @@ def test_json_schema_file_becomes_spark_ddl(tmp_path):
     )
 
 
+def test_json_schema_dates_are_typed_and_required_fields_not_null(tmp_path):
+    """Before: `"format": "date-time"` became a string column and `required` fields stayed
+    nullable."""
+    path = tmp_path / "event.json"
+    path.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "required": ["id", "at"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "at": {"type": "string", "format": "date-time"},
+                    "day": {"type": ["string", "null"], "format": "date"},
+                    "mail": {"type": "string", "format": "email"},
+                },
+            }
+        )
+    )
+    assert ddl_of_file(path) == (
+        "`id` bigint NOT NULL, `at` timestamp NOT NULL, `day` date, `mail` string"
+    )
+    path.write_text(
+        json.dumps(
+            {"type": "object", "required": ["idd"], "properties": {"id": {"type": "string"}}}
+        )
+    )
+    with pytest.raises(ConfigError, match=r"`required` names idd, which `properties` does not"):
+        ddl_of_file(path)
+
+
 def test_spark_avro_jar_is_resolved_only_when_a_drain_declares_avro(tmp_path):
     (tmp_path / "o.avsc").write_text(json.dumps(ORDER_AVSC))
     plain = load(tmp_path)
@@ -185,3 +215,17 @@ def test_produce_in_the_wire_format_registers_the_schema_and_frames_each_value(t
     assert fmt.registry is not None
     schema_id = registry_client(fmt.registry).get_latest_version("orders-1-value").schema_id
     assert framed[:5] == b"\x00" + schema_id.to_bytes(4, "big")
+
+
+def test_a_bad_record_line_ends_with_its_reason_not_sparks_sql_state():
+    """Before: the fail line ended with a stray `SQLSTATE: P0001` (raise_error's SQL state)."""
+    from spark_jobs.bad_records import known_bad_record
+
+    spark_said = (
+        "[USER_RAISED_EXCEPTION] drainer bad record orders-1[0]@5: malformed JSON: the value "
+        "is not a JSON object SQLSTATE: P0001\nJVM stacktrace: ..."
+    )
+    err = known_bad_record(RuntimeError(spark_said), "orders", 4)
+    assert err is not None
+    assert "(malformed JSON: the value is not a JSON object); run 4" in str(err)
+    assert "SQLSTATE" not in str(err)

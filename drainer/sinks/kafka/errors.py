@@ -82,9 +82,9 @@ def no_value(source: str | None) -> ConfigError:
 
 def missing_topic(topic: str, source: str | None = None) -> ConfigError:
     return ConfigError(
-        f"the Kafka sink's output topic {topic} does not exist{_for(source)}: create it, e.g. "
-        f"`kafka-topics.sh --bootstrap-server HOST:PORT --create --topic {topic} "
-        "--partitions N`. Nothing was committed"
+        f"the Kafka sink's output topic {topic} does not exist{_for(source)}: create it with "
+        f"`drainer topics create <drain>` (it makes a Kafka sink's output topic; `--topic "
+        f"{topic}` for any other) or your cluster's own tools. Nothing was committed"
     )
 
 
