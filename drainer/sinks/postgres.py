@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import make_url
 
 from drainer.config.sinks import PostgresSinkConfig
 from drainer.sinks.base import Capabilities, Sink, TableCommit, UpkeepReport
@@ -32,6 +33,15 @@ class PostgresSink(Sink[PostgresSinkConfig]):
 
     def describe(self) -> str:
         return f"Postgres table {self.table}"
+
+    def uri(self) -> str:
+        """`postgres://host:port/database/schema/table` (OpenLineage's naming), no user."""
+        url = make_url(self.settings.database_url)
+        schema, _, table = self.table.rpartition(".")
+        return (
+            f"postgres://{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}/"
+            f"{schema or 'public'}/{table}"
+        )
 
     def prepare_attempt(
         self, conn: Connection, run: StoredRun, read_from: Mapping[tuple[str, int], int]
