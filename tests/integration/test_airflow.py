@@ -9,6 +9,7 @@ API as the UI sends them; drainer's Postgres tables and the sink tables then sho
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import uuid
@@ -86,6 +87,8 @@ from drainer.airflow.dags import sink_asset
 from drainer.airflow.hook import environment_settings
 
 DRAINS = {drains!r}
+# `manual` reaches the services through the Airflow connection the fixture makes
+drain_dags(DRAINS, select=[{manual!r}], drainer_conn_id="drainer_test")
 drain_dags(DRAINS, select={plain!r})
 drain_dags(DRAINS, select=[{killed!r}], default_args={{"retries": 1, "retry_delay": timedelta(seconds=1)}})
 drain_dags(DRAINS, select=[{failing!r}], default_args={{"retries": 0}})
@@ -114,7 +117,7 @@ def airflow_stack(airflow_drains, dagster_drains, tmp_path_factory) -> Iterator[
     (dags / "drains_dags.py").write_text(
         DAGS.format(
             drains=str(d.path),
-            plain=[d.manual.name, d.backfilled.name, d.cron.name],
+            plain=[d.backfilled.name, d.cron.name],
             killed=d.killed.name,
             failing=d.failing.name,
             dagster=str(dagster_drains.path),
@@ -132,6 +135,7 @@ def airflow_stack(airflow_drains, dagster_drains, tmp_path_factory) -> Iterator[
     )
     try:
         deployment.start()
+        deployment.post("/connections", test_connection())
         deployment.wait_dags(
             [
                 d.manual.name,
@@ -148,6 +152,26 @@ def airflow_stack(airflow_drains, dagster_drains, tmp_path_factory) -> Iterator[
         yield deployment
     finally:
         deployment.stop()
+
+
+def test_connection() -> dict[str, Any]:
+    """A `drainer` connection naming the shared Postgres (password and all) and broker."""
+    from sqlalchemy.engine import make_url
+
+    from drainer.settings import load_settings
+
+    settings = load_settings()
+    url = make_url(settings.database_url)
+    return {
+        "connection_id": "drainer_test",
+        "conn_type": "drainer",
+        "host": url.host,
+        "port": url.port,
+        "login": url.username,
+        "password": url.password,
+        "schema": url.database,
+        "extra": json.dumps({"kafka_bootstrap_servers": settings.bootstrap_servers}),
+    }
 
 
 # ---------------------------------------------------------------- drainer's side
@@ -192,6 +216,9 @@ def level_ends(drain: DrainConfig, levels: list[int]) -> dict[tuple[str, int], i
 def test_dags_of_the_drains_file_parse_with_no_import_errors(airflow_stack):
     errors = airflow_stack.get("/importErrors")
     assert errors["total_entries"] == 0, errors
+    # drainer is an Airflow provider (its entry point), with its connection type
+    providers = {p["package_name"] for p in airflow_stack.get("/providers")["providers"]}
+    assert "drainer" in providers
     events = airflow_stack.get("/dags/events")
     assert events["max_active_runs"] == 1
     details = airflow_stack.get("/dags/events/details")
@@ -225,9 +252,11 @@ def test_manual_trigger_of_levels_0_and_2_drains_those_levels_once_with_summary_
     assert summary["levels"]["0"]["records"] == 100 and summary["levels"]["0"]["bytes"] > 0
     assert set(summary["levels"]) == {"0", "2"}
     assert summary["backlog_after"] == 0
-    # the task log has drainer's own run line
+    # the task log has drainer's own run line, and not the connection's password
     log = af.task_log(drain.name, run_id, 1)
     assert f"run {drained.id} of drain {drain.name} committed: 200 records" in log, log
+    password = test_connection()["password"]
+    assert password and password not in log
     # the DAG scheduled on the sink table's asset ran after the drain
     after = f"after_{drain.name}"
 

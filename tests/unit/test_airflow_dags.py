@@ -107,3 +107,31 @@ def test_provider_info_is_valid_for_airflow_and_names_the_connection_type():
     assert info["connection-types"] == [
         {"connection-type": "drainer", "hook-class-name": "drainer.airflow.hook.DrainerHook"}
     ]
+
+
+def python_blocks(doc: Path) -> list[str]:
+    blocks, current = [], None
+    for line in doc.read_text().splitlines(keepends=True):
+        if current is None and line.strip() == "```python":
+            current = []
+        elif current is not None and line.strip() == "```":
+            blocks.append("".join(current))
+            current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def test_the_python_snippets_of_docs_airflow_run_as_written(monkeypatch):
+    """Each block parses into DAGs in this checkout (its drains.yaml), as a dags file would."""
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)
+    monkeypatch.delenv("DRAINER_CONFIG", raising=False)
+    blocks = python_blocks(repo / "docs" / "airflow.md")
+    assert len(blocks) == 2
+    first: dict = {}
+    exec(compile(blocks[0], "docs/airflow.md", "exec"), first)
+    assert {"events", "events_lake", "events_table_maintenance"} <= set(first["dags"])
+    second: dict = {}
+    exec(compile(blocks[1], "docs/airflow.md", "exec"), second)
+    assert second["buckets"] == first["dags"]["events"].tasks[0].outlets[0]
