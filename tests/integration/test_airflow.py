@@ -135,7 +135,7 @@ def airflow_stack(airflow_drains, dagster_drains, tmp_path_factory) -> Iterator[
     )
     try:
         deployment.start()
-        deployment.post("/connections", test_connection())
+        deployment.post("/connections", drainer_connection())
         deployment.wait_dags(
             [
                 d.manual.name,
@@ -154,7 +154,7 @@ def airflow_stack(airflow_drains, dagster_drains, tmp_path_factory) -> Iterator[
         deployment.stop()
 
 
-def test_connection() -> dict[str, Any]:
+def drainer_connection() -> dict[str, Any]:
     """A `drainer` connection naming the shared Postgres (password and all) and broker."""
     from sqlalchemy.engine import make_url
 
@@ -255,7 +255,7 @@ def test_manual_trigger_of_levels_0_and_2_drains_those_levels_once_with_summary_
     # the task log has drainer's own run line, and not the connection's password
     log = af.task_log(drain.name, run_id, 1)
     assert f"run {drained.id} of drain {drain.name} committed: 200 records" in log, log
-    password = test_connection()["password"]
+    password = drainer_connection()["password"]
     assert password and password not in log
     # the DAG scheduled on the sink table's asset ran after the drain
     after = f"after_{drain.name}"
@@ -310,21 +310,27 @@ def test_backfill_with_levels_conf_makes_runs_that_each_drain_those_levels(
     assert_each_record_once(drain, level_ends(drain, [0, 2]))
 
 
-def test_cron_schedule_fires_a_run_of_all_levels(airflow_stack, airflow_drains):
+def test_cron_schedule_fires_runs_that_drain_all_levels(airflow_stack, airflow_drains):
     af, drain = airflow_stack, airflow_drains.cron
     produce(drain, 50, seed=20)
+    ends = high_watermarks(drain)
     try:
+        # `* * * * *`: within a minute or two a scheduled run drains what was just produced
+        def drained_by_schedule() -> tuple[bool, Any]:
+            runs = [r for r in drainer_runs(drain) if r.status == "committed"]
+            return sum(sum(level_drained(r.id).values()) for r in runs) >= 150, runs
 
-        def scheduled() -> tuple[bool, Any]:
-            runs = [r for r in af.dag_runs(drain.name) if r["run_type"] == "scheduled"]
-            return any(r["state"] == "success" for r in runs), runs
-
-        af.poll(scheduled, 240, every_s=2)
+        af.poll(drained_by_schedule, 240, every_s=2)
     finally:
         af.patch(f"/dags/{drain.name}", {"is_paused": True})
+    scheduled = {
+        r["dag_run_id"]: r for r in af.dag_runs(drain.name) if r["run_type"] == "scheduled"
+    }
     drained = [r for r in drainer_runs(drain) if r.status == "committed"]
-    assert drained and all(list(r.levels) == [0, 1, 2] for r in drained)
-    assert_each_record_once(drain)
+    # every drainer run came from a cron tick's DAG run, and covered all levels
+    assert all(list(r.levels) == [0, 1, 2] and r.trigger == "airflow" for r in drained)
+    assert {r.launch_key.split(":", 2)[2] for r in drained} <= set(scheduled)
+    assert_each_record_once(drain, ends)
 
 
 def test_task_killed_mid_run_is_retried_by_airflow_and_resumes_the_plan_exactly_once(
@@ -413,3 +419,15 @@ def test_failing_processor_fails_the_task_with_one_line_and_the_next_run_resumes
     assert summary["finished_first"]["run_id"] == opened.id
     assert summary["finished_first"]["drained"] == 150
     assert_each_record_once(drain, ends)
+
+
+def test_maintenance_dag_maintains_the_drain_under_its_lease(airflow_stack, airflow_drains):
+    af, drain = airflow_stack, airflow_drains.manual
+    dag_id = f"{drain.name}_table_maintenance"
+    run_id = af.trigger(dag_id)
+    run = af.wait_run(dag_id, run_id)
+    assert run["state"] == "success", af.task_log(dag_id, run_id, 1, task_id="maintain")
+    done = af.xcom(dag_id, run_id, task_id="maintain")
+    assert done["partitions_after"] <= done["partitions_before"]
+    assert {"folds", "runs_pruned"} <= set(done)
+    assert "table" not in done  # a Postgres sink: folds, no table compaction

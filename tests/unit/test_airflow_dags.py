@@ -135,3 +135,44 @@ def test_the_python_snippets_of_docs_airflow_run_as_written(monkeypatch):
     second: dict = {}
     exec(compile(blocks[1], "docs/airflow.md", "exec"), second)
     assert second["buckets"] == first["dags"]["events"].tasks[0].outlets[0]
+
+
+def test_the_hook_reads_a_drainer_connection_over_the_environment(monkeypatch, tmp_path):
+    from drainer.airflow.hook import DrainerHook
+
+    monkeypatch.setenv("SPARK_REMOTE", "sc://from-env:15002")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_DRAINER_DEFAULT",
+        '{"conn_type": "drainer", "host": "pg.internal", "port": 5433, "login": "drainer", '
+        '"password": "s3cret", "schema": "drains", '
+        '"extra": {"kafka_bootstrap_servers": "broker:9092"}}',
+    )
+    hook = DrainerHook(drains_file=tmp_path / "drains.yaml")
+    settings = hook.settings()
+    assert settings.database_url == "postgresql+psycopg://drainer:s3cret@pg.internal:5433/drains"
+    assert settings.bootstrap_servers == "broker:9092"
+    assert settings.spark_remote == "sc://from-env:15002"  # left to the environment
+    assert settings.config_path == (tmp_path / "drains.yaml").resolve()
+    # what the operators blank out of a failure's line (and Airflow's masker of the logs)
+    assert hook.secrets == ["s3cret", settings.database_url]
+
+
+def test_without_the_connection_the_environment_alone_decides(monkeypatch):
+    from drainer.airflow.hook import DrainerHook
+
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "env-broker:9092")
+    hook = DrainerHook("no_such_connection")
+    assert hook.settings().bootstrap_servers == "env-broker:9092"
+    assert hook.secrets == []
+
+
+def test_a_connection_with_an_unknown_extra_field_is_a_config_error(monkeypatch):
+    from drainer.airflow.hook import DrainerHook
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BAD", '{"conn_type": "drainer", "extra": {"bootstrap": "broker:9092"}}'
+    )
+    with pytest.raises(
+        ConfigError, match=r"connection bad: unknown extra field\(s\) \['bootstrap'\]"
+    ):
+        DrainerHook("bad").settings()
