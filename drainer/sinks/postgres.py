@@ -35,12 +35,12 @@ class PostgresSink(Sink[PostgresSinkConfig]):
         return f"Postgres table {self.table}"
 
     def uri(self) -> str:
-        """`postgres://host:port/database/schema/table` (OpenLineage's naming), no user."""
+        """`postgres://host:port/database/public/table` (OpenLineage's naming), no user: the
+        table is a plain name in drainer's database, on its search path's default schema."""
         url = make_url(self.settings.database_url)
-        schema, _, table = self.table.rpartition(".")
         return (
             f"postgres://{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}/"
-            f"{schema or 'public'}/{table}"
+            f"public/{self.table}"
         )
 
     def prepare_attempt(

@@ -54,3 +54,22 @@ def test_each_sink_says_where_it_lives_without_touching_anything(kind, tmp_path,
     # a sink whose commit precedes Postgres's needs a proof: its Spark half finds the commit
     finds = SPARK_SINKS[kind].committed is not SparkSink.committed
     assert (sink.capabilities.commit == "before_postgres") == finds
+
+
+def test_each_sink_names_its_output_as_a_uri_without_credentials(tmp_path, monkeypatch):
+    """`Sink.uri()`: the name an orchestrator's asset gives the table (drainer.airflow)."""
+    monkeypatch.setenv("DRAINER_WAREHOUSE", str(tmp_path))
+    monkeypatch.setenv("DRAINER_DATABASE_URL", "postgresql://ops:s3cret@db.internal:6543/drains")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "b1:9092,b2:9092")
+    settings = load_settings()
+    uris = {
+        kind: sink_for(SINK_MODELS[kind].model_validate(example), settings).uri()
+        for kind, example in EXAMPLES.items()
+    }
+    assert uris == {
+        "postgres": "postgres://db.internal:6543/drains/public/orders_out",
+        "delta": (tmp_path / "orders").as_uri(),
+        "iceberg": "iceberg://drainer/lake/orders",
+        "kafka": "kafka://b1:9092/orders-out",
+    }
+    assert not any("s3cret" in uri for uri in uris.values())
