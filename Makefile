@@ -13,8 +13,13 @@ endif
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# what the virtualenv installs: the dev tools and the `airflow` extra (the Airflow DAGs, their
+# tests and `make airflow`: Airflow and Dagster share one environment, pip resolves them
+# together); `make unit-all`'s per-interpreter virtualenvs take `dev` alone (their unit tests
+# of the DAGs skip), sparing each of them Airflow's ~150 packages
+EXTRAS ?= dev,airflow
 
-.PHONY: demo test unit unit-all lint format services services-down dagster bench clean chromium
+.PHONY: demo test unit unit-all lint format services services-down dagster airflow bench clean chromium
 
 $(STAMP): pyproject.toml setup.py
 	@test -n "$(PYTHON)" || { echo "drainer needs Python 3.11, 3.12 or 3.13: none of python3.13," \
@@ -23,7 +28,7 @@ $(STAMP): pyproject.toml setup.py
 	  "interpreter that runs here: name one, e.g. make PYTHON=python3.12"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
 	@# an editable install ships no bytecode, and PYTHONDONTWRITEBYTECODE (set on CI's machines)
 	@# stops Python writing it: compiled once here, every drainer process starts ~70 ms sooner
 	$(BIN)/python -m compileall -q drainer spark_jobs dagster_project >/dev/null
@@ -61,7 +66,7 @@ unit: $(STAMP)
 # the unit tests under every supported interpreter, each in its own .venv-3.X (CI runs this)
 unit-all:
 	@for v in $(SUPPORTED); do \
-	  $(MAKE) --no-print-directory unit PYTHON=python$$v VENV=.venv-$$v || exit 1; done
+	  $(MAKE) --no-print-directory unit PYTHON=python$$v VENV=.venv-$$v EXTRAS=dev || exit 1; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -74,6 +79,12 @@ format: $(STAMP)
 
 dagster: services
 	DAGSTER_HOME=$(CURDIR)/.dagster_home $(BIN)/python scripts/dagster_home.py $(BIN)/dagster dev -w workspace.yaml
+
+# a real Airflow (API server, scheduler, DAG processor) on this repository's drains
+# (airflow_dags/, drainer.airflow), its metadata in Postgres: http://127.0.0.1:$(AIRFLOW_PORT)
+AIRFLOW_PORT ?= 8080
+airflow: services
+	$(BIN)/python scripts/airflow_home.py --port $(AIRFLOW_PORT)
 
 services-down: $(STAMP)
 	$(BIN)/drainer services down
@@ -101,4 +112,4 @@ bench: services $(BENCH_STAMP)
 	$(BIN)/python benchmarks/charts.py
 
 clean:
-	rm -rf $(VENV) .venv-3.* build .pytest_cache .hypothesis .ruff_cache spark-warehouse
+	rm -rf $(VENV) .venv-3.* .airflow_home build .pytest_cache .hypothesis .ruff_cache spark-warehouse

@@ -79,6 +79,9 @@ class Settings:
     """DRAINER_DAGSTER_DATABASE_URL: the database that holds Dagster's run, event and schedule
     storage (`make dagster`, scripts/dagster_home.py); None: drainer's server, database
     `<drainer's database>_dagster`."""
+    airflow_database_url: str | None = None
+    """DRAINER_AIRFLOW_DATABASE_URL: Airflow's metadata database (`make airflow`,
+    scripts/airflow_home.py); None: drainer's server, database `<drainer's database>_airflow`."""
     fault: str | None = None
     """DRAINER_FAULT: a crash point for the fault-injection tests (drainer.faults)."""
     warehouse: str = ""
@@ -128,6 +131,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         connect_port=int(env.get("DRAINER_CONNECT_PORT") or DEFAULT_CONNECT_PORT),
         connect_token=read_secret(home, CONNECT_TOKEN),
         dagster_database_url=env.get("DRAINER_DAGSTER_DATABASE_URL") or None,
+        airflow_database_url=env.get("DRAINER_AIRFLOW_DATABASE_URL") or None,
         fault=env.get("DRAINER_FAULT") or None,
         warehouse=env.get("DRAINER_WAREHOUSE") or str(home / "warehouse"),
         bootstrap_from_env=bool(env.get("KAFKA_BOOTSTRAP_SERVERS")),

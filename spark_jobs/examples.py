@@ -70,6 +70,17 @@ def one_row_per_record(df: DataFrame) -> DataFrame:
     return _per_record(df)
 
 
+SLOW_S = 10.0
+
+
+def slow_one_row_per_record(df: DataFrame) -> DataFrame:
+    """`one_row_per_record` after SLOW_S seconds in the run's own process: a run that is
+    mid-way (its plan stored, nothing written) and holds its drain's lease long enough for a
+    test to act on it (kill its process; launch another run of the drain beside it)."""
+    time.sleep(SLOW_S)
+    return _per_record(df)
+
+
 def with_read_task(df: DataFrame) -> DataFrame:
     """`one_row_per_record` plus the Spark task that read the record (tests count the tasks)."""
     return _per_record(df, F.spark_partition_id().alias("read_task"))

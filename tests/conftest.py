@@ -135,6 +135,7 @@ class DagsterDrains(NamedTuple):
     upkept: DrainConfig
     fresh: DrainConfig
     produces: DrainConfig
+    both: DrainConfig
 
 
 @pytest.fixture(scope="session")
@@ -145,7 +146,8 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     minute; `browser`: the browser test's; `service`: max_wait, run_seconds and budget_bytes;
     `leaky`: a processor that fails with a secret in its error; `upkept`: its daily
     maintenance job is launched; `fresh`: max_wait 1m, Dagster's shortest freshness window;
-    `produces`: a Kafka sink (its output topic `<name>_out`).
+    `produces`: a Kafka sink (its output topic `<name>_out`); `both`: launched by Dagster and
+    by Airflow at once (tests/integration/test_airflow.py), its runs slow enough to meet.
     """
     import yaml
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -177,6 +179,8 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
         "leaky": {"budget": 700, "processor": "spark_jobs.examples:leaks_the_database_url"},
         "upkept": {"budget": 700},
         "fresh": {"budget": 700, "max_wait": "1m"},
+        # each run holds the lease 10 s mid-run: the other orchestrator's run meets it
+        "both": {"budget": 300, "processor": "spark_jobs.examples:slow_one_row_per_record"},
     }
     names = {role: f"{role}_{suffix}" for role in [*bodies, "produces"]}
     bodies["produces"] = {
@@ -248,7 +252,13 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 # `xdist_group` marks do nothing under pytest 9.2 (xdist 3.8 renames a test id pytest no longer
 # reads), so the scheduler below groups by test id itself.
 # the modules of the session's one Dagster deployment (the `dagster_stack` fixture)
-DAGSTER_MODULES = {"test_dagster_real_path", "test_dagster_ui_browser", "test_local_stack_security"}
+# (test_airflow: an Airflow run and a Dagster run of one drain at once)
+DAGSTER_MODULES = {
+    "test_dagster_real_path",
+    "test_dagster_ui_browser",
+    "test_local_stack_security",
+    "test_airflow",
+}
 # the modules that start a broker of their own on fixed ports, which overlap (19092 to 19096)
 THROWAWAY_BROKERS = {"test_services", "test_consumer_group_lag"}
 # groups that take minutes: handed out first, so that none is left running alone at the end

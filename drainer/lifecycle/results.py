@@ -99,6 +99,8 @@ class LevelReport:
     fill_ratio: float
     backlog_after: int
     lost_to_retention: int = 0  # offsets Kafka deleted before this run could drain them
+    # key+value+header bytes the level's records took (0 when the executor did not measure them)
+    read_bytes: int = 0
 
 
 @dataclass

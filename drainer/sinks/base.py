@@ -178,6 +178,17 @@ class Sink(abc.ABC, Generic[ConfigT]):
     def describe(self) -> str:
         """The sink in words, e.g. `Delta table /data/orders`."""
 
+    def uri(self) -> str:
+        """The output as a URI without credentials, the name an orchestrator's asset or a
+        lineage tool gives it (Airflow's outlet assets): a URI location as it is, a local path
+        as `file://`, else `<format>://<location>`."""
+        where = self.location()
+        if is_uri(where):
+            return where
+        if Path(where).is_absolute():
+            return Path(where).as_uri()
+        return f"{self.type}://{where}"
+
     def data_folder(self) -> Path | None:
         """The local folder holding the table's files, or None (fault injection, tests)."""
         return None

@@ -51,6 +51,9 @@ class IcebergSink(TableSink[IcebergSinkConfig]):
     def describe(self) -> str:
         return f"Iceberg table {self.location()}"
 
+    def uri(self) -> str:
+        return f"iceberg://{self.catalog}/{self.table.replace('.', '/')}"
+
     def data_folder(self) -> Path | None:
         """The embedded JDBC catalog's layout, <warehouse>/<ns>/<table>; None for others."""
         if self.config.catalog is not None:

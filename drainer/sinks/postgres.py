@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import make_url
 
 from drainer.config.sinks import PostgresSinkConfig
 from drainer.sinks.base import Capabilities, Sink, SinkCommit, UpkeepReport
@@ -35,6 +36,15 @@ class PostgresSink(Sink[PostgresSinkConfig]):
 
     def upkeep_words(self) -> str | None:
         return f"folds the partitions of {self.describe()}"
+
+    def uri(self) -> str:
+        """`postgres://host:port/database/public/table` (OpenLineage's naming), no user: the
+        table is a plain name in drainer's database, on its search path's default schema."""
+        url = make_url(self.settings.database_url)
+        return (
+            f"postgres://{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}/"
+            f"public/{self.table}"
+        )
 
     def prepare_attempt(
         self, conn: Connection, run: StoredRun, read_from: Mapping[tuple[str, int], int]

@@ -355,6 +355,7 @@ LEVEL_REPORT_COLUMNS = (
     "fill_ratio",
     "backlog_after",
     "lost_to_retention",
+    "read_bytes",
 )
 
 

@@ -3,6 +3,8 @@
 - `drainer/` imports neither dagster nor pyspark: the CLI and tools stay light. The one
   exception is `drainer.dagster`, the `dg` component's public name: the top layer, above
   `dagster_project` whose factory it wraps, so nothing else in `drainer/` may import it.
+- Only `drainer/airflow/` imports airflow (the Airflow provider: DAGs, operators, hook), and it
+  is a top layer too: nothing else of ours imports it.
 - The pure modules (allocation, offset map, record processing, level health) do no I/O: no database or Kafka
   client among their imports.
 - SQL text lives in `drainer/store/` only.
@@ -57,7 +59,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("dagster_project",),
     # the `dg` component (drainer.dagster.DrainsComponent): YAML onto dagster_project's factory
     ("drainer.dagster",),
+    # the Airflow provider: the drains file as DAGs, operators calling spark_jobs' run
+    ("drainer.airflow",),
 ]
+# the one package of ours that may import airflow
+AIRFLOW_PACKAGE = "drainer.airflow"
 # the modules of drainer/ that import dagster: the component's, at the top of LAYERS
 DAGSTER_MODULES = ("drainer.dagster",)
 STORE_MAY_IMPORT = (
@@ -89,15 +95,53 @@ def _python_files() -> list[Path]:
     return [p for d in CODE_DIRS for p in sorted((ROOT / d).rglob("*.py"))]
 
 
-def test_drainer_imports_neither_dagster_nor_pyspark():
+def test_drainer_imports_neither_dagster_nor_pyspark_nor_airflow():
     modules = [
         m.name
         for m in pkgutil.walk_packages(drainer.__path__, "drainer.")
-        if not m.name.endswith("__main__") and m.name not in DAGSTER_MODULES
+        if not m.name.endswith("__main__")
+        and m.name not in DAGSTER_MODULES
+        and not m.name.startswith(AIRFLOW_PACKAGE + ".")
     ]
-    assert {"drainer.store.runs", "drainer.cli.runs", "drainer.services.kafka"} <= set(modules)
+    assert {"drainer.store.runs", "drainer.cli.runs", "drainer.airflow"} <= set(modules)
     loaded = _imported_after(modules)
-    assert "dagster" not in loaded and "pyspark" not in loaded
+    assert "dagster" not in loaded and "pyspark" not in loaded and "airflow" not in loaded
+
+
+def _airflow_imports(module: str, source: str) -> list[str]:
+    """`module:line imports name` for each airflow import of a module outside drainer/airflow
+    (its own package's `__init__` included: Airflow loads it for `get_provider_info` while it
+    reads its own configuration, so it must not import airflow either)."""
+    inside = module.startswith(AIRFLOW_PACKAGE + ".")
+    return [
+        f"{module}:{line} imports {name}"
+        for line, name in _imports(module, source)
+        if not inside and (name == "airflow" or name.startswith("airflow."))
+    ]
+
+
+def test_only_drainer_airflow_imports_airflow():
+    offenders = [
+        offender
+        for path in _python_files()
+        for offender in _airflow_imports(_module_name(path), path.read_text())
+    ]
+    assert offenders == [], "airflow outside drainer/airflow/: " + "; ".join(offenders)
+
+
+def test_the_airflow_check_catches_an_airflow_import():
+    """The check above would pass vacuously if it never found one."""
+    hidden = "def f():\n    from airflow.sdk import DAG\n    return DAG\n"
+    assert _airflow_imports("drainer.lifecycle.fake", hidden) == [
+        "drainer.lifecycle.fake:2 imports airflow.sdk.DAG"
+    ]
+    assert _airflow_imports("dagster_project.fake", "import airflow\n")
+    assert _airflow_imports("drainer.airflow", "from airflow.sdk import BaseHook\n")
+    assert _airflow_imports("drainer.airflow.hook", "from airflow.sdk import BaseHook\n") == []
+    # and nothing of ours reaches the provider's package from below
+    assert _upward_imports("drainer.cli.fake", "from drainer.airflow import drain_dags\n")
+    assert _upward_imports("spark_jobs.fake", "import drainer.airflow.operators\n")
+    assert _upward_imports("drainer.airflow.operators", "from spark_jobs import drain_job\n") == []
 
 
 def test_pure_modules_import_no_io_client():

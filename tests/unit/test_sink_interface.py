@@ -94,3 +94,22 @@ def test_a_table_formats_commits_count_files_and_others_have_none(kind):
     compacts them), and none for one that has none (a Kafka transaction)."""
     caps = SINKS[kind].capabilities
     assert caps.files == caps.table_maintenance
+
+
+def test_each_sink_names_its_output_as_a_uri_without_credentials(tmp_path, monkeypatch):
+    """`Sink.uri()`: the name an orchestrator's asset gives the table (drainer.airflow)."""
+    monkeypatch.setenv("DRAINER_WAREHOUSE", str(tmp_path))
+    monkeypatch.setenv("DRAINER_DATABASE_URL", "postgresql://ops:s3cret@db.internal:6543/drains")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "b1:9092,b2:9092")
+    settings = load_settings()
+    uris = {
+        kind: sink_for(SINK_MODELS[kind].model_validate(example), settings).uri()
+        for kind, example in EXAMPLES.items()
+    }
+    assert uris == {
+        "postgres": "postgres://db.internal:6543/drains/public/orders_out",
+        "delta": (tmp_path / "orders").as_uri(),
+        "iceberg": "iceberg://drainer/lake/orders",
+        "kafka": "kafka://b1:9092/orders-out",
+    }
+    assert not any("s3cret" in uri for uri in uris.values())

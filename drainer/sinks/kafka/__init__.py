@@ -33,6 +33,10 @@ class KafkaSink(CommitsFirst[KafkaSinkConfig]):
     def location(self) -> str:
         return self.topic
 
+    def uri(self) -> str:
+        """`kafka://<first bootstrap server>/<topic>` (OpenLineage's naming)."""
+        return f"kafka://{self.settings.bootstrap_servers.split(',')[0].strip()}/{self.topic}"
+
     def describe(self) -> str:
         return f"Kafka topic {self.topic}"
 
