@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
         "drainer.faults",
         "drainer.error_text",
         "drainer.level_topics",
+        "drainer.read_counts",
     ),
     ("drainer.offset_map", "drainer.processing", "drainer.allocation"),
     ("drainer.store",),
