@@ -281,6 +281,11 @@ class DrainConfig(BaseModel):
         return self
 
     def _check_formats(self) -> None:
+        if self.mode == "record" and getattr(self.sink, "write", "append") == "upsert":
+            raise ValueError(
+                "sink.write 'upsert' takes dataframe mode (its rows are collapsed per key in one "
+                "Spark job): use mode 'dataframe', or `write: append`"
+            )
         if self.mode == "record" and self.value is not None:
             raise ValueError(
                 "`value` declares a format for dataframe mode; record mode's handler gets the "
