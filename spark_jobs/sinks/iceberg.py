@@ -25,6 +25,7 @@ from drainer.errors import CatalogUnavailable, CommitProofLost, ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import TableCommit
 from drainer.sinks.iceberg import IcebergSink
+from drainer.sinks.upsert import upsert_spec
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
     DRAIN_PROPERTY,
@@ -38,6 +39,7 @@ from spark_jobs.sinks.base import (
     run_of,
 )
 from spark_jobs.sinks.faults import crash_once_files_appear
+from spark_jobs.sinks.upsert import drop_old_markers
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,11 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             )
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> TableCommit:
+        spec = upsert_spec(self.config)
+        if spec is not None:  # a state table: one MERGE per run
+            from spark_jobs.sinks.iceberg_upsert import merge_iceberg
+
+            return merge_iceberg(self, spark, ctx, out, spec)
         table = self.location()
         drain, run_id, nonce, attempt = run_of(ctx)
         existing = self._schema(spark)
@@ -140,6 +147,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
         """rewrite_data_files, then expire_snapshots older than the retention (their
         unreferenced files go with them), and the branches crashed attempts left."""
         catalog, table, where = self.catalog, self.table, self.location()
+        markers = drop_old_markers(spark, where, self.config)
         rewritten = spark.sql(
             f"CALL {catalog}.system.rewrite_data_files(table => '{table}')"
         ).collect()
@@ -162,6 +170,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             else 0,
             "run_branches_dropped": dropped,
             "retention_hours": retention_hours,
+            **({"delete_markers_removed": markers} if markers else {}),
         }
 
     def known_failure(self, err: BaseException, drain: str) -> CatalogUnavailable | None:
