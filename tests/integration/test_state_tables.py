@@ -1,0 +1,191 @@
+"""Issue 48 on the real stack: state tables (`sink.write: upsert`) in Postgres, Delta and Iceberg.
+
+JSON values `{id, name, v, op}` keyed by id over 3 levels, versions spread so that a key's newer
+version often sits in a higher level than an older one (a higher level drains first), 100 keys
+deleted by `op = 'd'` and 50 by tombstones (Kafka nulls), some deletes followed in drain order
+by older updates. The table, read back without Spark (psycopg, deltalake, pyiceberg), must equal
+the model: per key the newest version by `v`, absent when that is a delete.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from sqlalchemy import text
+from test_exactly_once import cli_run, drain_until_empty, runs_of
+
+from drainer.config import DrainConfig
+from drainer.settings import load_settings
+from drainer.store import get_engine
+
+pytestmark = pytest.mark.slow
+
+KEYS = 1000
+VERSIONS = 10  # per key: 10,000 records, tombstones among them
+OP_DELETES = 100
+TOMBSTONES = 50
+VALUE = {"format": "json", "schema": "id string, name string, v long, op string"}
+
+
+def sink_of(fmt: str) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:8]
+    upsert = {"write": "upsert", "order_by": ["v"], "delete_when": "op = 'd'"}
+    if fmt == "postgres":
+        return {"type": "postgres", "table": f"state_{suffix}", **upsert}
+    if fmt == "delta":
+        return {"type": "delta", "path": f"state_{suffix}", **upsert}
+    return {"type": "iceberg", "table": f"drains.state_{suffix}", **upsert}
+
+
+def produce_state(drain: DrainConfig, seed: int = 48) -> dict[str, tuple[str, int]]:
+    """The records, produced; returns the model: key -> (name, v) of its live newest version.
+
+    Each key's versions 1..n go to random levels, in ascending v within a (level, partition)
+    as a producer writes them. A deleted key's newest version is in the top level (drained
+    first, before its older versions in lower levels); a tombstone follows its key's newest
+    version in the same partition.
+    """
+    rng = random.Random(seed)
+    keys = [f"k{i:04d}" for i in range(KEYS)]
+    deleted = set(rng.sample(keys, OP_DELETES))
+    tombstoned = set(rng.sample([k for k in keys if k not in deleted], TOMBSTONES))
+    per_topic: dict[tuple[int, int], list[tuple[str, bytes | None]]] = {}
+    model: dict[str, tuple[str, int]] = {}
+    for key in keys:
+        partition = int(key[1:]) % drain.partitions
+        versions = VERSIONS - 1 if key in tombstoned else VERSIONS
+        levels = [rng.randrange(drain.levels) for _ in range(versions)]
+        if key in deleted:
+            levels[-1] = drain.levels - 1
+        for v, level in enumerate(levels, start=1):
+            op = "d" if key in deleted and v == versions else ("c" if v == 1 else "u")
+            value = {"id": key, "name": f"{key}-v{v}", "v": v, "op": op}
+            per_topic.setdefault((level, partition), []).append((key, json.dumps(value).encode()))
+        if key in tombstoned:
+            per_topic[(levels[-1], partition)].append((key, None))
+        if key not in deleted and key not in tombstoned:
+            model[key] = (f"{key}-v{versions}", versions)
+    producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+    for (level, partition), records in per_topic.items():
+        for key, value in records:
+            producer.produce(
+                drain.level_topic(level), key=key.encode(), value=value, partition=partition
+            )
+    assert producer.flush(60) == 0
+    return model
+
+
+def live_rows(drain: DrainConfig) -> dict[str, tuple[str, int]]:
+    """The table's live rows, read without Spark: key -> (name, v)."""
+    settings = load_settings()
+    sink = drain.sink
+    if sink.type == "postgres":
+        with get_engine().connect() as conn:
+            rows = conn.execute(text(f'SELECT _key, name, v FROM "{sink.table}_live"')).all()
+        return {r._key: (r.name, r.v) for r in rows}
+    if sink.type == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(Path(settings.warehouse) / sink.path)).to_pyarrow_table()
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog("drainer", uri=settings.database_url)
+        table = catalog.load_table(sink.table).scan(row_filter="_deleted_at IS NULL").to_arrow()
+    rows = table.select(["_key", "name", "v", "_deleted_at"]).to_pylist()
+    keys = [r["_key"] for r in rows]
+    assert len(keys) == len(set(keys)), "a key twice in the table"
+    return {r["_key"]: (r["name"], r["v"]) for r in rows if r["_deleted_at"] is None}
+
+
+def upsert_drain(make_drain, fmt: str, budget: int) -> DrainConfig:
+    return make_drain(
+        sink=sink_of(fmt), budget=budget, value=VALUE, key={"format": "string"}, processor=None
+    )
+
+
+@pytest.mark.parametrize("budget,runs", [(12_000, 1), (2_100, 5)])
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_state_table_equals_the_model(make_drain, lakehouse, fmt, budget, runs):
+    drain = upsert_drain(make_drain, fmt, budget)
+    model = produce_state(drain)
+    results = drain_until_empty(drain)
+    assert len(results) == runs
+    live = live_rows(drain)
+    wrong = {
+        k: (live.get(k), model.get(k))
+        for k in set(live) | set(model)
+        if live.get(k) != model.get(k)
+    }
+    assert not wrong, (
+        f"{len(wrong)} keys differ from the model (table, model): {list(wrong.items())[:5]}"
+    )
+    assert len(live) == KEYS - OP_DELETES - TOMBSTONES
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_resumed_run_never_merges_twice(make_drain, lakehouse, fmt):
+    drain = upsert_drain(make_drain, fmt, 12_000)
+    model = produce_state(drain)
+    crashed = cli_run(drain, "after_table_commit")
+    assert crashed.returncode == 86, crashed.stderr[-2000:]
+    done = cli_run(drain)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [r.status for r in runs_of(drain)] == ["committed"]
+    assert live_rows(drain) == model
+    # the table holds one merge of the run: its commits that name a run are the run's one
+    assert merge_commits(drain) == [runs_of(drain)[0].id]
+
+
+def merge_commits(drain: DrainConfig) -> list[int]:
+    """The run ids the table's commits carry (read without Spark)."""
+    from test_lakehouse import table_run_ids
+
+    return table_run_ids(drain)
+
+
+def test_the_docs_example_runs_as_written(lakehouse, tmp_path, monkeypatch):
+    """docs/state-tables.md's drains file, names made unique, drains a key's versions and a
+    delete; its Delta reader line reads the live rows."""
+    import pyarrow.compute as pc  # noqa: F401  (the docs' reader line uses it)
+    import yaml
+    from deltalake import DeltaTable  # noqa: F401
+    from test_docs_run import blocks
+
+    from drainer.config import load_drains
+    from drainer.kafka.session import KafkaSession
+    from drainer.testing import delete_topics, use_config_path
+
+    [example] = blocks("docs/state-tables.md", "yaml")
+    suffix = uuid.uuid4().hex[:8]
+    body = yaml.safe_load(example)["drains"]["customers"]
+    body |= {"topic": f"customers_{suffix}", "group": f"customers_{suffix}"}
+    body["sink"]["path"] = f"lake/customers_{suffix}"
+    path = tmp_path / "drains.yaml"
+    path.write_text(yaml.safe_dump({"drains": {f"customers_{suffix}": body}}))
+    drain = load_drains(path)[f"customers_{suffix}"]
+    with KafkaSession(drain) as kafka:
+        kafka.create_topics()
+    try:
+        producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+        for level, (key, v, op) in [(0, ("a", 1, "c")), (2, ("a", 2, "u")), (1, ("b", 1, "c"))]:
+            value = json.dumps({"id": key, "name": f"{key}{v}", "v": v, "op": op})
+            producer.produce(drain.level_topic(level), key=key.encode(), value=value.encode())
+        producer.produce(drain.level_topic(0), key=b"b", value=b'{"id":"b","v":2,"op":"d"}')
+        assert producer.flush(30) == 0
+        with use_config_path(path):
+            drain_until_empty(drain)
+        where = str(Path(load_settings().warehouse) / body["sink"]["path"])
+        doc = Path(__file__).resolve().parents[2] / "docs" / "state-tables.md"
+        line = next(ln for ln in doc.read_text().splitlines() if "DeltaTable(path)" in ln)
+        reader = line[line.index("`") + 1 : line.rindex("`")]
+        live = eval(reader, {"DeltaTable": DeltaTable, "pc": pc, "path": where})  # noqa: S307
+        assert {(r["id"], r["v"]) for r in live.to_pylist()} == {("a", 2)}
+    finally:
+        delete_topics(drain)
