@@ -127,6 +127,34 @@ def test_state_table_equals_the_model(make_drain, lakehouse, fmt, budget, runs):
         f"{len(wrong)} keys differ from the model (table, model): {list(wrong.items())[:5]}"
     )
     assert len(live) == KEYS - OP_DELETES - TOMBSTONES
+    if fmt != "postgres" and runs == 1:  # the merge's counts, on the run's record
+        from drainer.observe.status import drain_status
+
+        [run] = drain_status(drain)["runs"]
+        assert run["table_commit"]["details"]["upsert"] == {
+            "rows_inserted": len(model),
+            "rows_updated": 0,
+            "rows_deleted": OP_DELETES + TOMBSTONES,
+            "rows_skipped_older": 0,
+        }
+
+
+def test_a_changed_primary_key_is_refused_in_one_line(make_drain, stack):
+    drain = upsert_drain(make_drain, "postgres", 12_000)
+    produce_state(drain)
+    drain_until_empty(drain)
+    other = make_drain(
+        sink={**drain.sink.model_dump(), "primary_key": ["id"]},
+        budget=12_000,
+        value=VALUE,
+        key={"format": "string"},
+        processor=None,
+    )
+    produce_state(other)
+    done = cli_run(other)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "was made with primary key [_key]" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
