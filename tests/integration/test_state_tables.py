@@ -190,7 +190,10 @@ def test_the_docs_example_runs_as_written(lakehouse, tmp_path, monkeypatch):
     from drainer.kafka.session import KafkaSession
     from drainer.testing import delete_topics, use_config_path
 
-    [example] = blocks("docs/state-tables.md", "yaml")
+    example, *others = blocks("docs/state-tables.md", "yaml")
+    for i, other in enumerate(others):  # the other examples are valid drains files
+        (tmp_path / f"other{i}.yaml").write_text(other)
+        assert load_drains(tmp_path / f"other{i}.yaml")
     suffix = uuid.uuid4().hex[:8]
     body = yaml.safe_load(example)["drains"]["customers"]
     body |= {"topic": f"customers_{suffix}", "group": f"customers_{suffix}"}
@@ -217,3 +220,91 @@ def test_the_docs_example_runs_as_written(lakehouse, tmp_path, monkeypatch):
         assert {(r["id"], r["v"]) for r in live.to_pylist()} == {("a", 2)}
     finally:
         delete_topics(drain)
+
+
+ROW = "id long, name string, qty long"
+
+
+def debezium_events(wrapped: bool) -> tuple[list[tuple[bytes, bytes | None]], dict[int, tuple]]:
+    """A source table's changes as Debezium's JSON converter writes them (with its
+    `schema`/`payload` wrapper or without), a delete followed by its tombstone; and the source
+    table's final state, id -> (name, qty)."""
+    rng = random.Random(7)
+    state: dict[int, tuple[str, int]] = {}
+    events: list[tuple[bytes, bytes | None]] = []
+    lsn = 1000
+
+    def wrap(payload: dict[str, Any]) -> bytes:
+        body = {"schema": {"type": "struct", "optional": False}, "payload": payload}
+        return json.dumps(body if wrapped else payload).encode()
+
+    for step in range(400):
+        id_ = rng.randrange(60)
+        lsn += 1
+        source = {"ts_ms": 1_700_000_000_000 + step, "lsn": lsn, "connector": "postgresql"}
+        key = wrap({"id": id_})
+        before = {"id": id_, "name": state[id_][0], "qty": state[id_][1]} if id_ in state else None
+        if id_ in state and rng.random() < 0.2:
+            events.append(
+                (key, wrap({"before": before, "after": None, "op": "d", "source": source}))
+            )
+            events.append((key, None))  # Debezium's tombstone, for compaction
+            del state[id_]
+            continue
+        after = {"id": id_, "name": f"n{step}", "qty": step}
+        op = "u" if id_ in state else rng.choice("cr")
+        events.append((key, wrap({"before": before, "after": after, "op": op, "source": source})))
+        state[id_] = (after["name"], after["qty"])
+    return events, state
+
+
+@pytest.mark.parametrize("wrapped", [True, False], ids=["with_schema", "without_schema"])
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_debezium_changes_leave_the_source_tables_state(make_drain, lakehouse, fmt, wrapped):
+    sink = {k: v for k, v in sink_of(fmt).items() if k not in ("order_by", "delete_when")}
+    # Postgres stores no struct: the key as its JSON text there
+    key = (
+        {"format": "string"}
+        if fmt == "postgres"
+        else {"format": "json", "schema": "id long", "envelope": "debezium"}
+    )
+    drain = make_drain(
+        sink=sink,
+        budget=12_000,
+        levels=1,
+        partitions=1,
+        value={"format": "json", "schema": ROW, "envelope": "debezium"},
+        key=key,
+        processor=None,
+    )
+    events, state = debezium_events(wrapped)
+    assert state and sum(v is None for _, v in events) > 10  # deletes, each with its tombstone
+    producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+    for k, v in events:
+        producer.produce(drain.level_topic(0), key=k, value=v)
+    assert producer.flush(30) == 0
+    drain_until_empty(drain)
+    assert cdc_rows(drain) == state
+
+
+def cdc_rows(drain: DrainConfig) -> dict[int, tuple[str, int]]:
+    settings = load_settings()
+    sink = drain.sink
+    if sink.type == "postgres":
+        with get_engine().connect() as conn:
+            rows = conn.execute(text(f'SELECT id, name, qty FROM "{sink.table}_live"')).all()
+        return {r.id: (r.name, r.qty) for r in rows}
+    if sink.type == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(Path(settings.warehouse) / sink.path)).to_pyarrow_table()
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog("drainer", uri=settings.database_url)
+        table = catalog.load_table(sink.table).scan().to_arrow()
+    return {
+        r["id"]: (r["name"], r["qty"])
+        for r in table.select(["id", "name", "qty", "_deleted_at"]).to_pylist()
+        if r["_deleted_at"] is None
+    }

@@ -131,3 +131,24 @@ def test_merging_in_any_order_ends_at_the_newest(versions_):
             f"WHERE (SELECT coalesce({newer('s', 't', order, dq)}, 0) FROM s)"
         )
     assert db.execute("SELECT v, level FROM t").fetchone() == max(versions_)
+
+
+def test_debezium_defaults_order_and_deletes(tmp_path):
+    from drainer.config import load_drains
+
+    path = tmp_path / "drains.yaml"
+    path.write_text(
+        "drains:\n  cdc:\n    topic: cdc\n    group: cdc\n    levels: 1\n    budget: 10\n"
+        "    value: {format: json, schema: 'id long', envelope: debezium}\n"
+        "    sink: {type: delta, path: cdc, write: upsert}\n"
+    )
+    sink = load_drains(path)["cdc"].sink
+    assert sink.order_by == ["_source_ts_ms", "_source_lsn"]
+    assert sink.delete_when == "_op = 'd'"
+
+
+def test_envelope_is_for_json():
+    from drainer.config.formats import RecordFormat
+
+    with pytest.raises(ValidationError, match="envelope: debezium` is for format 'json'"):
+        RecordFormat(format="string", envelope="debezium")
