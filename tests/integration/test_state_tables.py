@@ -308,3 +308,47 @@ def cdc_rows(drain: DrainConfig) -> dict[int, tuple[str, int]]:
         for r in table.select(["id", "name", "qty", "_deleted_at"]).to_pylist()
         if r["_deleted_at"] is None
     }
+
+
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_maintain_removes_markers_past_their_retention(make_drain, lakehouse, fmt):
+    import time
+
+    from drainer.sinks import sink_for
+    from spark_jobs.maintenance import maintain
+
+    sink = sink_of(fmt) | {"delete_retention": "1s"}
+    drain = make_drain(
+        sink=sink, budget=12_000, value=VALUE, key={"format": "string"}, processor=None
+    )
+    model = produce_state(drain)
+    drain_until_empty(drain)
+    assert markers(drain) == OP_DELETES + TOMBSTONES
+    time.sleep(2)  # the markers are older than their retention now
+    if fmt == "postgres":
+        sink_for(drain.sink, load_settings()).maintain(get_engine())
+    else:
+        report = maintain(drain, retention_hours=0, force=True)
+        assert report["delete_markers_removed"] == OP_DELETES + TOMBSTONES
+    assert markers(drain) == 0
+    assert live_rows(drain) == model
+
+
+def markers(drain: DrainConfig) -> int:
+    settings = load_settings()
+    sink = drain.sink
+    if sink.type == "postgres":
+        with get_engine().connect() as conn:
+            return conn.scalar(
+                text(f'SELECT count(*) FROM "{sink.table}" WHERE _deleted_at IS NOT NULL')
+            )
+    if sink.type == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(Path(settings.warehouse) / sink.path)).to_pyarrow_table()
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        table = SqlCatalog("drainer", uri=settings.database_url).load_table(sink.table)
+        table = table.scan().to_arrow()
+    return sum(r is not None for r in table.column("_deleted_at").to_pylist())
