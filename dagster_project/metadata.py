@@ -82,6 +82,9 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
             metadata["kafka_bytes_produced"] = dg.MetadataValue.int(commit["bytes_added"])
             metadata["kafka_transactional_id"] = dg.MetadataValue.text(details["transactional_id"])
             metadata["kafka_aborted_attempts"] = dg.MetadataValue.int(details["aborted_attempts"])
+        # a state table (`write: upsert`): what the run's merge did
+        for name, count in (details.get("upsert") or {}).items():
+            metadata[f"table_{name}"] = dg.MetadataValue.int(int(count))
         if "producer" in details:  # where its transactional producer ran: server or driver
             metadata["kafka_producer"] = dg.MetadataValue.text(details["producer"])
     # steps after the commit that failed (mirror, dead-letter publish, backlog lookup): the run

@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     BinaryType,
     DataType,
+    LongType,
     StringType,
     StructField,
     StructType,
@@ -189,6 +190,8 @@ def _json_schema(fmt: RecordFormat, side: str) -> StructType:
 
 def _json(fmt: RecordFormat, side: str) -> Decoding:
     schema = _json_schema(fmt, side)
+    if fmt.envelope == "debezium":
+        return _debezium(schema, side)
     with_corrupt = StructType([*schema.fields, StructField(_CORRUPT, StringType())])
     parsed = F.from_json(
         F.col(side).cast("string"),
@@ -196,6 +199,55 @@ def _json(fmt: RecordFormat, side: str) -> Decoding:
         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
     )
     return Decoding(parsed, F.lit(None).cast("string"), schema.fieldNames())
+
+
+# the columns a Debezium change event adds to its row (docs/state-tables.md)
+CDC_COLUMNS = ("_op", "_source_ts_ms", "_source_lsn")
+
+
+def _debezium(row: StructType, side: str) -> Decoding:
+    """A Debezium change event, with or without the JSON converter's `schema`/`payload`
+    wrapper: the value's row is `after` (`before` for a delete, `op = d`) plus `_op` and the
+    source's `ts_ms` and `lsn`; a key's is its `payload` when wrapped."""
+    source = StructType([StructField("ts_ms", LongType()), StructField("lsn", LongType())])
+    if side == "value":
+        event = StructType(
+            [
+                StructField("before", row),
+                StructField("after", row),
+                StructField("op", StringType()),
+                StructField("source", source),
+            ]
+        )
+    else:
+        event = row
+    parsed = F.from_json(
+        F.col(side).cast("string"),
+        StructType(
+            [*event.fields, StructField("payload", event), StructField(_CORRUPT, StringType())]
+        ),
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
+    )
+    wrapped = F.col(side).cast("string").contains('"payload"')
+    plain = F.struct(*[parsed.getField(f.name).alias(f.name) for f in event.fields])
+    chosen = F.when(wrapped, parsed.getField("payload")).otherwise(plain)
+    if side == "value":
+        image = F.when(chosen.getField("op") == "d", chosen.getField("before")).otherwise(
+            chosen.getField("after")
+        )
+        columns = [image.getField(f.name).alias(f.name) for f in row.fields] + [
+            chosen.getField("op").alias("_op"),
+            chosen.getField("source").getField("ts_ms").alias("_source_ts_ms"),
+            chosen.getField("source").getField("lsn").alias("_source_lsn"),
+        ]
+        names = [*row.fieldNames(), *CDC_COLUMNS]
+    else:
+        columns = [chosen.getField(f.name).alias(f.name) for f in row.fields]
+        names = row.fieldNames()
+    value = F.when(
+        parsed.isNotNull(), F.struct(*columns, parsed.getField(_CORRUPT).alias(_CORRUPT))
+    )
+    return Decoding(value, F.lit(None).cast("string"), names)
 
 
 def _avro_file(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:

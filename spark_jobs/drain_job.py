@@ -43,6 +43,7 @@ from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
 from spark_jobs.session import cores, describe, get_spark
 from spark_jobs.sinks import SparkSink, spark_sink_for
+from spark_jobs.sinks.upsert import flag_records
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +275,7 @@ def _write(
     if drain.mode == "record":
         return sink.write_records(spark, ctx, df, _output_schema(drain))
     if _decodes(drain):  # records as typed rows: the processor (if any) gets them decoded
-        df = guarded(decode(drain, df), drain.bad_records)
+        df = guarded(flag_records(drain, decode(drain, df)), drain.bad_records)
     try:
         out = df if drain.processor is None else load_callable(drain.processor, "processor")(df)
         return sink.write(spark, ctx, out)
@@ -301,7 +302,7 @@ def _decodes(drain: DrainConfig) -> bool:
 def _stage_bad_records(ctx: RunContext, df: DataFrame, attempt: int) -> None:
     """Bad records as failures of `attempt`: the commit counts the landed attempt's."""
     if _decodes(ctx.drain) and ctx.drain.bad_records == "dead_letter":
-        staged = stage_bad_records(ctx, decode(ctx.drain, df), attempt)
+        staged = stage_bad_records(ctx, flag_records(ctx.drain, decode(ctx.drain, df)), attempt)
         if staged:
             log.warning(
                 "run %d of drain %s: %d records do not decode; they go to the dead letters",

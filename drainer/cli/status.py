@@ -166,6 +166,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             justify="left",
         )
         _commit_details(commits)
+        _upsert_counts(commits)
     per_level = ", ".join(
         f"level {lv['level']}: {lv['dead_letters']:,}"
         for lv in report["levels"]
@@ -249,6 +250,23 @@ def _seconds(run: dict[str, Any]) -> str:
     return "" if seconds is None else f"{seconds:.1f} s"
 
 
+def _upsert_counts(commits: list[dict[str, Any]]) -> None:
+    """A state table's merge per run: keys inserted, updated, deleted, versions skipped."""
+    names = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped_older")
+    rows = [
+        [str(r["id"]), *(u.get(n, 0) for n in names)]
+        for r in commits
+        if (u := (r["table_commit"].get("details") or {}).get("upsert"))
+    ]
+    if rows:
+        print_table(
+            "upserts per run",
+            ["run", "inserted", "updated", "deleted", "skipped as older"],
+            rows,
+            justify="left",
+        )
+
+
 def _commit_details(commits: list[dict[str, Any]]) -> None:
     """What a sink recorded beyond the table (a Kafka sink: records per output topic, its
     transactional id, the attempts aborted before the one that committed)."""
@@ -261,7 +279,7 @@ def _commit_details(commits: list[dict[str, Any]]) -> None:
             str(d.get("producer", "")),
         ]
         for r in commits
-        if (d := r["table_commit"].get("details"))
+        if (d := r["table_commit"].get("details")) and "upsert" not in d
     ]
     if rows:
         print_table(

@@ -270,6 +270,7 @@ class DrainConfig(KnownKeys):
             )
         check_blocks(self.kafka, self.kafka_librdkafka, self.kafka_java)
         self._check_formats()
+        self._cdc_defaults()
         if isinstance(self.max_wait, dict):
             unknown = sorted(level for level in self.max_wait if not 0 <= level < self.levels)
             if unknown:
@@ -281,7 +282,25 @@ class DrainConfig(KnownKeys):
         reserved_shares(self.levels, self.budget, self.distributor)
         return self
 
+    def _cdc_defaults(self) -> None:
+        """Debezium's events into a state table: newer by the source's commit time and log
+        position, a delete when `op = d` (set only where the drains file says nothing)."""
+        if self.value is None or self.value.envelope != "debezium":
+            return
+        sink: Any = self.sink
+        if getattr(sink, "write", "append") != "upsert":
+            return
+        if sink.order_by is None:
+            sink.order_by = ["_source_ts_ms", "_source_lsn"]
+        if sink.delete_when is None:
+            sink.delete_when = "_op = 'd'"
+
     def _check_formats(self) -> None:
+        if self.mode == "record" and getattr(self.sink, "write", "append") == "upsert":
+            raise ValueError(
+                "sink.write 'upsert' takes dataframe mode (its rows are collapsed per key in one "
+                "Spark job): use mode 'dataframe', or `write: append`"
+            )
         if self.mode == "record" and self.value is not None:
             raise ValueError(
                 "`value` declares a format for dataframe mode; record mode's handler gets the "

@@ -79,6 +79,13 @@ class RecordFormat(KnownKeys):
         description="avro, protobuf: the values are in the Confluent wire format; each "
         "record's writer schema comes from this registry (see `value.registry.*`)",
     )
+    envelope: Literal["debezium"] | None = Field(
+        default=None,
+        description="json: `debezium` unwraps Debezium change events (with or without the "
+        "JSON converter's `schema`/`payload` wrapper): `schema` declares the source table's "
+        "row; the output is `after` (`before` for a delete) plus `_op`, `_source_ts_ms`, "
+        "`_source_lsn`. A key with it unwraps `payload` only. docs/state-tables.md",
+    )
     message: str | None = Field(
         default=None,
         description="protobuf: the message's full name, package included (`shop.Order`); "
@@ -107,6 +114,8 @@ class RecordFormat(KnownKeys):
             )
         if self.format in ("string", "bytes") and (self.schema_ or self.registry):
             raise ValueError(f"format '{self.format}' takes no `schema` or `registry`")
+        if self.envelope is not None and self.format != "json":
+            raise ValueError("`envelope: debezium` is for format 'json'")
         if self.format == "json" and self.registry:
             raise ValueError("a registry is for format 'avro' only (JSON takes a `schema`)")
         return self

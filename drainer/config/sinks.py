@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from drainer.config.keys import unknown_keys
+from drainer.config.units import duration_ms
 from drainer.store.sink_names import check_table_name
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -28,6 +29,7 @@ _ICEBERG_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+
 # Kafka's own rule for topic names (at most 249 of these characters)
 _KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 DEFAULT_SINK_TYPE = "postgres"
+UPSERT_KEYS = ("write", "primary_key", "order_by", "delete_when", "delete_retention")
 
 
 class CatalogConfig(BaseModel):
@@ -139,7 +141,80 @@ def _key_owners() -> dict[str, set[str]]:
     return owners
 
 
-class PostgresSinkConfig(_SinkModel):
+# a column name, or a field of a struct column (`_key.id`)
+_COLUMN_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+
+
+class _TableWrite(BaseModel):
+    """How a table sink writes: one row per output row, or one row per primary key
+    (docs/lakehouse.md, "State tables"). drainer.sinks.upsert resolves these."""
+
+    write: Literal["append", "upsert"] = Field(
+        default="append",
+        description="`append` (the default): one row per output row; `upsert`: one row per "
+        "`primary_key`, the newest version by `order_by` kept, deletes leave a marker row "
+        "(`_deleted_at` set) for `delete_retention`",
+    )
+    primary_key: list[str] | None = Field(
+        default=None,
+        description="upsert: the output columns that identify a row (a struct column's field "
+        "as `col.field`); default `[_key]`, the record key as `key:` decodes it (a struct key "
+        "is one column)",
+    )
+    order_by: list[str] | None = Field(
+        default=None,
+        description="upsert: the output columns that say which version is newer, compared in "
+        "order; default `[_timestamp, _level, _partition, _offset]`; ties are broken by level, "
+        "partition and offset",
+    )
+    delete_when: str | None = Field(
+        default=None,
+        description="upsert: a Spark SQL condition over the output row that makes the row a "
+        "delete (e.g. `op = 'd'`); a tombstone (null value) always deletes its key",
+    )
+    delete_retention: str = Field(
+        default="7d",
+        description="upsert: how long a delete's marker row stays (so an older version drained "
+        "later cannot bring the row back) before `drainer maintain` removes it: 90s, 15m, "
+        "1h, 2d",
+    )
+
+    @field_validator("primary_key", "order_by")
+    @classmethod
+    def _columns(cls, value: list[str] | None, info: Any) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError(f"{info.field_name} needs at least one column, or leave it out")
+        bad = [c for c in value if not isinstance(c, str) or not _COLUMN_PATH.match(c)]
+        if bad:
+            raise ValueError(
+                f"{bad[0]!r} is not a column name: use letters, digits and underscores "
+                "(a struct's field as `column.field`)"
+            )
+        if len(set(value)) < len(value):
+            raise ValueError(f"{info.field_name} names a column twice: name each once")
+        return value
+
+    @field_validator("delete_retention")
+    @classmethod
+    def _retention(cls, value: str) -> str:
+        duration_ms(value)
+        return value
+
+    @model_validator(mode="after")
+    def _upsert_only(self) -> _TableWrite:
+        if self.write == "append":
+            given = [k for k in UPSERT_KEYS[1:] if k in self.model_fields_set]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} only apply to `write: upsert`: add `write: upsert` "
+                    f"or remove {'them' if len(given) > 1 else 'it'}"
+                )
+        return self
+
+
+class PostgresSinkConfig(_TableWrite, _SinkModel):
     """A table in the drainer's own Postgres, published inside the run's commit transaction."""
 
     type: Literal["postgres"] = Field(
@@ -176,7 +251,7 @@ class PostgresSinkConfig(_SinkModel):
         return check_table_name(value)
 
 
-class DeltaSinkConfig(_SinkModel):
+class DeltaSinkConfig(_TableWrite, _SinkModel):
     """A Delta Lake table, committed by Spark before the Postgres commit, tagged with the run."""
 
     type: Literal["delta"] = Field(default="delta", description="`delta`")
@@ -195,7 +270,7 @@ class DeltaSinkConfig(_SinkModel):
             )
 
 
-class IcebergSinkConfig(_SinkModel):
+class IcebergSinkConfig(_TableWrite, _SinkModel):
     """An Iceberg table of a catalog, published by Spark before the Postgres commit."""
 
     type: Literal["iceberg"] = Field(default="iceberg", description="`iceberg`")

@@ -8,6 +8,7 @@ folds the run partitions so their count stays logarithmic in the runs (postgres_
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from sqlalchemy import Connection, Engine
@@ -16,8 +17,11 @@ from sqlalchemy.engine import make_url
 from drainer.config.sinks import PostgresSinkConfig
 from drainer.sinks.base import Capabilities, Sink, SinkCommit, UpkeepReport
 from drainer.sinks.postgres_folds import AFTER_COMMIT_STEPS, UPKEEP_FOLD_BYTES, fold_sink
-from drainer.store import dead_letters, sinks
+from drainer.sinks.upsert import upsert_spec
+from drainer.store import dead_letters, sinks, upserts
 from drainer.store.runs import StoredRun
+
+log = logging.getLogger(__name__)
 
 
 class PostgresSink(Sink[PostgresSinkConfig]):
@@ -53,6 +57,11 @@ class PostgresSink(Sink[PostgresSinkConfig]):
         dead_letters.clear_failures(conn, run.id)
 
     def publish(self, conn: Connection, run_id: int, commit: SinkCommit | None) -> int:
+        spec = upsert_spec(self.config)
+        if spec is not None:  # a state table: the stage merged by key
+            counts = upserts.merge_staged(conn, self.table, run_id, spec.keys, spec.order)
+            log.info("run %d merged into %s: %s", run_id, self.table, counts.as_dict())
+            return counts.inserted + counts.updated + counts.deleted
         return sinks.publish_staged(conn, self.table, run_id)
 
     def discard(self, conn: Connection, run_id: int) -> None:
@@ -64,6 +73,10 @@ class PostgresSink(Sink[PostgresSinkConfig]):
         )
 
     def maintain(self, engine: Engine) -> UpkeepReport:
+        spec = upsert_spec(self.config)
+        if spec is not None:  # delete markers past their retention
+            with engine.begin() as conn:
+                upserts.remove_markers(conn, self.table, spec.retention_ms)
         return fold_sink(engine, self.table)
 
     def staged_rows(self, conn: Connection, run_id: int) -> int:

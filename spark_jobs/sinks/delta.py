@@ -19,6 +19,7 @@ from drainer.errors import CommitProofLost, ConfigError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.delta import DeltaSink
+from drainer.sinks.upsert import upsert_spec
 from spark_jobs.session import own_settings
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
@@ -32,6 +33,7 @@ from spark_jobs.sinks.base import (
     run_of,
 )
 from spark_jobs.sinks.faults import crash_once_files_appear
+from spark_jobs.sinks.upsert import drop_old_markers
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,11 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         return self._commit_of(spark, *run_of(ctx)[:3])
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
+        spec = upsert_spec(self.config)
+        if spec is not None:  # a state table: one MERGE per run
+            from spark_jobs.sinks.delta_upsert import merge_delta
+
+            return merge_delta(self, spark, ctx, out, spec)
         where = self.location()
         drain, run_id, nonce, attempt = run_of(ctx)
         existing = self._schema(spark)
@@ -122,6 +129,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
     ) -> dict[str, Any]:
         """OPTIMIZE (compaction), then VACUUM of files unreferenced for longer than the retention."""
         where = self.location()
+        markers = drop_old_markers(spark, f"delta.`{where}`", self.config)
         optimized = spark.sql(f"OPTIMIZE delta.`{where}`").collect()
         metrics = optimized[0]["metrics"] if optimized else None
         local = str(spark.conf.get("spark.master", "")).startswith("local")
@@ -138,6 +146,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             "files_removed": int(metrics["numFilesRemoved"]) if metrics else 0,
             "files_added": int(metrics["numFilesAdded"]) if metrics else 0,
             "retention_hours": retention_hours,
+            **({"delete_markers_removed": markers} if markers else {}),
         }
 
     def crash_while_writing(self, ctx: RunContext) -> None:

@@ -25,6 +25,7 @@ from drainer.errors import CatalogUnavailable, CommitProofLost, ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.iceberg import IcebergSink
+from drainer.sinks.upsert import upsert_spec
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
     DRAIN_PROPERTY,
@@ -38,6 +39,7 @@ from spark_jobs.sinks.base import (
     run_of,
 )
 from spark_jobs.sinks.faults import crash_once_files_appear
+from spark_jobs.sinks.upsert import drop_old_markers
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,11 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             )
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
+        spec = upsert_spec(self.config)
+        if spec is not None:  # a state table: one MERGE per run
+            from spark_jobs.sinks.iceberg_upsert import merge_iceberg
+
+            return merge_iceberg(self, spark, ctx, out, spec)
         table = self.location()
         drain, run_id, nonce, attempt = run_of(ctx)
         existing = self._schema(spark)
@@ -154,6 +161,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
         files no snapshot ever referenced (an interrupted write's: remove_orphan_files), once
         they are older than the retention and ORPHAN_MIN_AGE_HOURS."""
         catalog, table, where = self.catalog, self.table, self.location()
+        markers = drop_old_markers(spark, where, self.config)
         rewritten = spark.sql(
             f"CALL {catalog}.system.rewrite_data_files(table => '{table}')"
         ).collect()
@@ -178,6 +186,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             else 0,
             "run_branches_dropped": dropped,
             "retention_hours": retention_hours,
+            **({"delete_markers_removed": markers} if markers else {}),
         }
 
     def _remove_orphan_files(self, spark: SparkSession, age_hours: float) -> int:

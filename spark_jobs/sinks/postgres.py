@@ -24,17 +24,21 @@ from drainer.lifecycle.results import RunContext
 from drainer.settings import psycopg_url
 from drainer.sinks import SinkCommit
 from drainer.sinks.postgres import PostgresSink
+from drainer.sinks.upsert import check_key_unchanged, upsert_spec
 from drainer.store.leases import check_fence
 from drainer.store.sinks import (
     clear_task_partition,
     ensure_sink_tables,
+    relkind,
     write_staged,
     write_staged_csv,
 )
+from drainer.store.upserts import add_primary_key, primary_key
 from spark_jobs import modes
 from spark_jobs.row_types import SQL_TYPES
 from spark_jobs.sinks.base import SparkSink
 from spark_jobs.sinks.faults import crash_once
+from spark_jobs.sinks.upsert import collapse
 
 # what the staging tasks send back, as Spark DDL and as the Arrow schema of their batches
 STAGED_COUNTS = "task string, rows long"
@@ -105,6 +109,9 @@ class PostgresSparkSink(PostgresSink, SparkSink):
         return None
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
+        spec = upsert_spec(self.config)
+        if spec is not None:  # a state table: one row per key staged, merged by the commit
+            out = collapse(out, spec, self.table)
         columns = pg_columns(out.schema)
         self._ensure_tables(ctx, columns)
         names = [name for name, _ in columns]
@@ -150,10 +157,18 @@ class PostgresSparkSink(PostgresSink, SparkSink):
 
     def _ensure_tables(self, ctx: RunContext, columns: list[tuple[str, str]]) -> None:
         """The target and this run's stage table, before any task writes."""
+        spec = upsert_spec(self.config)
+        if spec is not None:
+            with ctx.engine.connect() as conn:
+                if relkind(conn, self.table) is not None:
+                    check_key_unchanged(self.table, primary_key(conn, self.table), spec)
         ensure_sink_tables(  # notes the columns it adds on the run, with the change
             ctx.engine,
             self.table,
             columns,
             ctx.run.id,
-            partitioned=self.config.publish == "attach",
+            partitioned=self.config.publish == "attach" and spec is None,
         )
+        if spec is not None:  # a target just made gets its key
+            with ctx.engine.begin() as conn:
+                add_primary_key(conn, self.table, spec.keys)

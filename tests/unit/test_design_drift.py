@@ -77,7 +77,9 @@ def module_map_mismatches(text: str) -> list[str]:
         have = drawn[i] if i < len(drawn) else ()
         want = kept[i] if i < len(kept) else ()
         if sorted(have) != sorted(want):
-            problems.append(f"floor {i}: the design draws {sorted(have)}, the code keeps {sorted(want)}")
+            problems.append(
+                f"floor {i}: the design draws {sorted(have)}, the code keeps {sorted(want)}"
+            )
     named = {n for floor in drawn for n in floor}
     for path in sorted((ROOT / "drainer").iterdir()):
         if path.name.startswith(("_", ".")) or not (path.is_dir() or path.suffix == ".py"):

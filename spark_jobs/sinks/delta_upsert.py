@@ -1,0 +1,79 @@
+"""Delta upserts: one MERGE per run, exactly once by Delta's own transaction id.
+
+Delta applies `txnAppId`/`txnVersion` to SQL DML through the session settings
+`spark.databricks.delta.write.txnAppId`/`txnVersion` (the writer options cover DataFrame
+appends only), so a resumed run's MERGE is skipped by Delta when an earlier attempt's landed.
+Those settings, and the commit's `userMetadata` (the run's marker that `committed` finds), are
+set on a session of the merge's own (`own_settings`), never on the session runs share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pyspark.sql import DataFrame, SparkSession
+
+from drainer.errors import ServiceError
+from drainer.lifecycle.results import RunContext
+from drainer.sinks import SinkCommit
+from drainer.sinks.upsert import KEY_PROPERTY, UpsertSpec, check_key_unchanged
+from spark_jobs.session import own_settings
+from spark_jobs.sinks.base import fit_schema, marker, note_columns_added, run_of
+from spark_jobs.sinks.delta import RECENT_COMMITS, DeltaSparkSink, app_id
+from spark_jobs.sinks.upsert import (
+    added_columns,
+    collapse,
+    count_changes,
+    counts_details,
+    merge_sql,
+    recorded_key,
+)
+
+
+def merge_delta(
+    sink: DeltaSparkSink, spark: SparkSession, ctx: RunContext, out: DataFrame, spec: UpsertSpec
+) -> SinkCommit:
+    where = sink.location()
+    table = f"delta.`{where}`"
+    drain, run_id, nonce, attempt = run_of(ctx)
+    source = collapse(out, spec, where)
+    existing = sink._schema(spark)
+    if existing is None:  # created with its key, before the run's one MERGE
+        try:
+            spark.createDataFrame([], source.schema).write.format("delta").save(where)
+        except Exception as err:  # another attempt of the run made it first
+            if not any(c in str(err) for c in ("Concurrent", "concurrent", "already exists")):
+                raise
+        spark.sql(
+            f"ALTER TABLE {table} SET TBLPROPERTIES ('{KEY_PROPERTY}' = '{spec.key_property()}')"
+        )
+        existing = sink._schema(spark)
+        assert existing is not None
+    else:
+        check_key_unchanged(where, recorded_key(spark, table), spec)
+    before = spark.read.format("delta").load(where) if existing.fields else None
+    note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
+    if added_columns(spark, table, source, existing):
+        existing = sink._schema(spark)
+    source = fit_schema(source, existing, where)
+    counts = count_changes(source, before, spec)
+    with own_settings(spark) as merging:
+        merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
+        merging.conf.set("spark.databricks.delta.write.txnVersion", str(run_id))
+        merging.conf.set(
+            "spark.databricks.delta.commitInfo.userMetadata", marker(drain, run_id, nonce, attempt)
+        )
+        merging.sql(merge_sql(table, spec, source.columns), src=source).collect()
+    done = sink._commit_of(spark, drain, run_id, nonce, latest=RECENT_COMMITS)
+    if done is None:
+        done = sink._commit_of(spark, drain, run_id, nonce)
+    if done is None:
+        raise ServiceError(
+            f"run {run_id}'s MERGE into {where} left no commit naming the run, and Delta "
+            f"skipped it as already applied (app id {app_id(drain, nonce)}): the table's "
+            "history no longer shows the attempt that landed. Nothing was committed to "
+            "Postgres: look at the table's history, then run again"
+        )
+    if done.attempt != attempt:  # an earlier attempt's merge landed: its counts are unknown
+        return done
+    return replace(done, details=counts_details(counts))

@@ -1,0 +1,227 @@
+"""State tables on Spark: a run's rows collapsed to one per key, and the MERGE that applies
+them to a Delta or Iceberg table (drainer.sinks.upsert states the rules).
+
+`flag_records` marks tombstones and null keys on the decoded read (a null key is a bad record,
+failed or dead-lettered per `bad_records`); `collapse` keeps each key's newest row with a
+window function; `merge_sql` is the one MERGE both table formats run, its source the collapsed
+rows, checkpointed once so that the counts and the merge see the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from drainer.config import DrainConfig
+from drainer.sinks.upsert import (
+    DELETED_AT,
+    KEY_PROPERTY,
+    TOMBSTONE,
+    UpsertCounts,
+    UpsertSpec,
+    check_columns,
+    kept_order,
+    newer,
+    ref,
+    top_column,
+    upsert_spec,
+)
+from drainer.store.upserts import markers_past_retention
+from spark_jobs.decode import ERROR, RAW_VALUE
+
+_DELETE = "_drainer_delete"
+_RANK = "_drainer_rank"
+# order columns a tombstone always has (the record's own metadata): nothing to fill
+_RECORD_ORDER = {"_timestamp", "_level", "_partition", "_offset", "_topic"}
+_POSITION = ("_topic", "_partition", "_offset")
+
+
+def bq(name: str) -> str:
+    """A Spark SQL identifier, backquoted."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def path_col(path: str) -> Column:
+    """An output column, or a struct column's field (`_key.id`)."""
+    return F.col(".".join(bq(p) for p in path.split(".")))
+
+
+def flag_records(drain: DrainConfig, decoded: DataFrame) -> DataFrame:
+    """The decoded read with tombstones marked and a null primary key as the record's error
+    (a bad record: `bad_records` fails the run on it or dead-letters it); unchanged for an
+    append sink."""
+    spec = upsert_spec(drain.sink)
+    if spec is None:
+        return decoded
+    columns = set(decoded.columns)
+    error = F.col(ERROR)
+    for path in spec.keys:
+        if top_column(path) in columns:  # else the processor makes it: `collapse` checks
+            error = F.coalesce(
+                error, F.when(path_col(path).isNull(), F.lit(f"primary key {path} is null"))
+            )
+    return decoded.withColumns({TOMBSTONE: F.col(RAW_VALUE).isNull(), ERROR: error})
+
+
+def collapse(out: DataFrame, spec: UpsertSpec, where: str) -> DataFrame:
+    """The run's rows, one per key: the newest by `order_by`, a delete before an upsert of the
+    same order, then by level, partition and offset. A delete's row carries `_deleted_at` (the
+    merge's time); a tombstone without order values takes those of the key's row before it in
+    its own partition, which is what it deletes."""
+    columns = out.columns
+    check_columns(spec, columns, where)
+    tomb = F.coalesce(F.col(TOMBSTONE), F.lit(False)) if TOMBSTONE in columns else F.lit(False)
+    delete = tomb
+    if spec.delete_when:
+        delete = delete | F.coalesce(F.expr(spec.delete_when), F.lit(False))
+    keys = [path_col(p) for p in spec.keys]
+    null_key = F.lit(False)
+    for k in keys:
+        null_key = null_key | k.isNull()
+    where_of = (
+        F.concat_ws("", F.col("_topic"), F.lit("["), F.col("_partition"), F.lit("]@"), "_offset")
+        if set(_POSITION) <= set(columns)
+        else F.lit("a row")
+    )
+    message = F.concat(
+        F.lit("drainer bad record "),  # as spark_jobs.bad_records raises, so it reads alike
+        where_of,
+        F.lit(f": primary key [{', '.join(spec.keys)}] has a null column"),
+    )
+    rows = out.withColumn(_DELETE, delete).where(
+        F.when(null_key, F.raise_error(message)).otherwise(F.lit(True))
+    )
+    rows = _fill_tombstone_order(rows, spec, columns)
+    by_key = Window.partitionBy(*keys).orderBy(
+        *[path_col(c).desc_nulls_first() for c in spec.order],
+        F.col(_DELETE).desc(),
+        *[F.col(c).desc() for c in spec.tie_breakers(columns)],
+    )
+    newest = rows.withColumn(_RANK, F.row_number().over(by_key)).where(F.col(_RANK) == 1)
+    kept = [bq(c) for c in columns if c != TOMBSTONE]
+    deleted_at = F.when(F.col(_DELETE), F.current_timestamp()).cast("timestamp")
+    return newest.select(*kept, deleted_at.alias(DELETED_AT))
+
+
+def _fill_tombstone_order(rows: DataFrame, spec: UpsertSpec, columns: Sequence[str]) -> DataFrame:
+    """A delete whose order columns are all null orders as the key's row before it in the same
+    Kafka partition (offset order): a tombstone deletes the version it follows."""
+    fillable = [c for c in spec.order if "." not in c and c not in _RECORD_ORDER]
+    if not fillable or not set(_POSITION) <= set(columns):
+        return rows
+    all_null = F.lit(True)
+    for c in spec.order:
+        all_null = all_null & path_col(c).isNull()
+    before = (
+        Window.partitionBy(*[path_col(p) for p in spec.keys], "_topic", "_partition")
+        .orderBy("_offset")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    previous = F.last(F.when(~all_null, F.struct(*[path_col(c) for c in fillable])), True)
+    rows = rows.withColumn("_drainer_before", previous.over(before))
+    filled = {
+        c: F.when(F.col(_DELETE) & all_null, F.col("_drainer_before").getField(c)).otherwise(
+            F.col(bq(c))
+        )
+        for c in fillable
+    }
+    return rows.withColumns(filled).drop("_drainer_before")
+
+
+def merge_sql(target: str, spec: UpsertSpec, columns: Sequence[str]) -> str:
+    """MERGE of the collapsed rows (`{src}`, a DataFrame argument of `spark.sql`) into the
+    table: a newer version replaces the row (a delete replaces it with its marker, keeping the
+    row's order when it has none), a new key is inserted; an older version changes nothing."""
+    on = " AND ".join(f"{ref('t', k, bq)} = {ref('s', k, bq)}" for k in spec.keys)
+    order_top = {c for c in spec.order if "." not in c}
+    sets = ", ".join(
+        f"t.{bq(c)} = "
+        + (kept_order("s", "t", c, spec.order, bq) if c in order_top else f"s.{bq(c)}")
+        for c in columns
+    )
+    names = ", ".join(bq(c) for c in columns)
+    values = ", ".join(f"s.{bq(c)}" for c in columns)
+    return (
+        f"MERGE INTO {target} t USING {{src}} s ON {on} "
+        f"WHEN MATCHED AND ({newer('s', 't', spec.order, bq)}) THEN UPDATE SET {sets} "
+        f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
+    )
+
+
+def count_changes(source: DataFrame, table: DataFrame | None, spec: UpsertSpec) -> UpsertCounts:
+    """What the merge of `source` into `table` (as it is before the merge) does, per row: the
+    same condition as the MERGE, evaluated in one aggregation."""
+    deleted = F.col(f"s.{bq(DELETED_AT)}").isNotNull()
+    if table is None:
+        row = source.agg(
+            F.count_if(~deleted).alias("inserted"), F.count_if(deleted).alias("deleted")
+        ).first()
+        assert row is not None
+        return UpsertCounts(inserted=int(row["inserted"]), deleted=int(row["deleted"]))
+    wanted = [*{top_column(p) for p in (*spec.keys, *spec.order)}, DELETED_AT]
+    on = [path_col(f"s.{k}") == path_col(f"t.{k}") for k in spec.keys]
+    joined = source.alias("s").join(table.select(*[bq(c) for c in wanted]).alias("t"), on, "left")
+    matched = F.col(f"t.{bq(DELETED_AT)}").isNotNull() | _any_key(spec, "t")
+    applies = ~matched | F.coalesce(F.expr(newer("s", "t", spec.order, bq)), F.lit(False))
+    live_before = matched & F.col(f"t.{bq(DELETED_AT)}").isNull()
+    row = joined.agg(
+        F.count_if(applies & ~deleted & ~live_before).alias("inserted"),
+        F.count_if(applies & ~deleted & live_before).alias("updated"),
+        F.count_if(applies & deleted).alias("deleted"),
+        F.count_if(~applies).alias("skipped"),
+    ).first()
+    assert row is not None
+    return UpsertCounts(*(int(row[k]) for k in ("inserted", "updated", "deleted", "skipped")))
+
+
+def _any_key(spec: UpsertSpec, alias: str) -> Column:
+    found = F.lit(False)
+    for k in spec.keys:
+        found = found | path_col(f"{alias}.{k}").isNotNull()
+    return found
+
+
+def counts_details(counts: UpsertCounts) -> dict[str, Any]:
+    """The counts as a table commit's details (status, Dagster metadata)."""
+    return {"upsert": counts.as_dict()}
+
+
+def table_ddl(schema: Any) -> str:
+    """Columns of a CREATE TABLE, from a Spark schema."""
+    return ", ".join(f"{bq(f.name)} {f.dataType.simpleString()}" for f in schema.fields)
+
+
+def recorded_key(spark: SparkSession, table: str) -> list[str] | None:
+    """The primary key a table was made with (its `drainer.primary_key` property), or None."""
+    for row in spark.sql(f"SHOW TBLPROPERTIES {table}").collect():
+        if row["key"] == KEY_PROPERTY:
+            return str(row["value"]).split(",")
+    return None
+
+
+def added_columns(spark: SparkSession, table: str, source: DataFrame, existing: Any) -> list[str]:
+    """Add the source's columns the table lacks (schema evolution, as appends do); their names."""
+    added = [f for f in source.schema.fields if f.name not in existing.fieldNames()]
+    if added:
+        spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({table_ddl(StructType(added))})")
+    return [f.name for f in added]
+
+
+def drop_old_markers(spark: SparkSession, table: str, config: Any) -> int:
+    """`drainer maintain` of a state table: delete markers older than `delete_retention` go
+    (an older version drained after that could bring its row back: the retention is the
+    promise). Returns how many; 0 for an append table."""
+    spec = upsert_spec(config)
+    if spec is None:
+        return 0
+    cutoff = datetime.now(UTC) - timedelta(milliseconds=spec.retention_ms)
+    text = cutoff.strftime("%Y-%m-%d %H:%M:%S")
+    before = spark.table(table).where(F.col(DELETED_AT) < F.lit(text).cast("timestamp")).count()
+    if before:
+        spark.sql(markers_past_retention(table, text, bq)).collect()
+    return before

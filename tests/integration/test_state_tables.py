@@ -1,0 +1,354 @@
+"""Issue 48 on the real stack: state tables (`sink.write: upsert`) in Postgres, Delta and Iceberg.
+
+JSON values `{id, name, v, op}` keyed by id over 3 levels, versions spread so that a key's newer
+version often sits in a higher level than an older one (a higher level drains first), 100 keys
+deleted by `op = 'd'` and 50 by tombstones (Kafka nulls), some deletes followed in drain order
+by older updates. The table, read back without Spark (psycopg, deltalake, pyiceberg), must equal
+the model: per key the newest version by `v`, absent when that is a delete.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from sqlalchemy import text
+from test_exactly_once import cli_run, drain_until_empty, runs_of
+
+from drainer.config import DrainConfig
+from drainer.settings import load_settings
+from drainer.store import get_engine
+
+pytestmark = pytest.mark.slow
+
+KEYS = 1000
+VERSIONS = 10  # per key: 10,000 records, tombstones among them
+OP_DELETES = 100
+TOMBSTONES = 50
+VALUE = {"format": "json", "schema": "id string, name string, v long, op string"}
+
+
+def sink_of(fmt: str) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:8]
+    upsert = {"write": "upsert", "order_by": ["v"], "delete_when": "op = 'd'"}
+    if fmt == "postgres":
+        return {"type": "postgres", "table": f"state_{suffix}", **upsert}
+    if fmt == "delta":
+        return {"type": "delta", "path": f"state_{suffix}", **upsert}
+    return {"type": "iceberg", "table": f"drains.state_{suffix}", **upsert}
+
+
+def produce_state(drain: DrainConfig, seed: int = 48) -> dict[str, tuple[str, int]]:
+    """The records, produced; returns the model: key -> (name, v) of its live newest version.
+
+    Each key's versions 1..n go to random levels, in ascending v within a (level, partition)
+    as a producer writes them. A deleted key's newest version is in the top level (drained
+    first, before its older versions in lower levels); a tombstone follows its key's newest
+    version in the same partition.
+    """
+    rng = random.Random(seed)
+    keys = [f"k{i:04d}" for i in range(KEYS)]
+    deleted = set(rng.sample(keys, OP_DELETES))
+    tombstoned = set(rng.sample([k for k in keys if k not in deleted], TOMBSTONES))
+    per_topic: dict[tuple[int, int], list[tuple[str, bytes | None]]] = {}
+    model: dict[str, tuple[str, int]] = {}
+    for key in keys:
+        partition = int(key[1:]) % drain.partitions
+        versions = VERSIONS - 1 if key in tombstoned else VERSIONS
+        levels = [rng.randrange(drain.levels) for _ in range(versions)]
+        if key in deleted:
+            levels[-1] = drain.levels - 1
+        for v, level in enumerate(levels, start=1):
+            op = "d" if key in deleted and v == versions else ("c" if v == 1 else "u")
+            value = {"id": key, "name": f"{key}-v{v}", "v": v, "op": op}
+            per_topic.setdefault((level, partition), []).append((key, json.dumps(value).encode()))
+        if key in tombstoned:
+            per_topic[(levels[-1], partition)].append((key, None))
+        if key not in deleted and key not in tombstoned:
+            model[key] = (f"{key}-v{versions}", versions)
+    producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+    for (level, partition), records in per_topic.items():
+        for key, value in records:
+            producer.produce(
+                drain.level_topic(level), key=key.encode(), value=value, partition=partition
+            )
+    assert producer.flush(60) == 0
+    return model
+
+
+def live_rows(drain: DrainConfig) -> dict[str, tuple[str, int]]:
+    """The table's live rows, read without Spark: key -> (name, v)."""
+    settings = load_settings()
+    sink = drain.sink
+    if sink.type == "postgres":
+        with get_engine().connect() as conn:
+            rows = conn.execute(text(f'SELECT _key, name, v FROM "{sink.table}_live"')).all()
+        return {r._key: (r.name, r.v) for r in rows}
+    if sink.type == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(Path(settings.warehouse) / sink.path)).to_pyarrow_table()
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog("drainer", uri=settings.database_url)
+        table = catalog.load_table(sink.table).scan(row_filter="_deleted_at IS NULL").to_arrow()
+    rows = table.select(["_key", "name", "v", "_deleted_at"]).to_pylist()
+    keys = [r["_key"] for r in rows]
+    assert len(keys) == len(set(keys)), "a key twice in the table"
+    return {r["_key"]: (r["name"], r["v"]) for r in rows if r["_deleted_at"] is None}
+
+
+def upsert_drain(make_drain, fmt: str, budget: int) -> DrainConfig:
+    return make_drain(
+        sink=sink_of(fmt), budget=budget, value=VALUE, key={"format": "string"}, processor=None
+    )
+
+
+@pytest.mark.parametrize("budget,runs", [(12_000, 1), (2_100, 5)])
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_state_table_equals_the_model(make_drain, lakehouse, fmt, budget, runs):
+    drain = upsert_drain(make_drain, fmt, budget)
+    model = produce_state(drain)
+    results = drain_until_empty(drain)
+    assert len(results) == runs
+    live = live_rows(drain)
+    wrong = {
+        k: (live.get(k), model.get(k))
+        for k in set(live) | set(model)
+        if live.get(k) != model.get(k)
+    }
+    assert not wrong, (
+        f"{len(wrong)} keys differ from the model (table, model): {list(wrong.items())[:5]}"
+    )
+    assert len(live) == KEYS - OP_DELETES - TOMBSTONES
+    if fmt != "postgres" and runs == 1:  # the merge's counts, on the run's record
+        from drainer.observe.status import drain_status
+
+        [run] = drain_status(drain)["runs"]
+        assert run["table_commit"]["details"]["upsert"] == {
+            "rows_inserted": len(model),
+            "rows_updated": 0,
+            "rows_deleted": OP_DELETES + TOMBSTONES,
+            "rows_skipped_older": 0,
+        }
+
+
+def test_a_changed_primary_key_is_refused_in_one_line(make_drain, stack):
+    drain = upsert_drain(make_drain, "postgres", 12_000)
+    produce_state(drain)
+    drain_until_empty(drain)
+    other = make_drain(
+        sink={**drain.sink.model_dump(), "primary_key": ["id"]},
+        budget=12_000,
+        value=VALUE,
+        key={"format": "string"},
+        processor=None,
+    )
+    produce_state(other)
+    done = cli_run(other)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "was made with primary key [_key]" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_resumed_run_never_merges_twice(make_drain, lakehouse, fmt):
+    drain = upsert_drain(make_drain, fmt, 12_000)
+    model = produce_state(drain)
+    crashed = cli_run(drain, "after_table_commit")
+    assert crashed.returncode == 86, crashed.stderr[-2000:]
+    done = cli_run(drain)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [r.status for r in runs_of(drain)] == ["committed"]
+    assert live_rows(drain) == model
+    # the table holds one merge of the run: its commits that name a run are the run's one
+    assert merge_commits(drain) == [runs_of(drain)[0].id]
+
+
+def merge_commits(drain: DrainConfig) -> list[int]:
+    """The run ids the table's commits carry (read without Spark)."""
+    from test_lakehouse import table_run_ids
+
+    return table_run_ids(drain)
+
+
+def test_the_docs_example_runs_as_written(lakehouse, tmp_path, monkeypatch):
+    """docs/state-tables.md's drains file, names made unique, drains a key's versions and a
+    delete; its Delta reader line reads the live rows."""
+    import pyarrow.compute as pc  # noqa: F401  (the docs' reader line uses it)
+    import yaml
+    from deltalake import DeltaTable  # noqa: F401
+    from test_docs_run import blocks
+
+    from drainer.config import load_drains
+    from drainer.kafka.session import KafkaSession
+    from drainer.testing import delete_topics, use_config_path
+
+    example, *others = blocks("docs/state-tables.md", "yaml")
+    for i, other in enumerate(others):  # the other examples are valid drains files
+        (tmp_path / f"other{i}.yaml").write_text(other)
+        assert load_drains(tmp_path / f"other{i}.yaml")
+    suffix = uuid.uuid4().hex[:8]
+    body = yaml.safe_load(example)["drains"]["customers"]
+    body |= {"topic": f"customers_{suffix}", "group": f"customers_{suffix}"}
+    body["sink"]["path"] = f"lake/customers_{suffix}"
+    path = tmp_path / "drains.yaml"
+    path.write_text(yaml.safe_dump({"drains": {f"customers_{suffix}": body}}))
+    drain = load_drains(path)[f"customers_{suffix}"]
+    with KafkaSession(drain) as kafka:
+        kafka.create_topics()
+    try:
+        producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+        for level, (key, v, op) in [(0, ("a", 1, "c")), (2, ("a", 2, "u")), (1, ("b", 1, "c"))]:
+            value = json.dumps({"id": key, "name": f"{key}{v}", "v": v, "op": op})
+            producer.produce(drain.level_topic(level), key=key.encode(), value=value.encode())
+        producer.produce(drain.level_topic(0), key=b"b", value=b'{"id":"b","v":2,"op":"d"}')
+        assert producer.flush(30) == 0
+        with use_config_path(path):
+            drain_until_empty(drain)
+        where = str(Path(load_settings().warehouse) / body["sink"]["path"])
+        doc = Path(__file__).resolve().parents[2] / "docs" / "state-tables.md"
+        line = next(ln for ln in doc.read_text().splitlines() if "DeltaTable(path)" in ln)
+        reader = line[line.index("`") + 1 : line.rindex("`")]
+        live = eval(reader, {"DeltaTable": DeltaTable, "pc": pc, "path": where})  # noqa: S307
+        assert {(r["id"], r["v"]) for r in live.to_pylist()} == {("a", 2)}
+    finally:
+        delete_topics(drain)
+
+
+ROW = "id long, name string, qty long"
+
+
+def debezium_events(wrapped: bool) -> tuple[list[tuple[bytes, bytes | None]], dict[int, tuple]]:
+    """A source table's changes as Debezium's JSON converter writes them (with its
+    `schema`/`payload` wrapper or without), a delete followed by its tombstone; and the source
+    table's final state, id -> (name, qty)."""
+    rng = random.Random(7)
+    state: dict[int, tuple[str, int]] = {}
+    events: list[tuple[bytes, bytes | None]] = []
+    lsn = 1000
+
+    def wrap(payload: dict[str, Any]) -> bytes:
+        body = {"schema": {"type": "struct", "optional": False}, "payload": payload}
+        return json.dumps(body if wrapped else payload).encode()
+
+    for step in range(400):
+        id_ = rng.randrange(60)
+        lsn += 1
+        source = {"ts_ms": 1_700_000_000_000 + step, "lsn": lsn, "connector": "postgresql"}
+        key = wrap({"id": id_})
+        before = {"id": id_, "name": state[id_][0], "qty": state[id_][1]} if id_ in state else None
+        if id_ in state and rng.random() < 0.2:
+            events.append(
+                (key, wrap({"before": before, "after": None, "op": "d", "source": source}))
+            )
+            events.append((key, None))  # Debezium's tombstone, for compaction
+            del state[id_]
+            continue
+        after = {"id": id_, "name": f"n{step}", "qty": step}
+        op = "u" if id_ in state else rng.choice("cr")
+        events.append((key, wrap({"before": before, "after": after, "op": op, "source": source})))
+        state[id_] = (after["name"], after["qty"])
+    return events, state
+
+
+@pytest.mark.parametrize("wrapped", [True, False], ids=["with_schema", "without_schema"])
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_debezium_changes_leave_the_source_tables_state(make_drain, lakehouse, fmt, wrapped):
+    sink = {k: v for k, v in sink_of(fmt).items() if k not in ("order_by", "delete_when")}
+    # Postgres stores no struct: the key as its JSON text there
+    key = (
+        {"format": "string"}
+        if fmt == "postgres"
+        else {"format": "json", "schema": "id long", "envelope": "debezium"}
+    )
+    drain = make_drain(
+        sink=sink,
+        budget=12_000,
+        levels=1,
+        partitions=1,
+        value={"format": "json", "schema": ROW, "envelope": "debezium"},
+        key=key,
+        processor=None,
+    )
+    events, state = debezium_events(wrapped)
+    assert state and sum(v is None for _, v in events) > 10  # deletes, each with its tombstone
+    producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+    for k, v in events:
+        producer.produce(drain.level_topic(0), key=k, value=v)
+    assert producer.flush(30) == 0
+    drain_until_empty(drain)
+    assert cdc_rows(drain) == state
+
+
+def cdc_rows(drain: DrainConfig) -> dict[int, tuple[str, int]]:
+    settings = load_settings()
+    sink = drain.sink
+    if sink.type == "postgres":
+        with get_engine().connect() as conn:
+            rows = conn.execute(text(f'SELECT id, name, qty FROM "{sink.table}_live"')).all()
+        return {r.id: (r.name, r.qty) for r in rows}
+    if sink.type == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(Path(settings.warehouse) / sink.path)).to_pyarrow_table()
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog("drainer", uri=settings.database_url)
+        table = catalog.load_table(sink.table).scan().to_arrow()
+    return {
+        r["id"]: (r["name"], r["qty"])
+        for r in table.select(["id", "name", "qty", "_deleted_at"]).to_pylist()
+        if r["_deleted_at"] is None
+    }
+
+
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_maintain_removes_markers_past_their_retention(make_drain, lakehouse, fmt):
+    import time
+
+    from drainer.sinks import sink_for
+    from spark_jobs.maintenance import maintain
+
+    sink = sink_of(fmt) | {"delete_retention": "1s"}
+    drain = make_drain(
+        sink=sink, budget=12_000, value=VALUE, key={"format": "string"}, processor=None
+    )
+    model = produce_state(drain)
+    drain_until_empty(drain)
+    assert markers(drain) == OP_DELETES + TOMBSTONES
+    time.sleep(2)  # the markers are older than their retention now
+    if fmt == "postgres":
+        sink_for(drain.sink, load_settings()).maintain(get_engine())
+    else:
+        report = maintain(drain, retention_hours=0, force=True)
+        assert report["delete_markers_removed"] == OP_DELETES + TOMBSTONES
+    assert markers(drain) == 0
+    assert live_rows(drain) == model
+
+
+def markers(drain: DrainConfig) -> int:
+    settings = load_settings()
+    sink = drain.sink
+    if sink.type == "postgres":
+        with get_engine().connect() as conn:
+            return conn.scalar(
+                text(f'SELECT count(*) FROM "{sink.table}" WHERE _deleted_at IS NOT NULL')
+            )
+    if sink.type == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(Path(settings.warehouse) / sink.path)).to_pyarrow_table()
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        table = SqlCatalog("drainer", uri=settings.database_url).load_table(sink.table)
+        table = table.scan().to_arrow()
+    return sum(r is not None for r in table.column("_deleted_at").to_pylist())
