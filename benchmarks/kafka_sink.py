@@ -40,6 +40,8 @@ from typing import Any
 
 from common import OUT, delete_at_exit, fresh_drain, produce
 
+from drainer.settings import load_settings
+
 PROCESSOR = "spark_jobs.examples:kafka_passthrough"
 COMMIT_EVERY = 100_000
 PRODUCER: dict[str, str] = {}  # the drain's `kafka_librdkafka:` (--producer key=value ...)
@@ -109,7 +111,7 @@ def run_drainer(src: Any, records: int, producer: str = "auto") -> dict[str, Any
         **({"kafka_librdkafka": PRODUCER} if PRODUCER else {}),
     )
     started = time.perf_counter()
-    result = drain_job.run(drain, trigger="bench")
+    result = drain_job.run(drain, trigger="bench", settings=load_settings())
     wall = time.perf_counter() - started
     assert result.drained == records, f"drained {result.drained} of {records}"
     producer_ran = (result.table_commit or {}).get("details", {}).get("producer")
@@ -126,7 +128,7 @@ def bounded_read(spark: Any, src: Any) -> Any:
     from drainer.kafka.session import KafkaSession
     from spark_jobs.kafka_source import BOUNDED_FETCH_MAX_WAIT_MS, BOUNDED_MAX_POLL_RECORDS
 
-    with KafkaSession(src) as kafka:
+    with KafkaSession(src, load_settings()) as kafka:
         marks = kafka.watermarks(kafka.partitions(range(src.levels)))
     assign: dict[str, list[int]] = {}
     start: dict[str, dict[str, int]] = {}
@@ -153,7 +155,7 @@ def bounded_read(spark: Any, src: Any) -> Any:
 def run_spark_sink(src: Any, records: int) -> dict[str, Any]:
     from spark_jobs.session import get_spark
 
-    spark = get_spark()
+    spark = get_spark(load_settings())
     out = create_topic()
     read = bounded_read(spark, src)  # planned before the clock starts, as for server_task
     started = time.perf_counter()
@@ -233,7 +235,7 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
     from drainer.kafka.transactions import OUTPUT_PRODUCER_DEFAULTS
     from spark_jobs.session import get_spark
 
-    spark = get_spark()
+    spark = get_spark(load_settings())
     out = create_topic()
     bootstrap, tid = _bootstrap(), f"bench-task-{uuid.uuid4().hex[:8]}"
     defaults = dict(OUTPUT_PRODUCER_DEFAULTS)  # the task gets a copy with its function

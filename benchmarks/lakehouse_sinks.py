@@ -52,6 +52,8 @@ from typing import Any
 
 from common import OUT, fresh_drain, produce, vm_hwm_kb
 
+from drainer.settings import load_settings
+
 SINKS = ("postgres", "delta", "iceberg")
 # the hand-written job as a Spark user writes it, and with the Kafka option drainer's bounded
 # reads set (a consumer that reached its range's end waits 10 ms for more, not Spark's 500 ms)
@@ -148,7 +150,7 @@ def run_drainer(drain: Any, records: int, jvm: Jvm) -> dict[str, Any]:
 
     jvm.before()
     started = time.perf_counter()
-    result = drain_job.run(drain, trigger="bench")
+    result = drain_job.run(drain, trigger="bench", settings=load_settings())
     wall = time.perf_counter() - started
     memory = jvm.after()
     assert result.drained == records, f"{drain.name} drained {result.drained} of {records}"
@@ -240,7 +242,7 @@ def rows_in(what: str, where: str) -> int:
     if what == "postgres":
         from sqlalchemy import text
 
-        from drainer.store.engine import get_engine
+        from tests.support.stack import get_engine
 
         with get_engine().connect() as conn:
             return int(conn.execute(text(f'SELECT count(*) FROM "{where}"')).scalar_one())
@@ -272,8 +274,8 @@ def clean_up(
     from sqlalchemy import text
 
     from drainer.settings import load_settings
-    from drainer.store.engine import get_engine
-    from drainer.testing import delete_topics
+    from tests.support.drains import delete_topics
+    from tests.support.stack import get_engine
 
     for source in sources:
         delete_topics(source)
@@ -309,7 +311,7 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
     produce(source, records)
     produce_s = time.monotonic() - started
 
-    spark = get_spark()
+    spark = get_spark(load_settings())
     jvm = Jvm(jvm_pid())
     tables: list[tuple[str, str]] = []
     drains = [warm.name, source.name]
@@ -355,7 +357,7 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
     return {
         "records": records,
         "produce_s": round(produce_s, 2),
-        "spark": drain_job.which_spark(),
+        "spark": drain_job.which_spark(load_settings()),
         "python_client_peak_rss_mb": python_peak,
         "jvm_rss_at_start_mb": jvm_rss_at_start,
         "load_before": load_before,
@@ -480,7 +482,7 @@ def main() -> int:
         return 2
     # the baseline writes Delta; a running server without a format's jars is restarted
     formats = ("delta", "iceberg") if "iceberg" in args.sinks else ("delta",)
-    services.up(echo=lambda *_: None, formats=formats)
+    services.up(load_settings(), echo=lambda *_: None, formats=formats)
     sizes = []
     for records in args.records:
         cmd = [sys.executable, __file__, "--one", str(records), "--sinks", *args.sinks]

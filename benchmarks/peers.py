@@ -33,6 +33,8 @@ from datetime import UTC, datetime
 
 from common import OUT, fresh_drain, produce
 
+from drainer.settings import load_settings
+
 BUCKETS_DDL = "level int, minute timestamptz, key text, records bigint"
 
 
@@ -156,7 +158,7 @@ def _peer(kind: str, drain, table: str) -> float:
 def _reader(drain, records: int) -> tuple[object, str]:
     """Another drain over `drain`'s topics: its own group, offsets and table, so each timed
     `drainer run` drains the same backlog from the start."""
-    from drainer.testing import create_drain
+    from tests.support.drains import create_drain
 
     reader, config = create_drain(
         OUT,
@@ -172,7 +174,7 @@ def _reader(drain, records: int) -> tuple[object, str]:
 def sum_planned(drain) -> int:
     from drainer.kafka.session import KafkaSession
 
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         marks = kafka.watermarks(kafka.partitions(range(drain.levels)))
     return sum(wm.high - wm.low for wm in marks.values())
 

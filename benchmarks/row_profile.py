@@ -32,6 +32,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from drainer.settings import load_settings
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import OUT, fresh_drain, produce  # noqa: E402
@@ -158,7 +160,7 @@ def main() -> None:
 
     drain = fresh_drain(args.records, levels=3, partitions=4)
     produce(drain, args.records)
-    spark = get_spark(check=True)
+    spark = get_spark(load_settings(), check=True)
     ranges = stored_ranges(drain)
     assert sum(r.records for r in ranges) == args.records
     runs = variants(spark, drain, ranges, args.records)

@@ -16,7 +16,16 @@ from typing import Any, NamedTuple
 import pytest
 
 from drainer.config import DrainConfig
-from drainer.testing import STACK_FORMATS, temporary_drain
+from drainer.settings import load_settings
+from tests.support.drains import STACK_FORMATS, temporary_drain
+
+REPO = Path(__file__).resolve().parent.parent
+# the tests' own processors (tests.processors) are imported by module, by the driver and by
+# Spark's Python workers alike: the repository's root goes on the PYTHONPATH of every process
+# the tests start, the stack's Spark Connect server among them (it takes the PYTHONPATH of the
+# process that starts it, and restarts when that changes)
+if str(REPO) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.getenv("PYTHONPATH")]))
 
 
 @pytest.fixture(scope="session")
@@ -29,7 +38,7 @@ def stack() -> None:
     """
     from drainer import services
 
-    services.up(echo=lambda *_: None, formats=STACK_FORMATS)
+    services.up(load_settings(), echo=lambda *_: None, formats=STACK_FORMATS)
 
 
 @pytest.fixture
@@ -37,7 +46,7 @@ def spark(stack):
     """The process's session, checked: the chaos test restarts the Connect server."""
     from spark_jobs.session import get_spark
 
-    return get_spark(check=True)
+    return get_spark(load_settings(), check=True)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +150,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     from drainer.config import load_drains
     from drainer.kafka.session import KafkaSession
     from drainer.settings import load_settings
-    from drainer.testing import delete_topics, drain_body
+    from tests.support.drains import delete_topics, drain_body
 
     suffix = uuid.uuid4().hex[:6]
     bodies = {
@@ -162,7 +171,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
             "processor": "spark_jobs.examples:one_row_per_record",
         },
         # a processor whose error carries the database password: redaction under Dagster
-        "leaky": {"budget": 700, "processor": "spark_jobs.examples:leaks_the_database_url"},
+        "leaky": {"budget": 700, "processor": "tests.processors:leaks_the_database_url"},
         "upkept": {"budget": 700},
         "fresh": {"budget": 700, "max_wait": "1m"},
     }
@@ -181,7 +190,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     loaded = load_drains(path)
     drains = {role: loaded[name] for role, name in names.items()}
     for drain in drains.values():
-        with KafkaSession(drain) as kafka:
+        with KafkaSession(drain, load_settings()) as kafka:
             kafka.create_topics()
     out = drains["produces"].sink.topic  # type: ignore[union-attr]
     admin = AdminClient({"bootstrap.servers": load_settings().bootstrap_servers})

@@ -24,15 +24,15 @@ def register(sub: Subcommands) -> None:
 def cmd_dlq(args: argparse.Namespace) -> int:
     from drainer.lifecycle import dlq
 
-    drain = get_drain(args.drain)
+    drain = get_drain(args.drain, args.settings)
     if args.action == "retry":
-        retried = dlq.retry_dead_letters(drain, ids=args.ids or None)
+        retried = dlq.retry_dead_letters(drain, args.settings, ids=args.ids or None)
         console.print(
             f"re-produced {retried:,} dead letters to their level topics; "
             "they drain in the next runs"
         )
         return 0
-    rows = dlq.list_dead_letters(drain, limit=args.limit, include_retried=args.all)
+    rows = dlq.list_dead_letters(drain, args.settings, limit=args.limit, include_retried=args.all)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0

@@ -20,11 +20,11 @@ def cmd_services(args: argparse.Namespace) -> int:
     from drainer import services
 
     if args.action == "up":
-        services.up(echo=console.print)
+        services.up(args.settings, echo=console.print)
     elif args.action == "down":
-        services.down(echo=console.print)
+        services.down(args.settings, echo=console.print)
     else:
-        for item in services.status():
+        for item in services.status(args.settings):
             console.print(item.line())
     return 0
 
@@ -32,9 +32,9 @@ def cmd_services(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from drainer.kafka.session import KafkaSession
 
-    drain = get_drain(args.drain)
+    drain = get_drain(args.drain, args.settings)
     extra = [drain.dlq_topic] if drain.dlq_topic else []
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, args.settings) as kafka:
         created = kafka.create_topics(extra)
         wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + extra
         counts = kafka.partition_counts(wanted)

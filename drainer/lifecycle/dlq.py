@@ -13,21 +13,24 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sqlalchemy import Engine
+
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.errors import ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.session import KafkaSession
 from drainer.processing.headers import decode_headers
+from drainer.settings import Settings
 from drainer.store import dead_letters, get_engine
 
 log = logging.getLogger(__name__)
 
 
 def list_dead_letters(
-    drain: DrainConfig, limit: int = 50, include_retried: bool = False
+    drain: DrainConfig, settings: Settings, limit: int = 50, include_retried: bool = False
 ) -> list[dict[str, Any]]:
-    with get_engine().connect() as conn:
+    with get_engine(settings.database_url).connect() as conn:
         rows = dead_letters.list_dead_letters(conn, drain.name, limit, include_retried)
     return [
         {**row, "key": None if row["key"] is None else bytes(row["key"]).decode("utf-8", "replace")}
@@ -58,13 +61,14 @@ def dlq_record(dead: Any) -> OutRecord:
     )
 
 
-def retry_dead_letters(drain: DrainConfig, ids: list[int] | None = None) -> int:
+def retry_dead_letters(drain: DrainConfig, settings: Settings, ids: list[int] | None = None) -> int:
     """Claim dead letters (marking them retried), re-produce them, then commit the claim.
 
     Named `ids` that are not the drain's dead letters, or were retried already, are a
     ConfigError naming them, and nothing is re-produced.
     """
-    with get_engine().begin() as conn, KafkaSession(drain) as kafka:
+    engine = get_engine(settings.database_url)
+    with engine.begin() as conn, KafkaSession(drain, settings) as kafka:
         if ids:
             _check_ids(drain.name, ids, dead_letters.retried_of(conn, drain.name, ids))
         rows = dead_letters.claim_for_retry(conn, drain.name, ids)
@@ -107,7 +111,7 @@ def _a(noun: str, ids: list[int]) -> str:
     return f"a {noun}" if len(ids) == 1 else f"{noun}s"
 
 
-def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:
+def publish_dead_letters(engine: Engine, drain: DrainConfig, kafka: KafkaSession) -> int:
     """Publish dead letters not yet on the drain's `dlq_topic`; returns how many went out.
 
     After the commit, like the Kafka mirror: at least once (a crash between the send and the
@@ -118,7 +122,6 @@ def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:
     """
     if not drain.dlq_topic:
         return 0
-    engine = get_engine()
     with engine.connect() as conn:
         rows = dead_letters.unpublished(conn, drain.name)
     if not rows:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from drainer.errors import ServiceError
 from drainer.services import connect, kafka, postgres
 from drainer.services.status import ServiceStatus
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from drainer.spark.jars import kafka_broker_jars, pyspark_version, spark_kafka_jars
 from drainer.spark.lock import file_lock
 
@@ -33,7 +33,7 @@ Echo = Callable[[str], None]
 
 
 def up(
-    settings: Settings | None = None,
+    settings: Settings,
     echo: Echo = print,
     formats: tuple[str, ...] | None = None,
 ) -> list[ServiceStatus]:
@@ -42,7 +42,6 @@ def up(
     `formats`: the table formats whose jars the Connect server loads; default: those the drains
     file uses (connect.up).
     """
-    settings = settings or load_settings()
     results = []
     with file_lock(settings.home / "services.lock"):
         for service in (postgres, kafka):
@@ -64,9 +63,8 @@ def up(
     return results
 
 
-def down(settings: Settings | None = None, echo: Echo = print) -> list[ServiceStatus]:
+def down(settings: Settings, echo: Echo = print) -> list[ServiceStatus]:
     """Stop the services we started (Spark, then Kafka: those with clients first); keep data."""
-    settings = settings or load_settings()
     results = []
     with file_lock(settings.home / "services.lock"):
         for service in (connect, kafka, postgres):
@@ -76,7 +74,6 @@ def down(settings: Settings | None = None, echo: Echo = print) -> list[ServiceSt
     return results
 
 
-def status(settings: Settings | None = None) -> list[ServiceStatus]:
+def status(settings: Settings) -> list[ServiceStatus]:
     """The state of Postgres, Kafka and Spark Connect, without starting or stopping anything."""
-    settings = settings or load_settings()
     return [postgres.status(settings), kafka.status(settings), connect.status(settings)]

@@ -70,7 +70,7 @@ def _drain_once(drain, shared: bool, **env_vars: str) -> None:
 
 def _require_connect() -> None:
     """These tests prove the Connect session's behaviour: a server that is down fails them."""
-    if not is_connect(get_spark()):
+    if not is_connect(get_spark(load_settings())):
         pytest.fail(
             "no Spark Connect server answered, so the session under test does not exist: "
             "start it with `drainer services up` (or set SPARK_REMOTE) and run again"

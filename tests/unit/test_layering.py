@@ -49,7 +49,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("drainer.sinks",),
     ("drainer.spark",),
     ("drainer.kafka", "drainer.services", "drainer.records"),
-    ("drainer.lifecycle", "drainer.observe", "drainer.testing"),
+    ("drainer.lifecycle", "drainer.observe"),
     ("drainer.cli",),
     ("spark_jobs",),
     ("dagster_project",),
