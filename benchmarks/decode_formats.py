@@ -74,9 +74,8 @@ def drain_path(topic_drain: Any, value: dict[str, Any] | None) -> tuple[float, P
         **typed_drain(value, typed_sink("delta", f"bench_decode/{suffix}")),
     )
     set_config_path(config)
-    services.up(
-        load_settings(), echo=lambda *_: None
-    )  # a Connect server with the Delta jars: this drain's file
+    # a Connect server with the Delta jars: this drain's file
+    services.up(load_settings(), echo=lambda *_: None)
     t0 = time.perf_counter()
     drain_job.run(drain.name, trigger="bench", settings=load_settings())
     seconds = time.perf_counter() - t0

@@ -58,9 +58,8 @@ def main() -> None:
     spark = get_spark(load_settings())
     drainers = str(spark.conf.get(SETTING))
     values = sorted({"2", drainers, "50"}, key=int)
-    drain_job.run(
-        drain, trigger="benchmark", settings=load_settings()
-    )  # creates the table; warms the session
+    # creates the table; warms the session
+    drain_job.run(drain, trigger="benchmark", settings=load_settings())
     runs: dict[str, list[float]] = {v: [] for v in values}
     for i in range(args.runs):
         value = values[i % len(values)]

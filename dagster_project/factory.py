@@ -49,9 +49,8 @@ def definitions_for_drain(
     job = dg.define_asset_job(
         f"{drain.name}_job", selection=[asset], executor_def=dg.in_process_executor
     )
-    maintenance = maintenance_job(
-        drain, resource
-    )  # daily folds, history, and compaction of a table
+    # daily folds, history, and compaction of a table
+    maintenance = maintenance_job(drain, resource)
     jobs: list[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = [job, maintenance]
     chosen: list[dg.ScheduleDefinition] = []
     if schedules:

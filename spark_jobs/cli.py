@@ -36,9 +36,8 @@ def spark_executor() -> Executor:
         from spark_jobs.drain_job import which_spark
 
         if not said:
-            print(
-                f"spark: {which_spark(ctx.settings)}", file=sys.stderr
-            )  # plain print: never wrapped by rich
+            # plain print: never wrapped by rich
+            print(f"spark: {which_spark(ctx.settings)}", file=sys.stderr)
             said.append(True)
             resume_collection()  # the session is up: pyspark and pandas are imported
         return run_job(ctx)
