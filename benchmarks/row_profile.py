@@ -85,11 +85,13 @@ def variants(spark: Any, drain: Any, ranges: list[Any], records: int) -> dict[st
     from spark_jobs.kafka_source import counted, read_ranges
     from spark_jobs.session import cores
 
-    bootstrap = load_settings().bootstrap_servers
+    settings = load_settings()
     split = cores(spark)
 
     def read() -> Any:
-        return read_ranges(spark, drain, bootstrap, ranges, cores=split)
+        return read_ranges(
+            spark, drain, settings.bootstrap_servers, ranges, cores=split, home=settings.home
+        )
 
     def noop(df: Any) -> None:
         df.write.format("noop").mode("overwrite").save()
@@ -117,7 +119,7 @@ def variants(spark: Any, drain: Any, ranges: list[Any], records: int) -> dict[st
         topics = ",".join(drain.level_topic(level) for level in range(drain.levels))
         rows = (
             spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
+            .option("kafka.bootstrap.servers", settings.bootstrap_servers)
             .option("subscribe", topics)
             .option("startingOffsets", "earliest")
             .option("kafka.fetch.max.wait.ms", "10")

@@ -103,9 +103,10 @@ def materialize(defs: dg.Definitions, drain: DrainConfig) -> tuple[str, dict[str
 def print_levels(dagster_run_id: str, metadata: dict[str, Any]) -> None:
     """What each level of the `events` run had reserved, planned and drained."""
     from drainer.lifecycle.run import load_level_reports
+    from drainer.store import get_engine
 
     run_id = metadata["drain_run_id"]
-    levels = load_level_reports(run_id)
+    levels = load_level_reports(run_id, get_engine(load_settings().database_url))
     table = Table(title=f"drain run {run_id} (Dagster run {dagster_run_id[:8]})")
     for column in ("level", "produced now", "reserved", "planned", "drained", "backlog after"):
         table.add_column(column, justify="right")
