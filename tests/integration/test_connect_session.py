@@ -179,7 +179,8 @@ def test_a_remote_servers_code_change_gets_a_new_session(tmp_path):
     }
     script = (
         f"import spark_jobs.session as s; assert s.__file__.startswith({str(client)!r}); "
-        "print(s.get_spark().session_id)"
+        "from drainer.settings import load_settings; "
+        "print(s.get_spark(load_settings()).session_id)"
     )
 
     def session_id() -> str:
