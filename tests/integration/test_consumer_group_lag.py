@@ -98,10 +98,11 @@ _READ_ON_A_FRESH_BROKER = """
 import json, sys
 from drainer.config import DrainConfig
 from drainer.kafka.session import GroupCommit, KafkaSession
+from drainer.settings import load_settings
 
 drain = DrainConfig(name="fresh", topic="fresh", group="fresh", levels=1, budget=10, partitions=1,
                     sink={"type": "postgres", "table": "fresh"})
-with KafkaSession(drain) as kafka:
+with KafkaSession(drain, load_settings()) as kafka:
     before = kafka.group_offsets({"fresh-0": [("fresh-0", 0)]})
     kafka.create_topics()
     assert kafka.commit_group_offsets({"fresh-0": [GroupCommit("fresh-0", 0, 7, "map")]}) == {}
