@@ -10,6 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from drainer.settings import load_settings
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # the drains the tests make too (tests.support.drains)
+    sys.path.insert(0, str(REPO))
 OUT = Path(__file__).resolve().parent / "out"
 # set to keep a benchmark's topics after it ends (to look at its records, say)
 KEEP_TOPICS = os.environ.get("DRAINER_BENCH_KEEP_TOPICS") == "1"
@@ -26,7 +31,7 @@ def delete_at_exit(drain: Any = None, topics: list[str] | None = None) -> None:
 
 def _delete_quietly(drain: Any, topics: list[str]) -> None:
     from drainer.settings import load_settings
-    from drainer.testing import delete_topics
+    from tests.support.drains import delete_topics
 
     with contextlib.suppress(Exception):  # the broker may be down by now: nothing to undo
         if drain is not None:
@@ -40,8 +45,8 @@ def _delete_quietly(drain: Any, topics: list[str]) -> None:
 
 
 def created_drain(config_dir: Path = OUT, prefix: str = "bench", **overrides: Any):
-    """`drainer.testing.create_drain`, its topics deleted when the benchmark ends."""
-    from drainer.testing import create_drain
+    """`tests.support.drains.create_drain`, its topics deleted when the benchmark ends."""
+    from tests.support.drains import create_drain
 
     drain, path = create_drain(config_dir, prefix, **overrides)
     delete_at_exit(drain)
@@ -53,7 +58,7 @@ def fresh_drain(records: int, levels: int = 3, partitions: int = 4, **overrides:
     from drainer import services
     from drainer.settings import set_config_path
 
-    services.up(echo=lambda *_: None)
+    services.up(load_settings(), echo=lambda *_: None)
     OUT.mkdir(exist_ok=True)
     drain, config = created_drain(
         OUT,
@@ -66,7 +71,7 @@ def fresh_drain(records: int, levels: int = 3, partitions: int = 4, **overrides:
     set_config_path(config)  # current for the rest of this benchmark process
     # again, now that the drains file is this one: a Connect server started for another file
     # may lack this drain's format jars (a no-op when it has them)
-    services.up(echo=lambda *_: None)
+    services.up(load_settings(), echo=lambda *_: None)
     return drain
 
 

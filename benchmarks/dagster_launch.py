@@ -30,15 +30,18 @@ from pathlib import Path
 
 import yaml
 
+from drainer.settings import load_settings
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import delete_at_exit  # noqa: E402
 from dagster_project.definitions import RANGE_END, RANGE_START  # noqa: E402
 from drainer.config import load_drains  # noqa: E402
-from drainer.kafka.producer import produce_records, synthetic_records  # noqa: E402
+from drainer.kafka.producer import synthetic_records  # noqa: E402
 from drainer.kafka.session import KafkaSession  # noqa: E402
 from tests.integration.dagster_stack import DagsterStack  # noqa: E402
+from tests.support.stack import produce_records  # noqa: E402
 
 
 def main() -> None:
@@ -49,7 +52,7 @@ def main() -> None:
     body |= {"schedule": None, "sink": {"type": "postgres", "table": f"sink_{name}"}}
     path.write_text(yaml.safe_dump({"drains": {name: body}}))
     drain = load_drains(path)[name]
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         kafka.create_topics()
     delete_at_exit(drain)
     for level in range(3):

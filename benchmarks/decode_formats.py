@@ -20,7 +20,7 @@ Delta table:
   shop.Order}` (decoded in Python in Arrow batches, `mapInArrow`: no spark-protobuf jar here);
 - `protobuf raw`: the same drain without `value`, on the Protobuf topic.
 
-The drains are the ones the record-format tests drain (`drainer.testing`: the `Order` schemas,
+The drains are the ones the record-format tests drain (`tests.support.drains`: the `Order` schemas,
 `typed_drain`, `typed_sink`). Every path is warmed by a run of its own on a 10,000-record topic
 first; each table is read back with deltalake by distinct source coordinates
 (`readback.py`): a table that is not exactly the N records, each once, exits 1. Every path's
@@ -43,6 +43,8 @@ import fair
 import readback
 from common import OUT, fresh_drain
 
+from drainer.settings import load_settings
+
 
 def produce(drain_name: str, records: int) -> None:
     import subprocess
@@ -54,9 +56,9 @@ def produce(drain_name: str, records: int) -> None:
 def drain_path(topic_drain: Any, value: dict[str, Any] | None) -> tuple[float, Path]:
     """A fresh drain on `topic_drain`'s topic (decoded as `value`, else raw), one timed run."""
     from drainer import services
-    from drainer.settings import load_settings, set_config_path
-    from drainer.testing import create_drain, typed_drain, typed_sink
+    from drainer.settings import set_config_path
     from spark_jobs import drain_job
+    from tests.support.drains import create_drain, typed_drain, typed_sink
 
     suffix = uuid.uuid4().hex[:8]
     drain, config = create_drain(
@@ -69,9 +71,10 @@ def drain_path(topic_drain: Any, value: dict[str, Any] | None) -> tuple[float, P
         **typed_drain(value, typed_sink("delta", f"bench_decode/{suffix}")),
     )
     set_config_path(config)
-    services.up(echo=lambda *_: None)  # a Connect server with the Delta jars: this drain's file
+    # a Connect server with the Delta jars: this drain's file
+    services.up(load_settings(), echo=lambda *_: None)
     t0 = time.perf_counter()
-    drain_job.run(drain.name, trigger="bench")
+    drain_job.run(drain.name, trigger="bench", settings=load_settings())
     seconds = time.perf_counter() - t0
     return seconds, Path(load_settings().warehouse) / "bench_decode" / suffix
 
@@ -80,7 +83,6 @@ def hand_written(topic: str, avsc: Path, tuned: bool) -> tuple[float, Path]:
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    from drainer.settings import load_settings
     from spark_jobs.session import get_spark
 
     settings = load_settings()
@@ -118,7 +120,7 @@ PARTITIONS = 4
 
 def value_formats() -> dict[str, dict[str, Any]]:
     """Each format's declared `value`, its schema file written under benchmarks/out."""
-    from drainer.testing import ORDER_AVRO_NOTE, ORDER_MESSAGE, write_descriptor_set
+    from tests.support.drains import ORDER_AVRO_NOTE, ORDER_MESSAGE, write_descriptor_set
 
     avsc = OUT / "order.avsc"
     avsc.write_text(json.dumps(ORDER_AVRO_NOTE))
@@ -186,7 +188,7 @@ def main() -> int:
         "decode_formats", {"records": args.records, "repeat": args.repeat, "rows": rows}
     )
     if not args.keep:
-        from drainer.testing import delete_topics
+        from tests.support.drains import delete_topics
 
         for drain in topics.values():
             delete_topics(drain)

@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from drainer.settings import load_settings
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import OUT, fresh_drain  # noqa: E402
@@ -36,11 +38,11 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1000)
     args = parser.parse_args()
 
-    from drainer.kafka.producer import produce_records, synthetic_records
-    from drainer.settings import load_settings
+    from drainer.kafka.producer import synthetic_records
     from spark_jobs import drain_job
     from spark_jobs.session import get_spark
     from spark_jobs.sinks import spark_sink_for
+    from tests.support.stack import produce_records
 
     total = args.records * (args.runs + 1)
     drain = fresh_drain(
@@ -53,16 +55,17 @@ def main() -> None:
     )
     for level in range(drain.levels):
         produce_records(drain, synthetic_records(total // drain.levels, seed=level), level=level)
-    spark = get_spark()
+    spark = get_spark(load_settings())
     drainers = str(spark.conf.get(SETTING))
     values = sorted({"2", drainers, "50"}, key=int)
-    drain_job.run(drain, trigger="benchmark")  # creates the table; warms the session
+    # creates the table; warms the session
+    drain_job.run(drain, trigger="benchmark", settings=load_settings())
     runs: dict[str, list[float]] = {v: [] for v in values}
     for i in range(args.runs):
         value = values[i % len(values)]
         spark.conf.set(SETTING, value)
         started = time.monotonic()
-        drain_job.run(drain, trigger="benchmark")
+        drain_job.run(drain, trigger="benchmark", settings=load_settings())
         runs[value].append(time.monotonic() - started)
 
     table = spark_sink_for(drain.sink, load_settings())

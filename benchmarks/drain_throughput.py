@@ -25,6 +25,8 @@ from pathlib import Path
 
 from common import created_drain, vm_hwm_kb
 
+from drainer.settings import load_settings
+
 OUT = Path(__file__).resolve().parent / "out"
 
 
@@ -35,7 +37,7 @@ def one_size(records: int) -> dict:
     from drainer import services
     from drainer.settings import set_config_path
 
-    services.up(echo=lambda *_: None)
+    services.up(load_settings(), echo=lambda *_: None)
     drain, config = created_drain(OUT, prefix="bench", partitions=4, budget=records)
     set_config_path(config)  # current for the rest of this benchmark process
     name = drain.name
@@ -68,10 +70,10 @@ def one_size(records: int) -> dict:
     from spark_jobs import drain_job
     from spark_jobs.session import get_spark
 
-    spark = get_spark()
+    spark = get_spark(load_settings())
     spark.range(1000).count()  # start the JVM and workers before timing
     started = time.monotonic()
-    result = drain_job.run(drain, trigger="benchmark")
+    result = drain_job.run(drain, trigger="benchmark", settings=load_settings())
     run_s = time.monotonic() - started
     assert result.drained == records, f"drained {result.drained} of {records}"
 

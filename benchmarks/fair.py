@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from drainer.settings import load_settings
+
 RESULTS = Path(__file__).resolve().parent / "results"
 TUNED, DEFAULT, LIMIT, DRAINER = "tuned", "default", "limit", "drainer"
 
@@ -72,7 +74,7 @@ def drainer_java_producer_settings() -> dict[str, str]:
 def spark_cores() -> int | None:
     from spark_jobs.session import cores, get_spark
 
-    return cores(get_spark())
+    return cores(get_spark(load_settings()))
 
 
 @dataclass
@@ -163,7 +165,7 @@ class Expected:
     def of_drain(cls, drain: Any) -> Expected:
         from drainer.kafka.session import KafkaSession
 
-        with KafkaSession(drain) as kafka:
+        with KafkaSession(drain, load_settings()) as kafka:
             marks = kafka.watermarks(kafka.partitions(range(drain.levels)))
         return cls({(drain.level_topic(lv), p): (w.low, w.high) for (lv, p), w in marks.items()})
 

@@ -37,9 +37,9 @@ def build(table: str, tier: int, rows_per_run: int, listed: bool, parts: int) ->
     from sqlalchemy import text
 
     from drainer.sinks.postgres_folds import FANOUT
-    from drainer.store import get_engine
     from drainer.store.sink_names import literal
     from drainer.store.sink_partitions import fold_comment
+    from tests.support.stack import get_engine
 
     per_part = FANOUT**tier // parts
     strategy = "LIST" if listed else "RANGE"
@@ -82,7 +82,7 @@ def drop(table: str) -> None:
     """Drop the target, its partitions first in batches: one transaction cannot lock 4,096."""
     from sqlalchemy import text
 
-    from drainer.store import get_engine
+    from tests.support.stack import get_engine
 
     while True:
         with get_engine().begin() as conn:
@@ -118,7 +118,8 @@ def main() -> int:
     from sqlalchemy.exc import OperationalError
 
     from drainer.sinks.postgres_folds import fold_sink
-    from drainer.store import get_engine, sink_partitions
+    from drainer.store import sink_partitions
+    from tests.support.stack import get_engine
 
     cases = []
     for rows_per_run in args.rows:

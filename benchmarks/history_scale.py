@@ -31,6 +31,8 @@ from collections import Counter
 from common import OUT, fresh_drain
 from history_fill import fill_history
 
+from drainer.settings import load_settings
+
 PHASES = ("plan", "commit", "mirror")
 
 
@@ -56,11 +58,10 @@ def main() -> int:
 
     from sqlalchemy import create_engine, text
 
-    from drainer.kafka.producer import produce_records, synthetic_records
+    from drainer.kafka.producer import synthetic_records
     from drainer.lifecycle.run import drain_once
-    from drainer.settings import load_settings
-    from drainer.store import get_engine
     from spark_jobs import drain_job
+    from tests.support.stack import get_engine, produce_records
 
     base = load_settings().database_url
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
@@ -93,7 +94,10 @@ def main() -> int:
             for t in ("runs", "run_levels", "run_ranges", "partition_offsets", "dead_letters")
         }
     fill_s = time.perf_counter() - started
-    print(f"filled {sizes} in {fill_s:.0f} s; spark: {drain_job.which_spark()}", file=sys.stderr)
+    print(
+        f"filled {sizes} in {fill_s:.0f} s; spark: {drain_job.which_spark(load_settings())}",
+        file=sys.stderr,
+    )
 
     sql_s: dict[str, Counter] = {"empty": Counter(), "full": Counter()}
     for which in ("empty", "full"):
@@ -109,7 +113,9 @@ def main() -> int:
                 records = list(synthetic_records(30, keys=10, seed=i * 10 + level))
                 produce_records(drain, records, level=level, partition=i % drain.partitions)
             sql_before = sum(sql_s[which].values())
-            result = drain_once(drain, drain_job.execute, None, "benchmark")
+            result = drain_once(
+                drain, drain_job.execute, None, "benchmark", settings=load_settings()
+            )
             assert result.drained == 90 and not result.warnings, (result.drained, result.warnings)
             if i:  # the first run of each warms its session and caches
                 seconds[which].append(result.phases)

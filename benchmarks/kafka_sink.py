@@ -46,6 +46,8 @@ import fair
 import readback
 from common import delete_at_exit, fresh_drain, produce
 
+from drainer.settings import load_settings
+
 PROCESSOR = "spark_jobs.examples:kafka_passthrough"
 COMMIT_EVERY = 100_000
 PRODUCER: dict[str, str] = {}  # the drain's `kafka_librdkafka:` (--producer key=value ...)
@@ -88,7 +90,7 @@ def run_drainer(src: Any, records: int, producer: str = "auto") -> dict[str, Any
         **({"kafka_librdkafka": PRODUCER} if PRODUCER else {}),
     )
     started = time.perf_counter()
-    result = drain_job.run(drain, trigger="bench")
+    result = drain_job.run(drain, trigger="bench", settings=load_settings())
     wall = time.perf_counter() - started
     assert result.drained == records, f"drained {result.drained} of {records}"
     producer_ran = (result.table_commit or {}).get("details", {}).get("producer")
@@ -102,7 +104,7 @@ def run_drainer_driver(src: Any, records: int) -> dict[str, Any]:
 def ranges_of(src: Any) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], dict]:
     from drainer.kafka.session import KafkaSession
 
-    with KafkaSession(src) as kafka:
+    with KafkaSession(src, load_settings()) as kafka:
         marks = kafka.watermarks(kafka.partitions(range(src.levels)))
     assign: dict[str, list[int]] = {}
     start: dict[str, dict[str, int]] = {}
@@ -164,7 +166,7 @@ def with_source_header(read: Any) -> Any:
 def spark_sink(src: Any, tuned: bool) -> dict[str, Any]:
     from spark_jobs.session import get_spark
 
-    spark = get_spark()
+    spark = get_spark(load_settings())
     out = create_topic()
     read = bounded_read(spark, src, read_options(src, tuned))  # planned before the clock
     started = time.perf_counter()
@@ -259,7 +261,7 @@ def limit_spark_noop(src: Any, records: int) -> dict[str, Any]:
     """Spark reading the same ranges, with drainer's read options, into `noop`."""
     from spark_jobs.session import get_spark
 
-    spark = get_spark()
+    spark = get_spark(load_settings())
     read = bounded_read(spark, src, read_options(src, tuned=True))
     started = time.perf_counter()
     read.write.format("noop").mode("overwrite").save()
@@ -305,7 +307,7 @@ def limit_spark_from_memory(src: Any, records: int) -> dict[str, Any]:
     first, into a topic with drainer's producer settings: the sink's share alone."""
     from spark_jobs.session import get_spark
 
-    spark = get_spark()
+    spark = get_spark(load_settings())
     out = create_topic()
     rows = with_source_header(bounded_read(spark, src, read_options(src, tuned=True))).cache()
     try:
@@ -345,7 +347,7 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
 
     from spark_jobs.session import get_spark
 
-    spark = get_spark()
+    spark = get_spark(load_settings())
     out = create_topic()
     bootstrap, tid = _bootstrap(), f"bench-task-{uuid.uuid4().hex[:8]}"
     defaults = fair.drainer_producer_settings()  # the task gets a copy with its function

@@ -54,6 +54,8 @@ import fair
 import readback
 from common import OUT, fresh_drain, produce, vm_hwm_kb
 
+from drainer.settings import load_settings
+
 SINKS = ("postgres", "delta", "iceberg")
 PROCESSOR = "spark_jobs.examples:one_row_per_record"
 FOLDER = "bench_lakehouse"  # under the warehouse: the Delta tables and the baseline's checkpoints
@@ -151,7 +153,7 @@ def run_drainer(drain: Any, records: int, jvm: Jvm) -> dict[str, Any]:
 
     jvm.before()
     started = time.perf_counter()
-    result = drain_job.run(drain, trigger="bench")
+    result = drain_job.run(drain, trigger="bench", settings=load_settings())
     wall = time.perf_counter() - started
     memory = jvm.after()
     assert result.drained == records, f"{drain.name} drained {result.drained} of {records}"
@@ -343,8 +345,8 @@ def clean_up(
     from sqlalchemy import text
 
     from drainer.settings import load_settings
-    from drainer.store.engine import get_engine
-    from drainer.testing import delete_topics
+    from tests.support.drains import delete_topics
+    from tests.support.stack import get_engine
 
     for source in sources:
         delete_topics(source)
@@ -414,7 +416,7 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
     produce_s = time.monotonic() - started
     expected = {id(warm): fair.Expected.of_drain(warm), id(source): fair.Expected.of_drain(source)}
 
-    spark = get_spark()
+    spark = get_spark(load_settings())
     jvm = Jvm(jvm_pid())
     tables: list[tuple[str, str]] = []
     drains = [warm.name, source.name]
@@ -466,7 +468,7 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
     return {
         "records": records,
         "produce_s": round(produce_s, 2),
-        "spark": drain_job.which_spark(),
+        "spark": drain_job.which_spark(load_settings()),
         "python_client_peak_rss_mb": python_peak,
         "jvm_rss_at_start_mb": jvm_rss_at_start,
         "paths": [
@@ -535,7 +537,7 @@ def main() -> int:
         return 2
     # the baselines write Delta checkpoints; a running server without a format's jars restarts
     formats = ("delta", "iceberg") if "iceberg" in args.sinks else ("delta",)
-    services.up(echo=lambda *_: None, formats=formats)
+    services.up(load_settings(), echo=lambda *_: None, formats=formats)
     for records in args.records:
         cmd = [sys.executable, __file__, "--one", str(records), "--sinks", *args.sinks]
         cmd += ["--repeat", str(args.repeat), "--warmup", str(args.warmup)]

@@ -36,7 +36,7 @@ PROCESSOR = "spark_jobs.examples:one_row_per_record"
 
 def reader(source: Any, records: int) -> tuple[Any, str]:
     """A new drain over `source`'s topics: its own group, offsets and table."""
-    from drainer.testing import create_drain
+    from tests.support.drains import create_drain
 
     drain, config = create_drain(
         OUT,

@@ -38,6 +38,8 @@ from datetime import UTC, datetime
 import fair
 from common import OUT, fresh_drain, produce
 
+from drainer.settings import load_settings
+
 BUCKETS_DDL = "level int, minute timestamptz, key text, records bigint"
 
 
@@ -88,7 +90,7 @@ def pyspark_job(topics: list[str], table: str, tuned: bool, warm: bool) -> int:
     if warm:
         from spark_jobs.session import get_spark
 
-        spark = get_spark()
+        spark = get_spark(load_settings())
     else:
         os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
         spark = (
@@ -185,7 +187,7 @@ def run_peer(kind: str, topics: list[str], table: str) -> int:
 def _reader(drain, records: int) -> tuple[object, str]:
     """Another drain over `drain`'s topics: its own group, offsets and table, so each timed
     `drainer run` drains the same backlog from the start."""
-    from drainer.testing import create_drain
+    from tests.support.drains import create_drain
 
     reader, config = create_drain(
         OUT,
@@ -201,7 +203,7 @@ def _reader(drain, records: int) -> tuple[object, str]:
 def sum_planned(drain) -> int:
     from drainer.kafka.session import KafkaSession
 
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         marks = kafka.watermarks(kafka.partitions(range(drain.levels)))
     return sum(wm.high - wm.low for wm in marks.values())
 
@@ -225,7 +227,7 @@ def check_buckets(path: str, table: str, drain, reference: set[tuple] | None) ->
     from drainer.kafka.session import KafkaSession
 
     found = buckets_of(table)
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         marks = kafka.watermarks(kafka.partitions(range(drain.levels)))
     per_level = Counter()
     for (level, _), wm in marks.items():

@@ -32,6 +32,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from drainer.settings import load_settings
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 SCENARIOS = {"history_only": {"backlog_aware": False}, "default": {}}
@@ -75,7 +77,8 @@ def make_drain(args: argparse.Namespace, scenario: str, config_dir: Path):
 
 
 def produce_backlog(drain, records_per_level: int) -> None:
-    from drainer.kafka.producer import produce_records, synthetic_records
+    from drainer.kafka.producer import synthetic_records
+    from tests.support.stack import produce_records
 
     for level in range(drain.levels):
         sent = produce_records(
@@ -109,7 +112,7 @@ def run_scenario(args: argparse.Namespace, scenario: str, config_dir: Path) -> d
             print(f"[{scenario}] stopped at --max-runs {args.max_runs} with backlog {remaining}")
             break
         run += 1
-        result = drain_job.run(drain, trigger="benchmark")
+        result = drain_job.run(drain, trigger="benchmark", settings=load_settings())
         by_level = {lv.level: lv for lv in result.levels}
         total_before = sum(lv.backlog_before for lv in result.levels)
         runs.append(
@@ -345,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     from drainer import services
     from spark_jobs.session import get_spark
 
-    services.up(echo=lambda *_: None)
-    get_spark().range(1).count()  # warm the session outside the timings
+    services.up(load_settings(), echo=lambda *_: None)
+    get_spark(load_settings()).range(1).count()  # warm the session outside the timings
 
     started = datetime.now(UTC)
     results = []

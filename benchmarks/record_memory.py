@@ -20,6 +20,8 @@ import time
 
 from common import fresh_drain, produce
 
+from drainer.settings import load_settings
+
 
 def one_size(records: int) -> dict:
     os.environ["SPARK_MASTER"] = "local[*]"  # fresh Python workers, this size's only
@@ -46,7 +48,7 @@ def one_size(records: int) -> dict:
 
     modes.run_record_mode = keep
     started = time.perf_counter()
-    result = drain_job.run(drain, trigger="benchmark")
+    result = drain_job.run(drain, trigger="benchmark", settings=load_settings())
     seconds = time.perf_counter() - started
     assert result.drained == records, result.drained
     (task,) = tasks
@@ -55,7 +57,7 @@ def one_size(records: int) -> dict:
         "run_s": round(seconds, 1),
         "records_per_s": round(records / seconds),
         "python_worker_peak_rss_mb": round(task[6] / 1024),
-        "spark": drain_job.which_spark(),
+        "spark": drain_job.which_spark(load_settings()),
     }
 
 

@@ -32,6 +32,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from drainer.settings import load_settings
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.common import OUT, fresh_drain, produce  # noqa: E402
@@ -83,11 +85,13 @@ def variants(spark: Any, drain: Any, ranges: list[Any], records: int) -> dict[st
     from spark_jobs.kafka_source import counted, read_ranges
     from spark_jobs.session import cores
 
-    bootstrap = load_settings().bootstrap_servers
+    settings = load_settings()
     split = cores(spark)
 
     def read() -> Any:
-        return read_ranges(spark, drain, bootstrap, ranges, cores=split)
+        return read_ranges(
+            spark, drain, settings.bootstrap_servers, ranges, cores=split, home=settings.home
+        )
 
     def noop(df: Any) -> None:
         df.write.format("noop").mode("overwrite").save()
@@ -115,7 +119,7 @@ def variants(spark: Any, drain: Any, ranges: list[Any], records: int) -> dict[st
         topics = ",".join(drain.level_topic(level) for level in range(drain.levels))
         rows = (
             spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", bootstrap)
+            .option("kafka.bootstrap.servers", settings.bootstrap_servers)
             .option("subscribe", topics)
             .option("startingOffsets", "earliest")
             .option("kafka.fetch.max.wait.ms", "10")
@@ -158,7 +162,7 @@ def main() -> None:
 
     drain = fresh_drain(args.records, levels=3, partitions=4)
     produce(drain, args.records)
-    spark = get_spark(check=True)
+    spark = get_spark(load_settings(), check=True)
     ranges = stored_ranges(drain)
     assert sum(r.records for r in ranges) == args.records
     runs = variants(spark, drain, ranges, args.records)

@@ -21,6 +21,8 @@ import time
 
 from common import fresh_drain, produce
 
+from drainer.settings import load_settings
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -40,7 +42,7 @@ def main() -> int:
         args.records, processor="spark_jobs.examples:one_row_per_record", **overrides
     )
     produce(drain, args.records)
-    print(f"spark: {drain_job.which_spark()}", file=sys.stderr)
+    print(f"spark: {drain_job.which_spark(load_settings())}", file=sys.stderr)
     timings: dict[str, float] = {}
 
     def timed_execute(ctx):
@@ -62,7 +64,7 @@ def main() -> int:
 
     sinks.publish_staged = timed_publish
     started = time.perf_counter()
-    result = run.drain_once(drain, timed_execute, None, "benchmark")
+    result = run.drain_once(drain, timed_execute, None, "benchmark", settings=load_settings())
     total = time.perf_counter() - started
     assert result.drained == args.records, result.drained
     assert timings["published_rows"] == args.records, timings
@@ -73,7 +75,7 @@ def main() -> int:
         "staging_rows_per_s": round(args.records / timings["execute_s"]),
         "publish_s": round(timings["publish_s"], 2),
         "publish_path": timings["publish_path"],
-        "spark": drain_job.which_spark(),
+        "spark": drain_job.which_spark(load_settings()),
     }
     print(json.dumps(report))
     return 0

@@ -45,6 +45,8 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
+from drainer.settings import load_settings
+
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "out"
 ORDERINGS = ("unordered", "key", "partition")
@@ -86,7 +88,8 @@ def make_drain(config_dir: Path, ordering: str, args: argparse.Namespace, handle
 
 
 def produce(drain, args: argparse.Namespace) -> None:
-    from drainer.kafka.producer import produce_records, synthetic_records
+    from drainer.kafka.producer import synthetic_records
+    from tests.support.stack import produce_records
 
     records = synthetic_records(args.records, keys=args.keys, value_size=100, seed=1)
     sent = produce_records(drain, records, level=0, partition=0)
@@ -119,7 +122,7 @@ def timed_run(drain) -> tuple[object, float, float]:
 
     modes.run_record_mode = keep_task_times
     try:
-        result = drain_once(drain, timed_execute, trigger="benchmark")
+        result = drain_once(drain, timed_execute, trigger="benchmark", settings=load_settings())
     finally:
         modes.run_record_mode = record_mode
     return result, sum(spent), max((t[-1] for t in tasks), default=0.0)
@@ -130,7 +133,7 @@ def stage_seconds(drain, run_id: int) -> float | None:
     from the stage's submission to its completion, without the driver's planning."""
     from spark_jobs.session import get_spark
 
-    sc = get_spark().sparkContext
+    sc = get_spark(load_settings()).sparkContext
     if not sc.uiWebUrl:
         return None
     url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/stages?status=complete"
@@ -155,7 +158,7 @@ def stage_seconds(drain, run_id: int) -> float | None:
 def sink_rows(drain) -> tuple[int, int]:
     from sqlalchemy import text
 
-    from drainer.store import get_engine
+    from tests.support.stack import get_engine
 
     with get_engine().connect() as conn:
         return conn.execute(
@@ -185,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     from drainer import services
     from spark_jobs.session import get_spark
 
-    services.up(echo=lambda *_: None)
+    services.up(load_settings(), echo=lambda *_: None)
     config_dir = Path(tempfile.mkdtemp(prefix="drainer-bench-"))
-    get_spark()
+    get_spark(load_settings())
     # warm-up: the first run pays for JVM class loading, the Kafka connector and the Python
     # workers; it is not measured
     for ordering in ORDERINGS:

@@ -30,6 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from drainer.settings import load_settings
+
 DRAINER = Path(sys.executable).with_name("drainer")
 # the drain's rows in each state table: what retention must keep bounded
 _OF_RUNS = "run_id IN (SELECT id FROM runs WHERE drain = :d)"
@@ -55,7 +57,8 @@ def crash_plan(runs: int, rate: float, seed: int) -> dict[int, str]:
 
 
 def _producer(drain: Any, stop: threading.Event, per_s: float) -> None:
-    from drainer.kafka.producer import produce_records, synthetic_records
+    from drainer.kafka.producer import synthetic_records
+    from tests.support.stack import produce_records
 
     rng, n = random.Random(7), 0
     while not stop.is_set():
@@ -91,8 +94,9 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
     from drainer.lifecycle.maintain import maintain_drain
     from drainer.lifecycle.planning import partition_states
     from drainer.sinks.postgres_folds import FANOUT
-    from drainer.store import get_engine, sink_partitions
+    from drainer.store import sink_partitions
     from spark_jobs import drain_job
+    from tests.support.stack import get_engine
 
     engine = get_engine()
     table = drain.sink.table
@@ -114,7 +118,9 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
             else:
                 # wait for the lease, as a schedule's run would: the server may take a moment
                 # to notice that a crashed run's connection (and its lock) is gone
-                result = drain_job.run(drain.name, trigger="soak", wait_s=30)
+                result = drain_job.run(
+                    drain.name, trigger="soak", wait_s=30, settings=load_settings()
+                )
                 seconds.append(time.perf_counter() - started)
                 assert not result.warnings, result.warnings
             most = max(most, partitions())
@@ -122,10 +128,10 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
         stop.set()
         producer.join()
     levels = list(range(drain.levels))
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         while sum(p.backlog for p in partition_states(engine, drain, levels, kafka)):
-            drain_job.run(drain.name, trigger="soak", wait_s=30)
-        maintain_drain(drain)
+            drain_job.run(drain.name, trigger="soak", wait_s=30, settings=load_settings())
+        maintain_drain(drain, settings=load_settings())
         marks = kafka.watermarks(kafka.partitions(levels))
     expected = {(drain.level_topic(lvl), p): wm.high for (lvl, p), wm in marks.items()}
     with engine.connect() as conn:

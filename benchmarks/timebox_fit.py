@@ -56,7 +56,7 @@ def fit(drain: Any, runs: int, backlog: int, top_up: int) -> dict[str, Any]:
     from common import produce
 
     from drainer.lifecycle.budgets import time_box
-    from drainer.store import get_engine
+    from tests.support.stack import get_engine
 
     engine = get_engine()
     levels = list(range(drain.levels))
@@ -140,8 +140,8 @@ def main() -> int:
     from common import OUT, fresh_drain, produce
     from sqlalchemy import text
 
-    from drainer.store import get_engine
-    from drainer.testing import delete_topics
+    from tests.support.drains import delete_topics
+    from tests.support.stack import get_engine
 
     drain = fresh_drain(
         args.budget,

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import yaml
 
-from drainer.testing import drain_body
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support
+
+from tests.support.drains import drain_body  # noqa: E402
 
 CLI = [sys.executable, "-m", "spark_jobs.cli"]
 

@@ -19,7 +19,6 @@ from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.observe import checks
 from drainer.observe.health import LevelHealth
-from drainer.settings import load_settings
 from drainer.sinks import sink_for
 
 CHECKS = (checks.lag_within_sla, checks.dead_letters_not_growing, checks.offsets_never_backwards)
@@ -36,16 +35,17 @@ def _trigger(context: dg.AssetExecutionContext) -> str:
     return "dagster"
 
 
-def drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
+def drain_asset(drain: DrainConfig, resource: DrainerResource) -> dg.AssetsDefinition:
+    """The drain's asset; `resource` (the one the definitions bind) says where its sink is."""
     # single-run backfills are what make a backfill of levels share one budget: accept their
     # beta tag here, without touching the warning filters of the code location around us
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", dg.BetaWarning)
-        return _drain_asset(drain)
+        return _drain_asset(drain, resource)
 
 
-def _drain_asset(drain: DrainConfig) -> dg.AssetsDefinition:
-    sink = sink_for(drain.sink, load_settings())
+def _drain_asset(drain: DrainConfig, resource: DrainerResource) -> dg.AssetsDefinition:
+    sink = sink_for(drain.sink, resource.settings())
 
     @dg.asset(
         name=drain.name,

@@ -28,7 +28,6 @@ from dagster_project.maintenance import maintenance_job, maintenance_schedule
 from dagster_project.resources import DrainerResource
 from drainer.config import DrainConfig, load_drains
 from drainer.errors import ConfigError
-from drainer.settings import load_settings
 
 RESOURCE_KEY = "drainer"
 
@@ -41,7 +40,7 @@ def definitions_for_drain(
     `schedules=False` leaves out the drain's cron schedule and its daily maintenance schedule
     (the jobs stay, to launch by hand); `sensors=False` leaves out the lag sensor.
     """
-    asset = drain_asset(drain)
+    asset = drain_asset(drain, resource)
     policy = drain_freshness(drain)
     if policy is not None:  # max_wait: evaluated by Dagster's freshness daemon
         asset = asset.map_asset_specs(lambda spec: spec.replace_attributes(freshness_policy=policy))
@@ -50,7 +49,8 @@ def definitions_for_drain(
     job = dg.define_asset_job(
         f"{drain.name}_job", selection=[asset], executor_def=dg.in_process_executor
     )
-    maintenance = maintenance_job(drain)  # daily folds, history, and compaction of a table
+    # daily folds, history, and compaction of a table
+    maintenance = maintenance_job(drain, resource)
     jobs: list[dg.JobDefinition | dg.UnresolvedAssetJobDefinition] = [job, maintenance]
     chosen: list[dg.ScheduleDefinition] = []
     if schedules:
@@ -72,7 +72,8 @@ def drain_definitions(
     schedules: bool = True,
     sensors: bool = True,
 ) -> dg.Definitions:
-    """Every drain of `drains_file` (default: DRAINER_CONFIG, else ./drains.yaml) as definitions.
+    """Every drain of `drains_file` (default: the resource's, i.e. DRAINER_CONFIG, else
+    ./drains.yaml) as definitions.
 
     `resource` replaces the default `DrainerResource.from_environment(drains_file)`, e.g. to
     name the services in code or to set `wait_seconds`. `select` keeps only the drains it
@@ -80,7 +81,10 @@ def drain_definitions(
     location with `dg.Definitions.merge`; the resource key `drainer` must not be taken there by
     another resource. `drainer.dagster.DrainsComponent` calls this from a `defs.yaml`.
     """
-    path = Path(drains_file) if drains_file is not None else load_settings().config_path
+    # one instance for every drain: Definitions.merge accepts a resource key bound twice only
+    # to the same object
+    resource = resource or DrainerResource.from_environment(drains_file)
+    path = Path(drains_file) if drains_file is not None else resource.settings().config_path
     drains = load_drains(path)
     if select is not None:
         unknown = sorted(set(select) - set(drains))
@@ -90,9 +94,6 @@ def drain_definitions(
                 f"{', '.join(sorted(drains)) or 'none'}): fix the names or the drains file"
             )
         drains = {name: drain for name, drain in drains.items() if name in select}
-    # one instance for every drain: Definitions.merge accepts a resource key bound twice only
-    # to the same object
-    resource = resource or DrainerResource.from_environment(drains_file)
     return dg.Definitions.merge(
         dg.Definitions(resources={RESOURCE_KEY: resource}),
         *(

@@ -11,27 +11,33 @@ from typing import Any
 
 import dagster as dg
 
+from dagster_project.resources import DrainerResource
 from drainer.config import DrainConfig
-from drainer.settings import load_settings
 from drainer.sinks import sink_for
 
 MAINTENANCE_CRON = "0 3 * * *"  # daily, at an hour with few runs
 LEASE_WAIT_S = 600.0  # how long it waits for a run of the drain to finish
 
 
-def maintenance_job(drain: DrainConfig) -> dg.JobDefinition:
-    sink = sink_for(drain.sink, load_settings())
+def maintenance_job(drain: DrainConfig, resource: DrainerResource) -> dg.JobDefinition:
+    """The drain's daily upkeep; `resource` (the one the definitions bind) names its sink while
+    the definitions load, the run's own resource hands the run its settings."""
+    sink = sink_for(drain.sink, resource.settings())
     tables = sink.capabilities.table_maintenance
 
     @dg.op(name=f"{drain.name}_maintain_table")
-    def _maintain(context: dg.OpExecutionContext) -> None:
+    def _maintain(context: dg.OpExecutionContext, drainer: DrainerResource) -> None:
         from drainer.lifecycle.maintain import maintain_drain
         from spark_jobs.maintenance import maintain
 
-        def table(d: DrainConfig, keep_hours: float | None) -> dict[str, Any]:
-            return maintain(d, keep_hours=keep_hours)
+        settings = drainer.settings()
 
-        upkeep = maintain_drain(drain, wait_s=LEASE_WAIT_S, table=table if tables else None)
+        def table(d: DrainConfig, keep_hours: float | None) -> dict[str, Any]:
+            return maintain(d, settings=settings, keep_hours=keep_hours)
+
+        upkeep = maintain_drain(
+            drain, wait_s=LEASE_WAIT_S, table=table if tables else None, settings=settings
+        )
         metadata: dict[str, Any] = {  # numbers and texts: Dagster wraps them
             "maintenance_partitions_before": upkeep.sink.before,
             "maintenance_partitions_after": upkeep.sink.after,

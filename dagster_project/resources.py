@@ -85,8 +85,12 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
         return cls(**(fields | settings))
 
     def settings(self) -> Settings:
-        """drainer's settings with this resource's fields over the environment's."""
-        return settings_with({name: getattr(self, field) for field, name in ENV_VARIABLES.items()})
+        """drainer's settings with this resource's fields over the environment's: in a run, the
+        values Dagster resolved; while the definitions load (an asset's sink kind, the drains
+        file), a field's `dg.EnvVar` is read from the environment there and then."""
+        return settings_with(
+            {name: _value(getattr(self, field)) for field, name in ENV_VARIABLES.items()}
+        )
 
     @contextmanager
     def redacted_errors(self) -> Iterator[None]:
@@ -125,3 +129,8 @@ class DrainerResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # its
         """Records waiting over all the drain's levels (the lag sensor's tick stores errors)."""
         with self.redacted_errors():
             return sum(checks.total_backlog(drain, self.settings()).values())
+
+
+def _value(field: str | None) -> str | None:
+    """A field's value: a `dg.EnvVar` (unresolved outside a run) is its variable's value."""
+    return field.get_value() if isinstance(field, dg.EnvVar) else field

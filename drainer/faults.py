@@ -2,14 +2,21 @@
 
 Set DRAINER_FAULT to one of POINTS; the run exits with status 86 there, as if killed, so the
 tests can prove that the next run finishes the work exactly once.
+
+The point is the run's `Settings.fault`, armed by the run's entry (`armed_for`) from the
+settings it was handed: a crash point compares two strings, it reads no environment and no
+secret file. The arming is per process, not per call: a fault ends the whole process, and the
+crash points sit in code (the Kafka sink's produce loop, a fold's transaction) that has no
+settings of its own to ask. Every crash point runs in the driver's process; one inside a Spark
+task would be handed the point with the task's plain values.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-
-from drainer.settings import load_settings
+from collections.abc import Iterator
 
 POINTS = ("after_plan", "during_spark", "after_staging", "after_commit")
 # inside a fold of sink partitions (drainer.store.sink_folds), before its transaction commits
@@ -28,8 +35,25 @@ PAUSE_POINTS = ("pause_after_produce",)
 EXIT_CODE = 86
 
 
+_armed: list[str | None] = [None]
+"""The crash point of the run in progress in this process (its `Settings.fault`), or None."""
+
+
+@contextlib.contextmanager
+def armed_for(fault: str | None) -> Iterator[None]:
+    """Arm the crash points with a run's `Settings.fault` while its block runs, then put back
+    what was armed before."""
+    before = _armed[0]
+    _armed[0] = fault
+    try:
+        yield
+    finally:
+        _armed[0] = before
+
+
 def armed(point: str) -> bool:
-    return load_settings().fault == point
+    """True when the run in progress was handed `point` as its fault."""
+    return _armed[0] == point
 
 
 def crash_point(point: str) -> None:

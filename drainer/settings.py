@@ -7,13 +7,14 @@ pointed at a laptop stack or at production brokers without edits.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 from drainer.local_secrets import CONNECT_TOKEN, POSTGRES_PASSWORD, read_secret
 
@@ -152,6 +153,29 @@ database URL, the home holding the secret files): the key `redact` remembers the
 def secret_sources() -> tuple[str | None, ...]:
     """The values of SECRET_SOURCES now: equal values, equal secrets (the files aside)."""
     return tuple(os.environ.get(name) for name in SECRET_SOURCES)
+
+
+def environment_secrets() -> frozenset[str]:
+    """The secrets the environment's settings hold, for `redact`, which stars them in every
+    line the process writes, whichever settings its runs were handed (a line may come from
+    code that holds none). Read here, where every variable is read."""
+    return _secrets_of(secret_sources())
+
+
+@functools.lru_cache(maxsize=16)
+def _secrets_of(sources: tuple[str | None, ...]) -> frozenset[str]:
+    """The database password (as written in the URL and decoded) and the Connect token, as
+    settings with these `secret_sources()` give them: loaded (secret files read) once per
+    distinct environment, not once per line redacted. A secret file made or changed later is
+    registered when it is read (`local_secrets.secrets_read`), as it is before any use."""
+    settings = load_settings()
+    found = {settings.connect_token or ""}
+    try:
+        password = urlsplit(settings.database_url).password or ""
+    except ValueError:  # not a URL: the connection fails and says so
+        password = ""
+    found |= {password, unquote(password)}
+    return frozenset(found)
 
 
 def local_database_url(home: Path) -> str:

@@ -18,6 +18,8 @@ from dagster_home import ensure_dagster_home
 from rich.console import Console
 from rich.table import Table
 
+from drainer.settings import load_settings
+
 if TYPE_CHECKING:
     import dagster as dg
 
@@ -39,20 +41,23 @@ def main() -> int:
     from drainer.kafka.producer import produce_records, synthetic_records
     from drainer.kafka.session import KafkaSession
 
-    services.up(echo=console.print)  # the Connect server gets Delta's jars: drains.yaml uses it
+    # the Connect server gets Delta's jars: drains.yaml uses it
+    services.up(load_settings(), echo=console.print)
+    settings = load_settings()  # read after `services up` made the local stack's secrets
     ensure_dagster_home()  # Dagster's storage is a database on the server just brought up
     from spark_jobs.drain_job import which_spark
 
-    spark = which_spark()  # the session the Dagster runs below use (in this process)
+    spark = which_spark(settings)  # the session the Dagster runs below use (in this process)
     console.print(f"Spark: [bold]{spark}[/]")
-    drain = get_drain("events")
-    with KafkaSession(drain) as kafka:
+    drain = get_drain("events", settings.config_path)
+    with KafkaSession(drain, settings) as kafka:
         kafka.create_topics()
-    for level, count in PRODUCE.items():
-        produce_records(
-            drain, synthetic_records(count, keys=50, value_size=100, seed=level), level=level
-        )
-        console.print(f"produced {count:>7,} records at level {level} ({drain.level_topic(level)})")
+        for level, count in PRODUCE.items():
+            records = synthetic_records(count, keys=50, value_size=100, seed=level)
+            produce_records(drain, records, level=level, kafka=kafka)
+            console.print(
+                f"produced {count:>7,} records at level {level} ({drain.level_topic(level)})"
+            )
 
     defs = build_definitions()
     done = materialize(defs, drain)
@@ -62,7 +67,7 @@ def main() -> int:
     console.print(f"ran on {spark}")
     console.print("per-minute key counts are in Postgres table [bold]events_time_buckets[/]")
 
-    lake = materialize(defs, get_drain(LAKE_DRAIN))
+    lake = materialize(defs, get_drain(LAKE_DRAIN, settings.config_path))
     if lake is None or not read_back(lake[1]):
         return 1
     console.print("open the Dagster UI with [bold]make dagster[/]")
@@ -98,9 +103,10 @@ def materialize(defs: dg.Definitions, drain: DrainConfig) -> tuple[str, dict[str
 def print_levels(dagster_run_id: str, metadata: dict[str, Any]) -> None:
     """What each level of the `events` run had reserved, planned and drained."""
     from drainer.lifecycle.run import load_level_reports
+    from drainer.store import get_engine
 
     run_id = metadata["drain_run_id"]
-    levels = load_level_reports(run_id)
+    levels = load_level_reports(run_id, get_engine(load_settings().database_url))
     table = Table(title=f"drain run {run_id} (Dagster run {dagster_run_id[:8]})")
     for column in ("level", "produced now", "reserved", "planned", "drained", "backlog after"):
         table.add_column(column, justify="right")

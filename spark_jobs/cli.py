@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from drainer.config import DrainConfig
     from drainer.lifecycle.abandon import CommitFinder
     from drainer.lifecycle.run import Executor
+    from drainer.settings import Settings
 
 
 def spark_executor() -> Executor:
@@ -35,7 +36,8 @@ def spark_executor() -> Executor:
         from spark_jobs.drain_job import which_spark
 
         if not said:
-            print(f"spark: {which_spark()}", file=sys.stderr)  # plain print: never wrapped by rich
+            # plain print: never wrapped by rich
+            print(f"spark: {which_spark(ctx.settings)}", file=sys.stderr)
             said.append(True)
             resume_collection()  # the session is up: pyspark and pandas are imported
         return run_job(ctx)
@@ -43,7 +45,7 @@ def spark_executor() -> Executor:
     return execute
 
 
-def table_maintainer() -> Callable[[DrainConfig, float, bool], dict[str, Any]]:
+def table_maintainer() -> Callable[..., dict[str, Any]]:
     """The table maintenance job that `drainer maintain` runs on Delta and Iceberg tables."""
     from spark_jobs.maintenance import maintain
 
@@ -58,12 +60,12 @@ def commit_finder() -> CommitFinder:
     return find_commit
 
 
-def callable_checker() -> Callable[[DrainConfig, bool], None]:
+def callable_checker() -> Callable[[DrainConfig, Settings, bool], None]:
     """Imports a drain's processor or handler where its run will (spark_jobs.imports); Spark
     only for a handler of the user's own on a Connect server, and only when `plan` asks."""
     from spark_jobs.imports import check_callables
 
-    return lambda drain, in_tasks: check_callables(drain, in_tasks=in_tasks)
+    return check_callables
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,7 @@ from drainer.errors import (
 from drainer.lifecycle.results import ExecutionResult, RunContext, RunResult
 from drainer.lifecycle.run import drain_once
 from drainer.processing.callables import load_callable
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from drainer.sinks import SinkCommit
 from drainer.store import runs, throughput
 from drainer.store.leases import check_fence
@@ -64,7 +64,7 @@ def execute(ctx: RunContext) -> ExecutionResult:
     except DrainerError:
         raise
     except Exception as err:
-        known = known_failure(err, ctx.drain, _spark_sink(ctx))
+        known = known_failure(err, ctx.drain, ctx.settings, _spark_sink(ctx))
         if known is None:
             raise
         log.debug("run %d: %s; the Spark error was:", ctx.run.id, known, exc_info=True)
@@ -83,20 +83,24 @@ _FENCED = re.compile(r"drainer\.errors\.FencedOut: ([^\n]*)")
 
 
 def known_failure(
-    err: BaseException, drain: DrainConfig | None = None, sink: SparkSink | None = None
+    err: BaseException,
+    drain: DrainConfig | None,
+    settings: Settings,
+    sink: SparkSink | None = None,
 ) -> DrainerError | None:
     """A Spark job error that is one of drainer's own, as that error: a lost service, the
     drain's sink's service (an Iceberg catalog) not answering, its code not importing in the
-    tasks, or a takeover the tasks' fence check refused (FencedOut raised in a task); else None."""
+    tasks, or a takeover the tasks' fence check refused (FencedOut raised in a task); else None.
+    `settings`: the run's, which say where its sink and its Connect server are."""
     fenced = _FENCED.search(str(err))
     if fenced:
         return FencedOut(fenced.group(1).strip())
     if drain is not None:
-        sink = sink or spark_sink_for(drain.sink, load_settings())
+        sink = sink or spark_sink_for(drain.sink, settings)
         unreachable = sink.known_failure(err, drain.name)
         if unreachable is not None:
             return unreachable
-        not_imported = import_failed_in_tasks(str(err), drain, load_settings())
+        not_imported = import_failed_in_tasks(str(err), drain, settings)
         if not_imported is not None:
             return not_imported
     return service_lost(err)
@@ -280,7 +284,10 @@ def _write(
         out = df if drain.processor is None else load_callable(drain.processor, "processor")(df)
         return sink.write(spark, ctx, out)
     except Exception as err:
-        if isinstance(err, DrainerError) or known_failure(err, drain, sink) is not None:
+        if (
+            isinstance(err, DrainerError)
+            or known_failure(err, drain, ctx.settings, sink) is not None
+        ):
             raise
         bad = known_bad_record(err, drain.name, ctx.run.id)
         if bad is not None:
@@ -424,7 +431,7 @@ def _output_schema(drain: DrainConfig) -> StructType:
     return schema
 
 
-def which_spark(settings: Settings | None = None) -> str:
+def which_spark(settings: Settings) -> str:
     """The Spark that runs use in this process, in words (`Spark Connect sc://…`)."""
     return describe(get_spark(settings))
 
@@ -436,7 +443,8 @@ def run(
     dagster_run_id: str | None = None,
     wait_s: float = 0.0,
     launch_key: str | None = None,
-    settings: Settings | None = None,
+    *,
+    settings: Settings,
 ) -> RunResult:
     """One run of a drain: plan (or resume), execute on Spark, commit, mirror."""
     return drain_once(

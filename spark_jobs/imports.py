@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from drainer.errors import ConfigError
 from drainer.processing.callables import load_callable
 from drainer.services.connect import started_python_path
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 
 if TYPE_CHECKING:  # pyarrow only in the Spark task that probes a handler: `plan` stays light
     import pyarrow as pa
@@ -32,16 +32,13 @@ if TYPE_CHECKING:  # pyarrow only in the Spark task that probes a handler: `plan
 _OURS = ("drainer", "spark_jobs")  # installed with drainer: every server that runs it has them
 
 
-def check_callables(
-    drain: DrainConfig, settings: Settings | None = None, in_tasks: bool = True
-) -> None:
+def check_callables(drain: DrainConfig, settings: Settings, in_tasks: bool = True) -> None:
     """Import the drain's processor (here, where the driver runs it) or handler (in a Spark
     task, where the run's tasks import it); a failure is one ConfigError naming the fix.
 
     `in_tasks=False` (`drainer run`, which must not start Spark for an empty run) checks the
     driver's import only; the tasks' is then reported by `import_failed_in_tasks`.
     """
-    settings = settings or load_settings()
     if drain.mode == "dataframe":
         if drain.processor is not None and not _ours_and_defined(drain.processor):
             _load_here("processor", drain.processor, settings)

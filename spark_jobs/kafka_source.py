@@ -19,7 +19,6 @@ from drainer.config import DrainConfig
 from drainer.config.kafka_clients import java_settings
 from drainer.level_topics import topic_level
 from drainer.local_secrets import KAFKA_GROUP_KEY, ensure_secret
-from drainer.settings import load_settings
 from drainer.store.runs import StoredRange
 from spark_jobs.session import KAFKA_SOURCE
 
@@ -47,7 +46,8 @@ def read_ranges(
     ranges: list[StoredRange],
     read_from: Mapping[tuple[str, int], int] | None = None,
     cores: int | None = None,
-    home: Path | None = None,
+    *,
+    home: Path,
 ) -> DataFrame:
     """`assign` plus numeric starting and ending offsets: Spark reads [start, end) and no more.
 
@@ -68,7 +68,7 @@ def read_ranges(
     mode passes no `cores`: a partition's records go through one task, in order, and one task
     per partition.
 
-    `home` (default: the environment's) holds the key of the read's group id (`spark_group`).
+    `home` (the run's `Settings.home`) holds the key of the read's group id (`spark_group`).
     """
     read_from = read_from or {}
     records = 0
@@ -94,7 +94,7 @@ def read_ranges(
         .option("failOnDataLoss", "true")
     )
     # the session redacts secret option values from plan text (spark_jobs.session)
-    for key, value in consumer_settings(drain, bootstrap, home or load_settings().home).items():
+    for key, value in consumer_settings(drain, bootstrap, home).items():
         reader = reader.option(f"kafka.{key}", value)
     tasks = sum(len(p) for p in assign.values())
     if cores is not None and cores > tasks:

@@ -14,7 +14,7 @@ from typing import Any
 
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from spark_jobs.session import get_spark
 from spark_jobs.sinks import spark_sink_for
 
@@ -25,7 +25,8 @@ def maintain(
     drain: DrainConfig,
     retention_hours: float = MIN_RETENTION_HOURS,
     force: bool = False,
-    settings: Settings | None = None,
+    *,
+    settings: Settings,
     keep_hours: float | None = None,
 ) -> dict[str, Any]:
     """Compact the drain's table and expire what is older than `retention_hours`, but never
@@ -34,7 +35,6 @@ def maintain(
     Below 7 days only with `force` (readers of older versions lose their files). Returns what
     was done, for the CLI and the Dagster job.
     """
-    settings = settings or load_settings()
     sink = spark_sink_for(drain.sink, settings)
     if not sink.capabilities.table_maintenance:
         raise ConfigError(

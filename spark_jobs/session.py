@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 from drainer.config import load_drains
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import DrainerError
-from drainer.settings import Settings, export_spark_python_env, load_settings
+from drainer.settings import Settings, export_spark_python_env
 from drainer.sinks import configured_formats, server_conf, sink_for
 from drainer.spark.connect_session import (
     code_fingerprint,
@@ -61,7 +61,7 @@ _sessions: dict[str, SparkSession] = {}
 _lock = threading.Lock()
 
 
-def get_spark(settings: Settings | None = None, check: bool = False) -> SparkSession:
+def get_spark(settings: Settings, check: bool = False) -> SparkSession:
     """The session for `settings`, created once per process, endpoint (or master) and the
     settings the drains' sinks need a session made with (their catalogs: `sinks_session_conf`):
     a drains file that defines another catalog gets a session of its own, since sinks never
@@ -71,7 +71,6 @@ def get_spark(settings: Settings | None = None, check: bool = False) -> SparkSes
     rather than handed out dead; a long-lived process (a Dagster code server, a test session)
     then outlives a Connect server restart with no failed run.
     """
-    settings = settings or load_settings()
     endpoint = settings.spark_endpoint
     if endpoint is not None and settings.spark_remote is None:
         host, port = endpoint_port(endpoint)

@@ -16,7 +16,16 @@ from typing import Any, NamedTuple
 import pytest
 
 from drainer.config import DrainConfig
-from drainer.testing import STACK_FORMATS, temporary_drain
+from drainer.settings import load_settings
+from tests.support.drains import STACK_FORMATS, temporary_drain
+
+REPO = Path(__file__).resolve().parent.parent
+# the tests' own processors (tests.processors) are imported by module, by the driver and by
+# Spark's Python workers alike: the repository's root goes on the PYTHONPATH of every process
+# the tests start, the stack's Spark Connect server among them (it takes the PYTHONPATH of the
+# process that starts it, and restarts when that changes)
+if str(REPO) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.getenv("PYTHONPATH")]))
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +42,7 @@ def stack() -> None:
     from drainer.spark.jars import spark_kafka_jars
     from drainer.spark.javac import has_jdk
 
-    services.up(echo=lambda *_: None, formats=STACK_FORMATS)
+    services.up(load_settings(), echo=lambda *_: None, formats=STACK_FORMATS)
     # `services.up` reports a failed build of a sink's server code and goes on (the Kafka sink
     # then produces from the driver); the suite must not: built here again, a javac error
     # fails every test with javac's words (a no-op once built)
@@ -49,7 +58,7 @@ def spark(stack):
     """The process's session, checked: the chaos test restarts the Connect server."""
     from spark_jobs.session import get_spark
 
-    return get_spark(check=True)
+    return get_spark(load_settings(), check=True)
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +164,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     from drainer.config import load_drains
     from drainer.kafka.session import KafkaSession
     from drainer.settings import load_settings
-    from drainer.testing import delete_topics, drain_body
+    from tests.support.drains import delete_topics, drain_body
 
     suffix = uuid.uuid4().hex[:6]
     bodies = {
@@ -176,7 +185,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
             "processor": "spark_jobs.examples:one_row_per_record",
         },
         # a processor whose error carries the database password: redaction under Dagster
-        "leaky": {"budget": 700, "processor": "spark_jobs.examples:leaks_the_database_url"},
+        "leaky": {"budget": 700, "processor": "tests.processors:leaks_the_database_url"},
         "upkept": {"budget": 700},
         "fresh": {"budget": 700, "max_wait": "1m"},
         # each run holds the lease 10 s mid-run: the other orchestrator's run meets it
@@ -197,7 +206,7 @@ def dagster_drains(stack, tmp_path_factory) -> Iterator[DagsterDrains]:
     loaded = load_drains(path)
     drains = {role: loaded[name] for role, name in names.items()}
     for drain in drains.values():
-        with KafkaSession(drain) as kafka:
+        with KafkaSession(drain, load_settings()) as kafka:
             kafka.create_topics()
     out = drains["produces"].sink.topic  # type: ignore[union-attr]
     admin = AdminClient({"bootstrap.servers": load_settings().bootstrap_servers})

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from drainer.config import DrainConfig
+    from drainer.settings import Settings
 
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 """What `add_subparsers` returns, which each command group's `register` adds its commands to."""
@@ -33,9 +34,10 @@ def add_command(
     return parser
 
 
-def get_drain(name: str) -> DrainConfig:
-    """The named drain of the drains file. The config (pydantic, YAML) is imported here, by the
-    command that reads it, so `drainer --help` and parsing the arguments never import it."""
+def get_drain(name: str, settings: Settings) -> DrainConfig:
+    """The named drain of the settings' drains file. The config (pydantic, YAML) is imported
+    here, by the command that reads it, so `drainer --help` and parsing the arguments never
+    import it."""
     from drainer.config import get_drain as load
 
-    return load(name)
+    return load(name, settings.config_path)

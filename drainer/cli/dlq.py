@@ -49,7 +49,7 @@ def register(sub: Subcommands) -> None:
 def cmd_dlq(args: argparse.Namespace) -> int:
     from drainer.lifecycle import dlq
 
-    drain = get_drain(args.drain)
+    drain = get_drain(args.drain, args.settings)
     if args.action == "show":
         return _show(args, drain)
     if args.id is not None:
@@ -59,12 +59,14 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         )
     if args.action == "retry":
         value = _value_from(args.value_from)
-        retried = dlq.retry_dead_letters(drain, ids=args.ids or None, value=value, as_is=args.as_is)
+        retried = dlq.retry_dead_letters(
+            drain, args.settings, ids=args.ids or None, value=value, as_is=args.as_is
+        )
         console.print(
             f"re-produced {retried:,} dead letters to their level topics; "
             "they drain in the next runs"
         )
-        left = 0 if args.ids or args.as_is else dlq.undecodable_left(drain)
+        left = 0 if args.ids or args.as_is else dlq.undecodable_left(drain, args.settings)
         if left:
             console.print(
                 f"{left:,} dead letters that did not decode were left as they are (they would "
@@ -73,7 +75,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
                 highlight=False,
             )
         return 0
-    rows = dlq.list_dead_letters(drain, limit=args.limit, include_retried=args.all)
+    rows = dlq.list_dead_letters(drain, args.settings, limit=args.limit, include_retried=args.all)
     if args.json:
         print(json.dumps([_without_payload(r) for r in rows], indent=2, default=str))
         return 0
@@ -105,7 +107,7 @@ def _show(args: argparse.Namespace, drain: DrainConfig) -> int:
     name = drain.name
     if args.id is None:
         raise ConfigError(f"`drainer dlq show {name} ID`: which dead letter (`dlq list` shows ids)")
-    row = dlq.show_dead_letter(drain, args.id)
+    row = dlq.show_dead_letter(drain, args.settings, args.id)
     if args.json:
         print(json.dumps(_without_payload(row), indent=2, default=str))
         return 0

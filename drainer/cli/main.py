@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the run's machinery is imported only by `drainer run` itsel
     from drainer.config import DrainConfig
     from drainer.lifecycle.abandon import CommitFinder
     from drainer.lifecycle.run import Executor
+    from drainer.settings import Settings
 
 GROUPS = (services, produce, runs, status, dlq, simulate, maintain)
 # commands that keep the collector held off past parsing (`pause_collection`): `run` until
@@ -33,7 +34,7 @@ HELD_COLLECTOR = ("run", "plan", "status")
 ExecutorFactory: TypeAlias = "Callable[[], Executor]"
 """Returns the executor of `drainer run` (`drainer.lifecycle.run.Executor`); called only by `run`."""
 
-CheckerFactory: TypeAlias = "Callable[[], Callable[[DrainConfig, bool], None]]"
+CheckerFactory: TypeAlias = "Callable[[], Callable[[DrainConfig, Settings, bool], None]]"
 """Returns the check that imports a drain's processor or handler where its run will (`plan`
 checks the driver and the Spark tasks, `run` the driver only); raises ConfigError."""
 
@@ -73,7 +74,8 @@ def main(
     """Run one command; `executor` supplies the Spark job for `drainer run`, `maintainer` the
     one that `drainer maintain` runs on a lakehouse table, `checker` the import check of a
     drain's code (`plan`, `run`), `finder` the search of a table for an open plan's commit
-    (`plan abandon`)."""
+    (`plan abandon`). The settings are read from the environment here, once, and handed to
+    the command (`args.settings`)."""
     args = build_parser().parse_args(argv)
     args.executor = executor
     args.maintainer = maintainer
@@ -85,6 +87,9 @@ def main(
     from sqlalchemy.exc import OperationalError
 
     try:
+        from drainer.settings import load_settings
+
+        args.settings = load_settings()
         code: int = args.func(args)
         return code
     except DrainerError as err:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, print_table
 from drainer.errors import ConfigError
-from drainer.settings import load_settings
 
 if TYPE_CHECKING:
     from drainer.config import DrainConfig
@@ -51,8 +50,8 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     from drainer.lifecycle.maintain import maintain_drain
     from drainer.sinks import sink_for
 
-    settings = load_settings()
-    drain = get_drain(args.drain)
+    settings = args.settings
+    drain = get_drain(args.drain, args.settings)
     table_job = None
     if sink_for(drain.sink, settings).capabilities.table_maintenance:
         if args.maintainer is None:
@@ -60,7 +59,9 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         job = args.maintainer()
 
         def table_job(d: DrainConfig, keep_hours: float | None) -> dict[str, Any]:
-            done: dict[str, Any] = job(d, args.retention_hours, args.force, None, keep_hours)
+            done: dict[str, Any] = job(
+                d, args.retention_hours, args.force, settings=settings, keep_hours=keep_hours
+            )
             return done
 
     report = maintain_drain(drain, wait_s=args.wait, table=table_job, settings=settings)

@@ -66,7 +66,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     from drainer.kafka.session import KafkaSession
     from drainer.records.encode import encoder
 
-    drain = get_drain(args.drain)
+    drain = get_drain(args.drain, args.settings)
     drain.check_level(args.level)
     topic = drain.level_topic(args.level)
     fmt = _format(args, drain.value)
@@ -86,7 +86,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
             args.count, keys=args.keys, value_size=args.value_size, seed=args.seed
         )
         total = args.count
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, args.settings) as kafka:
         kafka.partitions([args.level])  # a missing topic: one line now, not a 30 s wait
         with progress() as bar:
             task = bar.add_task(f"producing to {topic}", total=total)

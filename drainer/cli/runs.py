@@ -56,15 +56,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return cmd_plan_abandon(args)
     if args.reason is not None:
         raise ConfigError("--reason goes with `drainer plan abandon <drain> --reason TEXT`")
-    drain = get_drain(args.drain)
+    drain = get_drain(args.drain, args.settings)
     if args.checker is not None:  # the processor or handler imports where the run imports it
-        args.checker()(drain, True)
-    engine = get_engine()
+        args.checker()(drain, args.settings, True)
+    engine = get_engine(args.settings.database_url)
     with engine.connect() as conn:
         pending = runs.open_run(conn, drain.name)
     if pending is not None:
         return _show_open_run(drain, pending, args.json)
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, args.settings) as kafka:
         planned = plan_next_run(engine, drain, kafka, args.levels)
     if args.json:
         print(json.dumps(plan_json(drain, planned), indent=2))
@@ -154,10 +154,11 @@ def handed_on_lines(levels_desc: list[Any]) -> list[str]:
 def cmd_plan_abandon(args: argparse.Namespace) -> int:
     from drainer.lifecycle.abandon import abandon_plan
 
-    drain = get_drain(args.abandon_drain)
+    drain = get_drain(args.abandon_drain, args.settings)
     if args.levels:
         raise ConfigError("`plan abandon` ends the drain's one open plan, whatever its levels")
-    run = abandon_plan(drain, args.reason or "", finder=args.finder() if args.finder else None)
+    finder = args.finder() if args.finder else None
+    run = abandon_plan(drain, args.reason or "", args.settings, finder=finder)
     if args.json:
         body = {
             "drain": drain.name,
@@ -239,12 +240,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             "this entry point has no Spark executor: use the `drainer` command "
             "(spark_jobs.cli), or call spark_jobs.drain_job.run from Python"
         )
-    drain = get_drain(args.drain)
+    drain = get_drain(args.drain, args.settings)
     if args.checker is not None:  # the driver's import, before a plan is stored
-        args.checker()(drain, False)
+        args.checker()(drain, args.settings, False)
     execute = args.executor()
     with console.status(f"running drain {drain.name} on Spark…"):
-        result = drain_once(drain, execute, levels=args.levels, trigger="cli", wait_s=args.wait)
+        result = drain_once(
+            drain,
+            execute,
+            levels=args.levels,
+            trigger="cli",
+            wait_s=args.wait,
+            settings=args.settings,
+        )
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, default=str))
         return 0

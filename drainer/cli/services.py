@@ -49,11 +49,11 @@ def cmd_services(args: argparse.Namespace) -> int:
     from drainer import services
 
     if args.action == "up":
-        services.up(echo=console.print, restart=args.restart, wait_s=args.wait)
+        services.up(args.settings, echo=console.print, restart=args.restart, wait_s=args.wait)
     elif args.action == "down":
-        services.down(echo=console.print)
+        services.down(args.settings, echo=console.print)
     else:
-        for item in services.status():
+        for item in services.status(args.settings):
             console.print(item.line())
     return 0
 
@@ -69,10 +69,10 @@ def output_topics(drain: DrainConfig) -> list[str]:
 def cmd_topics(args: argparse.Namespace) -> int:
     from drainer.kafka.session import KafkaSession
 
-    drain = get_drain(args.drain)
+    drain = get_drain(args.drain, args.settings)
     dlq = [drain.dlq_topic] if drain.dlq_topic else []
     extra = list(dict.fromkeys([*dlq, *output_topics(drain), *args.topic]))
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, args.settings) as kafka:
         created = kafka.create_topics(extra)
         wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + extra
         counts = kafka.partition_counts(wanted)

@@ -121,7 +121,7 @@ def throughput(args: argparse.Namespace, levels: int) -> Throughput:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    drain = simulated_drain(get_drain(args.drain), args.max_wait)
+    drain = simulated_drain(get_drain(args.drain, args.settings), args.max_wait)
     speed = throughput(args, drain.levels)
     if args.interval < 1:
         raise ConfigError(f"--interval {args.interval}: runs are at least 1 minute apart")

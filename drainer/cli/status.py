@@ -48,8 +48,8 @@ def register(sub: Subcommands) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     from drainer.observe.status import drain_status
 
-    drain = get_drain(args.drain)
-    report = drain_status(drain, recent=args.recent)
+    drain = get_drain(args.drain, args.settings)
+    report = drain_status(drain, args.settings, recent=args.recent)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
         return 0
@@ -214,7 +214,7 @@ def cmd_rewind(args: argparse.Namespace) -> int:
 
     from drainer.lifecycle.rewind import rewind
 
-    drain = get_drain(args.drain)
+    drain = get_drain(args.drain, args.settings)
     to_time = None
     if args.to_time:
         try:
@@ -231,6 +231,7 @@ def cmd_rewind(args: argparse.Namespace) -> int:
         args.partitions,
         args.reason,
         to_earliest=args.to_earliest,
+        settings=args.settings,
     )
     print_table(
         f"rewound {drain.level_topic(args.level)} (audited in offset_rewinds)",

@@ -29,7 +29,6 @@ from drainer.config.units import duration_ms, size_bytes
 from drainer.errors import ConfigError
 from drainer.level_topics import level_topic
 from drainer.processing.callables import check_import_path
-from drainer.settings import load_settings
 
 if TYPE_CHECKING:  # the store's row, imported with SQLAlchemy only when a run asks for it
     from drainer.store.leases import DrainRow
@@ -358,13 +357,14 @@ class DrainsFile(KnownKeys):
     drains: dict[str, DrainConfig]
 
 
-def load_drains(path: Path | str | None = None) -> dict[str, DrainConfig]:
-    """Read and validate the drains file; ConfigError names the bad setting."""
+def load_drains(path: Path | str) -> dict[str, DrainConfig]:
+    """Read and validate the drains file (`Settings.config_path`, or a file of the caller's);
+    ConfigError names the bad setting."""
     path, raw = _read(path)
     return _validate(path, raw)
 
 
-def get_drain(name: str, path: Path | str | None = None) -> DrainConfig:
+def get_drain(name: str, path: Path | str) -> DrainConfig:
     """The drain `name`, validating that drain alone: a mistake in another drain of the file
     does not block commands about this one (it is named when that drain is used)."""
     path, raw = _read(path)
@@ -374,8 +374,8 @@ def get_drain(name: str, path: Path | str | None = None) -> DrainConfig:
     return _validate(path, {**raw, "drains": {name: raw["drains"][name]}})[name]
 
 
-def _read(path: Path | str | None) -> tuple[Path, dict[str, Any]]:
-    path = Path(path) if path else load_settings().config_path
+def _read(path: Path | str) -> tuple[Path, dict[str, Any]]:
+    path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text())
     except FileNotFoundError:

@@ -16,18 +16,16 @@ blank it out of any text: error messages, log lines, librdkafka's log.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from drainer.errors import ConfigError, RedactedError
 from drainer.local_secrets import secrets_read
-from drainer.settings import expand_env_references, load_settings, secret_sources
+from drainer.settings import environment_secrets, expand_env_references
 
 COMMON_KEYS = (
     "security.protocol",
@@ -266,27 +264,11 @@ def remember_secret(value: str) -> None:
         _secrets.add(value)
 
 
-@functools.lru_cache(maxsize=16)
-def _settings_secrets(sources: tuple[str | None, ...]) -> frozenset[str]:
-    """The database password (as written in the URL and decoded) and the Connect token, as
-    settings with these `secret_sources()` give them: loaded (secret files read) once per
-    distinct environment, not once per line redacted. A secret file made or changed later is
-    registered when it is read (`local_secrets.secrets_read`), as it is before any use."""
-    settings = load_settings()
-    found = {settings.connect_token or ""}
-    try:
-        password = urlsplit(settings.database_url).password or ""
-    except ValueError:  # not a URL: the connection fails and says so
-        password = ""
-    found |= {password, unquote(password)}
-    return frozenset(found)
-
-
 def known_secrets() -> list[str]:
     """Every secret drainer knows in this process: those the Kafka settings expanded, the
     database password and the local Connect server's token; longest first, so that none is
     left half-starred, and never one so short ("a") that it would star text everywhere."""
-    known = _settings_secrets(secret_sources()) | secrets_read()
+    known = environment_secrets() | secrets_read()
     with _secrets_lock:
         known |= _secrets
     return sorted((s for s in known if len(s) >= 4), key=len, reverse=True)

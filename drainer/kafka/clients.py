@@ -28,7 +28,6 @@ from confluent_kafka import KafkaError, KafkaException
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import librdkafka_settings, redact
 from drainer.errors import ConfigError, KafkaUnavailable
-from drainer.settings import load_settings
 
 TIMEOUT_S = 15.0  # one request's time limit once the cluster answered
 FIRST_CONTACT_S = 3.0  # a cluster that answers at all does so in milliseconds
@@ -109,13 +108,11 @@ class _LibrdkafkaLog:
 _librdkafka_log = _LibrdkafkaLog()
 
 
-def client_config(
-    drain: DrainConfig | None = None, bootstrap: str | None = None, **extra: Any
-) -> dict[str, Any]:
-    """Client settings: the bootstrap address (the run's settings, else the environment's),
-    the drain's translated settings, `extra`."""
+def client_config(drain: DrainConfig | None, bootstrap: str, **extra: Any) -> dict[str, Any]:
+    """Client settings: the bootstrap address (the run's `Settings.bootstrap_servers`), the
+    drain's translated settings, `extra`."""
     config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap or load_settings().bootstrap_servers,
+        "bootstrap.servers": bootstrap,
         "logger": _librdkafka_log,
         "log_level": 4,  # warning; `kafka_librdkafka: {log_level: 7, debug: ...}` for more
         "error_cb": _librdkafka_log.error,
@@ -136,9 +133,7 @@ def read_committed(drain: DrainConfig | None) -> bool:
     return str(level) != "read_uncommitted"
 
 
-def consumer_config(
-    drain: DrainConfig | None = None, bootstrap: str | None = None, **extra: Any
-) -> dict[str, Any]:
+def consumer_config(drain: DrainConfig | None, bootstrap: str, **extra: Any) -> dict[str, Any]:
     """A librdkafka consumer's settings: `read_committed` unless the drain's `kafka:` says otherwise."""
     level = "read_committed" if read_committed(drain) else "read_uncommitted"
     return {**client_config(drain, bootstrap, **extra), "isolation.level": level}
@@ -243,17 +238,17 @@ def retry_passing(request: Callable[[], T], refresh: Callable[[], object] | None
         time.sleep(RETRY_S)
 
 
-def request_failed(message: str, err: Any) -> KafkaUnavailable:
-    """A failed request: the cluster out of reach is `unreachable`'s one message, else `message`."""
+def request_failed(message: str, err: Any, address: str) -> KafkaUnavailable:
+    """A failed request: the cluster at `address` out of reach is `unreachable`'s one message,
+    else `message`."""
     err = _unwrapped(err)
     if not isinstance(err, KafkaError) or err.code() in OUT_OF_REACH:
-        return unreachable(err if isinstance(err, Exception) else KafkaException(err))
+        return unreachable(err if isinstance(err, Exception) else KafkaException(err), address)
     return kafka_error(f"{message}: {err.str()}", err)
 
 
-def unreachable(err: Exception, address: str | None = None) -> KafkaUnavailable:
+def unreachable(err: Exception, address: str) -> KafkaUnavailable:
     """The cluster did not answer: one message naming the address, librdkafka's cause, the fix."""
-    address = address or load_settings().bootstrap_servers
     cause = _librdkafka_log.cause()
     detail = redact(cause.str()) if cause is not None else _text(err)
     return kafka_error(
@@ -276,7 +271,7 @@ def _unwrapped(err: Any) -> Any:
     return err
 
 
-def first_contact(client: Any, future: Any) -> Any:
+def first_contact(client: Any, future: Any, address: str) -> Any:
     """The first answer of a cluster: `future`'s result within FIRST_CONTACT_S, or one clear error.
 
     Waited for in short slices, so that a refused connection (every broker down for a second)
@@ -291,4 +286,4 @@ def first_contact(client: Any, future: Any) -> Any:
             client.poll(0)  # serve the error callbacks that say why
             waited = time.monotonic() - started
             if waited >= FIRST_CONTACT_S or _librdkafka_log.hopeless(waited):
-                raise unreachable(err) from None
+                raise unreachable(err, address) from None

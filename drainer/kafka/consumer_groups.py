@@ -38,12 +38,15 @@ class GroupCommit:
 
 
 def read_offsets(
-    consumer_of: Callable[[str], Consumer], groups: Mapping[str, Iterable[tuple[str, int]]]
+    consumer_of: Callable[[str], Consumer],
+    groups: Mapping[str, Iterable[tuple[str, int]]],
+    address: str,
 ) -> dict[str, dict[tuple[str, int], tuple[int, str]]]:
     """group -> (topic, partition) -> (offset, metadata); offset < 0: nothing committed.
 
     `consumer_of(group)` is a consumer configured with that group (the session keeps one per
-    group); see the module's docstring for why not the admin client.
+    group); see the module's docstring for why not the admin client. `address`: the brokers',
+    for the error when they do not answer.
     """
     asked = {group: [TopicPartition(t, p) for t, p in keys] for group, keys in groups.items()}
     readers = {group: consumer_of(group) for group, tps in asked.items() if tps}  # made here
@@ -52,7 +55,9 @@ def read_offsets(
         # one request per group, all in flight together (a group's coordinator answers its
         # own): a 3-level drain's mirror read 0.125 s one after the other, 0.066 s at once
         with ThreadPoolExecutor(len(readers), thread_name_prefix="drainer-groups") as pool:
-            pending = {g: pool.submit(_committed, r, g, asked[g]) for g, r in readers.items()}
+            pending = {
+                g: pool.submit(_committed, r, g, asked[g], address) for g, r in readers.items()
+            }
             answers = {group: future.result() for group, future in pending.items()}
     return {
         group: {
@@ -63,21 +68,23 @@ def read_offsets(
     }
 
 
-def _committed(consumer: Consumer, group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
+def _committed(
+    consumer: Consumer, group: str, tps: list[TopicPartition], address: str
+) -> list[TopicPartition]:
     try:
         answer: list[TopicPartition] = retry_passing(
             lambda: consumer.committed(tps, timeout=TIMEOUT_S)
         )
     except KafkaException as err:
-        raise request_failed(f"reading offsets of group {group}", err) from None
+        raise request_failed(f"reading offsets of group {group}", err, address) from None
     for tp in answer:
         if tp.error is not None:
-            raise request_failed(f"reading offsets of group {group}", tp.error)
+            raise request_failed(f"reading offsets of group {group}", tp.error, address)
     return answer
 
 
 def commit_offsets(
-    admin: AdminClient, commits: Mapping[str, list[GroupCommit]]
+    admin: AdminClient, commits: Mapping[str, list[GroupCommit]], address: str
 ) -> dict[str, KafkaUnavailable]:
     """Commit offsets to consumer groups, all groups at once; returns the groups that failed.
 
@@ -106,9 +113,11 @@ def commit_offsets(
         try:
             answer = future.result(timeout=TIMEOUT_S + 5)
         except (KafkaException, TimeoutError) as err:
-            failed[group] = request_failed(f"committing offsets of group {group}", err)
+            failed[group] = request_failed(f"committing offsets of group {group}", err, address)
             continue
         errors = [tp.error for tp in answer.topic_partitions if tp.error is not None]
         if errors:
-            failed[group] = request_failed(f"committing offsets of group {group}", errors[0])
+            failed[group] = request_failed(
+                f"committing offsets of group {group}", errors[0], address
+            )
     return failed

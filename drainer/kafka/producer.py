@@ -136,16 +136,13 @@ def produce_records(
     on_progress: Callable[[int], None] | None = None,
     partition: int | None = None,
     topic: str | None = None,
-    kafka: KafkaSession | None = None,
+    *,
+    kafka: KafkaSession,
 ) -> int:
     """Send records at a priority level (or to `topic`); returns how many were acknowledged.
 
-    Uses the producer of `kafka` (a run's or a command's session); without one, a session is
-    opened for this call alone (tests, scripts).
+    Uses the producer of `kafka`, the run's or the command's session.
     """
-    if kafka is None:
-        with KafkaSession(drain) as own:
-            return produce_records(drain, records, level, on_progress, partition, topic, own)
     if topic is None:
         topic = drain.level_topic(drain.check_level(level))
     producer = kafka.producer

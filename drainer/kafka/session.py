@@ -58,7 +58,7 @@ from drainer.kafka.clients import (
     unreachable,
 )
 from drainer.kafka.consumer_groups import GroupCommit
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 
 __all__ = ["GroupCommit", "KafkaSession", "Watermarks"]
 
@@ -88,10 +88,10 @@ class KafkaSession:
     Not thread-safe: one run's steps use it one after another.
     """
 
-    def __init__(self, drain: DrainConfig, settings: Settings | None = None) -> None:
+    def __init__(self, drain: DrainConfig, settings: Settings) -> None:
         self.drain = drain
-        # the run's settings, read once: every client of the session dials the same brokers
-        self.bootstrap = (settings or load_settings()).bootstrap_servers
+        # the run's settings: every client of the session dials the same brokers
+        self.bootstrap = settings.bootstrap_servers
         self._admin: AdminClient | None = None
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
@@ -197,13 +197,15 @@ class KafkaSession:
             for name, future in futures.items():
                 try:
                     if not self._contacted:
-                        self._topics[name] = first_contact(self.admin, future)
+                        self._topics[name] = first_contact(self.admin, future, self.bootstrap)
                         self._contacted = True
                     else:
                         self._topics[name] = future.result(timeout=TIMEOUT_S + 5)
                 except KafkaException as err:
                     if err.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        raise request_failed(f"describing topic {name}", err) from None
+                        raise request_failed(
+                            f"describing topic {name}", err, self.bootstrap
+                        ) from None
                     self._contacted = True
                     self._topics[name] = None
                 except TimeoutError as err:
@@ -323,7 +325,7 @@ class KafkaSession:
             # restarting), or leader epochs the cluster moved past (a broker that crashed)
             return retry_passing(list_all, refresh)
         except KafkaException as err:
-            raise request_failed("listing offsets", err) from None
+            raise request_failed("listing offsets", err, self.bootstrap) from None
         except TimeoutError as err:
             raise unreachable(err, self.bootstrap) from None
 
@@ -398,10 +400,10 @@ class KafkaSession:
     ) -> dict[str, dict[tuple[str, int], tuple[int, str]]]:
         """group -> (topic, partition) -> (offset, metadata); offset < 0: nothing committed."""
         self._connected()  # a cluster that does not answer fails fast, in one message
-        return consumer_groups.read_offsets(self.group_reader, groups)
+        return consumer_groups.read_offsets(self.group_reader, groups, self.bootstrap)
 
     def commit_group_offsets(
         self, commits: Mapping[str, list[GroupCommit]]
     ) -> dict[str, KafkaUnavailable]:
         """Commit offsets to consumer groups, all at once; returns the groups that failed."""
-        return consumer_groups.commit_offsets(self._connected(), commits)
+        return consumer_groups.commit_offsets(self._connected(), commits, self.bootstrap)

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine
 
 from drainer.config import DrainConfig
 from drainer.errors import ConfigError
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from drainer.sinks import Sink, SinkCommit, sink_for
 from drainer.store import get_engine, runs
 from drainer.store.leases import drain_lease
@@ -32,7 +32,7 @@ spark_jobs: this package imports no pyspark)."""
 def abandon_plan(
     drain: DrainConfig,
     reason: str,
-    settings: Settings | None = None,
+    settings: Settings,
     finder: CommitFinder | None = None,
 ) -> StoredRun:
     """End the drain's open plan; returns it as it was. Raises DrainBusy while a run holds it.
@@ -47,7 +47,6 @@ def abandon_plan(
         raise ConfigError(
             "--reason is required: say why the plan is abandoned, for the audit trail"
         )
-    settings = settings or load_settings()
     engine = get_engine(settings.database_url)
     sink = sink_for(drain.sink, settings)
     with drain_lease(engine, drain.row()) as lease, engine.begin() as conn:

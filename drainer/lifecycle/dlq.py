@@ -16,30 +16,33 @@ import json
 import logging
 from typing import Any
 
+from sqlalchemy import Engine
+
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.errors import ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.session import KafkaSession
 from drainer.processing.headers import decode_headers
+from drainer.settings import Settings
 from drainer.store import dead_letters, get_engine
 
 log = logging.getLogger(__name__)
 
 
 def list_dead_letters(
-    drain: DrainConfig, limit: int = 50, include_retried: bool = False
+    drain: DrainConfig, settings: Settings, limit: int = 50, include_retried: bool = False
 ) -> list[dict[str, Any]]:
     """The drain's dead letters, each with its reason (`error`) and payload: `value` as text
     where it is UTF-8 (None otherwise, or for a tombstone) and always `value_base64`."""
-    with get_engine().connect() as conn:
+    with get_engine(settings.database_url).connect() as conn:
         rows = dead_letters.list_dead_letters(conn, drain.name, limit, include_retried)
     return [_readable(row) for row in rows]
 
 
-def show_dead_letter(drain: DrainConfig, dead_id: int) -> dict[str, Any]:
+def show_dead_letter(drain: DrainConfig, settings: Settings, dead_id: int) -> dict[str, Any]:
     """One dead letter, whole: where it came from, why, its key, headers and payload."""
-    with get_engine().connect() as conn:
+    with get_engine(settings.database_url).connect() as conn:
         row = dead_letters.dead_letter(conn, drain.name, dead_id)
     if row is None:
         raise ConfigError(
@@ -112,6 +115,7 @@ def dlq_record(dead: Any) -> OutRecord:
 
 def retry_dead_letters(
     drain: DrainConfig,
+    settings: Settings,
     ids: list[int] | None = None,
     value: bytes | None = None,
     as_is: bool = False,
@@ -129,7 +133,7 @@ def retry_dead_letters(
             "dlq retry --value-from fixes one dead letter: name it with `--ids ID` "
             f"(`drainer dlq show {drain.name} ID` prints its payload)"
         )
-    with get_engine().begin() as conn, KafkaSession(drain) as kafka:
+    with get_engine(settings.database_url).begin() as conn, KafkaSession(drain, settings) as kafka:
         if ids:
             known = dead_letters.retried_of(conn, drain.name, ids)
             _check_ids(drain.name, ids, known)
@@ -159,9 +163,9 @@ def retry_dead_letters(
     return len(rows)
 
 
-def undecodable_left(drain: DrainConfig) -> int:
+def undecodable_left(drain: DrainConfig, settings: Settings) -> int:
     """Dead letters a retry of all left alone: they did not decode, and would not again."""
-    with get_engine().connect() as conn:
+    with get_engine(settings.database_url).connect() as conn:
         return dead_letters.undecodable_pending(conn, drain.name)
 
 
@@ -201,7 +205,7 @@ def _a(noun: str, ids: list[int]) -> str:
     return f"a {noun}" if len(ids) == 1 else f"{noun}s"
 
 
-def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:
+def publish_dead_letters(engine: Engine, drain: DrainConfig, kafka: KafkaSession) -> int:
     """Publish dead letters not yet on the drain's `dlq_topic`; returns how many went out.
 
     After the commit, like the Kafka mirror: at least once (a crash between the send and the
@@ -212,7 +216,6 @@ def publish_dead_letters(drain: DrainConfig, kafka: KafkaSession) -> int:
     """
     if not drain.dlq_topic:
         return 0
-    engine = get_engine()
     with engine.connect() as conn:
         rows = dead_letters.unpublished(conn, drain.name)
     if not rows:

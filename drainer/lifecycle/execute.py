@@ -253,7 +253,7 @@ def _mirror_and_publish(
     _after_commit(
         warnings,
         f"publishing dead letters to {drain.dlq_topic}",
-        lambda: publish_dead_letters(drain, kafka),
+        lambda: publish_dead_letters(engine, drain, kafka),
     )
     phases["mirror"] = time.monotonic() - t0
     return mirror

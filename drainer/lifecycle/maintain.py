@@ -20,8 +20,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from drainer import faults
 from drainer.config import DrainConfig
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from drainer.sinks import Sink, UpkeepReport, sink_for
 from drainer.store import get_engine, pruning, runs
 from drainer.store.leases import drain_lease
@@ -99,17 +100,18 @@ def maintain_drain(
     drain: DrainConfig,
     wait_s: float = 0.0,
     table: TableMaintainer | None = None,
-    settings: Settings | None = None,
+    *,
+    settings: Settings,
 ) -> MaintainReport:
     """Everything upkeep does, to the end, under the drain's lease (DrainBusy while it runs).
 
     `table`, for a sink with table maintenance, runs under the same lease, so it never works
-    on a table while a run of the drain writes it or looks for its commit there.
+    on a table while a run of the drain writes it or looks for its commit there. A fold's
+    crash points are armed with `settings.fault`.
     """
-    settings = settings or load_settings()
     engine = get_engine(settings.database_url)
     sink = sink_for(drain.sink, settings)
-    with drain_lease(engine, drain.row(), wait_s):
+    with faults.armed_for(settings.fault), drain_lease(engine, drain.row(), wait_s):
         folded = sink.maintain(engine)
         history = prune_history(engine, drain)
         done = None

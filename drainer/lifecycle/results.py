@@ -17,7 +17,7 @@ from drainer.config import DrainConfig
 from drainer.lifecycle.mirror import MirrorReport
 from drainer.settings import Settings
 from drainer.sinks import Sink, SinkCommit, sink_for
-from drainer.store import get_engine, launches, runs
+from drainer.store import launches, runs
 from drainer.store.leases import Lease
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -158,8 +158,7 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
     )
 
 
-def load_level_reports(run_id: int, engine: Engine | None = None) -> list[LevelReport]:
+def load_level_reports(run_id: int, engine: Engine) -> list[LevelReport]:
     """A run's per-level numbers as stored, highest level first."""
-    engine = engine or get_engine()
     with engine.connect() as conn:
         return [LevelReport(**row) for row in runs.level_rows(conn, run_id)]

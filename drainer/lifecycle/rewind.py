@@ -17,6 +17,7 @@ from drainer.errors import ConfigError
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.mirror import mirror_offsets
 from drainer.offset_map import PartitionProgress
+from drainer.settings import Settings
 from drainer.store import dead_letters, get_engine, offsets, runs, topics
 from drainer.store.leases import check_fence, drain_lease
 
@@ -37,6 +38,8 @@ def rewind(
     partitions: list[int] | None = None,
     reason: str | None = None,
     to_earliest: bool = False,
+    *,
+    settings: Settings,
 ) -> list[Moved]:
     """Move the level's committed offsets; every rewind also accepts the topic's current id.
 
@@ -46,8 +49,8 @@ def rewind(
     drain.check_level(level)
     if sum((to_offset is not None, to_time is not None, to_earliest)) != 1:
         raise ConfigError("give exactly one of --to-offset, --to-time or --to-earliest")
-    engine = get_engine()
-    with KafkaSession(drain) as kafka:  # one set of clients for the whole command
+    engine = get_engine(settings.database_url)
+    with KafkaSession(drain, settings) as kafka:  # one set of clients for the whole command
         parts = kafka.partitions([level])[level]
         if partitions:
             unknown = sorted(set(partitions) - set(parts))

@@ -17,6 +17,7 @@ import time
 
 from sqlalchemy import Engine
 
+from drainer import faults
 from drainer.config import DrainConfig, get_drain
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.decision import LaunchRun, OpenPlan, Step, Verdict, decide
@@ -32,7 +33,7 @@ from drainer.lifecycle.results import (
     load_level_reports,
 )
 from drainer.lifecycle.topic_identity import record_new_topics, verify_topics
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from drainer.store import get_engine, launches, retention, runs
 from drainer.store.leases import Lease, drain_lease
 from drainer.store.runs import PlannedLevel, StoredRange, StoredRun
@@ -58,16 +59,33 @@ def drain_once(
     dagster_run_id: str | None = None,
     wait_s: float = 0.0,
     launch_key: str | None = None,
-    settings: Settings | None = None,
+    *,
+    settings: Settings,
 ) -> RunResult:
     """Run the drain once for `levels`; returns what each of them drained.
 
     An open plan for other levels (or of another launch) is finished first and returned as
     `result.finished`. With a `launch_key` that an earlier call already drained, nothing is
     drained: that committed run is returned with `shared=True`. Raises DrainBusy if the drain
-    is running.
+    is running. `settings`, built once by the caller (the CLI, the Dagster resource), go to
+    every step of the run; its fault point (`settings.fault`) arms the crash points.
     """
-    settings = settings or load_settings()  # read once; handed to every step of the run
+    with faults.armed_for(settings.fault):
+        return _drain_once(
+            drain, execute, settings, levels, trigger, dagster_run_id, wait_s, launch_key
+        )
+
+
+def _drain_once(
+    drain: DrainConfig | str,
+    execute: Executor,
+    settings: Settings,
+    levels: list[int] | None,
+    trigger: str,
+    dagster_run_id: str | None,
+    wait_s: float,
+    launch_key: str | None,
+) -> RunResult:
     drain = get_drain(drain, settings.config_path) if isinstance(drain, str) else drain
     levels = resolve_levels(drain, levels)
     engine = get_engine(settings.database_url)

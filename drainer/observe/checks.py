@@ -12,12 +12,12 @@ from sqlalchemy import Engine
 from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import partition_states
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from drainer.store import dead_letters, get_engine, offsets, runs
 
 
-def _engine(settings: Settings | None) -> Engine:
-    return get_engine((settings or load_settings()).database_url)
+def _engine(settings: Settings) -> Engine:
+    return get_engine(settings.database_url)
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,8 @@ class CheckResult:
     numbers: dict[str, int | float] = field(default_factory=dict)
 
 
-def total_backlog(drain: DrainConfig, settings: Settings | None = None) -> dict[int, int]:
+def total_backlog(drain: DrainConfig, settings: Settings) -> dict[int, int]:
     """Backlog per level, from Kafka end offsets and Postgres progress."""
-    settings = settings or load_settings()
     by_level = {level: 0 for level in range(drain.levels)}
     with KafkaSession(drain, settings) as kafka:
         parts = partition_states(_engine(settings), drain, list(range(drain.levels)), kafka)
@@ -38,7 +37,7 @@ def total_backlog(drain: DrainConfig, settings: Settings | None = None) -> dict[
     return by_level
 
 
-def lag_within_sla(drain: DrainConfig, settings: Settings | None = None) -> CheckResult:
+def lag_within_sla(drain: DrainConfig, settings: Settings) -> CheckResult:
     """Passes while the total backlog is at most `lag_sla` records (default 10 budgets)."""
     sla = drain.lag_sla if drain.lag_sla is not None else 10 * drain.budget
     by_level = total_backlog(drain, settings)
@@ -48,7 +47,7 @@ def lag_within_sla(drain: DrainConfig, settings: Settings | None = None) -> Chec
     return CheckResult(total <= sla, f"backlog {total:,} records (SLA {sla:,})", numbers)
 
 
-def dead_letters_not_growing(drain: DrainConfig, settings: Settings | None = None) -> CheckResult:
+def dead_letters_not_growing(drain: DrainConfig, settings: Settings) -> CheckResult:
     """Passes when the latest committed run dead-lettered nothing."""
     with _engine(settings).connect() as conn:
         new = runs.latest_committed_dead_lettered(conn, drain.name)
@@ -60,7 +59,7 @@ def dead_letters_not_growing(drain: DrainConfig, settings: Settings | None = Non
     )
 
 
-def offsets_never_backwards(drain: DrainConfig, settings: Settings | None = None) -> CheckResult:
+def offsets_never_backwards(drain: DrainConfig, settings: Settings) -> CheckResult:
     """Each partition's committed offset at plan time never decreases from run to run.
 
     Rewinds are deliberate and audited (`drainer rewind`), so runs before a partition's latest

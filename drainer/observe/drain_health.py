@@ -16,23 +16,22 @@ from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import PartitionState, partition_states
 from drainer.observe.health import LevelHealth, RunSample, level_health
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from drainer.store import get_engine, history
 
 
 def drain_health(
     drain: DrainConfig,
+    settings: Settings,
     parts: list[PartitionState] | None = None,
     engine: Engine | None = None,
     kafka: KafkaSession | None = None,
-    settings: Settings | None = None,
 ) -> dict[int, LevelHealth]:
     """Every level's health; `parts` (from `partition_states`) spares a second Kafka lookup.
 
     The window is the drain's `history_window` committed runs that covered the level, the same
     runs its burst decisions look at. Without a `kafka` session, one is opened for the call.
     """
-    settings = settings or load_settings()
     engine = engine or get_engine(settings.database_url)
     levels = list(range(drain.levels))
     with ExitStack() as stack:

@@ -10,21 +10,18 @@ from drainer.lifecycle.budgets import run_budget
 from drainer.lifecycle.planning import allocation_policy, partition_states
 from drainer.observe.drain_health import drain_health
 from drainer.observe.health import LevelHealth
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from drainer.sinks import Sink, SinkCommit, sink_for
 from drainer.store import dead_letters, get_engine, history, retention, runs
 
 
-def drain_status(
-    drain: DrainConfig, recent: int = 10, settings: Settings | None = None
-) -> dict[str, Any]:
-    settings = settings or load_settings()
+def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> dict[str, Any]:
     engine = get_engine(settings.database_url)
     sink = sink_for(drain.sink, settings)
     levels = list(range(drain.levels))
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, settings) as kafka:
         parts = partition_states(engine, drain, levels, kafka)
-        health = drain_health(drain, parts, engine, kafka)
+        health = drain_health(drain, settings, parts, engine, kafka)
     with engine.connect() as conn:
         history_by_level = history.level_history(conn, drain.name, levels, drain.history_window)
         recent_runs = runs.recent_runs(conn, drain.name, recent)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from drainer.errors import ServiceError
 from drainer.services import connect, kafka, postgres
 from drainer.services.status import ServiceStatus
-from drainer.settings import Settings, load_settings
+from drainer.settings import Settings
 from drainer.spark.jars import kafka_broker_jars, pyspark_version, spark_kafka_jars
 from drainer.spark.lock import file_lock
 
@@ -33,7 +33,7 @@ Echo = Callable[[str], None]
 
 
 def up(
-    settings: Settings | None = None,
+    settings: Settings,
     echo: Echo = print,
     formats: tuple[str, ...] | None = None,
     restart: bool = False,
@@ -45,7 +45,6 @@ def up(
     file uses (connect.up). A Connect server that must restart while runs use it: waited for
     `wait_s`, then refused, unless `restart` (connect.start).
     """
-    settings = settings or load_settings()
     results = []
     with file_lock(settings.home / "services.lock"):
         for service in (postgres, kafka):
@@ -67,9 +66,8 @@ def up(
     return results
 
 
-def down(settings: Settings | None = None, echo: Echo = print) -> list[ServiceStatus]:
+def down(settings: Settings, echo: Echo = print) -> list[ServiceStatus]:
     """Stop the services we started (Spark, then Kafka: those with clients first); keep data."""
-    settings = settings or load_settings()
     results = []
     with file_lock(settings.home / "services.lock"):
         for service in (connect, kafka, postgres):
@@ -79,7 +77,6 @@ def down(settings: Settings | None = None, echo: Echo = print) -> list[ServiceSt
     return results
 
 
-def status(settings: Settings | None = None) -> list[ServiceStatus]:
+def status(settings: Settings) -> list[ServiceStatus]:
     """The state of Postgres, Kafka and Spark Connect, without starting or stopping anything."""
-    settings = settings or load_settings()
     return [postgres.status(settings), kafka.status(settings), connect.status(settings)]

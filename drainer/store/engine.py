@@ -19,7 +19,6 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from drainer.errors import DatabaseUnavailable
-from drainer.settings import load_settings
 
 _MIGRATION = re.compile(r"^(\d{3})_[\w-]+\.sql$")
 _MIGRATION_LOCK = 0x64726169  # 'drai': any constant shared by every drainer process
@@ -41,9 +40,9 @@ def migrations_dir() -> Traversable:
 
 
 @functools.cache
-def get_engine(url: str | None = None) -> Engine:
-    """One pooled engine per URL per process, with the schema brought up to date."""
-    url = url or load_settings().database_url
+def get_engine(url: str) -> Engine:
+    """One pooled engine per URL (the run's `Settings.database_url`) per process, with the
+    schema brought up to date."""
     engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
     _made.append(engine)
     migrate(engine)

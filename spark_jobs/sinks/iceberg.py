@@ -289,7 +289,8 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             )
         except Exception as err:
             # only an attempt of this run that published it (or found it published) drops this
-            # run's branches: the caller finds that commit (CI23 saw two attempts racing)
+            # run's branches, which a resumed attempt racing the crashed one's write can do
+            # while this one appends: the caller then finds that commit
             if "Branch does not exist" not in str(err):
                 raise
             _branch_dropped(run_id)
@@ -369,7 +370,8 @@ def _table_commit(table: str, snapshot_id: int, summary: dict[str, str]) -> Sink
 def drop_branch(spark: SparkSession, table: str, branch: str) -> None:
     """Drop a branch that may be going away under us: the losing attempts of one run each drop
     all of its branches, and `IF EXISTS` is checked on the table as Spark loaded it, so a drop
-    another attempt committed in between fails in Iceberg (CI44 saw it). Gone is what we want."""
+    another attempt committed in between fails in Iceberg (the check and the drop are two
+    steps). Gone is what we want."""
     try:
         alter_iceberg(spark, table, f"DROP BRANCH IF EXISTS {branch}")
     except Exception as err:

@@ -16,7 +16,8 @@ from sqlalchemy import text
 
 from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession
-from drainer.store import get_engine
+from drainer.settings import load_settings
+from tests.support.stack import get_engine
 
 CLI = [sys.executable, "-m", "spark_jobs.cli"]
 
@@ -37,7 +38,7 @@ def cli_json(*args: str) -> dict:
 
 def delete_records_before(drain: DrainConfig, level: int, partition: int, offset: int) -> None:
     """What retention does, deterministically: Kafka deletes every record below `offset`."""
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         futures = kafka.admin.delete_records(
             [TopicPartition(drain.level_topic(level), partition, offset)]
         )
@@ -47,7 +48,7 @@ def delete_records_before(drain: DrainConfig, level: int, partition: int, offset
 
 def recreate_topic(drain: DrainConfig, level: int) -> None:
     """Delete a level topic and create it again under the same name (a new topic id)."""
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         client = kafka.admin
         topic = drain.level_topic(level)
         client.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)

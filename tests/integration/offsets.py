@@ -9,14 +9,15 @@ from sqlalchemy import text
 from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession, Watermarks
 from drainer.lifecycle.planning import PartitionState, partition_states
-from drainer.store import get_engine
+from drainer.settings import load_settings
+from tests.support.stack import get_engine
 
 
 def level_watermarks(
     drain: DrainConfig, levels: Iterable[int] | None = None
 ) -> dict[tuple[int, int], Watermarks]:
     """(level, partition) -> watermarks, read by a session of its own (all levels by default)."""
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         return kafka.watermarks(kafka.partitions(range(drain.levels) if levels is None else levels))
 
 
@@ -24,13 +25,13 @@ def mirrored_offsets(
     drain: DrainConfig, level: int, keys: Iterable[tuple[str, int]]
 ) -> dict[tuple[str, int], tuple[int, str]]:
     """(topic, partition) -> (offset, metadata) of a level's consumer group."""
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         return kafka.group_offsets({drain.level_group(level): list(keys)})[drain.level_group(level)]
 
 
 def states(drain: DrainConfig, levels: list[int]) -> list[PartitionState]:
     """Where each partition of the levels stands now (planning's view), by a session of its own."""
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         return partition_states(get_engine(), drain, levels, kafka)
 
 
@@ -53,7 +54,7 @@ def stored_offsets(drain: DrainConfig) -> dict[tuple[str, int], tuple[int, str]]
 def kafka_offsets(drain: DrainConfig) -> dict[tuple[str, int], tuple[int, str]]:
     """The mirror: each level's consumer group `{group}-{level}`, offset and metadata."""
     found = {}
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         for level, parts in kafka.partitions(range(drain.levels)).items():
             keys = [(drain.level_topic(level), p) for p in parts]
             found.update(

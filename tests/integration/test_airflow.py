@@ -24,10 +24,11 @@ from offsets import high_watermarks
 from sqlalchemy import text
 
 from drainer.config import DrainConfig, load_drains
-from drainer.kafka.producer import produce_records, synthetic_records
-from drainer.store import get_engine
-from drainer.testing import delete_topics, drain_body
+from drainer.kafka.producer import synthetic_records
+from drainer.settings import load_settings
 from tests.integration.airflow_stack import REPO, AirflowStack
+from tests.support.drains import delete_topics, drain_body
+from tests.support.stack import get_engine, produce_records
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -56,7 +57,7 @@ def airflow_drains(stack, tmp_path_factory) -> Iterator[AirflowDrains]:
         "backfilled": {"processor": PER_RECORD, "schedule": "0 0 1 1 *"},
         "cron": {"processor": PER_RECORD, "schedule": "* * * * *"},
         "killed": {"processor": "spark_jobs.examples:slow_one_row_per_record"},
-        "failing": {"processor": "spark_jobs.examples:always_fails"},
+        "failing": {"processor": "tests.processors:always_fails"},
     }
     names = {role: f"af_{role}_{suffix}" for role in bodies}
     drains_yaml = {
@@ -68,7 +69,7 @@ def airflow_drains(stack, tmp_path_factory) -> Iterator[AirflowDrains]:
     loaded = load_drains(path)
     drains = {role: loaded[name] for role, name in names.items()}
     for drain in drains.values():
-        with KafkaSession(drain) as kafka:
+        with KafkaSession(drain, load_settings()) as kafka:
             kafka.create_topics()
     yield AirflowDrains(path=path, **drains)
     for drain in drains.values():

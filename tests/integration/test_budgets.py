@@ -16,9 +16,10 @@ import pytest
 from sqlalchemy import text
 
 from drainer.allocation.timebox import RunThroughput, timeboxed_budget
-from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
-from drainer.store import get_engine
+from drainer.kafka.producer import OutRecord, synthetic_records
+from drainer.settings import load_settings
 from spark_jobs import drain_job
+from tests.support.stack import get_engine, produce_records
 
 
 def _cli(command: str, drain, *args: str) -> dict:
@@ -63,7 +64,7 @@ def test_a_time_boxed_drain_uses_its_budget_first_and_its_throughput_after(make_
     first_plan = _cli("plan", drain)
     assert first_plan["budget"] == first_plan["budget_cap"] == 70_000
     assert first_plan["run_budget"]["run_seconds_throughput"]["records_per_s"] is None
-    first = drain_job.run(drain, trigger="test")
+    first = drain_job.run(drain, trigger="test", settings=load_settings())
     (stored,) = _runs(drain)
     assert stored["id"] == first.run_id and stored["budget"] == 70_000
     assert stored["drained"] == 3000 and stored["read_bytes"] > 3000  # key + value bytes
@@ -92,7 +93,7 @@ def test_a_time_boxed_drain_uses_its_budget_first_and_its_throughput_after(make_
         expected.records_per_s
     )
 
-    second = drain_job.run(drain, trigger="test")
+    second = drain_job.run(drain, trigger="test", settings=load_settings())
     latest = _runs(drain)[-1]
     assert latest["id"] == second.run_id and latest["budget"] == expected.budget
     assert latest["planned"] == second.drained <= expected.budget
@@ -121,7 +122,7 @@ def test_a_byte_budget_keeps_large_records_from_filling_a_run_of_small_ones(make
     assert levels[0]["planned"] == (2_000_000 - 300_000) // 10_000 == 170
     assert plan["planned_bytes"] <= 2_000_000
 
-    result = drain_job.run(drain, trigger="test")
+    result = drain_job.run(drain, trigger="test", settings=load_settings())
     (stored,) = _runs(drain)
     assert stored["id"] == result.run_id and stored["drained"] == 3170
     assert stored["read_bytes"] == 3000 * 100 + 170 * 10_000 <= 2_000_000
@@ -155,7 +156,7 @@ def test_the_kafka_sample_and_the_spark_job_count_headers_as_record_bytes(make_d
     ]
     assert sizes == [(0, 0, 108.0)]
 
-    drain_job.run(drain, trigger="test")
+    drain_job.run(drain, trigger="test", settings=load_settings())
     (stored,) = _runs(drain)
     assert stored["drained"] == 50 and stored["read_bytes"] == 50 * 108
     produce(10)  # now the size comes from what the run measured, not from a sample
@@ -175,10 +176,10 @@ def test_record_mode_and_a_pruned_read_measure_their_bytes_too(make_drain, spark
             handler="spark_jobs.examples:record_echo",
             output_schema=RECORD_ECHO_SCHEMA,
         ),
-        make_drain(processor="spark_jobs.examples:nothing_kept"),
+        make_drain(processor="tests.processors:nothing_kept"),
     ):
         _produce_sized(drain, 2, 50, 300 - 1)
-        result = drain_job.run(drain, trigger="test")
+        result = drain_job.run(drain, trigger="test", settings=load_settings())
         (stored,) = _runs(drain)
         assert stored["id"] == result.run_id and stored["drained"] == 50
         assert stored["read_bytes"] == 50 * 300, drain.mode

@@ -52,18 +52,19 @@ from test_lakehouse import sink_of, table_offsets
 
 from drainer import faults
 from drainer.config import DrainConfig
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
 from drainer.observe.status import drain_status
 from drainer.services import connect, kafka, postgres, process
 from drainer.services.pg_layout import layout
 from drainer.settings import load_settings
 from drainer.sinks import sink_for
 from drainer.spark.net import port_open
-from drainer.store import get_engine, runs, sinks
+from drainer.store import runs, sinks
 from drainer.store.runs import StoredRun
-from drainer.testing import STACK_FORMATS
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.drains import STACK_FORMATS
+from tests.support.stack import get_engine, produce_records
 
 # it kills and restarts the Connect server, Postgres and the broker every test shares
 pytestmark = pytest.mark.serial
@@ -473,7 +474,7 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
     while _backlog(drain) > 0:
         final_runs += 1
         assert final_runs <= 3, f"backlog {_backlog(drain)} is not shrinking"
-        drain_job.run(whole, trigger="test")
+        drain_job.run(whole, trigger="test", settings=load_settings())
 
     print(f"drained the rest in {final_runs} runs, {time.monotonic() - t0:.1f} s")
     seen = _sink_offsets(drain)
@@ -496,7 +497,7 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
         # the runs that produced did so where `producer: auto` says (a found marker: none)
         produced_by = {
             r["table_commit"]["details"].get("producer")
-            for r in drain_status(drain, recent=1000)["runs"]
+            for r in drain_status(drain, load_settings(), recent=1000)["runs"]
             if r["table_commit"]
         }
         assert producer in produced_by and produced_by <= {producer, None}, produced_by

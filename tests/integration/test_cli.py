@@ -10,7 +10,8 @@ import time
 from offsets import level_watermarks
 from sqlalchemy import text
 
-from drainer.store import get_engine
+from drainer.settings import load_settings
+from tests.support.stack import get_engine
 
 
 def drainer(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -59,7 +60,9 @@ def test_produce_run_status_rewind(make_drain):
 
     from drainer.observe.checks import offsets_never_backwards
 
-    assert offsets_never_backwards(drain).passed  # the audited rewind is not a regression
+    assert offsets_never_backwards(
+        drain, load_settings()
+    ).passed  # the audited rewind is not a regression
 
 
 def test_unreachable_broker_is_a_clear_error(make_drain, monkeypatch):

@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
 from drainer.services import connect, process
 from drainer.settings import load_settings
 from drainer.spark.endpoint import client_url
-from drainer.store import get_engine
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.stack import get_engine, produce_records
 
 PRODUCED = {0: 700, 1: 500, 2: 300}
 START_TIMEOUT_SECONDS = 90.0
@@ -99,8 +99,8 @@ def cluster(stack, tmp_path_factory) -> Iterator[Cluster]:
                 if found.apps().get("aliveworkers", 0) >= 1:
                     break
             except (OSError, ValueError):
-                # not listening yet, or listening before its JSON page is attached: the web UI
-                # answered /json/ with its HTML root page once, just as it started (CI22)
+                # not listening yet, or listening before its JSON page is attached: just as it
+                # starts, the web UI may answer /json/ with its HTML root page
                 pass
             if (
                 time.monotonic() > deadline
@@ -223,7 +223,7 @@ def _kafka_sink_from_the_driver(make_drain, **spark_env: str) -> dict:
         assert result["drained"] == sum(PRODUCED.values())
         seen = sources(out)
         assert len(seen) == sum(PRODUCED.values()) and set(seen.values()) == {1}
-        (run,) = drain_status(drain)["runs"]
+        (run,) = drain_status(drain, load_settings())["runs"]
         assert run["table_commit"]["details"]["producer"] == "driver"
     return result
 

@@ -14,7 +14,7 @@ from test_exactly_once import drain_until_empty
 from test_record_formats import assert_each_offset_once, produce_orders, rows_of
 
 from drainer import faults
-from drainer.testing import ORDER_AVRO, ORDER_AVRO_NOTE, avro_bytes, typed_drain, typed_sink
+from tests.support.drains import ORDER_AVRO, ORDER_AVRO_NOTE, avro_bytes, typed_drain, typed_sink
 
 
 @pytest.mark.parametrize("kind", ["delta", "iceberg"])
@@ -46,9 +46,10 @@ def test_an_abandoned_delta_plan_keeps_no_claim_to_columns_its_commit_never_adde
     from deltalake import DeltaTable
     from test_exactly_once import runs_of
 
-    from drainer.kafka.producer import OutRecord, produce_records
+    from drainer.kafka.producer import OutRecord
     from drainer.settings import load_settings
-    from drainer.store import get_engine, runs
+    from drainer.store import runs
+    from tests.support.stack import get_engine, produce_records
 
     path = f"abandoned_{uuid.uuid4().hex[:8]}"
     first = make_drain(
@@ -58,7 +59,7 @@ def test_an_abandoned_delta_plan_keeps_no_claim_to_columns_its_commit_never_adde
     drain_until_empty(first)  # the table, without `value_text`
     # another drain into the same table, whose processor adds `value_text` and then fails
     drain = make_drain(
-        processor="spark_jobs.examples:new_column_then_fails", sink={"type": "delta", "path": path}
+        processor="tests.processors:new_column_then_fails", sink={"type": "delta", "path": path}
     )
     produce_records(drain, [OutRecord(value=b"%d" % i) for i in range(10)], level=0)
     failed = cli("run", drain.name)

@@ -70,7 +70,7 @@ def _drain_once(drain, shared: bool, **env_vars: str) -> None:
 
 def _require_connect() -> None:
     """These tests prove the Connect session's behaviour: a server that is down fails them."""
-    if not is_connect(get_spark()):
+    if not is_connect(get_spark(load_settings())):
         pytest.fail(
             "no Spark Connect server answered, so the session under test does not exist: "
             "start it with `drainer services up` (or set SPARK_REMOTE) and run again"
@@ -179,7 +179,8 @@ def test_a_remote_servers_code_change_gets_a_new_session(tmp_path):
     }
     script = (
         f"import spark_jobs.session as s; assert s.__file__.startswith({str(client)!r}); "
-        "print(s.get_spark().session_id)"
+        "from drainer.settings import load_settings; "
+        "print(s.get_spark(load_settings()).session_id)"
     )
 
     def session_id() -> str:

@@ -11,13 +11,13 @@ import sys
 import pytest
 from sqlalchemy import text
 
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
 from drainer.lifecycle.mirror import REFRESH_S
 from drainer.services import kafka
 from drainer.settings import load_settings
-from drainer.store import get_engine
 from spark_jobs import drain_job
 from tests.integration.offsets import consumer_group_lag, mirrored_offsets
+from tests.support.stack import get_engine, produce_records
 
 
 def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
@@ -25,7 +25,7 @@ def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
     for level in range(3):
         produce_records(drain, synthetic_records(1000, seed=level), level=level)
 
-    partial = drain_job.run(drain, trigger="test")
+    partial = drain_job.run(drain, trigger="test", settings=load_settings())
     assert partial.drained == 2000
     for lv in partial.levels:
         lag = consumer_group_lag(drain, lv.level)
@@ -40,13 +40,13 @@ def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
     waiting = [lv.level for lv in partial.levels if lv.backlog_after > 0]
     emptied = [lv.level for lv in partial.levels if lv.backlog_after == 0]
     assert waiting and emptied, partial.levels
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         again = mirror_offsets(get_engine(), drain, kafka, levels=waiting, run_id=partial.run_id)
         assert again.partitions == 2 * len(waiting)
         quiet = mirror_offsets(get_engine(), drain, kafka, levels=emptied, run_id=partial.run_id)
         assert quiet.partitions == 0
 
-    full = drain_job.run(drain, trigger="test")
+    full = drain_job.run(drain, trigger="test", settings=load_settings())
     assert full.drained == 1000
     for level in range(3):
         assert set(consumer_group_lag(drain, level).values()) == {0}
@@ -56,7 +56,7 @@ def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
     assert full.mirror.not_moved_back == 0
 
     # an empty run makes no group commit, until an empty level's last mirror is REFRESH_S old
-    assert drain_job.run(drain, trigger="test").mirror.partitions == 0
+    assert drain_job.run(drain, trigger="test", settings=load_settings()).mirror.partitions == 0
     with get_engine().begin() as conn:
         conn.execute(
             text(
@@ -65,7 +65,7 @@ def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
             ),
             {"s": REFRESH_S + 60, "d": drain.name},
         )
-    refreshed = drain_job.run(drain, trigger="test")
+    refreshed = drain_job.run(drain, trigger="test", settings=load_settings())
     assert refreshed.mirror.partitions == 2  # level 1's two partitions, so Kafka never expires them
     assert set(consumer_group_lag(drain, 1).values()) == {0}
 
@@ -73,11 +73,11 @@ def test_group_lag_is_the_remaining_backlog_then_zero(make_drain, spark):
 def test_mirror_never_moves_a_group_backwards_without_a_rewind(make_drain, spark):
     from drainer.kafka.session import GroupCommit, KafkaSession
     from drainer.lifecycle.mirror import mirror_offsets
-    from drainer.store import get_engine
+    from tests.support.stack import get_engine
 
     drain = make_drain(partitions=1)
     produce_records(drain, synthetic_records(50), level=0)
-    drain_job.run(drain, levels=[0], trigger="test")
+    drain_job.run(drain, levels=[0], trigger="test", settings=load_settings())
     topic = drain.level_topic(0)
     # something else committed the group ahead of the drain, and the level is due a refresh
     with get_engine().begin() as conn:
@@ -85,7 +85,7 @@ def test_mirror_never_moves_a_group_backwards_without_a_rewind(make_drain, spark
             text("UPDATE partition_offsets SET mirrored_at = NULL WHERE drain = :d"),
             {"d": drain.name},
         )
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         assert kafka.commit_group_offsets({drain.level_group(0): [GroupCommit(topic, 0, 80)]}) == {}
         report = mirror_offsets(get_engine(), drain, kafka, levels=[0])
 
@@ -98,10 +98,11 @@ _READ_ON_A_FRESH_BROKER = """
 import json, sys
 from drainer.config import DrainConfig
 from drainer.kafka.session import GroupCommit, KafkaSession
+from drainer.settings import load_settings
 
 drain = DrainConfig(name="fresh", topic="fresh", group="fresh", levels=1, budget=10, partitions=1,
                     sink={"type": "postgres", "table": "fresh"})
-with KafkaSession(drain) as kafka:
+with KafkaSession(drain, load_settings()) as kafka:
     before = kafka.group_offsets({"fresh-0": [("fresh-0", 0)]})
     kafka.create_topics()
     assert kafka.commit_group_offsets({"fresh-0": [GroupCommit("fresh-0", 0, 7, "map")]}) == {}
@@ -148,7 +149,7 @@ def test_offsets_of_a_topic_the_drain_no_longer_reads_do_not_stop_its_group_mirr
     (the demo's `events_lake` printed three such warnings)."""
     drain = make_drain(budget=1000, partitions=2)
     produce_records(drain, synthetic_records(300, seed=1), level=0)
-    assert drain_job.run(drain, trigger="test").drained == 300
+    assert drain_job.run(drain, trigger="test", settings=load_settings()).drained == 300
     with get_engine().begin() as conn:  # a topic of this drain's past, deleted since
         conn.execute(
             text(
@@ -158,7 +159,7 @@ def test_offsets_of_a_topic_the_drain_no_longer_reads_do_not_stop_its_group_mirr
             {"d": drain.name, "t": f"{drain.topic}_renamed-0"},
         )
     produce_records(drain, synthetic_records(200, seed=2), level=0)
-    done = drain_job.run(drain, trigger="test")
+    done = drain_job.run(drain, trigger="test", settings=load_settings())
     assert done.drained == 200
     assert done.mirror.error is None, done.mirror.error
     assert done.mirror.partitions == 2  # the level's two partitions, not the old topic's

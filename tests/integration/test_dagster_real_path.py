@@ -21,8 +21,8 @@ from lifecycle_helpers import assert_each_record_once, sink_records
 from offsets import high_watermarks
 from sqlalchemy import text
 
-from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
-from drainer.store import get_engine
+from drainer.kafka.producer import OutRecord, synthetic_records
+from tests.support.stack import get_engine, produce_records
 
 
 def drainer_runs(drain) -> list:
@@ -230,8 +230,8 @@ def test_backfill_on_a_stock_instance_waits_for_the_drain_instead_of_failing_bus
     import threading
 
     from drainer.store.leases import drain_lease
-    from drainer.testing import create_drain, delete_topics
     from tests.integration.dagster_stack import BACKFILL_LOOP_S, REPO, DagsterStack
+    from tests.support.drains import create_drain, delete_topics
 
     drain, path = create_drain(tmp_path, prefix="stock", budget=700)
     env = {

@@ -13,9 +13,9 @@ from sqlalchemy import text
 
 from dagster_project.automation import RANGE_END, RANGE_START
 from dagster_project.definitions import build_definitions
-from drainer.kafka.producer import produce_records, synthetic_records
-from drainer.store import get_engine
+from drainer.kafka.producer import synthetic_records
 from drainer.store.leases import drain_lease
+from tests.support.stack import get_engine, produce_records
 
 
 def _committed(drain) -> list:

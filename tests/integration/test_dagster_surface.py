@@ -9,7 +9,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
+from tests.support.stack import produce_records
 
 REPO = Path(__file__).resolve().parents[2]
 

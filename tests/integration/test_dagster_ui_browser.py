@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
+from tests.support.stack import produce_records
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from dagster_project import drain_definitions
-from drainer.testing import drain_body
+from tests.support.drains import drain_body
 
 BIN = Path(sys.executable).parent
 

@@ -17,10 +17,11 @@ import yaml
 from offsets import level_watermarks
 from sqlalchemy import text
 
-from drainer.kafka.producer import OutRecord, produce_records
-from drainer.store import get_engine
+from drainer.kafka.producer import OutRecord
+from drainer.settings import load_settings
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.stack import get_engine, produce_records
 
 DRAINER = Path(sys.executable).with_name("drainer")
 # level -> (partition, offset) of poison records among 40 records per partition
@@ -43,7 +44,7 @@ def _listed(drain_name: str, *flags: str) -> list[dict]:
 def test_dlq_list_retry_and_drain_again(make_drain, spark):
     drain = make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         ordering="unordered",
         max_attempts=1,
@@ -60,7 +61,7 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
                 if bad:
                     originals[(drain.level_topic(level), partition, offset)] = (key, value)
             produce_records(drain, records, level=level, partition=partition)
-    first = drain_job.run(drain.name, trigger="test")
+    first = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert first.drained == 160
     assert sum(lv.dead_lettered for lv in first.levels) == len(originals) == 5
     with get_engine().connect() as conn:
@@ -118,7 +119,7 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
     assert sum(wm.high for wm in marks.values()) == 165  # 5 records re-produced
 
     # the next run drains exactly the re-produced records, now successfully
-    second = drain_job.run(drain.name, trigger="test")
+    second = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert second.drained == 5
     assert sum(lv.dead_lettered for lv in second.levels) == 0
     engine = get_engine()
@@ -155,7 +156,13 @@ def _dlq_messages(drain, count: int) -> list:
     from drainer.kafka.clients import client_config
 
     group = f"check-{os.urandom(4).hex()}"
-    consumer = Consumer(client_config(drain, **{"group.id": group, "enable.auto.commit": False}))
+    consumer = Consumer(
+        client_config(
+            drain,
+            load_settings().bootstrap_servers,
+            **{"group.id": group, "enable.auto.commit": False},
+        )
+    )
     consumer.assign([TopicPartition(drain.dlq_topic, p, 0) for p in range(drain.partitions)])
     got = []
     for _ in range(40):
@@ -172,7 +179,7 @@ def test_dead_letters_are_published_to_the_dlq_topic(make_drain, spark):
     suffix = os.urandom(4).hex()
     drain = make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         max_attempts=1,
         ordering="unordered",  # both poison records are attempted (and dead-lettered) in one run
@@ -181,7 +188,7 @@ def test_dead_letters_are_published_to_the_dlq_topic(make_drain, spark):
     )
     values = [b"poison a" if i in (2, 5) else b"fine" for i in range(8)]
     produce_records(drain, [OutRecord(value=v, key=b"k") for v in values], level=1)
-    drain_job.run(drain, trigger="test")
+    drain_job.run(drain, trigger="test", settings=load_settings())
 
     got = _dlq_messages(drain, 2)
     headers = [dict(m.headers()) for m in got]
@@ -213,7 +220,7 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
 
     drain = make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         max_attempts=1,
         partitions=1,
@@ -221,7 +228,7 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
     headers = [("a", b"\x00\x01"), ("a", b"\xff"), ("empty", b""), ("none", None)]
     key, value = b"\x00k\xfe", b"poison \x00\xff\xc3"
     produce_records(drain, [OutRecord(value=value, key=key, headers=headers)], level=1)
-    first = drain_job.run(drain.name, trigger="test")
+    first = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert sum(lv.dead_lettered for lv in first.levels) == 1
     with get_engine().connect() as conn:
         stored = conn.scalar(
@@ -236,7 +243,7 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
     def retry() -> None:
         start.wait()
         began = time.monotonic()
-        counts.append(retry_dead_letters(drain))
+        counts.append(retry_dead_letters(drain, load_settings()))
         spans.append((began, time.monotonic()))
 
     threads = [threading.Thread(target=retry) for _ in range(2)]
@@ -250,7 +257,11 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
 
     topic = drain.level_topic(1)
     consumer = Consumer(
-        client_config(drain, **{"group.id": f"check-{topic}", "enable.auto.commit": False})
+        client_config(
+            drain,
+            load_settings().bootstrap_servers,
+            **{"group.id": f"check-{topic}", "enable.auto.commit": False},
+        )
     )
     consumer.assign([TopicPartition(topic, 0, 1)])  # offset 0 is the original
     got = []
@@ -273,7 +284,7 @@ def test_a_record_dead_lettered_again_after_a_rewind_is_published_again(make_dra
     suffix = os.urandom(4).hex()
     drain = make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         max_attempts=1,
         dlq_topic=f"dlq_{suffix}",
@@ -281,9 +292,17 @@ def test_a_record_dead_lettered_again_after_a_rewind_is_published_again(make_dra
     )
     values = [b"poison b" if i == 3 else b"fine" for i in range(6)]
     produce_records(drain, [OutRecord(value=v, key=b"k") for v in values], level=0)
-    drain_job.run(drain, trigger="test")
-    rewind(drain, 0, to_offset=0, reason="replay after a fix that did not hold")
-    drain_job.run(drain, trigger="test")  # the same record dead-lettered a second time
+    drain_job.run(drain, trigger="test", settings=load_settings())
+    rewind(
+        drain,
+        0,
+        to_offset=0,
+        reason="replay after a fix that did not hold",
+        settings=load_settings(),
+    )
+    drain_job.run(
+        drain, trigger="test", settings=load_settings()
+    )  # the same record dead-lettered a second time
 
     got = _dlq_messages(drain, 2)
     sources = [dict(m.headers())["drainer-source"] for m in got]

@@ -23,12 +23,12 @@ from urllib.parse import urlparse
 import pytest
 from sqlalchemy import text
 
-from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord
 from drainer.local_secrets import POSTGRES_PASSWORD, secret_path
 from drainer.processing.records import Record
 from drainer.settings import load_settings
-from drainer.store import get_engine
 from spark_jobs import drain_job
+from tests.support.stack import get_engine, produce_records
 
 pytestmark = pytest.mark.slow
 
@@ -92,7 +92,7 @@ def drained(make_drain, lakehouse, tmp_path, monkeypatch):
     )
     for drain in (delta, iceberg, typed):
         produce_records(drain, [OutRecord(value=b"x" * 10, key=k) for k in KEYS], 0)
-        assert drain_job.run(drain).drained == len(KEYS)
+        assert drain_job.run(drain, settings=load_settings()).drained == len(KEYS)
     return delta, iceberg, typed
 
 

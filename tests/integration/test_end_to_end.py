@@ -11,8 +11,9 @@ from offsets import high_watermarks, level_watermarks, mirrored_offsets
 from sqlalchemy import text
 
 from drainer.config import ConfigError, load_drains
-from drainer.kafka.producer import produce_records, synthetic_records
-from drainer.store import get_engine
+from drainer.kafka.producer import synthetic_records
+from drainer.settings import load_settings
+from tests.support.stack import get_engine, produce_records
 
 PRODUCED = {0: 1200, 1: 800, 2: 500}
 
@@ -122,14 +123,14 @@ def test_a_small_read_of_more_ranges_than_cores_runs_in_as_many_tasks_as_cores(m
     from spark_jobs.session import cores
 
     drain = make_drain(
-        levels=3, partitions=4, processor="spark_jobs.examples:with_read_task", budget=10_000
+        levels=3, partitions=4, processor="tests.processors:with_read_task", budget=10_000
     )
     for level in range(3):
         produce_records(drain, synthetic_records(400, keys=7, seed=level), level=level)
     n = cores(spark) or 1
     if n >= 12:
         pytest.skip(f"{n} cores: 12 ranges are not more than the cores")
-    result = drain_job.run(drain)
+    result = drain_job.run(drain, settings=load_settings())
     assert result.drained == 1200
     assert_each_record_once(drain, high_watermarks(drain))
     with get_engine().connect() as conn:
@@ -158,7 +159,7 @@ def test_many_small_ranges_are_read_together_in_few_tasks_exactly_once(make_drai
     from spark_jobs.session import cores
 
     drain = make_drain(
-        levels=3, partitions=16, processor="spark_jobs.examples:with_read_task", budget=200_000
+        levels=3, partitions=16, processor="tests.processors:with_read_task", budget=200_000
     )
     for level in range(3):
         for partition in range(16):
@@ -198,7 +199,7 @@ def test_a_plan_of_fewer_ranges_than_cores_is_read_in_split_tasks_exactly_once(m
     )
     produce_records(drain, synthetic_records(5000, keys=7, seed=3), level=0)
     assert (cores(spark) or 1) > 1, "this machine's local Spark has one core: nothing to split"
-    result = drain_job.run(drain)
+    result = drain_job.run(drain, settings=load_settings())
     assert result.drained == 5000
     assert_each_record_once(drain, high_watermarks(drain))
     with get_engine().connect() as conn:
@@ -229,7 +230,9 @@ def test_kafka_is_read_through_the_v2_scan_with_each_records_level(make_drain, s
         StoredRange(drain.level_topic(level), level, part, 0, wm.high, "", wm.high)
         for (level, part), wm in level_watermarks(drain, [0, 2]).items()
     ]
-    df = read_ranges(spark, drain, load_settings().bootstrap_servers, ranges)
+    df = read_ranges(
+        spark, drain, load_settings().bootstrap_servers, ranges, home=load_settings().home
+    )
     plan = io.StringIO()
     with contextlib.redirect_stdout(plan):  # explain prints, on Connect and in-process alike
         df.explain()

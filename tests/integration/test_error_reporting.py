@@ -13,10 +13,11 @@ import pytest
 import yaml
 from sqlalchemy import text
 
-from drainer.kafka.producer import OutRecord, produce_records
-from drainer.store import get_engine
-from drainer.testing import drain_body
+from drainer.kafka.producer import OutRecord
+from drainer.settings import load_settings
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.drains import drain_body
+from tests.support.stack import get_engine, produce_records
 
 DRAINER = [sys.executable, "-m", "spark_jobs.cli"]
 
@@ -65,7 +66,7 @@ def test_a_java_only_key_for_librdkafka_is_a_config_error(tmp_path):
 def test_a_failed_dead_letter_publish_is_a_warning_on_a_committed_run(make_drain, spark):
     drain = make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         max_attempts=1,
         ordering="unordered",  # the good record is not held back behind the poison one
@@ -76,7 +77,9 @@ def test_a_failed_dead_letter_publish_is_a_warning_on_a_committed_run(make_drain
     )
     from drainer.kafka.session import KafkaSession
 
-    with KafkaSession(drain) as kafka:  # make_drain created the DLQ topic too: remove it again
+    with KafkaSession(
+        drain, load_settings()
+    ) as kafka:  # make_drain created the DLQ topic too: remove it again
         kafka.admin.delete_topics([drain.dlq_topic], operation_timeout=10)[drain.dlq_topic].result(
             15
         )
@@ -112,13 +115,13 @@ def test_a_processor_that_raises_is_one_line_ending_with_its_cause(
 ):
     """Before: ~30 lines of drainer's and pyspark's stack, exit 1, no word on what happens next;
     then a headline followed by the user's frames, one to six lines more."""
-    drain = make_drain(levels=1, partitions=1, processor=f"spark_jobs.examples:{processor}")
+    drain = make_drain(levels=1, partitions=1, processor=f"tests.processors:{processor}")
     produce_records(drain, [OutRecord(value=f"v{i}".encode(), key=b"k") for i in range(5)], 0)
     done = _cli("run", drain.name)
     assert done.returncode == 2, done.stderr[-3000:]
     report = done.stderr[done.stderr.index("drainer: ") :]
     [line] = [line for line in report.splitlines() if line.strip()]
-    assert f"processor spark_jobs.examples:{processor} failed at " in line, report
+    assert f"processor tests.processors:{processor} failed at " in line, report
     assert f"in {user_frame};" in line and "stays open" in line, report  # the user's frame
     assert f"the next `drainer run {drain.name}` retries it" in line, report
     assert f"`drainer -v run {drain.name}` shows the whole trace" in line, report

@@ -26,16 +26,17 @@ from sqlalchemy import text
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.errors import FencedOut
-from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
+from drainer.kafka.producer import OutRecord, synthetic_records
 from drainer.lifecycle.commit import commit_run
 from drainer.lifecycle.results import ExecutionResult
 from drainer.lifecycle.run import RunResult, drain_once
-from drainer.store import get_engine
+from drainer.settings import load_settings
 from drainer.store.leases import ensure_drain
 from drainer.store.runs import get_run
 from drainer.store.sink_names import stage_name
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.stack import get_engine, produce_records
 
 DRAINER = Path(sys.executable).with_name("drainer")
 PER_PARTITION = {0: 600, 1: 500, 2: 400}  # 3 levels x 2 partitions: 3,000 records
@@ -93,7 +94,7 @@ def drain_until_empty(drain: DrainConfig, max_runs: int = 6) -> list[RunResult]:
     results = []
     while backlog(drain) > 0:
         assert len(results) < max_runs, f"backlog still {backlog(drain)} after {max_runs} runs"
-        results.append(drain_job.run(drain.name, trigger="test"))
+        results.append(drain_job.run(drain.name, trigger="test", settings=load_settings()))
     return results
 
 
@@ -265,7 +266,9 @@ def test_a_second_run_is_refused_while_one_holds_the_drain(make_drain, spark):
 
     results: list[RunResult] = []
     holder = threading.Thread(
-        target=lambda: results.append(drain_once(drain, execute_after_the_refusal))
+        target=lambda: results.append(
+            drain_once(drain, execute_after_the_refusal, settings=load_settings())
+        )
     )
     holder.start()
     try:
@@ -350,7 +353,7 @@ def test_superseded_run_cannot_commit(make_drain, spark):
         return executed
 
     with pytest.raises(FencedOut, match="a newer run took over"):
-        drain_once(drain, execute_then_lose_the_drain, trigger="test")
+        drain_once(drain, execute_then_lose_the_drain, trigger="test", settings=load_settings())
 
     ctx = seen["ctx"]
     assert staged_rows(drain, ctx.run.id) == total and published_rows(drain) == 0
@@ -369,7 +372,7 @@ def test_superseded_run_cannot_commit(make_drain, spark):
     assert all(committed == 0 for committed, _ in stored_offsets(drain).values())
 
     # the next run resumes the plan and commits it once
-    result = drain_job.run(drain.name, trigger="test")
+    result = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert result.resumed and result.run_id == ctx.run.id and result.attempt == 2
     assert result.drained == total
     assert_each_record_once(drain)
@@ -409,7 +412,9 @@ def test_zombie_run_cannot_touch_the_run_that_took_over(make_drain, spark):
 
     def run_b():
         try:
-            outcome["b"] = drain_once(drain, execute_b, trigger="test", wait_s=60)
+            outcome["b"] = drain_once(
+                drain, execute_b, trigger="test", wait_s=60, settings=load_settings()
+            )
         except BaseException as err:
             outcome["b"] = err
 
@@ -428,7 +433,7 @@ def test_zombie_run_cannot_touch_the_run_that_took_over(make_drain, spark):
             a_done.set()
 
     with pytest.raises(FencedOut, match="a newer run took over"):
-        drain_once(drain, execute_a, trigger="test")
+        drain_once(drain, execute_a, trigger="test", settings=load_settings())
     outcome["thread_b"].join(180)
 
     b = outcome["b"]
@@ -521,7 +526,7 @@ def test_mirror_sends_the_offset_map_only_when_it_fits(make_drain, stack):
             {"d": drain.name, "t": topic, "small": small, "big": big},
         )
 
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         report = mirror_offsets(engine, drain, kafka)
     assert (report.partitions, report.maps_dropped, report.error) == (2, 1, None)
     mirrored = kafka_offsets(drain)
@@ -530,6 +535,6 @@ def test_mirror_sends_the_offset_map_only_when_it_fits(make_drain, stack):
     assert mirrored[(topic, 1)] == (100, "")  # the offset without its map
     assert stored_offsets(drain)[(topic, 1)] == (100, big)  # Postgres keeps all of it
     # both count as mirrored: the oversized map is not retried on every run
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         again = mirror_offsets(engine, drain, kafka)
     assert (again.partitions, again.maps_dropped) == (0, 0)

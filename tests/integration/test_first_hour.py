@@ -12,8 +12,8 @@ from pathlib import Path
 import yaml
 from sqlalchemy import text
 
-from drainer.kafka.producer import OutRecord, produce_records
-from drainer.store import get_engine
+from drainer.kafka.producer import OutRecord
+from tests.support.stack import get_engine, produce_records
 
 DRAINER = [sys.executable, "-m", "spark_jobs.cli"]
 USER_MODULE = """
@@ -128,13 +128,13 @@ def test_a_handler_row_postgres_cannot_store_fails_that_record_not_the_run(make_
     """Before: the string "lots" in the double column `amount` failed the whole run's COPY on
     every attempt; now it is that record's failure (dead-lettered at max_attempts: 1) and the
     other records are drained."""
-    from spark_jobs.examples import AMOUNT_SCHEMA
+    from tests.processors import AMOUNT_SCHEMA
 
     drain = make_drain(
         levels=1,
         partitions=1,
         mode="record",
-        handler="spark_jobs.examples:amount_or_lots",
+        handler="tests.processors:amount_or_lots",
         output_schema=AMOUNT_SCHEMA,
         max_attempts=1,
         ordering="unordered",
@@ -154,13 +154,13 @@ def test_a_handler_row_postgres_cannot_store_fails_that_record_not_the_run(make_
 
 def test_an_extra_key_in_a_handler_row_is_the_records_error_naming_the_key(make_drain, spark):
     """Before: the key `note`, not a column, was dropped without a word."""
-    from spark_jobs.examples import AMOUNT_SCHEMA
+    from tests.processors import AMOUNT_SCHEMA
 
     drain = make_drain(
         levels=1,
         partitions=1,
         mode="record",
-        handler="spark_jobs.examples:amount_and_a_note",
+        handler="tests.processors:amount_and_a_note",
         output_schema=AMOUNT_SCHEMA,
         max_attempts=1,
     )

@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 
 from drainer.config import load_drains
 from drainer.settings import load_settings, psycopg_url
-from drainer.testing import delete_topics, drain_body
+from tests.support.drains import delete_topics, drain_body
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCED = {0: 30, 1: 12}  # records per level

@@ -42,11 +42,12 @@ from test_exactly_once import (
 from dagster_project.metadata import run_metadata
 from drainer import faults
 from drainer.errors import ConfigError, FencedOut
-from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord
 from drainer.observe.status import drain_status
+from drainer.settings import load_settings
 from drainer.sinks.kafka.protocol import transactional_id
-from drainer.store import get_engine
 from spark_jobs import drain_job
+from tests.support.stack import get_engine, produce_records
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,7 @@ MODES = {
     "dataframe": {"mode": "dataframe", "processor": "spark_jobs.examples:kafka_passthrough"},
     "record": {
         "mode": "record",
-        "handler": "spark_jobs.examples:kafka_echo",
+        "handler": "tests.processors:kafka_echo",
         "output_schema": "key binary, value binary",
         "ordering": "partition",
     },
@@ -91,7 +92,7 @@ def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark
         assert commit["details"]["producer"] == (
             auto_producer(spark) if producer == "auto" else producer
         )
-        report = drain_status(drain)
+        report = drain_status(drain, load_settings())
         assert {r["id"]: r["table_commit"] for r in report["runs"]}[last.run_id] == commit
         shown = cli("status", drain.name)
         assert shown.returncode == 0, shown.stderr
@@ -111,14 +112,14 @@ def test_rows_route_themselves_to_other_topics_and_partitions(make_drain, spark)
         drain = make_drain(
             sink={"type": "kafka", "topic": out},
             mode="dataframe",
-            processor="spark_jobs.examples:kafka_routed",
+            processor="tests.processors:kafka_routed",
         )
         records = [
             OutRecord(value=b"%d" % i, headers=[("route", routed.encode())] if i % 3 else [])
             for i in range(60)
         ]
         produce_records(drain, records, level=0, partition=0)
-        result = drain_job.run(drain)
+        result = drain_job.run(drain, settings=load_settings())
         assert result.drained == 60
         to_routed = {r.value for r in records if r.headers}
         assert {r.value for r in read_output(routed)} == to_routed and len(to_routed) == 40
@@ -211,7 +212,7 @@ def test_a_paused_zombie_attempt_never_becomes_visible(make_drain, spark, produc
                 holder = _lock_holder(drain)
                 assert holder is not None
                 assert conn.scalar(text("SELECT pg_terminate_backend(:p)"), {"p": holder})
-            b = drain_job.run(drain.name, trigger="test", wait_s=60)
+            b = drain_job.run(drain.name, trigger="test", wait_s=60, settings=load_settings())
             assert b.drained == total and b.attempt == 2
             assert b.table_commit["details"]["aborted_attempts"] == 1
         finally:
@@ -243,7 +244,7 @@ def test_a_missing_output_topic_is_named_with_the_command_that_creates_it(make_d
     drain = make_drain(sink={"type": "kafka", "topic": "no_such_topic_27"}, **MODES["dataframe"])
     produce_backlog(drain, {0: 5, 1: 5, 2: 5})
     with pytest.raises(ConfigError, match="output topic no_such_topic_27 does not exist") as err:
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert "drainer topics create" in str(err.value) and "--topic no_such_topic_27" in str(
         err.value
     )
@@ -262,7 +263,7 @@ def test_an_output_without_value_is_one_line_and_commits_nothing(make_drain, spa
         )
         produce_backlog(drain, {0: 5, 1: 5, 2: 5})
         with pytest.raises(ConfigError, match="the output has no `value` column"):
-            drain_job.run(drain.name, trigger="test")
+            drain_job.run(drain.name, trigger="test", settings=load_settings())
         _nothing_committed(drain, out)
 
 
@@ -271,11 +272,11 @@ def test_producer_server_where_the_server_cannot_is_one_line_and_commits_nothing
         drain = make_drain(
             sink={"type": "kafka", "topic": out, "producer": "server"},
             mode="dataframe",
-            processor="spark_jobs.examples:kafka_routed",
+            processor="tests.processors:kafka_routed",
         )
         produce_records(drain, [OutRecord(value=b"1", headers=[("route", routed.encode())])])
         with pytest.raises(ConfigError, match="`producer: server`, but its rows name") as err:
-            drain_job.run(drain.name, trigger="test")
+            drain_job.run(drain.name, trigger="test", settings=load_settings())
         assert "producer: auto" in str(err.value) and "\n" not in str(err.value)
         _nothing_committed(drain, out)
 
@@ -296,13 +297,13 @@ def test_a_bad_output_record_names_its_source_offset_and_commits_nothing(
         drain = make_drain(
             sink={"type": "kafka", "topic": out, "producer": producer},
             mode="dataframe",
-            processor=f"spark_jobs.examples:{processor}",
+            processor=f"tests.processors:{processor}",
             levels=1,
             partitions=1,
         )
         produce_backlog(drain, {0: 10})
         with pytest.raises(ConfigError, match=says) as err:
-            drain_job.run(drain.name, trigger="test")
+            drain_job.run(drain.name, trigger="test", settings=load_settings())
         assert f"source record {drain.level_topic(0)}/0/3" in str(err.value)
         assert "\n" not in str(err.value)
         _nothing_committed(drain, out)
@@ -327,7 +328,7 @@ def test_a_first_run_on_a_cluster_without_the_marker_topic_creates_it_compacted(
             sink={"type": "kafka", "topic": out}, budget=BUDGET, **MODES["dataframe"]
         )
         total = sum(produce_backlog(drain, {0: 20, 1: 20, 2: 20}).values())
-        result = drain_job.run(drain, trigger="test")
+        result = drain_job.run(drain, trigger="test", settings=load_settings())
         assert result.drained == total
         assert_each_source_once(out, high_watermarks(drain))
     resource = ConfigResource(ResourceType.TOPIC, MARKER_TOPIC)
@@ -358,7 +359,7 @@ def test_dead_letters_join_the_runs_transaction_exactly_once(make_drain, spark, 
         drain = make_drain(
             sink={"type": "kafka", "topic": out},
             mode="record",
-            handler="spark_jobs.examples:kafka_poison_echo",
+            handler="tests.processors:kafka_poison_echo",
             output_schema="key binary, value binary",
             ordering=ordering,
             max_attempts=1,
@@ -420,7 +421,7 @@ def test_a_missing_dlq_topic_leaves_the_dead_letters_to_wait_and_says_how_to_cre
         drain = make_drain(
             sink={"type": "kafka", "topic": out},
             mode="record",
-            handler="spark_jobs.examples:kafka_poison_echo",
+            handler="tests.processors:kafka_poison_echo",
             output_schema="key binary, value binary",
             ordering="unordered",
             max_attempts=1,
@@ -431,7 +432,7 @@ def test_a_missing_dlq_topic_leaves_the_dead_letters_to_wait_and_says_how_to_cre
         produce_records(
             drain, [OutRecord(value=b"poison"), OutRecord(value=b"fine")], level=0, partition=0
         )
-        result = drain_job.run(drain, trigger="test")
+        result = drain_job.run(drain, trigger="test", settings=load_settings())
         assert result.drained == 2
         assert result.table_commit["details"]["produced"] == {out: 1}
         (warning,) = result.warnings

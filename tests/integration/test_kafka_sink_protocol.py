@@ -33,8 +33,9 @@ from drainer import faults
 from drainer.errors import DrainerError
 from drainer.settings import load_settings
 from drainer.sinks.kafka.protocol import MARKER_TOPIC, marker_partition
-from drainer.store import get_engine, runs
+from drainer.store import runs
 from spark_jobs import drain_job
+from tests.support.stack import get_engine
 
 pytestmark = pytest.mark.slow
 
@@ -254,7 +255,7 @@ def test_an_oversized_record_is_named_alike_on_both_producers(make_drain, both):
     seen = _each(
         make_drain,
         lambda md, out, producer: _failed(
-            md, out, producer, processor="spark_jobs.examples:kafka_one_oversized"
+            md, out, producer, processor="tests.processors:kafka_one_oversized"
         ),
     )
     assert seen["server"] == seen["driver"]

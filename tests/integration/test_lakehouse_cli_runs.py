@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord
+from tests.support.stack import produce_records
 
 pytestmark = pytest.mark.slow
 

@@ -57,7 +57,7 @@ def test_unreachable_rest_catalog_fails_the_run_and_keeps_its_plan(make_drain, l
     produce_backlog(drain, PER_PARTITION)
 
     with pytest.raises(CatalogUnavailable) as info:
-        drain_job.run(drain, trigger="test")
+        drain_job.run(drain, trigger="test", settings=load_settings())
     message = str(info.value)
     assert f"Iceberg catalog '{name}'" in message and f"sink.catalog.uri {uri}" in message
     assert "Connection refused" in message and "correct sink.catalog.uri" in message
@@ -68,7 +68,7 @@ def test_unreachable_rest_catalog_fails_the_run_and_keeps_its_plan(make_drain, l
 
     # the catalog fixed (here: the embedded one), the same run resumes with the same ranges
     fixed = drain.model_copy(update={"sink": IcebergSinkConfig(table=table)})
-    result = drain_job.run(fixed, trigger="test")
+    result = drain_job.run(fixed, trigger="test", settings=load_settings())
     assert result.resumed and result.run_id == run.id and result.drained == BUDGET
     assert table_arrow(fixed).num_rows == BUDGET
 
@@ -111,7 +111,7 @@ def test_a_table_created_by_someone_else_with_a_narrower_column_is_refused(
     produce_backlog(drain, PER_PARTITION)
 
     with pytest.raises(ConfigError) as info:
-        drain_job.run(drain, trigger="test")
+        drain_job.run(drain, trigger="test", settings=load_settings())
     message = str(info.value)
     assert "output column offset is bigint" in message and "stores it as int" in message
     assert f"the table {sink_for(drain.sink, load_settings()).location()} " in message

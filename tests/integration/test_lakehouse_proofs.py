@@ -26,8 +26,8 @@ from test_lakehouse import (
 
 from drainer import faults
 from drainer.settings import load_settings
-from drainer.store import get_engine
 from spark_jobs import drain_job
+from tests.support.stack import get_engine
 
 
 def _crash_after_table_commit(drain) -> int:
@@ -163,7 +163,7 @@ def test_a_restored_state_database_never_takes_an_old_commit_for_a_new_run(
             conn.execute(text("DELETE FROM partition_offsets WHERE drain = :d"), {"d": drain.name})
             # the sequence as the restore left it: the next run gets the old run's id
             conn.execute(text("SELECT setval('runs_id_seq', :r - 1)"), {"r": first.id})
-        reissued = drain_job.run(bigger, trigger="test")
+        reissued = drain_job.run(bigger, trigger="test", settings=load_settings())
     finally:  # other drains of the suite go on past every id in use
         with engine.begin() as conn:
             conn.execute(text("SELECT setval('runs_id_seq', (SELECT max(id) FROM runs))"))
@@ -189,7 +189,7 @@ def test_failures_of_the_attempt_whose_write_landed_are_the_ones_committed(make_
     distinct offsets, none in both."""
     from test_retention import POISON_ECHO, _records
 
-    from drainer.kafka.producer import produce_records
+    from tests.support.stack import produce_records
 
     poison = {3, 11}
     drain = make_drain(

@@ -7,10 +7,11 @@ from lifecycle_helpers import assert_each_record_once, published_rows
 from sqlalchemy import text
 
 from drainer.errors import RunFailed
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
 from drainer.lifecycle.run import drain_once
-from drainer.store import get_engine
+from drainer.settings import load_settings
 from spark_jobs import drain_job
+from tests.support.stack import get_engine, produce_records
 
 
 def _runs(drain) -> list:
@@ -40,9 +41,13 @@ def test_two_launches_with_one_launch_key_are_one_run_sharing_the_budget(make_dr
     for level in range(3):
         produce_records(drain, synthetic_records(1000, seed=level), level=level)
     key = "dagster-backfill:test"
-    first = drain_job.run(drain, levels=[0, 2], trigger="backfill", launch_key=key)
+    first = drain_job.run(
+        drain, levels=[0, 2], trigger="backfill", launch_key=key, settings=load_settings()
+    )
     # the sibling launch (Dagster's run for the range 2..2) reports the same run
-    sibling = drain_job.run(drain, levels=[0, 2], trigger="backfill", launch_key=key)
+    sibling = drain_job.run(
+        drain, levels=[0, 2], trigger="backfill", launch_key=key, settings=load_settings()
+    )
 
     assert not first.shared and sibling.shared and sibling.run_id == first.run_id
     runs = _runs(drain)
@@ -66,11 +71,11 @@ def test_run_for_other_levels_finishes_the_open_plan_first(make_drain, spark):
         raise RuntimeError("executor died")
 
     with pytest.raises(RunFailed, match="Cause: RuntimeError: executor died"):
-        drain_once(drain, crash, levels=[0, 1], trigger="test")
+        drain_once(drain, crash, levels=[0, 1], trigger="test", settings=load_settings())
     open_plan = _runs(drain)[-1]
     assert open_plan.status == "failed" and list(open_plan.levels) == [0, 1]
 
-    result = drain_job.run(drain, levels=[2], trigger="test")
+    result = drain_job.run(drain, levels=[2], trigger="test", settings=load_settings())
 
     assert result.finished is not None and result.finished.run_id == open_plan.id
     assert [lv.level for lv in result.finished.levels] == [1, 0]
@@ -101,8 +106,10 @@ def test_resuming_the_same_levels_stays_one_run(make_drain, spark):
         raise RuntimeError("executor died")
 
     with pytest.raises(RunFailed):
-        drain_once(drain, crash, levels=[1], trigger="test")
-    result = drain_job.run(drain, levels=[1], trigger="test", launch_key="k1")
+        drain_once(drain, crash, levels=[1], trigger="test", settings=load_settings())
+    result = drain_job.run(
+        drain, levels=[1], trigger="test", launch_key="k1", settings=load_settings()
+    )
     assert result.resumed and result.finished is None and result.drained == 200
     assert [(r.status, r.launch_key) for r in _runs(drain)] == [("committed", "k1")]
 
@@ -119,14 +126,25 @@ def test_a_launch_whose_plan_was_abandoned_plans_anew(make_drain, spark):
         raise RuntimeError("executor died")
 
     with pytest.raises(RunFailed):
-        drain_once(drain, crash, levels=[1], trigger="test", launch_key="backfill:b1")
-    abandon_plan(drain, "the processor had a bug")
-    result = drain_job.run(drain, levels=[1], trigger="test", launch_key="backfill:b1")
+        drain_once(
+            drain,
+            crash,
+            levels=[1],
+            trigger="test",
+            launch_key="backfill:b1",
+            settings=load_settings(),
+        )
+    abandon_plan(drain, "the processor had a bug", load_settings())
+    result = drain_job.run(
+        drain, levels=[1], trigger="test", launch_key="backfill:b1", settings=load_settings()
+    )
     assert not result.shared and not result.resumed and result.drained == 200
     assert [(r.status, r.launch_key) for r in _runs(drain)] == [
         ("abandoned", "backfill:b1"),  # the audit keeps which launch it was
         ("committed", "backfill:b1"),
     ]
     # a sibling launch of the same backfill reports the new run, not the abandoned one
-    sibling = drain_job.run(drain, levels=[1], trigger="test", launch_key="backfill:b1")
+    sibling = drain_job.run(
+        drain, levels=[1], trigger="test", launch_key="backfill:b1", settings=load_settings()
+    )
     assert sibling.shared and sibling.run_id == result.run_id

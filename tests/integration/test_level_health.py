@@ -16,11 +16,13 @@ import time
 
 import dagster as dg
 
-from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
+from drainer.kafka.producer import OutRecord, synthetic_records
 from drainer.observe.drain_health import drain_health
 from drainer.observe.health import Health
+from drainer.settings import load_settings
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.stack import produce_records
 
 GAP_S = 4.0
 HOURLY = "0 * * * *"  # a schedule, so the runs' rhythm is what the level is judged by
@@ -41,7 +43,7 @@ def test_runs_that_keep_up_show_ok_with_an_eta(make_drain, spark):
     drain = make_drain(partitions=1, schedule=HOURLY)
     for n in range(3):
         produce_records(drain, synthetic_records(100, seed=n), level=1)
-        assert drain_job.run(drain, trigger="test").drained == 100
+        assert drain_job.run(drain, trigger="test", settings=load_settings()).drained == 100
         time.sleep(GAP_S)
     produced_at = time.time()
     produce_records(drain, synthetic_records(40, seed=9), level=1)
@@ -78,7 +80,7 @@ def test_a_level_no_run_covers_is_stop_and_the_check_fails(make_drain, spark):
     for level in range(3):
         produce_records(drain, synthetic_records(50, seed=level), level=level)
     before = time.time()
-    drain_job.run(drain, levels=[1, 2], trigger="test")
+    drain_job.run(drain, levels=[1, 2], trigger="test", settings=load_settings())
     for level in (1, 2):
         produce_records(drain, synthetic_records(20, seed=level), level=level)
     time.sleep(GAP_S)
@@ -107,7 +109,7 @@ def test_a_level_no_run_covers_is_stop_and_the_check_fails(make_drain, spark):
         assert values["oldest_age_s"] is None  # nothing waits
         assert values["drain_rate"] > 0 and values["arrival_rate"] > 0  # the 20 more
 
-    level0 = drain_health(drain)[0]
+    level0 = drain_health(drain, load_settings())[0]
     assert level0.state is Health.STOP and level0.backlog == 50
     assert level0.oldest_age_s is not None
     assert 0 <= level0.oldest_age_s <= time.time() - before + 30
@@ -131,7 +133,7 @@ def test_a_drain_run_by_hand_is_judged_by_its_max_wait_not_a_cadence(make_drain,
     two_hours_ago = int((time.time() - 7200) * 1000)
     late = OutRecord(value=b"{}", key=b"late", timestamp_ms=two_hours_ago)
     produce_records(drain, [late], level=0)
-    level0 = drain_health(drain)[0]
+    level0 = drain_health(drain, load_settings())[0]
     assert level0.state is Health.STOP and "past the level's max_wait" in level0.reason
 
 
@@ -141,17 +143,17 @@ def test_a_level_whose_offset_never_moves_stalls(make_drain, spark):
     drain = make_drain(
         partitions=1,
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         max_attempts=20,
     )
     produce_records(drain, [OutRecord(value=b"poison-%d" % i) for i in range(5)], level=1)
     produce_records(drain, synthetic_records(30), level=2)
     for _ in range(3):
-        drain_job.run(drain, trigger="test")
+        drain_job.run(drain, trigger="test", settings=load_settings())
         time.sleep(GAP_S)
 
-    health = drain_health(drain)
+    health = drain_health(drain, load_settings())
     assert health[1].state is Health.STALL, health[1]
     assert "has not moved in the last 3 runs" in health[1].reason
     assert health[1].backlog == 5 and health[1].drain_rate == 0

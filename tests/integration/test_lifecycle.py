@@ -21,12 +21,13 @@ from sqlalchemy import text
 
 from drainer.errors import PlanKeepsFailing, ProcessorFailed, RunFailed, TopicRecreated
 from drainer.kafka.clients import client_config
-from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.run import drain_once
-from drainer.store import get_engine
+from drainer.settings import load_settings
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.stack import get_engine, produce_records
 
 RECORD_ECHO = {
     "mode": "record",
@@ -54,18 +55,20 @@ def _set_processor(processor: str) -> None:
 
 def test_a_stuck_plan_is_abandoned_audited_and_the_next_run_drains(make_drain, spark):
     drain = make_drain(
-        levels=1, partitions=2, budget=1000, processor="spark_jobs.examples:always_fails"
+        levels=1, partitions=2, budget=1000, processor="tests.processors:always_fails"
     )
     for partition in (0, 1):
         produce_records(drain, _keyed("r", 50), level=0, partition=partition)
 
     with pytest.raises(ProcessorFailed, match="always_fails") as first:
-        drain_job.run(drain.name, trigger="test")  # the first attempt: the processor's own error
+        drain_job.run(
+            drain.name, trigger="test", settings=load_settings()
+        )  # the first attempt: the processor's own error
     assert isinstance(first.value.__cause__, RuntimeError)
     with pytest.raises(PlanKeepsFailing, match="failed 2 attempts"):
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     with pytest.raises(PlanKeepsFailing) as info:
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     message = str(info.value)
     assert "failed 3 attempts" in message and f"drainer plan abandon {drain.name}" in message
     assert "always_fails" in message
@@ -103,7 +106,7 @@ def test_a_stuck_plan_is_abandoned_audited_and_the_next_run_drains(make_drain, s
     assert plan["total_planned"] == 100 and "resumes_run" not in plan
 
     _set_processor("spark_jobs.examples:time_buckets")
-    result = drain_job.run(drain.name, trigger="test")  # plans afresh
+    result = drain_job.run(drain.name, trigger="test", settings=load_settings())  # plans afresh
     assert result.run_id != stuck["id"] and not result.resumed and result.drained == 100
     assert stored_offsets(drain) == {(drain.level_topic(0), p): (50, "") for p in (0, 1)}
 
@@ -112,18 +115,18 @@ def test_a_recreated_topic_stops_the_drain_until_a_rewind_to_earliest(make_drain
     drain = make_drain(levels=1, partitions=1, budget=1000, **RECORD_ECHO)
     topic = drain.level_topic(0)
     produce_records(drain, _keyed("old", 50), level=0, partition=0)
-    assert drain_job.run(drain.name, trigger="test").drained == 50
-    with KafkaSession(drain) as kafka:
+    assert drain_job.run(drain.name, trigger="test", settings=load_settings()).drained == 50
+    with KafkaSession(drain, load_settings()) as kafka:
         old_id = kafka.topic_ids([topic])[topic]
 
     recreate_topic(drain, 0)
     produce_records(drain, _keyed("new", 20), level=0, partition=0)
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         new_id = kafka.topic_ids([topic])[topic]
     assert new_id != old_id
 
     with pytest.raises(TopicRecreated) as info:
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     message = str(info.value)
     assert topic in message and old_id in message and new_id in message
     assert f"drainer rewind {drain.name} --level 0 --to-earliest" in message
@@ -143,7 +146,7 @@ def test_a_recreated_topic_stops_the_drain_until_a_rewind_to_earliest(make_drain
         ).all()
     assert [tuple(a) for a in audit] == [(50, 0, "recreated", new_id)]
 
-    result = drain_job.run(drain.name, trigger="test")
+    result = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert result.drained == 20
     keys = sink_keys(drain)
     assert keys == {**{f"old{i}": 1 for i in range(50)}, **{f"new{i}": 1 for i in range(20)}}
@@ -163,12 +166,12 @@ def test_finishing_another_plan_checks_its_topics_identity(make_drain, spark):
         raise RuntimeError("crashed after planning")
 
     with pytest.raises(RunFailed, match="crashed after planning"):
-        drain_once(drain, crash, levels=[0], trigger="test")
+        drain_once(drain, crash, levels=[0], trigger="test", settings=load_settings())
     recreate_topic(drain, 0)
     produce_records(drain, _keyed("new", 800), level=0, partition=0)
 
     with pytest.raises(TopicRecreated) as info:
-        drain_job.run(drain.name, levels=[1], trigger="test")
+        drain_job.run(drain.name, levels=[1], trigger="test", settings=load_settings())
     assert topic in str(info.value) and f"drainer plan abandon {drain.name}" in str(info.value)
     assert sink_records(drain) == {}  # nothing of the new topic read under the old plan
     assert stored_offsets(drain)[(topic, 0)] == (0, "")
@@ -198,7 +201,11 @@ def _transactional_backlog(
     """Produce in transactions, aborting every other one; returns the committed values and the
     positions of the committed and of the aborted records."""
     producer = Producer(
-        client_config(drain, **{"transactional.id": f"{drain.name}-tx", "linger.ms": 5})
+        client_config(
+            drain,
+            load_settings().bootstrap_servers,
+            **{"transactional.id": f"{drain.name}-tx", "linger.ms": 5},
+        )
     )
     producer.init_transactions(30)
     committed: list[bytes] = []
@@ -249,7 +256,7 @@ def test_a_transactional_producer_drains_exactly_its_committed_records(make_drai
         assert sum(p.log_end - p.high for p in parts) == 7
         assert sum(p.backlog for p in parts) == sum(p.high for p in parts) == 220
 
-        first = drain_job.run(drain.name, trigger="test")
+        first = drain_job.run(drain.name, trigger="test", settings=load_settings())
         assert first.drained == 100, first  # records present, not offsets (no markers, aborts)
         assert_each_record_once(drain, records=kept)  # not one of the open transaction's
         # each partition's count is exact: the first run's total falls short of its offsets
@@ -258,7 +265,7 @@ def test_a_transactional_producer_drains_exactly_its_committed_records(make_drai
         assert _read_records(first.run_id) == kept_in, _read_records(first.run_id)
 
         producer.commit_transaction(30)
-        second = drain_job.run(drain.name, trigger="test")
+        second = drain_job.run(drain.name, trigger="test", settings=load_settings())
         assert second.drained == 7
         assert _read_records(second.run_id) == Counter((t, p) for t, p, _ in late)
         parts = states(drain, [0])
@@ -310,25 +317,31 @@ def test_attempts_and_dead_letters_of_a_recreated_topic_start_afresh(make_drain,
     offset 0 inherited the old record's attempt and went to the dead letters after one attempt
     of max_attempts 2; and a new dead letter at the old one's offset overwrote it, keeping the
     old record's key and value under the new error."""
-    poison = {**RECORD_ECHO, "handler": "spark_jobs.examples:poison_echo", "ordering": "unordered"}
+    poison = {**RECORD_ECHO, "handler": "tests.processors:poison_echo", "ordering": "unordered"}
     counting = make_drain(levels=1, partitions=1, max_attempts=2, **poison)
     produce_records(counting, _poison_at_0("old"), level=0, partition=0)
     old_id = _topic_id(counting)
-    first = drain_job.run(counting.name, trigger="test")
+    first = drain_job.run(counting.name, trigger="test", settings=load_settings())
     assert (first.levels[0].failed, first.levels[0].dead_lettered) == (1, 0)
     topic = counting.level_topic(0)
     assert _attempts(counting) == [(topic, 0, 0, old_id, 1)]
     _accept_new_topic(counting)
-    after = drain_job.run(counting.name, trigger="test")
+    after = drain_job.run(counting.name, trigger="test", settings=load_settings())
     assert (after.levels[0].failed, after.levels[0].dead_lettered) == (1, 0)  # its 1st attempt
     new_id = _topic_id(counting)
     assert new_id != old_id and _attempts(counting) == [(topic, 0, 0, new_id, 1)]
 
     dead = make_drain(levels=1, partitions=1, max_attempts=1, **poison)
     produce_records(dead, _poison_at_0("old"), level=0, partition=0)
-    assert drain_job.run(dead.name, trigger="test").levels[0].dead_lettered == 1
+    assert (
+        drain_job.run(dead.name, trigger="test", settings=load_settings()).levels[0].dead_lettered
+        == 1
+    )
     _accept_new_topic(dead)
-    assert drain_job.run(dead.name, trigger="test").levels[0].dead_lettered == 1
+    assert (
+        drain_job.run(dead.name, trigger="test", settings=load_settings()).levels[0].dead_lettered
+        == 1
+    )
     with get_engine().connect() as conn:
         letters = conn.execute(
             text('SELECT "offset", value FROM dead_letters WHERE drain = :d ORDER BY id'),
@@ -352,7 +365,7 @@ def _attempts(drain) -> list[tuple[str, int, int, str, int]]:
 
 def _topic_id(drain, level: int = 0) -> str:
     topic = drain.level_topic(level)
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         return kafka.topic_ids([topic])[topic]
 
 
@@ -361,7 +374,7 @@ def test_a_rewind_restarts_the_attempts_of_the_records_it_drains_again(make_drai
     had failed attempts gets max_attempts new ones before it is dead-lettered. Fails if the
     rewind kept the attempts (the third run would dead-letter it after one attempt) or if the
     attempts were stored without the topic's id."""
-    poison = {**RECORD_ECHO, "handler": "spark_jobs.examples:poison_echo", "ordering": "unordered"}
+    poison = {**RECORD_ECHO, "handler": "tests.processors:poison_echo", "ordering": "unordered"}
     drain = make_drain(levels=1, partitions=1, max_attempts=3, **poison)
     topic = drain.level_topic(0)
     records = [
@@ -372,7 +385,7 @@ def test_a_rewind_restarts_the_attempts_of_the_records_it_drains_again(make_drai
     topic_id = _topic_id(drain)
 
     for attempt in (1, 2):  # offset 2 fails; 0, 1, 3, 4 are done
-        result = drain_job.run(drain.name, trigger="test")
+        result = drain_job.run(drain.name, trigger="test", settings=load_settings())
         assert (result.levels[0].failed, result.levels[0].dead_lettered) == (1, 0)
         assert _attempts(drain) == [(topic, 0, 2, topic_id, attempt)]
     assert stored_offsets(drain)[(topic, 0)][0] == 2
@@ -382,10 +395,10 @@ def test_a_rewind_restarts_the_attempts_of_the_records_it_drains_again(make_drai
     assert _attempts(drain) == []  # forgotten: offset 2 is drained again from its first attempt
 
     for attempt in (1, 2):
-        result = drain_job.run(drain.name, trigger="test")
+        result = drain_job.run(drain.name, trigger="test", settings=load_settings())
         assert (result.levels[0].failed, result.levels[0].dead_lettered) == (1, 0), attempt
         assert _attempts(drain) == [(topic, 0, 2, topic_id, attempt)]
-    last = drain_job.run(drain.name, trigger="test")
+    last = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert (last.levels[0].failed, last.levels[0].dead_lettered) == (1, 1)  # the 3rd, again
     assert _attempts(drain) == []
     with get_engine().connect() as conn:
@@ -407,13 +420,13 @@ def test_the_old_topics_attempts_are_not_counted_for_the_new_topics_record_at_th
     old topic's attempt at partition 1, offset 0 stays, and the new topic's poison record at that
     offset must start at attempt 1. Keyed by (topic, partition, offset) alone it would count 2
     and go to the dead letters at max_attempts 2."""
-    poison = {**RECORD_ECHO, "handler": "spark_jobs.examples:poison_echo", "ordering": "unordered"}
+    poison = {**RECORD_ECHO, "handler": "tests.processors:poison_echo", "ordering": "unordered"}
     drain = make_drain(levels=1, partitions=2, max_attempts=2, **poison)
     topic = drain.level_topic(0)
     produce_records(drain, _keyed("a", 3), level=0, partition=0)
     produce_records(drain, _poison_at_0("old"), level=0, partition=1)
     old_id = _topic_id(drain)
-    first = drain_job.run(drain.name, trigger="test")
+    first = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert (first.levels[0].failed, first.levels[0].dead_lettered) == (1, 0)
     assert _attempts(drain) == [(topic, 1, 0, old_id, 1)]
 
@@ -429,7 +442,7 @@ def test_the_old_topics_attempts_are_not_counted_for_the_new_topics_record_at_th
     assert done.returncode == 0, done.stderr
     assert _attempts(drain) == [(topic, 1, 0, old_id, 1)]  # partition 1 was not rewound
 
-    after = drain_job.run(drain.name, trigger="test")
+    after = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert (after.levels[0].failed, after.levels[0].dead_lettered) == (1, 0)
     # topic ids are random, so the two rows at the same offset come in no fixed order
     assert set(_attempts(drain)) == {(topic, 1, 0, old_id, 1), (topic, 1, 0, new_id, 1)}

@@ -31,8 +31,8 @@ import yaml
 from sqlalchemy import text
 
 from drainer.config import load_drains
-from drainer.store import get_engine
-from drainer.testing import delete_topics
+from tests.support.drains import delete_topics
+from tests.support.stack import get_engine
 
 # `drainer services up` restarts the Connect server every test shares, with its folder
 pytestmark = [pytest.mark.slow, pytest.mark.serial]

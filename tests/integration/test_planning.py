@@ -17,13 +17,14 @@ import time
 from offsets import level_watermarks, mirrored_offsets, states
 from sqlalchemy import text
 
-from drainer.kafka.producer import OutRecord, produce_records, synthetic_records
+from drainer.kafka.producer import OutRecord, synthetic_records
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import plan_next_run
-from drainer.store import get_engine
+from drainer.settings import load_settings
 from drainer.store.history import level_history
 from drainer.store.leases import ensure_drain
 from spark_jobs import drain_job
+from tests.support.stack import get_engine, produce_records
 
 # --- helpers --------------------------------------------------------------------------------------
 
@@ -156,7 +157,7 @@ def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_
         [(0, 0, 295, 300, 5), (0, 1, 125, 200, 75)],
     ]
     for k, ranges in enumerate(expected, start=1):
-        result = drain_job.run(drain, trigger="test")
+        result = drain_job.run(drain, trigger="test", settings=load_settings())
         assert _stored_ranges(result.run_id) == ranges, f"run {k}"
         (level,) = [lv for lv in result.levels if lv.level == 0]
         assert level.planned == level.drained == sum(r[4] for r in ranges)
@@ -164,7 +165,7 @@ def test_event_time_alignment_holds_the_ahead_partition_until_the_other_catches_
     # nothing pending: planning with max_gap still works (it used to fail for want of a lookup)
     after = _plan_cli(drain)
     assert after["ranges"] == [] and after["held_back"] == [] and after["alignment"] == []
-    idle = drain_job.run(drain, trigger="test")
+    idle = drain_job.run(drain, trigger="test", settings=load_settings())
     assert idle.drained == 0 and _stored_ranges(idle.run_id) == []
     assert all(p.backlog == 0 for p in states(drain, [0, 1, 2]))
 
@@ -182,7 +183,9 @@ def _an_hour_of_lag(drain, old_records: int) -> None:
 def _runs_until_empty(drain) -> list[list[tuple[int, int, int, int, int]]]:
     ranges = []
     while sum(p.backlog for p in states(drain, [0, 1, 2])):
-        ranges.append(_stored_ranges(drain_job.run(drain, trigger="test").run_id))
+        ranges.append(
+            _stored_ranges(drain_job.run(drain, trigger="test", settings=load_settings()).run_id)
+        )
         assert len(ranges) < 10, ranges
     return ranges
 
@@ -274,7 +277,7 @@ def test_max_wait_drains_records_past_their_wait_first_from_real_timestamps(make
     assert levels[2]["oldest_age_s"] < 900
     assert _cli_ranges(shown) == [(2, 0, 0, 400, 400), (0, 0, 0, 300, 300)]
 
-    result = drain_job.run(drain, trigger="test")
+    result = drain_job.run(drain, trigger="test", settings=load_settings())
     assert _stored_ranges(result.run_id) == [(2, 0, 0, 400, 400), (0, 0, 0, 300, 300)]
     assert {lv.level: lv.drained for lv in result.levels} == {0: 300, 1: 0, 2: 400}
 
@@ -352,7 +355,7 @@ def test_a_run_of_levels_0_and_1_shares_the_budget_among_them_only(make_drain, m
     assert sum(p.backlog for p in level2) == 5000
 
     # the next run over all levels shares the budget with all three weights again
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         full = plan_next_run(get_engine(), drain, kafka).plan
     assert {lv: p.reserved for lv, p in full.levels.items()} == {0: 1000, 1: 2000, 2: 4000}
 
@@ -368,13 +371,19 @@ def test_runs_of_other_levels_do_not_enter_a_levels_history_window(make_drain, s
     _produce(drain, 1, 0, 200, seed=3)
     _produce(drain, 2, 1, 300, seed=4)
 
-    first = drain_job.run(drain, trigger="test")  # 300 + 200, and the 6500 spare to level 0
-    second = drain_job.run(drain, trigger="test")  # levels 1 and 2 empty: 7000 to level 0
+    first = drain_job.run(
+        drain, trigger="test", settings=load_settings()
+    )  # 300 + 200, and the 6500 spare to level 0
+    second = drain_job.run(
+        drain, trigger="test", settings=load_settings()
+    )  # levels 1 and 2 empty: 7000 to level 0
     assert [lv.drained for lv in first.levels] == [300, 200, 6500]
     assert [lv.drained for lv in second.levels] == [0, 0, 7000]
 
     _produce(drain, 2, 0, 100, seed=5)
-    backfills = [drain_job.run(drain, levels=[2], trigger="test") for _ in range(2)]
+    backfills = [
+        drain_job.run(drain, levels=[2], trigger="test", settings=load_settings()) for _ in range(2)
+    ]
     assert [[(lv.level, lv.reserved, lv.drained) for lv in b.levels] for b in backfills] == [
         [(2, 7000, 100)],
         [(2, 7000, 0)],
@@ -394,7 +403,7 @@ def test_runs_of_other_levels_do_not_enter_a_levels_history_window(make_drain, s
     }
 
     # and a level-0-only backfill does not age level 2's window either
-    drain_job.run(drain, levels=[0], trigger="test")
+    drain_job.run(drain, levels=[0], trigger="test", settings=load_settings())
     with get_engine().connect() as conn:
         history = level_history(conn, drain.name, [0, 1, 2], drain.history_window)
     assert history[2] == [0, 100, 0]
@@ -481,7 +490,7 @@ def test_a_level_that_keeps_maxing_out_bursts_into_what_the_others_leave(make_dr
 
     runs = []
     for k in range(1, 5):
-        runs.append(drain_job.run(drain, trigger="test"))
+        runs.append(drain_job.run(drain, trigger="test", settings=load_settings()))
         plan_json = _plan_cli(drain)
         bursts = {lv: p["burst"] for lv, p in _levels_of(plan_json).items()}
         if k < 4:
@@ -502,7 +511,7 @@ def test_a_level_that_keeps_maxing_out_bursts_into_what_the_others_leave(make_dr
     # level 0 has 100 new records: within what it kept (300), so it drains them; the other
     # 200 + 500 it cannot use go to level 2 by backlog awareness
     _produce(drain, 0, 1, 100, seed=5)
-    fifth = drain_job.run(drain, trigger="test")
+    fifth = drain_job.run(drain, trigger="test", settings=load_settings())
     reports = {lv.level: lv for lv in fifth.levels}
     expected = {
         # reserved, burst, allocated, planned, drained, fill ratio
@@ -545,7 +554,7 @@ def test_plan_cli_shows_the_next_run_and_changes_nothing(make_drain, spark):
     _produce(drain, 0, 0, 10_000, seed=4)
     _produce(drain, 0, 1, 100, seed=5)
     # one real run first, so the plan starts from stored offsets: 50 + 1100 + 5850 drained
-    first = drain_job.run(drain, trigger="test")
+    first = drain_job.run(drain, trigger="test", settings=load_settings())
     assert [lv.drained for lv in first.levels] == [50, 1100, 5850]
     _produce(drain, 2, 1, 30, seed=6)
 
@@ -607,7 +616,7 @@ def test_offsets_of_a_topic_the_client_never_knew_are_a_missing_topic_at_once(ma
 
     drain = make_drain(levels=1)
     absent = f"{drain.topic}-never"
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         kafka.watermarks({0: [0]})  # the session has met the cluster
         try:
             latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
@@ -626,11 +635,11 @@ def test_a_missing_level_topic_is_one_error_naming_it_and_the_command_that_creat
 
     drain = make_drain()
     topic = drain.level_topic(1)
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         kafka.admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # until the brokers' metadata no longer has it
-        with KafkaSession(drain) as kafka:
+        with KafkaSession(drain, load_settings()) as kafka:
             try:
                 kafka.partitions([1])
             except TopicMissing:
@@ -645,7 +654,7 @@ def test_a_missing_level_topic_is_one_error_naming_it_and_the_command_that_creat
         raise AssertionError("executed a run over a missing topic")
 
     try:
-        drain_once(drain, never, trigger="test")
+        drain_once(drain, never, trigger="test", settings=load_settings())
     except TopicMissing as err:
         assert str(err) == expected
         assert (err.code, err.retriable, err.topics) == ("UNKNOWN_TOPIC_OR_PART", False, [topic])
@@ -673,4 +682,4 @@ def test_a_missing_level_topic_is_one_error_naming_it_and_the_command_that_creat
         timeout=120,
     )
     assert created.returncode == 0 and f"{topic}" in created.stdout
-    assert drain_once(drain, never, trigger="test").drained == 0
+    assert drain_once(drain, never, trigger="test", settings=load_settings()).drained == 0

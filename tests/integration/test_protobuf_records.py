@@ -33,11 +33,13 @@ from drainer.cli.main import main as drainer_cli
 from drainer.config import DrainConfig
 from drainer.config.formats import RegistryConfig
 from drainer.errors import ConfigError
-from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord
 from drainer.observe.status import drain_status
 from drainer.records.protobuf import register_protobuf, wire_frame
-from drainer.testing import order_class, order_file, order_message, write_descriptor_set
+from drainer.settings import load_settings
 from spark_jobs import drain_job
+from tests.support.drains import order_class, order_file, order_message, write_descriptor_set
+from tests.support.stack import produce_records
 
 MESSAGE = "shop.Order"
 
@@ -154,7 +156,7 @@ def test_a_new_optional_protobuf_field_mid_backlog_adds_a_column_null_in_older_r
     metadata = run_metadata(adding[0])
     assert metadata["run_columns_added_names"].value == "note"
     assert metadata["run_columns_added"].value == 1
-    runs = {r["id"]: r for r in drain_status(drain)["runs"]}
+    runs = {r["id"]: r for r in drain_status(drain, load_settings())["runs"]}
     assert runs[adding[0].run_id]["columns_added"] == ["note"]
     assert all(r["columns_added"] == [] for i, r in runs.items() if i != adding[0].run_id)
     capsys.readouterr()
@@ -247,7 +249,7 @@ def test_an_incompatible_protobuf_change_stops_the_run_naming_the_field(lakehous
     changed = order_class("amount_text")(id="x", amount="lots", qty=1).SerializeToString()
     produce_records(drain, [OutRecord(value=wire_frame(v3, [0], changed))], 1, None, 0)
     with pytest.raises(ConfigError, match="field amount is double in writer schema") as err:
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert "\n" not in str(err.value)
     assert_offsets_unmoved(drain)
     assert_no_table_commit(drain)

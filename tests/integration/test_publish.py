@@ -12,13 +12,14 @@ from sqlalchemy import text
 
 from drainer.config import DrainConfig
 from drainer.errors import RunFailed
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
 from drainer.lifecycle.abandon import abandon_plan
 from drainer.lifecycle.run import drain_once
-from drainer.store import get_engine
+from drainer.settings import load_settings
 from drainer.store.sink_names import stage_name
 from drainer.store.sinks import relkind
 from spark_jobs import drain_job
+from tests.support.stack import get_engine, produce_records
 
 ONE_ROW = {"processor": "spark_jobs.examples:one_row_per_record"}
 
@@ -38,7 +39,7 @@ def _stage_then_crash(drain: DrainConfig) -> int:
 
     # the first attempt's failure is one RunFailed line, the crash its cause (issue 31)
     with pytest.raises(RunFailed) as failed:
-        drain_once(drain, stage_then_crash, trigger="test")
+        drain_once(drain, stage_then_crash, trigger="test", settings=load_settings())
     assert isinstance(failed.value.__cause__, Crash)
     return seen["run"]
 
@@ -108,8 +109,8 @@ def _each_offset_once(sink: Counter, per_partition: int) -> dict[int, int]:
 def test_each_run_is_attached_as_its_own_partition(make_drain, spark):
     drain = _drain(make_drain)
     _produce(drain, 75)  # 150 records, budget 100: two runs
-    first = drain_job.run(drain.name, trigger="test")
-    second = drain_job.run(drain.name, trigger="test")
+    first = drain_job.run(drain.name, trigger="test", settings=load_settings())
+    second = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert (first.drained, second.drained) == (100, 50)
     assert (first.published_rows, second.published_rows) == (100, 50)
 
@@ -126,7 +127,7 @@ def test_each_run_is_attached_as_its_own_partition(make_drain, spark):
 def test_publish_copy_keeps_a_plain_target(make_drain, spark):
     drain = _drain(make_drain, publish="copy")
     _produce(drain, 30)
-    result = drain_job.run(drain.name, trigger="test")
+    result = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert result.drained == result.published_rows == 60
     assert _kind(drain.sink.table) == "r"
     assert _kind(stage_name(drain.sink.table, result.run_id)) is None  # copied, then dropped
@@ -141,7 +142,7 @@ def test_a_crash_before_the_commit_is_resumed_without_duplicates(make_drain, spa
     assert _staged(drain, run_id) == 80  # left standing, unattached
     assert _sink(drain) == Counter() and _partitions(drain.sink.table) == []
 
-    resumed = drain_job.run(drain.name, trigger="test")
+    resumed = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert resumed.resumed and resumed.run_id == run_id and resumed.published_rows == 80
     assert _each_offset_once(_sink(drain), 40) == {run_id: 80}
     assert _staged(drain, run_id) is None
@@ -152,11 +153,13 @@ def test_abandoning_a_plan_drops_its_stage(make_drain, spark):
     _produce(drain, 20)
     run_id = _stage_then_crash(drain)
     assert _staged(drain, run_id) == 40
-    abandon_plan(drain, "test: the plan cannot succeed")
+    abandon_plan(drain, "test: the plan cannot succeed", load_settings())
     assert _kind(stage_name(drain.sink.table, run_id)) is None
     assert _sink(drain) == Counter()
 
-    fresh = drain_job.run(drain.name, trigger="test")  # plans afresh, publishes once
+    fresh = drain_job.run(
+        drain.name, trigger="test", settings=load_settings()
+    )  # plans afresh, publishes once
     assert fresh.run_id != run_id and fresh.drained == 40
     assert _each_offset_once(_sink(drain), 20) == {fresh.run_id: 40}
 
@@ -165,9 +168,9 @@ def test_abandoning_a_plan_drops_its_stage(make_drain, spark):
 def test_a_run_without_output_leaves_no_partition(make_drain, spark, processor):
     # nothing_kept's constant-false filter prunes the read and its record count from the plan:
     # the run still reports every record it drained
-    drain = _drain(make_drain, processor=f"spark_jobs.examples:{processor}")
+    drain = _drain(make_drain, processor=f"tests.processors:{processor}")
     _produce(drain, 10)
-    result = drain_job.run(drain.name, trigger="test")
+    result = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert result.drained == 20 and result.published_rows == 0
     assert _kind(drain.sink.table) == "p"
     assert _partitions(drain.sink.table) == []

@@ -24,14 +24,21 @@ from test_exactly_once import drain_until_empty
 from drainer.config import DrainConfig
 from drainer.config.formats import RegistryConfig
 from drainer.errors import BadRecord, ConfigError
-from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord
 from drainer.lifecycle.dlq import retry_dead_letters
 from drainer.observe.status import drain_status
 from drainer.records.registry import frame, register
 from drainer.settings import load_settings
-from drainer.store import get_engine
-from drainer.testing import ORDER_AVRO, ORDER_AVRO_NOTE, avro_bytes, order, typed_drain, typed_sink
 from spark_jobs import drain_job
+from tests.support.drains import (
+    ORDER_AVRO,
+    ORDER_AVRO_NOTE,
+    avro_bytes,
+    order,
+    typed_drain,
+    typed_sink,
+)
+from tests.support.stack import get_engine, produce_records
 
 ORDER_DDL = "id string, amount double, qty int"
 ORDER_V1 = ORDER_AVRO
@@ -114,7 +121,7 @@ def assert_run_fails_naming(drain: DrainConfig, offset: int, phrase: str) -> Non
     """The run fails on the bad record at level 1, partition 0, `offset` in one line that
     says `phrase`, and commits nothing."""
     with pytest.raises(BadRecord, match=rf"{drain.level_topic(1)}\[0\]@{offset}") as err:
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert "\n" not in str(err.value) and phrase in str(err.value)
     assert_offsets_unmoved(drain)
     assert_no_table_commit(drain)
@@ -243,7 +250,7 @@ def test_an_incompatible_change_stops_the_run_naming_the_field_and_commits_nothi
     produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
     produce_orders(drain, lambda o: frame(v3, avro_bytes(ORDER_V3, {**o, "amount": "x"})))
     with pytest.raises(ConfigError, match="field amount is double") as err:
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert "\n" not in str(err.value)
     assert_offsets_unmoved(drain)
     assert_no_table_commit(drain)
@@ -257,7 +264,7 @@ def test_a_removed_required_field_stops_the_run_naming_the_field(lakehouse, make
     produce_orders(drain, lambda o: frame(v1, avro_bytes(ORDER_V1, o)))
     produce_orders(drain, lambda o: frame(v4, avro_bytes(without_qty, o)))
     with pytest.raises(ConfigError, match="field qty is required in writer schema") as err:
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert "\n" not in str(err.value)
     assert_offsets_unmoved(drain)
     with get_engine().connect() as conn:
@@ -331,7 +338,7 @@ def test_bad_records_of_every_kind_go_to_the_dead_letters_with_their_raw_bytes(
     assert "unknown schema id 987654" in reasons["unknown_id"]
     assert "does not decode with writer schema" in reasons["short_payload"]
     # counted per level: `drainer status` and the runs' level outcomes (Dagster's metadata)
-    status = drain_status(drain)
+    status = drain_status(drain, load_settings())
     assert {lv["level"]: lv["dead_letters"] for lv in status["levels"]} == {0: 0, 1: 5, 2: 0}
     with get_engine().connect() as conn:
         per_level = conn.execute(
@@ -358,7 +365,9 @@ def test_a_dead_letter_of_an_unknown_schema_id_decodes_once_retried_after_the_sc
     [letter] = dead_letters_of(drain)
     assert f"unknown schema id {v1 + 1}" in letter["error"]
     assert register(registry, f"{drain.topic}-value", json.dumps(ORDER_V2)) == v1 + 1
-    assert retry_dead_letters(drain, as_is=True) == 1  # its schema is registered now
+    assert (
+        retry_dead_letters(drain, load_settings(), as_is=True) == 1
+    )  # its schema is registered now
     drain_until_empty(drain)
     [row] = [r for r in rows_of(drain) if r["note"] is not None]
     assert (row["id"], row["note"], row["_key"]) == ("1-0-9", "early", "early")

@@ -26,9 +26,11 @@ from test_record_formats import (
 
 from drainer.config import DrainConfig
 from drainer.errors import BadRecord
-from drainer.kafka.producer import OutRecord, produce_records
-from drainer.testing import order_class, write_descriptor_set
+from drainer.kafka.producer import OutRecord
+from drainer.settings import load_settings
 from spark_jobs import drain_job
+from tests.support.drains import order_class, write_descriptor_set
+from tests.support.stack import produce_records
 
 KEY_AVRO = {
     "type": "record",
@@ -129,5 +131,5 @@ def test_a_key_that_does_not_decode_fails_the_run_naming_it(lakehouse, make_drai
     )
     produce(drain, encode_key, {"cut": avro_bytes(KEY_AVRO, key_of(1))[:2]})
     with pytest.raises(BadRecord, match=rf"{drain.level_topic(1)}\[0\]@{PER_LEVEL}.*key: "):
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert_offsets_unmoved(drain)

@@ -23,13 +23,14 @@ from offsets import kafka_offsets, level_watermarks, states, stored_offsets
 from sqlalchemy import text
 
 from drainer.config import DrainConfig
-from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord
 from drainer.lifecycle.run import RunResult
 from drainer.offset_map import decode_offset_map
-from drainer.store import get_engine
+from drainer.settings import load_settings
 from drainer.store.sink_names import RUN_COLUMN
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.stack import get_engine, produce_records
 
 PER_PARTITION = 100  # 3 levels x 2 partitions: 600 records
 KEYS = 20
@@ -59,7 +60,7 @@ def _layout() -> dict[tuple[int, int], list[OutRecord]]:
 def _drain(make_drain, ordering: str) -> DrainConfig:
     return make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         ordering=ordering,
         max_concurrency=8,
@@ -113,14 +114,14 @@ def test_poison_records_are_dead_lettered_and_the_rest_drains_once(make_drain, s
     assert len(poison) == total // 100  # 1%
     engine = get_engine()
 
-    first = drain_job.run(drain.name, trigger="test")
+    first = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert sum(lv.planned for lv in first.levels) == total
     _check_offsets_after_first_run(drain, layout, ordering, first)
 
     results: list[RunResult] = [first]
     while _backlog(drain) > 0:
         assert len(results) < 10, f"backlog {_backlog(drain)} left after {len(results)} runs"
-        results.append(drain_job.run(drain.name, trigger="test"))
+        results.append(drain_job.run(drain.name, trigger="test", settings=load_settings()))
     runs = [r.run_id for r in results]
     # unordered: 3 attempts of everything at once; partition and key: two poison records in
     # one chain are attempted one after the other (3 + 3 runs), then the rest of the chain

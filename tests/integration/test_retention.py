@@ -10,14 +10,16 @@ from __future__ import annotations
 from lifecycle_helpers import cli, cli_json, delete_records_before, sink_records
 from offsets import high_watermarks, kafka_offsets, stored_offsets
 
-from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord
 from drainer.offset_map import decode_offset_map
+from drainer.settings import load_settings
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.stack import produce_records
 
 POISON_ECHO = {
     "mode": "record",
-    "handler": "spark_jobs.examples:poison_echo",
+    "handler": "tests.processors:poison_echo",
     "output_schema": RECORD_ECHO_SCHEMA,
     "ordering": "unordered",
     "max_attempts": 100,  # the poison record stays not done: done records above it go to the map
@@ -39,7 +41,9 @@ def test_retention_below_the_committed_offset_skips_records_it_deleted_and_repla
     produce_records(drain, _records(100, poison_at={35}), level=0, partition=0)
     produce_records(drain, _records(100), level=0, partition=1)
 
-    first = drain_job.run(drain.name, trigger="test")  # 60 + 60: offset 35 of partition 0 fails
+    first = drain_job.run(
+        drain.name, trigger="test", settings=load_settings()
+    )  # 60 + 60: offset 35 of partition 0 fails
     assert first.levels[0].failed == 1
     committed, offset_map = stored_offsets(drain)[(topic, 0)]
     assert committed == 35 and decode_offset_map(35, offset_map) == set(range(36, 60))

@@ -21,13 +21,13 @@ import pytest
 from offsets import level_watermarks, mirrored_offsets
 from sqlalchemy import text
 
-from drainer.kafka.producer import OutRecord, produce_records
+from drainer.kafka.producer import OutRecord
 from drainer.services.kafka_config import SASL_OFFSET, SSL_OFFSET, KafkaPaths
 from drainer.services.kafka_tls import LocalCredentials
 from drainer.settings import load_settings
 from drainer.spark.net import host_port, port_open
-from drainer.store import get_engine
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.stack import get_engine, produce_records
 
 DRAINER = [sys.executable, "-m", "spark_jobs.cli"]
 RECORDS = 60
@@ -120,7 +120,7 @@ def test_drains_through_the_scram_listener_and_the_password_shows_nowhere(
         (key, wm) for key, wm in level_watermarks(drain, [0]).items() if wm.high
     )
     rng = StoredRange(drain.level_topic(level), level, part, 0, marks.high, "", marks.high)
-    df = read_ranges(spark, drain, sasl, [rng])
+    df = read_ranges(spark, drain, sasl, [rng], home=load_settings().home)
     plan_text = io.StringIO()
     with contextlib.redirect_stdout(plan_text):  # explain prints, on Connect and in-process alike
         df.explain(mode="extended")
@@ -214,11 +214,11 @@ def test_a_password_in_an_error_is_redacted_from_every_table_and_log_line(
 
     caplog.set_level(logging.DEBUG)
     with pytest.raises(RunFailed):  # the executor's own error, as its root cause
-        drain_once(drain, leaky, trigger="test")
+        drain_once(drain, leaky, trigger="test", settings=load_settings())
     with pytest.raises(PlanKeepsFailing) as info:  # drainer's message about it
-        drain_once(drain, leaky, trigger="test")
+        drain_once(drain, leaky, trigger="test", settings=load_settings())
     assert "login refused for ***" in str(info.value) and creds.password not in str(info.value)
-    abandon_plan(drain, "credentials rotated")
+    abandon_plan(drain, "credentials rotated", load_settings())
     holding = _tables_holding(creds.password, "login refused for ***")
     assert holding[creds.password] == []
     assert holding["login refused for ***"]  # the error itself is kept, redacted
@@ -274,7 +274,9 @@ def test_a_kafka_sink_produces_through_each_secured_listener_and_the_secret_show
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout)["drained"] == 3 * 20
         assert secret not in done.stdout + done.stderr
-        (run,) = drain_status(drain)["runs"]  # its backlog read through the secured listener
+        (run,) = drain_status(drain, load_settings())[
+            "runs"
+        ]  # its backlog read through the secured listener
         with monkeypatch.context() as unsecured:  # then back: the drain's clean-up is secured
             unsecured.setenv("KAFKA_BOOTSTRAP_SERVERS", plain)
             seen = sources(out)

@@ -24,13 +24,14 @@ import pytest
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
 from drainer.services.pg_install import bindir
 from drainer.services.pg_layout import OS_USER, ROOT_BASE, PgLayout
 from drainer.store.server import create_role_and_database
 from drainer.store.sink_names import stage_name
-from drainer.testing import create_drain, delete_topics
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.drains import create_drain, delete_topics
+from tests.support.stack import produce_records
 
 RECORDS = 40_000  # four 10,000-record chunks: the server stops while later chunks are to come
 CLI = [sys.executable, "-m", "spark_jobs.cli"]

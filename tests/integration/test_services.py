@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import drainer
 from drainer.config import load_drains
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
 from drainer.kafka.session import KafkaSession
 from drainer.services import (
     ServiceStatus,
@@ -28,7 +28,8 @@ from drainer.services import (
 )
 from drainer.services.kafka_config import KafkaPaths
 from drainer.settings import Settings, load_settings, psycopg_url
-from drainer.testing import drain_body
+from tests.support.drains import drain_body
+from tests.support.stack import produce_records
 
 pytestmark = pytest.mark.integration
 

@@ -21,13 +21,15 @@ from sqlalchemy.exc import OperationalError
 
 from drainer import faults
 from drainer.config import DrainConfig
-from drainer.kafka.producer import produce_records, synthetic_records
+from drainer.kafka.producer import synthetic_records
 from drainer.lifecycle.maintain import maintain_drain
+from drainer.settings import load_settings
 from drainer.sinks import postgres_folds
 from drainer.sinks.postgres_folds import FANOUT, fold_sink
-from drainer.store import get_engine, sink_partitions
+from drainer.store import sink_partitions
 from drainer.store.sink_names import stage_name
 from spark_jobs import drain_job
+from tests.support.stack import get_engine, produce_records
 
 DRAINER = Path(sys.executable).with_name("drainer")
 ONE_ROW = {"processor": "spark_jobs.examples:one_row_per_record"}
@@ -190,7 +192,9 @@ def test_runs_fold_their_partitions_after_the_commit_and_readers_see_each_record
         **ONE_ROW,
     )
     _produce(drain, 5 * runs)
-    results = [drain_job.run(drain.name, trigger="test") for _ in range(runs)]
+    results = [
+        drain_job.run(drain.name, trigger="test", settings=load_settings()) for _ in range(runs)
+    ]
     assert [r.drained for r in results] == [5] * runs
     assert all(not r.warnings for r in results), [r.warnings for r in results]
     table = drain.sink.table
@@ -200,7 +204,9 @@ def test_runs_fold_their_partitions_after_the_commit_and_readers_see_each_record
     rows = _rows(table)
     assert sorted(o for _, o, _ in rows) == list(range(5 * runs))
     assert all(n == 1 for n in rows.values())
-    assert maintain_drain(drain).sink.folds == 0  # upkeep already did everything
+    assert (
+        maintain_drain(drain, settings=load_settings()).sink.folds == 0
+    )  # upkeep already did everything
 
 
 def test_a_list_bound_cannot_hold_a_tier_four_fold_but_a_range_bound_can(stack):
@@ -321,7 +327,7 @@ def test_a_fold_gives_up_behind_a_long_reader_and_the_next_run_does_it(
     )
     table = drain.sink.table
     _produce(drain, 15)
-    first = drain_job.run(drain.name, trigger="test")
+    first = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert first.drained == 5 and not first.warnings, first.warnings
     # FANOUT - 1 older (empty) run partitions, so the next run's attach makes a tier full
     with get_engine().begin() as conn:
@@ -340,7 +346,7 @@ def test_a_fold_gives_up_behind_a_long_reader_and_the_next_run_does_it(
         reader.begin()
         held = reader.scalar(text(f'SELECT count(*) FROM "{table}"'))  # locks until it ends
         assert held == 5
-        second = drain_job.run(drain.name, trigger="test")
+        second = drain_job.run(drain.name, trigger="test", settings=load_settings())
         assert second.drained == 5  # committed: attaching does not wait for readers
         assert len(second.warnings) == 1, second.warnings
         assert "keeping the drain bounded failed" in second.warnings[0]
@@ -359,7 +365,7 @@ def test_a_fold_gives_up_behind_a_long_reader_and_the_next_run_does_it(
     finally:
         reader.rollback()
         reader.close()
-    third = drain_job.run(drain.name, trigger="test")
+    third = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert third.drained == 5 and not third.warnings, third.warnings
     assert _partitions(table) == sorted(
         [

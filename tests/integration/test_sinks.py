@@ -13,8 +13,9 @@ from psycopg import sql
 from sqlalchemy import text
 
 from drainer.settings import load_settings, psycopg_url
-from drainer.store import get_engine, sink_names, sink_partitions, sinks
+from drainer.store import sink_names, sink_partitions, sinks
 from drainer.store.sink_names import RUN_COLUMN, TASK_COLUMN
+from tests.support.stack import get_engine
 
 COLUMNS = [('we"ird col', "text"), ("n", "integer")]
 NAMES = [name for name, _ in COLUMNS]

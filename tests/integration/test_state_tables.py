@@ -22,7 +22,7 @@ from test_exactly_once import cli_run, drain_until_empty, runs_of
 
 from drainer.config import DrainConfig
 from drainer.settings import load_settings
-from drainer.store import get_engine
+from tests.support.stack import get_engine
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +130,7 @@ def test_state_table_equals_the_model(make_drain, lakehouse, fmt, budget, runs):
     if fmt != "postgres" and runs == 1:  # the merge's counts, on the run's record
         from drainer.observe.status import drain_status
 
-        [run] = drain_status(drain)["runs"]
+        [run] = drain_status(drain, load_settings())["runs"]
         assert run["table_commit"]["details"]["upsert"] == {
             "rows_inserted": len(model),
             "rows_updated": 0,
@@ -188,7 +188,8 @@ def test_the_docs_example_runs_as_written(lakehouse, tmp_path, monkeypatch):
 
     from drainer.config import load_drains
     from drainer.kafka.session import KafkaSession
-    from drainer.testing import delete_topics, use_config_path
+    from drainer.settings import use_config_path
+    from tests.support.drains import delete_topics
 
     example, *others = blocks("docs/state-tables.md", "yaml")
     for i, other in enumerate(others):  # the other examples are valid drains files
@@ -201,7 +202,7 @@ def test_the_docs_example_runs_as_written(lakehouse, tmp_path, monkeypatch):
     path = tmp_path / "drains.yaml"
     path.write_text(yaml.safe_dump({"drains": {f"customers_{suffix}": body}}))
     drain = load_drains(path)[f"customers_{suffix}"]
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         kafka.create_topics()
     try:
         producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
@@ -328,7 +329,7 @@ def test_maintain_removes_markers_past_their_retention(make_drain, lakehouse, fm
     if fmt == "postgres":
         sink_for(drain.sink, load_settings()).maintain(get_engine())
     else:
-        report = maintain(drain, retention_hours=0, force=True)
+        report = maintain(drain, retention_hours=0, force=True, settings=load_settings())
         assert report["delete_markers_removed"] == OP_DELETES + TOMBSTONES
     assert markers(drain) == 0
     assert live_rows(drain) == model

@@ -18,7 +18,7 @@ from drainer.airflow import get_provider_info  # noqa: E402
 from drainer.airflow.dags import drain_dags  # noqa: E402
 from drainer.airflow.operators import DrainOperator, MaintainOperator  # noqa: E402
 from drainer.errors import ConfigError  # noqa: E402
-from drainer.testing import drain_body  # noqa: E402
+from tests.support.drains import drain_body  # noqa: E402
 
 
 @pytest.fixture

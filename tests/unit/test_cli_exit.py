@@ -73,14 +73,15 @@ def test_run_gets_it_back_once_its_spark_session_is_up():
     script = (
         "import gc\n"
         "import spark_jobs.drain_job as job\n"
-        "job.which_spark = lambda: 'a session'\n"
+        "job.which_spark = lambda settings: 'a session'\n"
         "job.execute = lambda ctx: gc.isenabled()\n"
         "from drainer.cli import main, pause_collection\n"
         "from spark_jobs.cli import spark_executor\n"
         "pause_collection()\n"
         "main(['run', 'no-such-drain'])\n"  # fails before its executor: still paused
         "print(gc.isenabled())\n"
-        "print(spark_executor()(None))\n"  # the job itself runs with the collector on
+        "from types import SimpleNamespace\n"
+        "print(spark_executor()(SimpleNamespace(settings=None)))\n"  # the job: collector on
     )
     assert _python(script) == ["False", "True"]
 

@@ -23,7 +23,8 @@ def paths(tmp_path: Path) -> connect.ConnectPaths:
 
 @pytest.fixture
 def settings() -> Settings:
-    return load_settings()
+    """This shell's settings with no PYTHONPATH of its own (the suite's conftest sets one)."""
+    return dataclasses.replace(load_settings(), python_path="")
 
 
 def _started(paths: connect.ConnectPaths, line: str) -> None:

@@ -18,7 +18,7 @@ from dagster_project.freshness import drain_freshness
 from drainer.config import DrainConfig
 from drainer.dagster import DrainsComponent
 from drainer.errors import ConfigError
-from drainer.testing import drain_body
+from tests.support.drains import drain_body
 
 
 @pytest.fixture

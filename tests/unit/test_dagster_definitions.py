@@ -10,7 +10,7 @@ import yaml
 
 from dagster_project import DrainerResource, drain_definitions
 from drainer.settings import load_settings
-from drainer.testing import drain_body
+from tests.support.drains import drain_body
 
 
 @pytest.fixture

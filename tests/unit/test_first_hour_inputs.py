@@ -12,7 +12,7 @@ from drainer.cli.main import main
 from drainer.config import get_drain
 from drainer.errors import ConfigError
 from drainer.kafka.producer import json_line_records
-from drainer.testing import drain_body
+from tests.support.drains import drain_body
 
 
 def records(text: str) -> list:

@@ -1,5 +1,5 @@
 """The local broker's cluster id: Kafka's Uuid form, never starting with a dash, which the
-storage tool's argument parser would read as a flag (1 id in 64 did; a CI run failed on one)."""
+storage tool's argument parser would read as a flag (1 random id in 64 starts with one)."""
 
 from __future__ import annotations
 

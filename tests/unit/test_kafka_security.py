@@ -8,6 +8,7 @@ import yaml
 from drainer.config import load_drains
 from drainer.config.kafka_clients import java_settings, librdkafka_settings, redact
 from drainer.errors import ConfigError
+from drainer.settings import load_settings
 
 BASE = {"topic": "orders", "group": "billing", "levels": 3, "budget": 70, "sink": {"table": "out"}}
 SCRAM = {
@@ -122,12 +123,18 @@ def test_isolation_level_is_common_and_a_consumer_setting_for_librdkafka(tmp_pat
 
     default = drain(tmp_path)
     assert java_settings(default)["isolation.level"] == "read_committed"
-    assert consumer_config(default)["isolation.level"] == "read_committed"
+    assert (
+        consumer_config(default, load_settings().bootstrap_servers)["isolation.level"]
+        == "read_committed"
+    )
     opted_out = drain(tmp_path, kafka={"isolation.level": "read_uncommitted"})
     assert java_settings(opted_out)["isolation.level"] == "read_uncommitted"
-    assert consumer_config(opted_out)["isolation.level"] == "read_uncommitted"
+    assert (
+        consumer_config(opted_out, load_settings().bootstrap_servers)["isolation.level"]
+        == "read_uncommitted"
+    )
     # admin clients and producers would warn about a consumer-only property
-    assert "isolation.level" not in client_config(opted_out)
+    assert "isolation.level" not in client_config(opted_out, load_settings().bootstrap_servers)
 
 
 def test_a_tilde_in_a_file_setting_is_the_home_directory_for_both_clients(tmp_path, monkeypatch):

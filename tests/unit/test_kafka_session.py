@@ -12,6 +12,7 @@ from drainer.config import load_drains
 from drainer.errors import KafkaUnavailable
 from drainer.kafka.clients import kafka_error, retry_passing
 from drainer.kafka.session import KafkaSession
+from drainer.settings import load_settings
 
 BASE = {"topic": "orders", "group": "billing", "levels": 3, "budget": 70, "sink": {"table": "out"}}
 
@@ -41,7 +42,7 @@ def test_kafka_errors_keep_kafkas_code_and_retriability(err, code, retriable):
 
 
 def test_a_session_makes_no_client_before_one_is_needed_and_closes_twice(tmp_path):
-    with KafkaSession(drain(tmp_path)) as kafka:
+    with KafkaSession(drain(tmp_path), load_settings()) as kafka:
         assert (kafka._admin, kafka._consumer, kafka._producer) == (None, None, None)
         producer = kafka.producer
         assert kafka.producer is producer  # one per session, not per call
@@ -52,7 +53,10 @@ def test_a_session_makes_no_client_before_one_is_needed_and_closes_twice(tmp_pat
 def test_an_unreachable_cluster_is_one_error_with_its_code(tmp_path, monkeypatch):
     monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
     started = time.monotonic()
-    with KafkaSession(drain(tmp_path)) as kafka, pytest.raises(KafkaUnavailable) as info:
+    with (
+        KafkaSession(drain(tmp_path), load_settings()) as kafka,
+        pytest.raises(KafkaUnavailable) as info,
+    ):
         kafka.watermarks({0: [0]})
     assert time.monotonic() - started < 5  # the first contact gives up early: nothing listens
     assert "Kafka at 127.0.0.1:1 did not answer" in str(info.value)

@@ -54,7 +54,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("drainer.sinks",),
     ("drainer.spark",),
     ("drainer.services", "drainer.records"),
-    ("drainer.lifecycle", "drainer.observe", "drainer.testing"),
+    ("drainer.lifecycle", "drainer.observe"),
     ("drainer.cli",),
     ("spark_jobs",),
     ("dagster_project",),

@@ -20,7 +20,7 @@ from drainer.records.protobuf import (
     wire_frame,
     writer_descriptor_sets,
 )
-from drainer.testing import order_class, order_file, order_message, write_descriptor_set
+from tests.support.drains import order_class, order_file, order_message, write_descriptor_set
 
 
 @given(st.lists(st.integers(min_value=0, max_value=10_000), min_size=1, max_size=6))

@@ -12,6 +12,7 @@ from drainer.errors import (
     KafkaUnavailable,
     SparkUnavailable,
 )
+from drainer.settings import load_settings
 from spark_jobs.drain_job import known_failure, service_lost
 
 WORKER_TRACE = """An error occurred while calling o123.collectToPython.
@@ -66,7 +67,7 @@ def iceberg_drain(tmp_path, catalog):
 def test_an_unreachable_rest_catalog_is_one_line_naming_it_and_its_uri(tmp_path):
     uri = "https://catalog.example.com:8181"
     drain = iceberg_drain(tmp_path, {"catalog": {"name": "lake", "uri": uri}})
-    err = known_failure(RuntimeError(REST_TRACE_PY4J), drain)
+    err = known_failure(RuntimeError(REST_TRACE_PY4J), drain, load_settings())
     assert isinstance(err, CatalogUnavailable) and err.exit_code == 2
     message = str(err)
     assert "\n" not in message
@@ -75,9 +76,9 @@ def test_an_unreachable_rest_catalog_is_one_line_naming_it_and_its_uri(tmp_path)
     assert "HttpHostConnectException: Connect to" in message
     assert "`drainer run orders` again" in message
     # without the drain (or with the embedded catalog) the error is not the catalog's
-    assert known_failure(RuntimeError(REST_TRACE_PY4J)) is None
+    assert known_failure(RuntimeError(REST_TRACE_PY4J), None, load_settings()) is None
     embedded = iceberg_drain(tmp_path, {})
-    assert known_failure(RuntimeError(REST_TRACE_PY4J), embedded) is None
+    assert known_failure(RuntimeError(REST_TRACE_PY4J), embedded, load_settings()) is None
 
 
 def test_a_connect_server_gone_mid_run_is_one_line_saying_the_run_resumes():
@@ -100,7 +101,7 @@ def test_a_connect_server_gone_mid_run_is_one_line_saying_the_run_resumes():
         message="java.lang.IllegalStateException: Cannot call methods on a stopped SparkContext."
     )
     for err in (down, restarted, stopping):
-        lost = known_failure(err)
+        lost = known_failure(err, None, load_settings())
         assert isinstance(lost, SparkUnavailable) and lost.exit_code == 2, err
         message = str(lost)
         assert "\n" not in message and "Spark Connect server stopped answering" in message
@@ -109,4 +110,4 @@ def test_a_connect_server_gone_mid_run_is_one_line_saying_the_run_resumes():
     failed = SparkConnectGrpcException(
         message="division by zero", errorClass="DIVIDE_BY_ZERO", messageParameters={}
     )
-    assert known_failure(failed) is None
+    assert known_failure(failed, None, load_settings()) is None

@@ -69,7 +69,7 @@ def test_a_sink_table_that_is_drainers_own_or_needs_quoting_is_refused_at_load(t
 
     from drainer.config import load_drains
     from drainer.errors import ConfigError
-    from drainer.testing import drain_body
+    from tests.support.drains import drain_body
 
     for table, fix in (
         ("runs", "one of drainer's own state tables: name the sink table after its data"),

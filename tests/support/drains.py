@@ -1,5 +1,6 @@
 """Temporary drains for tests, benchmarks and experiments on a live stack, and the `Order`
-records (Avro and Protobuf) that the record-format tests and benchmarks drain.
+records (Avro and Protobuf) that the record-format tests and benchmarks drain. Not shipped:
+the wheel carries the product only.
 
 `temporary_drain` writes a one-drain YAML file, points DRAINER_CONFIG at it (so the CLI and
 Dagster see the drain too), creates its topics, and afterwards deletes the topics again, so a
@@ -17,7 +18,7 @@ from typing import Any
 import yaml
 
 from drainer.config import DrainConfig, load_drains
-from drainer.settings import use_config_path
+from drainer.settings import load_settings, use_config_path
 
 # what the test stack's one Connect server loads: a server (re)started with fewer is restarted
 # by the next test that needs the rest (`connect.up`), ~30 s each time
@@ -51,7 +52,7 @@ def create_drain(config_dir: Path, prefix: str = "t", **overrides: Any) -> tuple
     path = Path(config_dir) / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"drains": {name: drain_body(name, **overrides)}}))
     drain = load_drains(path)[name]
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         kafka.create_topics([drain.dlq_topic] if drain.dlq_topic else [])
     return drain, path
 
@@ -73,7 +74,7 @@ def delete_topics(drain: DrainConfig) -> None:
 
     topics = [drain.level_topic(level) for level in range(drain.levels)]
     topics += [drain.dlq_topic] if drain.dlq_topic else []
-    with KafkaSession(drain) as kafka:
+    with KafkaSession(drain, load_settings()) as kafka:
         for future in kafka.admin.delete_topics(topics, operation_timeout=10).values():
             with contextlib.suppress(Exception):
                 future.result(timeout=15)
