@@ -136,7 +136,7 @@ def drain_for(sink: str, source: Any, records: int) -> Any:
 
 
 def delta_path(name: str) -> str:
-    from drainer.config.sinks import DeltaSinkConfig
+    from drainer.config.sink_models import DeltaSinkConfig
     from drainer.settings import load_settings
     from drainer.sinks import sink_for
 

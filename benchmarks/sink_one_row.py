@@ -5,7 +5,7 @@
 Dataframe mode with `spark_jobs.examples:one_row_per_record`, on the session runs use by default
 (the local Spark Connect server; `SPARK_MASTER=local[*]` for an in-process one). Reported: the
 whole run, the execute step (Spark read, the processor and the tasks' COPY into the run's stage
-table) as staging rows/s, and the commit's publish step (`drainer.store.sinks.publish_staged`,
+table) as staging rows/s, and the commit's publish step (`drainer.store.sink_tables.publish_staged`,
 inside the commit transaction) with the path it took: `attach` (the stage becomes the target's
 partition) or `copy` (`INSERT … SELECT` into a plain target). `--publish` sets `sink.publish`
 of the fresh drain; left out, the drain has the default.
@@ -31,7 +31,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from drainer.lifecycle import run
-    from drainer.store import sinks
+    from drainer.store import sink_tables
     from spark_jobs import drain_job
 
     overrides = {}
@@ -51,10 +51,10 @@ def main() -> int:
         timings["execute_s"] = time.perf_counter() - started
         return executed
 
-    publish = sinks.publish_staged  # the commit calls it through the module: patch it there
+    publish = sink_tables.publish_staged  # the commit calls it through the module: patch it there
 
     def timed_publish(conn, table, run_id):
-        kind = sinks.relkind(conn, table)  # what the commit decides by, read before it acts
+        kind = sink_tables.relkind(conn, table)  # what the commit decides by, read before it acts
         timings["publish_path"] = {"p": "attach", "r": "copy"}.get(kind, f"relkind {kind}")
         started = time.perf_counter()
         moved = publish(conn, table, run_id)
@@ -62,7 +62,7 @@ def main() -> int:
         timings["published_rows"] = moved
         return moved
 
-    sinks.publish_staged = timed_publish
+    sink_tables.publish_staged = timed_publish
     started = time.perf_counter()
     result = run.drain_once(drain, timed_execute, None, "benchmark", settings=load_settings())
     total = time.perf_counter() - started

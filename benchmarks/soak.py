@@ -91,8 +91,8 @@ def soak(drain: Any, runs: int, crashes: dict[int, str], produce_per_s: float = 
     from sqlalchemy import text
 
     from drainer.kafka.session import KafkaSession
-    from drainer.lifecycle.maintain import maintain_drain
     from drainer.lifecycle.planning import partition_states
+    from drainer.lifecycle.upkeep import maintain_drain
     from drainer.sinks.postgres_folds import FANOUT
     from drainer.store import sink_partitions
     from spark_jobs import drain_job

@@ -10,7 +10,7 @@ import warnings
 
 import dagster as dg
 
-from dagster_project import health as level_health
+from dagster_project import health_checks as level_health
 from dagster_project.launches import launch_levels
 from dagster_project.logs import drainer_logs_to
 from dagster_project.metadata import level_metadata, run_metadata, run_tags
@@ -18,7 +18,7 @@ from dagster_project.resources import DrainerResource
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
 from drainer.observe import checks
-from drainer.observe.health import LevelHealth
+from drainer.observe.health_rules import LevelHealth
 from drainer.sinks import sink_for
 
 CHECKS = (checks.lag_within_sla, checks.dead_letters_not_growing, checks.offsets_never_backwards)

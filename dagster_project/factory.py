@@ -24,7 +24,7 @@ import dagster as dg
 from dagster_project.assets import drain_asset
 from dagster_project.automation import drain_lag_sensor, drain_schedule
 from dagster_project.freshness import drain_freshness
-from dagster_project.maintenance import maintenance_job, maintenance_schedule
+from dagster_project.maintenance_job import maintenance_job, maintenance_schedule
 from dagster_project.resources import DrainerResource
 from drainer.config import DrainConfig, load_drains
 from drainer.errors import ConfigError

@@ -47,7 +47,7 @@ def spark_executor() -> Executor:
 
 def table_maintainer() -> Callable[..., dict[str, Any]]:
     """The table maintenance job that `drainer maintain` runs on Delta and Iceberg tables."""
-    from spark_jobs.maintenance import maintain
+    from spark_jobs.table_maintenance import maintain
 
     return maintain
 

@@ -4,7 +4,7 @@ The run's Kafka read becomes one typed row per record: the value's fields as col
 reserved metadata columns (drainer.config.formats.METADATA_COLUMNS), then `ERROR`, the reason a
 record did not decode (null when it did). Decoding uses Spark's own functions (`from_json`,
 `from_avro` of the spark-avro jar), or for Protobuf, whose jar is not served here, the
-`protobuf` package in Arrow batches (spark_jobs.protobuf); never a row-at-a-time Python UDF.
+`protobuf` package in Arrow batches (spark_jobs.protobuf_decode); never a row-at-a-time Python UDF.
 A key declared as json, avro or protobuf decodes the same way into a struct in `_key`; a key
 that does not decode is a bad record like a value (its reason prefixed `key: `).
 
@@ -168,8 +168,8 @@ def _value(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
 
 
 def _protobuf(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
-    """Decoded in Python in Arrow batches (spark_jobs.protobuf): no spark-protobuf jar here."""
-    from spark_jobs.protobuf import decoding
+    """Decoded in Python in Arrow batches (spark_jobs.protobuf_decode): no spark-protobuf jar here."""
+    from spark_jobs.protobuf_decode import decoding
 
     struct, error = f"_drainer_pb_{side}", f"_drainer_pb_{side}_error"
     frame, merged = decoding(fmt, raw, side, struct, error)

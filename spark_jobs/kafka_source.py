@@ -53,7 +53,7 @@ def read_ranges(
 
     Offsets already done (the offset map) are dropped, so no completed record is redone. The
     `level` column comes from the topic's suffix. A range starts at `read_from` when retention
-    deleted its beginning (measured by `drainer.lifecycle.retention` just before this read); ranges with
+    deleted its beginning (measured by `drainer.lifecycle.retention_gaps` just before this read); ranges with
     nothing left to read are not read at all.
 
     Reads are `read_committed` unless the drain's `kafka:` says otherwise: aborted records and
@@ -89,7 +89,7 @@ def read_ranges(
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("includeHeaders", "true")
-        # the read starts past what retention deleted before it (drainer.lifecycle.retention); records
+        # the read starts past what retention deleted before it (drainer.lifecycle.retention_gaps); records
         # deleted while it reads must fail the attempt, not vanish: the next one measures again
         .option("failOnDataLoss", "true")
     )

@@ -27,7 +27,7 @@ import zipfile
 PRELOADED = (
     "spark_jobs.sinks.postgres",  # the Postgres stage (dataframe mode)
     "spark_jobs.modes",  # record mode: handlers, staging, dead letters
-    "spark_jobs.protobuf",  # records decoded from Protobuf
+    "spark_jobs.protobuf_decode",  # records decoded from Protobuf
     "drainer.spark.connect_session",  # the code fingerprint a session measures on the server
 )
 

@@ -143,8 +143,8 @@ class MaintainOperator(BaseOperator):
         self.wait_seconds = wait_seconds
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from drainer.lifecycle.maintain import maintain_drain
-        from spark_jobs.maintenance import maintain
+        from drainer.lifecycle.upkeep import maintain_drain
+        from spark_jobs.table_maintenance import maintain
 
         hook = DrainerHook(self.drainer_conn_id, self.drains_file)
         with drainer_errors(hook), drainer_logs_at_info():

@@ -47,7 +47,7 @@ def register(sub: Subcommands) -> None:
 
 
 def cmd_maintain(args: argparse.Namespace) -> int:
-    from drainer.lifecycle.maintain import maintain_drain
+    from drainer.lifecycle.upkeep import maintain_drain
     from drainer.sinks import sink_for
 
     settings = args.settings

@@ -183,7 +183,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def print_health(report: dict[str, Any]) -> None:
     """Each level's health: Burrow's state, how old its oldest waiting record is, the rates
     and when it will be empty."""
-    from drainer.observe.health import format_seconds
+    from drainer.observe.health_rules import format_seconds
 
     def rate(value: float | None) -> str:
         return "" if value is None else f"{value:,.1f}/s"

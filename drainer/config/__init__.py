@@ -18,7 +18,7 @@ from drainer.errors import ConfigError
 
 if TYPE_CHECKING:
     from drainer.config.drains import DrainConfig, DrainsFile, get_drain, load_drains
-    from drainer.config.sinks import SinkConfig
+    from drainer.config.sink_models import SinkConfig
 
 __all__ = ["ConfigError", "DrainConfig", "DrainsFile", "SinkConfig", "get_drain", "load_drains"]
 _FROM = {

@@ -24,7 +24,7 @@ from drainer.allocation import reserved_shares
 from drainer.config.formats import RecordFormat, check_schema_files
 from drainer.config.kafka_clients import check_blocks
 from drainer.config.keys import KnownKeys
-from drainer.config.sinks import SINK_MODELS, SinkConfig
+from drainer.config.sink_models import SINK_MODELS, SinkConfig
 from drainer.config.units import duration_ms, size_bytes
 from drainer.errors import ConfigError
 from drainer.level_topics import level_topic

@@ -17,7 +17,7 @@ from drainer.config.kafka_clients import redact
 from drainer.errors import CommitConflict
 from drainer.lifecycle.results import ExecutionResult
 from drainer.sinks import Sink, SinkCommit
-from drainer.store import dead_letters, offsets, retention, runs, throughput, topics
+from drainer.store import dead_letters, lost_offsets, offsets, runs, throughput, topics
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -123,7 +123,7 @@ def _skip_retention_losses(
     started, by compare-and-set from what was stored when planning (drainer.lifecycle.planning).
     """
     in_plan: dict[tuple[str, int], int] = {}
-    for loss in retention.run_losses(conn, run.id):
+    for loss in lost_offsets.run_losses(conn, run.id):
         if loss.kind == "plan":
             in_plan[(loss.topic, loss.partition)] = loss.records
             continue

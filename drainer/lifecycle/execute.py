@@ -27,7 +27,6 @@ from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.commit import CommitResult, commit_run
 from drainer.lifecycle.dlq import publish_dead_letters
 from drainer.lifecycle.failures import run_failure
-from drainer.lifecycle.maintain import after_commit_upkeep
 from drainer.lifecycle.mirror import MirrorReport, mirror_offsets
 from drainer.lifecycle.planning import PartitionState, partition_states
 from drainer.lifecycle.results import (
@@ -38,9 +37,10 @@ from drainer.lifecycle.results import (
     RunResult,
     load_level_reports,
 )
-from drainer.lifecycle.retention import measure_ranges
+from drainer.lifecycle.retention_gaps import measure_ranges
+from drainer.lifecycle.upkeep import after_commit_upkeep
 from drainer.settings import Settings
-from drainer.store import launches, retention, runs, throughput
+from drainer.store import launches, lost_offsets, runs, throughput
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRun
 
@@ -147,7 +147,7 @@ def _start_attempt(
     with engine.begin() as conn:
         attempt = runs.mark_running(conn, lease, stored.id, dagster_run_id)
         check_fence(conn, lease)
-        retention.record_losses(conn, drain.name, stored.id, "plan", plan_losses)
+        lost_offsets.record_losses(conn, drain.name, stored.id, "plan", plan_losses)
     return RunContext(stored, drain, settings, engine, attempt, lease, read_from=read_from)
 
 

@@ -19,7 +19,7 @@ from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.budgets import RunBudget, run_budget
 from drainer.offset_map import PartitionProgress
 from drainer.store import history, offsets
-from drainer.store.retention import Loss
+from drainer.store.lost_offsets import Loss
 
 log = logging.getLogger(__name__)
 

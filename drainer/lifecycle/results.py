@@ -33,7 +33,7 @@ class RunContext:
     engine: Engine
     attempt: int
     lease: Lease | None = None  # staging writes check its fence: a zombie run cannot touch them
-    # where each range's read starts: past what retention deleted (drainer.lifecycle.retention);
+    # where each range's read starts: past what retention deleted (drainer.lifecycle.retention_gaps);
     # ranges missing here start at their planned start
     read_from: Mapping[tuple[str, int], int] = field(default_factory=dict)
 

@@ -34,7 +34,7 @@ from drainer.lifecycle.results import (
 )
 from drainer.lifecycle.topic_identity import record_new_topics, verify_topics
 from drainer.settings import Settings
-from drainer.store import get_engine, launches, retention, runs
+from drainer.store import get_engine, launches, lost_offsets, runs
 from drainer.store.leases import Lease, drain_lease
 from drainer.store.runs import PlannedLevel, StoredRange, StoredRun
 
@@ -233,7 +233,7 @@ def _plan(
             },
         )
         # retention passed these committed offsets: the skip commits with the run
-        retention.record_losses(
+        lost_offsets.record_losses(
             conn,
             drain.name,
             run_id,

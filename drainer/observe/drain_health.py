@@ -1,5 +1,5 @@
 """Each level's health now: its recent runs from Postgres, its backlog and oldest waiting record
-from Kafka, judged by the pure rules of `drainer.observe.health`.
+from Kafka, judged by the pure rules of `drainer.observe.health_rules`.
 
 Shared by `drainer status` and the Dagster asset (metadata and the `level_health` check), so
 both show the same numbers for the same moment.
@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from drainer.config import DrainConfig
 from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.planning import PartitionState, partition_states
-from drainer.observe.health import LevelHealth, RunSample, level_health
+from drainer.observe.health_rules import LevelHealth, RunSample, level_health
 from drainer.settings import Settings
 from drainer.store import get_engine, history
 

@@ -9,10 +9,10 @@ from drainer.kafka.session import KafkaSession
 from drainer.lifecycle.budgets import run_budget
 from drainer.lifecycle.planning import allocation_policy, partition_states
 from drainer.observe.drain_health import drain_health
-from drainer.observe.health import LevelHealth
+from drainer.observe.health_rules import LevelHealth
 from drainer.settings import Settings
 from drainer.sinks import Sink, SinkCommit, sink_for
-from drainer.store import dead_letters, get_engine, history, retention, runs
+from drainer.store import dead_letters, get_engine, history, lost_offsets, runs
 
 
 def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> dict[str, Any]:
@@ -27,8 +27,8 @@ def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> di
         recent_runs = runs.recent_runs(conn, drain.name, recent)
         dead = dead_letters.pending_dead_letters(conn, drain.name)
         dead_by_level = dead_letters.pending_by_level(conn, drain.name)
-        lost_by_level = retention.total_lost(conn, drain.name)
-        losses = retention.committed_losses(conn, drain.name)
+        lost_by_level = lost_offsets.total_lost(conn, drain.name)
+        losses = lost_offsets.committed_losses(conn, drain.name)
         abandoned = runs.abandons(conn, drain.name)[:recent]
     # the budgets the next run would get, from history only (no Kafka sample)
     budget = run_budget(engine, drain, levels, [])

@@ -14,7 +14,7 @@ from typing import Any
 
 from drainer.config import DrainConfig, load_drains
 from drainer.config.formats import DECODER_JARS
-from drainer.config.sinks import SINK_MODELS
+from drainer.config.sink_models import SINK_MODELS
 from drainer.errors import DrainerError, ServiceError
 from drainer.settings import Settings
 from drainer.sinks.base import Capabilities, ServerJar, Sink, SinkCommit, TableSink, UpkeepReport

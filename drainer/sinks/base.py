@@ -278,7 +278,7 @@ class TableSink(CommitsFirst[ConfigT]):
     """A table format committed by Spark before the Postgres commit, tagged with the run."""
 
     def upkeep_words(self) -> str | None:
-        # the retention `drainer maintain` keeps by default (spark_jobs.maintenance)
+        # the retention `drainer maintain` keeps by default (spark_jobs.table_maintenance)
         return f"compacts {self.describe()} and removes files and snapshots older than 7 days"
 
 

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 from sqlalchemy import Connection
 
-from drainer.config.sinks import DeltaSinkConfig
+from drainer.config.sink_models import DeltaSinkConfig
 from drainer.errors import ConfigError
 from drainer.sinks.base import Capabilities, TableSink, is_uri, local_folder, warehouse_uri
 from drainer.store import runs

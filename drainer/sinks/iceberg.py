@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from drainer.config.sinks import IcebergSinkConfig
+from drainer.config.sink_models import IcebergSinkConfig
 from drainer.errors import ConfigError
 from drainer.settings import expand_env_references
 from drainer.sinks.base import Capabilities, TableSink, local_folder, warehouse_uri

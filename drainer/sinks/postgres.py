@@ -1,6 +1,6 @@
 """The Postgres sink: a table in the drainer's own database, published inside the commit.
 
-Spark tasks stage each run's rows in a table of its own (`<table>_r<run id>`, drainer.store.sinks);
+Spark tasks stage each run's rows in a table of its own (`<table>_r<run id>`, drainer.store.sink_tables);
 the commit transaction attaches that stage to the target as the run's partition (or copies the
 rows in), so the rows, the offsets and the offset map commit together or not at all. Upkeep
 folds the run partitions so their count stays logarithmic in the runs (postgres_folds).
@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 
-from drainer.config.sinks import PostgresSinkConfig
+from drainer.config.sink_models import PostgresSinkConfig
 from drainer.sinks.base import Capabilities, Sink, SinkCommit, UpkeepReport
 from drainer.sinks.postgres_folds import AFTER_COMMIT_STEPS, UPKEEP_FOLD_BYTES, fold_sink
 from drainer.sinks.upsert import upsert_spec
-from drainer.store import dead_letters, sinks, upserts
+from drainer.store import dead_letters, sink_tables, upserts
 from drainer.store.runs import StoredRun
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class PostgresSink(Sink[PostgresSinkConfig]):
     def prepare_attempt(
         self, conn: Connection, run: StoredRun, read_from: Mapping[tuple[str, int], int]
     ) -> None:
-        sinks.clear_staged(conn, self.table, run.id)
+        sink_tables.clear_staged(conn, self.table, run.id)
         dead_letters.clear_failures(conn, run.id)
 
     def publish(self, conn: Connection, run_id: int, commit: SinkCommit | None) -> int:
@@ -62,10 +62,10 @@ class PostgresSink(Sink[PostgresSinkConfig]):
             counts = upserts.merge_staged(conn, self.table, run_id, spec.keys, spec.order)
             log.info("run %d merged into %s: %s", run_id, self.table, counts.as_dict())
             return counts.inserted + counts.updated + counts.deleted
-        return sinks.publish_staged(conn, self.table, run_id)
+        return sink_tables.publish_staged(conn, self.table, run_id)
 
     def discard(self, conn: Connection, run_id: int) -> None:
-        sinks.drop_staged(conn, self.table, run_id)
+        sink_tables.drop_staged(conn, self.table, run_id)
 
     def upkeep(self, engine: Engine) -> UpkeepReport:
         return fold_sink(
@@ -81,4 +81,4 @@ class PostgresSink(Sink[PostgresSinkConfig]):
 
     def staged_rows(self, conn: Connection, run_id: int) -> int:
         """Rows the run has staged so far (fault injection: crash while the tasks write)."""
-        return sinks.staged_rows(conn, self.table, run_id)
+        return sink_tables.staged_rows(conn, self.table, run_id)

@@ -40,7 +40,7 @@ from sqlalchemy import Connection, Engine, text
 
 from drainer import faults
 from drainer.sinks.base import UpkeepReport
-from drainer.store import sink_folds, sink_partitions, sinks
+from drainer.store import sink_folds, sink_partitions, sink_tables
 from drainer.store.sink_partitions import SinkPartition
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def fold_sink(
     """
     report = UpkeepReport(table)
     with engine.connect() as conn:
-        if sinks.relkind(conn, table) != "p":
+        if sink_tables.relkind(conn, table) != "p":
             return report
         report.before = report.after = len(sink_partitions.partitions(conn, table))
     while max_steps is None or report.folds < max_steps:

@@ -14,7 +14,7 @@ transaction, so it happens once or not at all (a crash rolls it back whole):
 
 So readers wait only for catalog changes, never for the copy. A LIST target of an earlier
 version has its listed partitions folded the same way: into bigger LIST partitions while it has
-no `<table>_runs`, then all of them at once into `<table>_runs` (drainer.lifecycle.maintain
+no `<table>_runs`, then all of them at once into `<table>_runs` (drainer.lifecycle.upkeep
 says why). Which partitions to fold is not decided here; this module folds a set.
 """
 

@@ -4,7 +4,7 @@ A target drainer creates is `PARTITION BY RANGE (_drainer_run_id)`. A run's comm
 run's stage as `FOR VALUES FROM (<run>) TO (<run> + 1)`, and folds (drainer.store.sink_folds)
 later replace consecutive partitions by one `FROM (<first>) TO (<last> + 1)`. A range bound is
 two numbers however many runs it covers, so partitions can hold any number of runs and the
-count stays logarithmic in the runs (drainer.lifecycle.maintain).
+count stays logarithmic in the runs (drainer.lifecycle.upkeep).
 
 Targets made by earlier versions are `PARTITION BY LIST (_drainer_run_id)`, with partitions
 that list their run ids. A LIST bound is stored in the partition's `pg_class` row, which

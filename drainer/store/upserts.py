@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from drainer.store.sink_names import RUN_COLUMN, fit_name, quote
-from drainer.store.sinks import owned_stage, relkind, table_columns
+from drainer.store.sink_tables import owned_stage, relkind, table_columns
 
 DELETED_AT = "_deleted_at"  # when the delete was merged; null on a live row
 

@@ -1,6 +1,6 @@
 """The Postgres sink, Spark side: the tasks stage the run's rows, the commit publishes them.
 
-Each task writes its rows into the run's stage table (`drainer.store.sinks.write_staged`, fenced
+Each task writes its rows into the run's stage table (`drainer.store.sink_tables.write_staged`, fenced
 by the drain's lease, keyed by task so a retried task replaces its rows) and sends back only a
 count; the driver's commit transaction attaches the stage (drainer.sinks.postgres). Record mode
 stages each chunk's rows together with its failures through this sink's `PostgresStage`
@@ -26,7 +26,7 @@ from drainer.sinks import SinkCommit
 from drainer.sinks.postgres import PostgresSink
 from drainer.sinks.upsert import check_key_unchanged, upsert_spec
 from drainer.store.leases import check_fence
-from drainer.store.sinks import (
+from drainer.store.sink_tables import (
     clear_task_partition,
     ensure_sink_tables,
     relkind,

@@ -59,7 +59,7 @@ from drainer.services.pg_layout import layout
 from drainer.settings import load_settings
 from drainer.sinks import sink_for
 from drainer.spark.net import port_open
-from drainer.store import runs, sinks
+from drainer.store import runs, sink_tables
 from drainer.store.runs import StoredRun
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
@@ -130,7 +130,7 @@ def _staged(drain: DrainConfig) -> int:
     """Rows the drain's open plan has staged so far (0 with no open plan or stage)."""
     with get_engine().connect() as conn:
         run = runs.open_run(conn, drain.name)
-        return 0 if run is None else sinks.staged_rows(conn, drain.sink.table, run.id)
+        return 0 if run is None else sink_tables.staged_rows(conn, drain.sink.table, run.id)
 
 
 def _wait_for_writes(drain: DrainConfig, proc: subprocess.Popen[bytes], wait_s: float) -> bool:

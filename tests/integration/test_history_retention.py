@@ -12,9 +12,9 @@ from sqlalchemy import text
 
 from benchmarks.history_fill import fill_history
 from drainer.config import DrainConfig
-from drainer.lifecycle.maintain import prune_history
+from drainer.lifecycle.upkeep import prune_history
 from drainer.store.history import level_history
-from drainer.store.retention import total_lost
+from drainer.store.lost_offsets import total_lost
 from tests.support.stack import get_engine
 
 DRAINER = Path(sys.executable).with_name("drainer")

@@ -265,9 +265,9 @@ def test_new_column_is_added_and_a_type_change_is_refused(make_drain, lakehouse,
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_maintain_compacts_small_files_and_keeps_every_row(make_drain, lakehouse, fmt):
-    from spark_jobs.maintenance import maintain
     from spark_jobs.session import get_spark
     from spark_jobs.sinks.delta import LISTING_PARALLELISM
+    from spark_jobs.table_maintenance import maintain
 
     # six runs: a small run writes a file per core, and Iceberg's rewrite leaves a group of
     # fewer than five files alone (its `min-input-files`)
@@ -297,7 +297,7 @@ def test_maintain_removes_an_interrupted_writes_orphan_files_past_a_safe_age(mak
     import os
     import time
 
-    from spark_jobs.maintenance import maintain
+    from spark_jobs.table_maintenance import maintain
 
     drain = make_drain(sink=sink_of("iceberg"), budget=100, **DATAFRAME_MODE)
     total = sum(produce_backlog(drain, {0: 20, 1: 10, 2: 10}).values())

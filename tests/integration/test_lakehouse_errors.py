@@ -19,7 +19,7 @@ from test_exactly_once import produce_backlog, runs_of
 from test_lakehouse import BUDGET, DATAFRAME_MODE, PER_PARTITION, sink_of, table_arrow
 
 from drainer.config import DrainConfig
-from drainer.config.sinks import IcebergSinkConfig
+from drainer.config.sink_models import IcebergSinkConfig
 from drainer.errors import CatalogUnavailable, ConfigError
 from drainer.settings import load_settings
 from drainer.sinks import sink_for

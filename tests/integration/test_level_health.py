@@ -18,7 +18,7 @@ import dagster as dg
 
 from drainer.kafka.producer import OutRecord, synthetic_records
 from drainer.observe.drain_health import drain_health
-from drainer.observe.health import Health
+from drainer.observe.health_rules import Health
 from drainer.settings import load_settings
 from spark_jobs import drain_job
 from spark_jobs.examples import RECORD_ECHO_SCHEMA

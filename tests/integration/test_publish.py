@@ -17,7 +17,7 @@ from drainer.lifecycle.abandon import abandon_plan
 from drainer.lifecycle.run import drain_once
 from drainer.settings import load_settings
 from drainer.store.sink_names import stage_name
-from drainer.store.sinks import relkind
+from drainer.store.sink_tables import relkind
 from spark_jobs import drain_job
 from tests.support.stack import get_engine, produce_records
 

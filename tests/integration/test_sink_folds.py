@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import synthetic_records
-from drainer.lifecycle.maintain import maintain_drain
+from drainer.lifecycle.upkeep import maintain_drain
 from drainer.settings import load_settings
 from drainer.sinks import postgres_folds
 from drainer.sinks.postgres_folds import FANOUT, fold_sink

@@ -13,7 +13,7 @@ from psycopg import sql
 from sqlalchemy import text
 
 from drainer.settings import load_settings, psycopg_url
-from drainer.store import sink_names, sink_partitions, sinks
+from drainer.store import sink_names, sink_partitions, sink_tables
 from drainer.store.sink_names import RUN_COLUMN, TASK_COLUMN
 from tests.support.stack import get_engine
 
@@ -27,18 +27,18 @@ def _url() -> str:
 
 def _fresh_table(run_id: int = 1, partitioned: bool = True, prefix: str = "sink") -> str:
     table = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, run_id, partitioned)
+    sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, run_id, partitioned)
     return table
 
 
 def _stage(table: str, run_id: int, rows: list[tuple], task: str = "p0") -> None:
     with psycopg.connect(_url()) as conn:
-        sinks.write_staged(conn, table, NAMES, run_id, task, rows)
+        sink_tables.write_staged(conn, table, NAMES, run_id, task, rows)
 
 
 def _publish(table: str, run_id: int) -> int:
     with get_engine().begin() as conn:
-        return sinks.publish_staged(conn, table, run_id)
+        return sink_tables.publish_staged(conn, table, run_id)
 
 
 def _rows(relation: str, run_id: int | None = None) -> list[tuple]:
@@ -85,8 +85,8 @@ def test_output_columns_are_quoted_identifiers():
     table = _fresh_table()
     _stage(table, 1, [("x", 1), ("y", 2)])
     with get_engine().begin() as conn:
-        assert sinks.publish_staged(conn, table, 1) == 2
-        assert sinks.table_columns(conn, table) == NAMES
+        assert sink_tables.publish_staged(conn, table, 1) == 2
+        assert sink_tables.table_columns(conn, table) == NAMES
     assert _rows(table) == [("x", 1), ("y", 2)]
 
 
@@ -101,11 +101,11 @@ def test_each_run_becomes_its_own_partition_without_copying():
     # the stage is now the run's partition, not a standalone table, and lost its task column
     assert _table(stage) == {"relkind": "r", "relispartition": True, "parent": table}
     with get_engine().connect() as conn:
-        assert sinks.table_columns(conn, stage) == NAMES
+        assert sink_tables.table_columns(conn, stage) == NAMES
         assert TASK_COLUMN not in _all_columns(conn, stage)
     assert _rows(table) == [("a", 1), ("b", 2), ("c", 3)]
 
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 12)  # the next run of the drain
+    sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, 12)  # the next run of the drain
     _stage(table, 12, [("d", 4)])
     assert _publish(table, 12) == 1
     assert _partitions(table) == sorted([stage, sink_names.stage_name(table, 12)])
@@ -132,7 +132,7 @@ def test_attaching_skips_the_validation_scan_and_does_not_block_readers():
     table = _fresh_table(run_id=21)
     _stage(table, 21, [("old", 1)])
     _publish(table, 21)
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 22)
+    sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, 22)
     _stage(table, 22, [("new", 2)])
     notices: list[str] = []
     with get_engine().connect() as conn:
@@ -140,7 +140,7 @@ def test_attaching_skips_the_validation_scan_and_does_not_block_readers():
             lambda diag: notices.append(diag.message_primary or "")
         )
         conn.execute(text("SET client_min_messages = debug1"))
-        assert sinks.publish_staged(conn, table, 22) == 1
+        assert sink_tables.publish_staged(conn, table, 22) == 1
         held = conn.execute(
             text(
                 "SELECT l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
@@ -175,7 +175,9 @@ def test_a_plain_target_gets_the_rows_copied_and_the_stage_dropped():
     assert _publish(table, 41) == 2
     assert _rows(table) == [("a", 1), ("b", 2)]
     assert _table(sink_names.stage_name(table, 41)) is None
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 42)  # stays plain whatever is asked
+    sink_tables.ensure_sink_tables(
+        get_engine(), table, COLUMNS, 42
+    )  # stays plain whatever is asked
     assert _table(table)["relkind"] == "r"
     assert _publish(table, 42) == 0 and _table(sink_names.stage_name(table, 42)) is None
 
@@ -184,12 +186,12 @@ def test_resume_empties_the_stage_and_abandon_drops_it():
     table = _fresh_table(run_id=51)
     _stage(table, 51, [("a", 1)])
     with get_engine().begin() as conn:
-        sinks.clear_staged(conn, table, 51)  # a resumed run
-        assert sinks.staged_rows(conn, table, 51) == 0
+        sink_tables.clear_staged(conn, table, 51)  # a resumed run
+        assert sink_tables.staged_rows(conn, table, 51) == 0
     assert _table(sink_names.stage_name(table, 51)) is not None  # emptied, kept for the tasks
     _stage(table, 51, [("b", 2)])
     with get_engine().begin() as conn:
-        sinks.drop_staged(conn, table, 51)  # an abandoned run
+        sink_tables.drop_staged(conn, table, 51)  # an abandoned run
     assert _table(sink_names.stage_name(table, 51)) is None
     assert _publish(table, 51) == 0 and _rows(table) == []
 
@@ -197,7 +199,7 @@ def test_resume_empties_the_stage_and_abandon_drops_it():
 def test_rows_an_earlier_version_staged_are_published_once():
     """An upgrade in the middle of a run: the old shared `<table>_staging` holds its rows."""
     table = _fresh_table(run_id=61, partitioned=False)
-    legacy = sinks.legacy_staging_name(table)
+    legacy = sink_tables.legacy_staging_name(table)
     with psycopg.connect(_url()) as conn:
         conn.execute(
             sql.SQL(
@@ -217,7 +219,7 @@ def test_rows_an_earlier_version_staged_are_published_once():
     assert _rows(table) == [("old", 1), ("old", 2), ("new", 5)]
     assert _rows(legacy) == [("other run", 3), ("resumed", 4)]
     with get_engine().begin() as conn:
-        sinks.clear_staged(conn, table, 63)  # run 63 resumes: it stages afresh, in its stage
+        sink_tables.clear_staged(conn, table, 63)  # run 63 resumes: it stages afresh, in its stage
     assert _rows(legacy) == [("other run", 3)]
 
 
@@ -240,7 +242,7 @@ def test_converting_a_plain_target_by_the_operations_recipe():
     with psycopg.connect(_url(), autocommit=True) as conn:
         conn.execute(recipe)
     assert _table(table)["relkind"] == "p"
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 72)
+    sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, 72)
     _stage(table, 72, [("b", 2)])
     assert _publish(table, 72) == 1
     assert _rows(table) == [("a", 1), ("b", 2)]
@@ -277,7 +279,7 @@ def test_two_attempts_of_one_task_leave_one_attempts_rows():
         try:
             with psycopg.connect(_url()) as conn:
                 pids[name] = conn.info.backend_pid
-                sinks.write_staged(conn, table, NAMES, 7, "topic:0:100", rows)
+                sink_tables.write_staged(conn, table, NAMES, 7, "topic:0:100", rows)
         except BaseException as err:  # surfaced by the assertion below
             errors.append(err)
 
@@ -335,9 +337,9 @@ def test_a_table_named_like_a_stage_that_drainer_did_not_create_is_refused_untou
 
     table = _fresh_table(run_id=71)  # the target exists; runs 72.. have no stage yet
     for run_id, step in (
-        (72, lambda conn: sinks.clear_staged(conn, table, 72)),
-        (73, lambda conn: sinks.drop_staged(conn, table, 73)),
-        (74, lambda conn: sinks.publish_staged(conn, table, 74)),
+        (72, lambda conn: sink_tables.clear_staged(conn, table, 72)),
+        (73, lambda conn: sink_tables.drop_staged(conn, table, 73)),
+        (74, lambda conn: sink_tables.publish_staged(conn, table, 74)),
     ):
         _users_table(sink_names.stage_name(table, run_id))
         with pytest.raises(ConfigError) as info, get_engine().begin() as conn:
@@ -347,13 +349,13 @@ def test_a_table_named_like_a_stage_that_drainer_did_not_create_is_refused_untou
         assert _count(sink_names.stage_name(table, run_id)) == 3
     _users_table(sink_names.stage_name(table, 75))
     with pytest.raises(ConfigError, match="drainer did not create it"):
-        sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 75)
+        sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, 75)
     assert _count(sink_names.stage_name(table, 75)) == 3
     # drainer's own stages pass the check: stage, resume, publish
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 76)
+    sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, 76)
     _stage(table, 76, [("a", 1)])
     with get_engine().begin() as conn:
-        sinks.clear_staged(conn, table, 76)
+        sink_tables.clear_staged(conn, table, 76)
     _stage(table, 76, [("b", 2)])
     assert _publish(table, 76) == 1 and _rows(table) == [("b", 2)]
 
@@ -361,13 +363,13 @@ def test_a_table_named_like_a_stage_that_drainer_did_not_create_is_refused_untou
 def test_a_users_table_named_like_the_legacy_staging_is_left_alone():
     """`<sink>_staging` without drainer's columns is not drainer's: no rows of a run are there."""
     table = _fresh_table(run_id=81, partitioned=False)
-    _users_table(sinks.legacy_staging_name(table))
+    _users_table(sink_tables.legacy_staging_name(table))
     _stage(table, 81, [("a", 1)])
     with get_engine().begin() as conn:
-        sinks.clear_staged(conn, table, 82)
-        sinks.drop_staged(conn, table, 83)
+        sink_tables.clear_staged(conn, table, 82)
+        sink_tables.drop_staged(conn, table, 83)
     assert _publish(table, 81) == 1
-    assert _count(sinks.legacy_staging_name(table)) == 3
+    assert _count(sink_tables.legacy_staging_name(table)) == 3
 
 
 def _fold(table: str) -> None:
@@ -393,13 +395,13 @@ def test_a_run_committing_inside_a_folded_range_is_copied_into_that_fold_once():
     ids = [*range(101, 108), 109]
     table = _fresh_table(run_id=ids[0])
     for run_id in ids:
-        sinks.ensure_sink_tables(get_engine(), table, COLUMNS, run_id)
+        sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, run_id)
         _stage(table, run_id, [(f"r{run_id}", run_id)])
         assert _publish(table, run_id) == 1
     _fold(table)
     fold = f"{table}_runs_101_109"
     assert _leaves(table) == {fold: (101, 109, 8, False, table)}
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 108)
+    sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, 108)
     _stage(table, 108, [("late", 108), ("late2", 1108)])
     assert _publish(table, 108) == 2
     assert _table(sink_names.stage_name(table, 108)) is None  # copied, then dropped
@@ -423,7 +425,7 @@ def test_a_list_target_of_an_earlier_version_gets_its_runs_partition_and_keeps_i
         )
         oid = conn.scalar(text("SELECT to_regclass(:t)::oid"), {"t": f'"{table}"'})
     for run_id in (1, 2, 3):  # as the earlier version committed them
-        sinks.ensure_sink_tables(get_engine(), table, COLUMNS, run_id)
+        sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, run_id)
         _stage(table, run_id, [(f"r{run_id}", run_id)])
         assert _publish(table, run_id) == 1
     assert {v[3] for v in _leaves(table).values()} == {True}  # listed, attached by LIST
@@ -433,7 +435,7 @@ def test_a_list_target_of_an_earlier_version_gets_its_runs_partition_and_keeps_i
     assert _table(runs_parent) == {"relkind": "p", "relispartition": True, "parent": table}
     assert _leaves(table) == {f"{table}_runs_1_3": (1, 3, 3, False, runs_parent)}
 
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 4)
+    sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, 4)
     _stage(table, 4, [("r4", 4)])
     assert _publish(table, 4) == 1
     assert _table(sink_names.stage_name(table, 4))["parent"] == runs_parent
@@ -464,7 +466,7 @@ def test_a_late_run_waits_for_the_fold_copying_its_partition_then_lands_once():
                 )
             )
             conn.execute(text(f'COMMENT ON TABLE "{name}" IS {literal(fold_comment(table, 8))}'))
-    sinks.ensure_sink_tables(get_engine(), table, COLUMNS, 60)
+    sink_tables.ensure_sink_tables(get_engine(), table, COLUMNS, 60)
     _stage(table, 60, [("late", 60)])
     published: list[int] = []
     failed: list[BaseException] = []
@@ -475,7 +477,7 @@ def test_a_late_run_waits_for_the_fold_copying_its_partition_then_lands_once():
         try:
             with get_engine().begin() as conn:
                 commit_pid.append(conn.scalar(text("SELECT pg_backend_pid()")))
-                published.append(sinks.publish_staged(conn, table, 60))
+                published.append(sink_tables.publish_staged(conn, table, 60))
         except BaseException as err:  # noqa: BLE001 - reported by the assertion below
             failed.append(err)
 

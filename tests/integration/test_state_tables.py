@@ -316,7 +316,7 @@ def test_maintain_removes_markers_past_their_retention(make_drain, lakehouse, fm
     import time
 
     from drainer.sinks import sink_for
-    from spark_jobs.maintenance import maintain
+    from spark_jobs.table_maintenance import maintain
 
     sink = sink_of(fmt) | {"delete_retention": "1s"}
     drain = make_drain(

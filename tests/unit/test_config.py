@@ -79,7 +79,7 @@ def test_every_setting_is_described_and_documented():
     from pathlib import Path
 
     from drainer.config import DrainConfig
-    from drainer.config.sinks import SINK_MODELS, CatalogConfig
+    from drainer.config.sink_models import SINK_MODELS, CatalogConfig
 
     docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     fields = {

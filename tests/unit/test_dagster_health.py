@@ -1,12 +1,12 @@
-"""The `level_health` asset check and metadata (dagster_project.health) from given healths."""
+"""The `level_health` asset check and metadata (dagster_project.health_checks) from given healths."""
 
 from __future__ import annotations
 
 import dagster as dg
 import pytest
 
-from dagster_project.health import health_check, health_metadata
-from drainer.observe.health import Health, LevelHealth
+from dagster_project.health_checks import health_check, health_metadata
+from drainer.observe.health_rules import Health, LevelHealth
 
 
 def health(level: int, state: Health, backlog: int = 10) -> LevelHealth:

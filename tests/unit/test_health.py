@@ -1,4 +1,4 @@
-"""A level's health by Burrow's rules, its rates and ETA (drainer.observe.health)."""
+"""A level's health by Burrow's rules, its rates and ETA (drainer.observe.health_rules)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drainer.observe.health import Health, RunSample, format_seconds, level_health
+from drainer.observe.health_rules import Health, RunSample, format_seconds, level_health
 
 NOW = 10_000.0
 

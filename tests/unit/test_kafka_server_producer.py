@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from drainer.config.sinks import KafkaSinkConfig
+from drainer.config.sink_models import KafkaSinkConfig
 from drainer.errors import ConfigError, FencedOut, KafkaUnavailable
 from drainer.sinks.kafka.server_jar import SERVER_CONF
 from drainer.sinks.kafka.transactions import RunTransaction

@@ -30,7 +30,7 @@ PURE = (
     "drainer.allocation",
     "drainer.offset_map",
     "drainer.processing.record_processing",
-    "drainer.observe.health",
+    "drainer.observe.health_rules",
 )
 IO_CLIENTS = ("sqlalchemy", "psycopg", "confluent_kafka", "dagster", "pyspark")
 # lowest first; a module may import its own layer and the ones below. The longest matching

@@ -79,7 +79,7 @@ def test_a_recursive_message_is_refused_naming_it():
     pytest.importorskip("pyspark")
     from google.protobuf import descriptor_pb2, descriptor_pool
 
-    from spark_jobs.protobuf import spark_type
+    from spark_jobs.protobuf_decode import spark_type
 
     proto = descriptor_pb2.FileDescriptorProto(name="tree.proto", package="t", syntax="proto3")
     node = proto.message_type.add(name="Node")
@@ -104,7 +104,7 @@ def test_well_known_types_map_to_their_spark_types_and_values():
     )
     from google.protobuf.message_factory import GetMessageClass
 
-    from spark_jobs.protobuf import spark_type, to_row
+    from spark_jobs.protobuf_decode import spark_type, to_row
 
     proto = descriptor_pb2.FileDescriptorProto(name="wkt.proto", package="w", syntax="proto3")
     proto.dependency.extend(

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from drainer.config.sinks import SINK_MODELS
+from drainer.config.sink_models import SINK_MODELS
 from drainer.settings import load_settings
 from drainer.sinks import SINKS, Capabilities, Sink, sink_for
 from spark_jobs.sinks import SPARK_SINKS, SparkSink

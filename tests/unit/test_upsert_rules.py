@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from drainer.config.sinks import SinkConfig
+from drainer.config.sink_models import SinkConfig
 from drainer.errors import ConfigError
 from drainer.sinks.upsert import (
     DEFAULT_ORDER,

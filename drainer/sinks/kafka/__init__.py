@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from drainer.config.sinks import KafkaSinkConfig
+from drainer.config.sink_models import KafkaSinkConfig
 from drainer.sinks.base import Capabilities, CommitsFirst, ServerJar, SinkCommit
 
 

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import java_settings, redact
-from drainer.config.sinks import KafkaSinkConfig
+from drainer.config.sink_models import KafkaSinkConfig
 from drainer.errors import ConfigError, DrainerError
 from drainer.sinks.kafka.errors import init_failure
 from drainer.sinks.kafka.protocol import (

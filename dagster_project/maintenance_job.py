@@ -27,8 +27,8 @@ def maintenance_job(drain: DrainConfig, resource: DrainerResource) -> dg.JobDefi
 
     @dg.op(name=f"{drain.name}_maintain_table")
     def _maintain(context: dg.OpExecutionContext, drainer: DrainerResource) -> None:
-        from drainer.lifecycle.maintain import maintain_drain
-        from spark_jobs.maintenance import maintain
+        from drainer.lifecycle.upkeep import maintain_drain
+        from spark_jobs.table_maintenance import maintain
 
         settings = drainer.settings()
 

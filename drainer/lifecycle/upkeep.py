@@ -81,7 +81,7 @@ def after_commit_upkeep(engine: Engine, drain: DrainConfig, sink: Sink[Any]) -> 
 
 
 TableMaintainer = Callable[[DrainConfig, float | None], dict[str, Any]]
-"""Compacts and expires a table on Spark (spark_jobs.maintenance), injected: no pyspark here.
+"""Compacts and expires a table on Spark (spark_jobs.table_maintenance), injected: no pyspark here.
 Its second argument is the hours it must keep at least (an open plan's commit), or None."""
 
 

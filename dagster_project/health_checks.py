@@ -12,7 +12,7 @@ import dagster as dg
 
 from drainer.config import DrainConfig
 from drainer.observe.drain_health import drain_health
-from drainer.observe.health import Health, LevelHealth
+from drainer.observe.health_rules import Health, LevelHealth
 from drainer.settings import Settings
 
 CHECK_NAME = "level_health"

@@ -5,7 +5,7 @@ files. The sink does its own (`SparkSink.maintain_table`: Delta OPTIMIZE then VA
 rewrite_data_files then expire_snapshots); this module checks the retention and gives it a
 session. The retention is never below 7 days by default, so a reader (time travel, a long
 query) of the last week keeps its files. `drainer maintain` and the Dagster maintenance job
-call it under the drain's lease (drainer.lifecycle.maintain).
+call it under the drain's lease (drainer.lifecycle.upkeep).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from collections import defaultdict
 from drainer.config import DrainConfig
 from drainer.errors import TopicRecreated
 from drainer.kafka.session import KafkaSession
-from drainer.store.retention import Loss
+from drainer.store.lost_offsets import Loss
 from drainer.store.runs import StoredRange
 
 log = logging.getLogger(__name__)
