@@ -248,12 +248,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, default=str))
         return 0
-    if result.finished is not None:  # an open plan for other levels was finished first
-        print_run_table(result.finished, note="open plan of other levels, finished first")
+    if result.finished is not None:  # an open plan, or retried dead letters, went first
+        print_first_run(result.finished)
     print_run_table(result)
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     return 0
+
+
+def print_first_run(result: Any) -> None:
+    """The run a call carried out before its own plan: retried dead letters (a line), or an
+    open plan of other levels (its table)."""
+    if result.levels or not (result.retried or result.dead_again):
+        print_run_table(result, note="open plan of other levels, finished first")
+        return
+    again = (
+        f", {result.dead_again:,} failed again (`drainer dlq list`)" if result.dead_again else ""
+    )
+    console.print(
+        f"run {result.run_id} of {result.drain}"
+        + (" (resumed)" if result.resumed else "")
+        + f": {result.retried:,} dead letters retried{again}; "
+        f"{result.published_rows:,} sink rows published",
+        highlight=False,
+    )
 
 
 def print_run_table(result: Any, note: str | None = None) -> None:

@@ -36,6 +36,8 @@ class LevelOutcome:
 class CommitResult:
     levels: dict[int, LevelOutcome]
     published_rows: int
+    # a run of retried dead letters: what became of them (None: an ordinary run)
+    retries: dead_letters.RetryOutcome | None = None
 
 
 def commit_run(
@@ -107,11 +109,15 @@ def commit_run(
                 out.lost_to_retention,
             )
         throughput.store_read(conn, run.id, measured)
+        # its plan has no ranges: every failure staged is one of its retried dead letters
+        retries = (
+            dead_letters.finish_retries(conn, run.id, failures, redact) if run.retries else None
+        )
         dead_letters.clear_failures(conn, run.id)
         if executed.table_commit:  # a sink's table commit, made before this transaction
             runs.store_table_commit(conn, run.id, executed.table_commit.as_dict())
         runs.mark_committed(conn, run.id, duration_s, published)
-    return CommitResult(levels, published)
+    return CommitResult(levels, published, retries)
 
 
 def _skip_retention_losses(

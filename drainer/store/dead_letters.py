@@ -8,8 +8,10 @@ count as done. Both attempts and dead letters are keyed by the topic's Kafka id 
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Row, text
@@ -45,6 +47,9 @@ def coming_dead_letters(
             "AND a.topic_id = COALESCE(t.topic_id, '') AND a.partition = f.partition "
             'AND a."offset" = f."offset" '
             "WHERE f.run_id = :r AND f.attempt = :a AND NOT f.held_back "
+            # a retried dead letter that fails again is the commit's to decide (finish_retries)
+            "AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.retry_run_id = :r "
+            'AND d.topic = f.topic AND d.partition = f.partition AND d."offset" = f."offset") '
             'ORDER BY f.topic, f.partition, f."offset"'
         ),
         {"d": drain, "r": run_id, "a": attempt},
@@ -235,7 +240,7 @@ def list_dead_letters(
     rows = conn.execute(
         text(
             'SELECT id, topic, level, partition, "offset", key, value, error, attempts, '
-            "created_at, retried_at "
+            "created_at, retry_requested_at, retried_at "
             "FROM dead_letters WHERE drain = :d AND (:all OR retried_at IS NULL) "
             "ORDER BY id LIMIT :n"
         ),
@@ -271,7 +276,7 @@ def dead_letter(conn: Connection, drain: str, dead_id: int) -> dict[str, Any] | 
         conn.execute(
             text(
                 'SELECT id, run_id, topic, level, partition, "offset", key, value, headers, ts, '
-                "error, attempts, created_at, retried_at "
+                "error, attempts, created_at, retry_requested_at, retried_at "
                 "FROM dead_letters WHERE drain = :d AND id = :i"
             ),
             {"d": drain, "i": dead_id},
@@ -286,7 +291,10 @@ def retried_of(conn: Connection, drain: str, ids: list[int]) -> dict[int, Any]:
     """Of `ids`, those that are dead letters of `drain`, each with when it was retried (None:
     not yet) and its error; ids missing from the result are not the drain's dead letters."""
     rows = conn.execute(
-        text("SELECT id, retried_at, error FROM dead_letters WHERE drain = :d AND id = ANY(:ids)"),
+        text(
+            "SELECT id, retried_at, retry_requested_at, error FROM dead_letters "
+            "WHERE drain = :d AND id = ANY(:ids)"
+        ),
         {"d": drain, "ids": ids},
     ).all()
     return {row.id: row for row in rows}
@@ -297,35 +305,171 @@ def undecodable_pending(conn: Connection, drain: str) -> int:
     found = conn.scalar(
         text(
             "SELECT count(*) FROM dead_letters WHERE drain = :d AND retried_at IS NULL "
-            "AND starts_with(error, :u)"
+            "AND retry_requested_at IS NULL AND starts_with(error, :u)"
         ),
         {"d": drain, "u": UNDECODABLE},
     )
     return int(found)
 
 
-def claim_for_retry(
-    conn: Connection, drain: str, ids: list[int] | None, undecodable_too: bool = True
+def request_retry(
+    conn: Connection,
+    drain: str,
+    ids: list[int] | None,
+    undecodable_too: bool = True,
+    value: bytes | None = None,
 ) -> Sequence[Row[Any]]:
-    """Mark dead letters not retried yet (only `ids`, when given; without `undecodable_too`,
-    not those that did not decode) retried, and return them.
+    """Mark dead letters not retried nor requested yet (only `ids`, when given; without
+    `undecodable_too`, not those that did not decode) requested for a retry by their own drain,
+    `value` replacing the payload (a fixed record); returns them.
 
-    The claim and the mark are one statement: rows another transaction is claiming are
-    skipped, not waited for, so two concurrent retries never both get a dead letter. The
-    caller produces the records before it commits; a failed produce rolls the mark back.
+    Nothing goes to Kafka: the drain's next plan claims them (`claim_requested`). Rows another
+    transaction is requesting are skipped, not waited for, so two concurrent requests never
+    both get a dead letter.
     """
     rows = conn.execute(
         text(
-            "UPDATE dead_letters SET retried_at = now() WHERE id IN ("
+            "UPDATE dead_letters SET retry_requested_at = now(), retry_value = :v WHERE id IN ("
             " SELECT id FROM dead_letters WHERE drain = :d AND retried_at IS NULL"
+            " AND retry_requested_at IS NULL"
             " AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(:ids))"
             " AND (:all OR NOT starts_with(error, :u))"
             " ORDER BY id FOR UPDATE SKIP LOCKED) "
-            "RETURNING id, level, key, value, headers, error"
+            "RETURNING id, level"
         ),
-        {"d": drain, "ids": ids, "all": undecodable_too, "u": UNDECODABLE},
+        {"d": drain, "ids": ids, "all": undecodable_too, "u": UNDECODABLE, "v": value},
     ).all()
     return sorted(rows, key=lambda row: row.id)
+
+
+def requested_retries(conn: Connection, drain: str, levels: list[int]) -> int:
+    """Dead letters of `levels` requested for a retry that no plan has claimed yet."""
+    found = conn.scalar(
+        text(
+            "SELECT count(*) FROM dead_letters WHERE drain = :d AND level = ANY(:l) "
+            "AND retry_requested_at IS NOT NULL AND retry_run_id IS NULL AND retried_at IS NULL"
+        ),
+        {"d": drain, "l": levels},
+    )
+    return int(found)
+
+
+def claim_requested(conn: Connection, drain: str, run_id: int, levels: list[int]) -> list[int]:
+    """In the transaction that stores run `run_id`'s plan: the requested retries of `levels`
+    become the run's (a resumed run processes the same ones); returns their ids."""
+    rows = conn.scalars(
+        text(
+            "UPDATE dead_letters SET retry_run_id = :r WHERE drain = :d AND level = ANY(:l) "
+            "AND retry_requested_at IS NOT NULL AND retry_run_id IS NULL AND retried_at IS NULL "
+            "RETURNING id"
+        ),
+        {"d": drain, "r": run_id, "l": levels},
+    ).all()
+    return sorted(int(i) for i in rows)
+
+
+def claimed_count(conn: Connection, run_id: int) -> int:
+    """How many dead letters run `run_id` retries (0 for an ordinary run)."""
+    found = conn.scalar(
+        text("SELECT count(*) FROM dead_letters WHERE retry_run_id = :r AND retried_at IS NULL"),
+        {"r": run_id},
+    )
+    return int(found)
+
+
+def claimed_records(conn: Any, run_id: int) -> list[tuple[Any, ...]]:
+    """The records run `run_id` retries, as they were read (a fixed value instead of the
+    stored one): (topic, partition, offset, level, key, value, headers, ts), offset order.
+    `conn` is a SQLAlchemy or a psycopg connection (the Spark driver has either)."""
+    query = (
+        'SELECT topic, partition, "offset", level, key, COALESCE(retry_value, value), '
+        "headers, ts FROM dead_letters WHERE retry_run_id = {p} AND retried_at IS NULL "
+        'ORDER BY topic, partition, "offset"'
+    )
+    if isinstance(conn, Connection):
+        return [tuple(r) for r in conn.execute(text(query.format(p=":r")), {"r": run_id})]
+    return list(conn.execute(query.format(p="%s"), (run_id,)).fetchall())
+
+
+def release_claim(conn: Connection, run_id: int) -> None:
+    """An abandoned run's retries are requested again: the next plan claims them, as the next
+    plan reads the abandoned ranges again."""
+    conn.execute(
+        text(
+            "UPDATE dead_letters SET retry_run_id = NULL WHERE retry_run_id = :r "
+            "AND retried_at IS NULL"
+        ),
+        {"r": run_id},
+    )
+
+
+@dataclass
+class RetryOutcome:
+    """What a retry run's commit did with the dead letters it claimed, per level."""
+
+    retried: dict[int, int] = field(default_factory=dict)
+    dead_again: dict[int, int] = field(default_factory=dict)
+    waiting: dict[int, int] = field(default_factory=dict)  # held back: claimed by the next plan
+
+    @property
+    def total_retried(self) -> int:
+        return sum(self.retried.values())
+
+    @property
+    def total_dead_again(self) -> int:
+        return sum(self.dead_again.values())
+
+
+def finish_retries(
+    conn: Connection,
+    run_id: int,
+    failures: dict[tuple[str, int], list[dict[str, Any]]],
+    redact: Any = str,
+) -> RetryOutcome:
+    """In the run's commit: each dead letter the run claimed is retried (done), dead again
+    (its new error, attempts + 1, the value it was retried with, published again), or, held
+    back behind a failed record of its key or partition, requested again for the next plan."""
+    outcome = RetryOutcome()
+    failed = {(t, p, f["offset"]): f for (t, p), found in failures.items() for f in found}
+    claimed = conn.execute(
+        text(
+            'SELECT id, topic, partition, "offset", level FROM dead_letters '
+            "WHERE retry_run_id = :r AND retried_at IS NULL ORDER BY id"
+        ),
+        {"r": run_id},
+    ).all()
+    for row in claimed:
+        failure = failed.get((row.topic, row.partition, row.offset))
+        if failure is None:
+            conn.execute(
+                text("UPDATE dead_letters SET retried_at = now() WHERE id = :i"), {"i": row.id}
+            )
+            outcome.retried[row.level] = outcome.retried.get(row.level, 0) + 1
+        elif failure["held_back"]:
+            conn.execute(
+                text("UPDATE dead_letters SET retry_run_id = NULL WHERE id = :i"), {"i": row.id}
+            )
+            outcome.waiting[row.level] = outcome.waiting.get(row.level, 0) + 1
+        else:
+            # the record as the handler got it this time (the fixed value, if one was given)
+            conn.execute(
+                text(
+                    "UPDATE dead_letters SET error = :e, attempts = attempts + 1, key = :k, "
+                    "value = :v, headers = CAST(:h AS jsonb), retry_value = NULL, "
+                    "retry_requested_at = NULL, retry_run_id = NULL, run_id = :r, "
+                    "dlq_published_at = NULL, created_at = now() WHERE id = :i"
+                ),
+                {
+                    "e": redact(failure["error"] or ""),
+                    "k": failure["key"],
+                    "v": failure["value"],
+                    "h": json.dumps(failure["headers"] or []),
+                    "r": run_id,
+                    "i": row.id,
+                },
+            )
+            outcome.dead_again[row.level] = outcome.dead_again.get(row.level, 0) + 1
+    return outcome
 
 
 def unpublished(conn: Connection, drain: str) -> Sequence[Row[Any]]:

@@ -1,8 +1,9 @@
-"""Issue 4 acceptance on the real stack: `drainer dlq list` and `drainer dlq retry`.
+"""Issue 4 and issue 52 acceptance on the real stack: `drainer dlq list|show|retry`.
 
-Dead letters are listed from Postgres; a retry re-produces them, unchanged, to their level
-topic and marks them retried, so the next run drains them as new records once the handler is
-fixed (here: the drain's handler is switched from poison_echo to record_echo in its YAML).
+Dead letters are listed from Postgres; a retry marks them requested and the drain's next run
+processes them again, from Postgres, once the handler is fixed (here: the drain's handler is
+switched from poison_echo to record_echo in its YAML) or with a fixed value (`--value-from`).
+Nothing goes back to Kafka: other drains of the same topics see nothing new.
 """
 
 from __future__ import annotations
@@ -90,14 +91,15 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
     body["drains"][drain.name]["handler"] = "spark_jobs.examples:record_echo"
     config.write_text(yaml.safe_dump(body))
 
-    # retry one by id, then the rest; nothing is ever retried twice
+    # request one by id, then the rest; nothing is ever requested twice
     one = min(d["id"] for d in listed)
     assert (
-        "re-produced 1 dead letters" in _cli("dlq", "retry", drain.name, "--ids", str(one)).stdout
+        "requested a retry of 1 dead letters"
+        in _cli("dlq", "retry", drain.name, "--ids", str(one)).stdout
     )
-    assert len(_listed(drain.name)) == 4
-    # an id already retried, or not a dead letter of the drain, is named; nothing is sent
-    # (before: `re-produced 0 dead letters`, exit 0)
+    assert [d["id"] for d in _listed(drain.name) if d["retry_requested_at"]] == [one]
+    # an id already requested, or not a dead letter of the drain, is named; nothing is
+    # requested (before: `re-produced 0 dead letters`, exit 0)
     again = subprocess.run(
         [str(DRAINER), "dlq", "retry", drain.name, "--ids", str(one), "999999999"],
         capture_output=True,
@@ -106,21 +108,26 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
         env={**os.environ, "COLUMNS": "250"},
     )
     assert again.returncode == 2, again.stderr
-    assert f"{one} is already retried" in again.stderr, again.stderr
+    assert f"{one} is already requested" in again.stderr, again.stderr
     assert f"999999999 is not a dead letter of drain '{drain.name}'" in again.stderr
-    assert len(_listed(drain.name)) == 4
-    assert "re-produced 4 dead letters" in _cli("dlq", "retry", drain.name).stdout
-    assert "re-produced 0 dead letters" in _cli("dlq", "retry", drain.name).stdout
+    assert "requested a retry of 4 dead letters" in _cli("dlq", "retry", drain.name).stdout
+    assert "requested a retry of 0 dead letters" in _cli("dlq", "retry", drain.name).stdout
+    requested = _listed(drain.name)
+    assert len(requested) == 5 and all(d["retry_requested_at"] for d in requested)
+    assert not any(d["retried_at"] for d in requested)
+    marks = level_watermarks(drain, range(3))
+    assert sum(wm.high for wm in marks.values()) == 160  # nothing was produced to Kafka
+
+    # the next run retries exactly the requested records (a run of their own), now
+    # successfully, then plans the levels as usual: nothing new to drain
+    second = drain_job.run(drain.name, trigger="test")
+    assert second.finished is not None
+    assert (second.finished.retried, second.finished.dead_again) == (5, 0)
+    assert second.drained == 0
+    assert sum(lv.dead_lettered for lv in second.levels) == 0
     assert _listed(drain.name) == []
     retried = _listed(drain.name, "--all")
     assert len(retried) == 5 and all(d["retried_at"] for d in retried)
-    marks = level_watermarks(drain, range(3))
-    assert sum(wm.high for wm in marks.values()) == 165  # 5 records re-produced
-
-    # the next run drains exactly the re-produced records, now successfully
-    second = drain_job.run(drain.name, trigger="test")
-    assert second.drained == 5
-    assert sum(lv.dead_lettered for lv in second.levels) == 0
     engine = get_engine()
     with engine.connect() as conn:
         rows = conn.execute(
@@ -137,11 +144,15 @@ def test_dlq_list_retry_and_drain_again(make_drain, spark):
             {"d": drain.name},
         ).all()
     assert len(rows) == 160  # 155 good records, then the 5 retried ones
-    retried_rows = [r for r in rows if r.run == second.run_id]
-    assert sorted((r.topic, r.key, r.value_size) for r in retried_rows) == sorted(
-        (topic, key.decode(), len(value)) for (topic, _, _), (key, value) in originals.items()
+    retried_rows = [r for r in rows if r.run == second.finished.run_id]
+    # as they were read: the handler saw each retried record at its own offset
+    assert sorted(
+        (r.topic, r.partition, r.offset, r.key, r.value_size) for r in retried_rows
+    ) == sorted(
+        (topic, partition, offset, key.decode(), len(value))
+        for (topic, partition, offset), (key, value) in originals.items()
     )
-    assert not {(r.topic, r.partition, r.offset) for r in rows} & set(originals)
+    assert len({(r.topic, r.partition, r.offset) for r in rows}) == 160  # each offset once
     assert dead == 5  # no new dead letters
     assert {(r.topic, r.partition): r.committed for r in offsets} == {
         (drain.level_topic(lvl), p): wm.high for (lvl, p), wm in marks.items()
@@ -199,15 +210,15 @@ def test_dead_letters_are_published_to_the_dlq_topic(make_drain, spark):
     assert unpublished == 0
 
 
-def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make_drain, spark):
-    """Repeated keys, 0x00 and non-UTF-8 bytes come back byte for byte; two retries at once
-    produce the dead letter once."""
+def test_binary_headers_survive_dead_letter_and_retry_and_one_of_two_concurrent_retries(
+    make_drain, spark
+):
+    """Repeated keys, 0x00 and non-UTF-8 bytes reach the handler byte for byte when retried
+    (it fails again: the dead letter stores what it got); two retries at once request the
+    dead letter once; nothing is produced to Kafka."""
     import threading
     import time
 
-    from confluent_kafka import Consumer, TopicPartition
-
-    from drainer.kafka.clients import client_config
     from drainer.lifecycle.dlq import retry_dead_letters
     from drainer.processing.headers import decode_headers
 
@@ -223,46 +234,66 @@ def test_binary_headers_survive_dead_letter_and_one_retry_of_two_concurrent(make
     produce_records(drain, [OutRecord(value=value, key=key, headers=headers)], level=1)
     first = drain_job.run(drain.name, trigger="test")
     assert sum(lv.dead_lettered for lv in first.levels) == 1
-    with get_engine().connect() as conn:
-        stored = conn.scalar(
-            text("SELECT headers FROM dead_letters WHERE drain = :d"), {"d": drain.name}
-        )
-    assert decode_headers(stored) == headers
 
-    start = threading.Barrier(2)
-    counts: list[int] = []
-    spans: list[tuple[float, float]] = []
+    def stored() -> tuple:
+        with get_engine().connect() as conn:
+            return conn.execute(
+                text(
+                    "SELECT id, key, value, headers, attempts, retry_requested_at "
+                    "FROM dead_letters WHERE drain = :d"
+                ),
+                {"d": drain.name},
+            ).one()
 
-    def retry() -> None:
-        start.wait()
-        began = time.monotonic()
-        counts.append(retry_dead_letters(drain))
-        spans.append((began, time.monotonic()))
+    assert decode_headers(stored().headers) == headers
 
-    threads = [threading.Thread(target=retry) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert sorted(counts) == [0, 1]
-    # the race happened: both retries began before either returned
-    assert max(b for b, _ in spans) < min(e for _, e in spans), spans
+    # a race test must see its race: tried until both requests were in flight at once (each
+    # round starts from an unrequested dead letter), and every round requests it once
+    def one_round() -> bool:
+        """Two requests at once; True when both were in flight together."""
+        start = threading.Barrier(2)
+        counts: list[int] = []
+        spans: list[tuple[float, float]] = []
 
-    topic = drain.level_topic(1)
-    consumer = Consumer(
-        client_config(drain, **{"group.id": f"check-{topic}", "enable.auto.commit": False})
-    )
-    consumer.assign([TopicPartition(topic, 0, 1)])  # offset 0 is the original
-    got = []
-    for _ in range(20):
-        message = consumer.poll(0.5)
-        if message is not None and message.error() is None:
-            got.append(message)
-    consumer.close()
-    assert len(got) == 1  # produced once by the two retries
-    retried = got[0]
-    assert (retried.key(), retried.value()) == (key, value)
-    assert retried.headers() == headers  # the same list, byte for byte, nothing added
+        def retry() -> None:
+            start.wait()
+            began = time.monotonic()
+            counts.append(retry_dead_letters(drain))
+            spans.append((began, time.monotonic()))
+
+        threads = [threading.Thread(target=retry) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(counts) == [0, 1]
+        return max(b for b, _ in spans) < min(e for _, e in spans)
+
+    overlapped = False
+    for _ in range(30):
+        if one_round():
+            overlapped = True
+            break
+        with get_engine().begin() as conn:
+            conn.execute(
+                text("UPDATE dead_letters SET retry_requested_at = NULL WHERE drain = :d"),
+                {"d": drain.name},
+            )
+    assert overlapped, "the two requests never ran at once"
+    assert stored().retry_requested_at is not None
+    marks = level_watermarks(drain, [1])
+    assert marks[(1, 0)].high == 1  # nothing produced: the original alone
+
+    # retried as it was read: the handler fails on it again, and the dead letter now holds
+    # what the handler got, byte for byte
+    second = drain_job.run(drain.name, trigger="test")
+    assert second.finished is not None
+    assert (second.finished.retried, second.finished.dead_again) == (0, 1)
+    again = stored()
+    assert (bytes(again.key), bytes(again.value)) == (key, value)
+    assert decode_headers(again.headers) == headers
+    assert again.attempts == 2 and again.retry_requested_at is None
+    assert _listed(drain.name)[0]["error"].startswith("ValueError: poison record at ")
 
 
 def test_a_record_dead_lettered_again_after_a_rewind_is_published_again(make_drain, spark):
@@ -288,3 +319,90 @@ def test_a_record_dead_lettered_again_after_a_rewind_is_published_again(make_dra
     got = _dlq_messages(drain, 2)
     sources = [dict(m.headers())["drainer-source"] for m in got]
     assert sources == [f"{drain.level_topic(0)}/0/3".encode()] * 2  # published twice
+
+
+def _sink_rows(drain) -> list:
+    with get_engine().connect() as conn:
+        return conn.execute(
+            text(
+                f'SELECT topic, partition, "offset", value_size, _drainer_run_id AS run '
+                f'FROM "{drain.sink.table}" ORDER BY topic, partition, "offset"'
+            )
+        ).all()
+
+
+def test_a_retry_goes_to_its_own_drain_only_once_and_with_the_fixed_value(
+    make_drain, spark, tmp_path
+):
+    """Issue 52: `dlq retry` on topics read by two drains: the other drain sees nothing new.
+
+    Before: the retry re-produced the record to the shared level topic, so drain B drained a
+    copy of drain A's dead letter (and a crash between Kafka's ack and the Postgres update
+    produced it twice)."""
+    a = make_drain(
+        mode="record",
+        handler="spark_jobs.examples:poison_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        max_attempts=1,
+        ordering="unordered",  # the records after the poison one are not held back
+        levels=2,
+        partitions=1,
+    )
+    config_a = os.environ["DRAINER_CONFIG"]
+    b = make_drain(
+        topic=a.topic,
+        mode="record",
+        handler="spark_jobs.examples:record_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        levels=2,
+        partitions=1,
+    )
+    values = [b"poison 3" if i == 3 else b"fine %d" % i for i in range(8)]
+    produce_records(a, [OutRecord(value=v, key=b"k") for v in values], level=1)
+    first_a = drain_job.run(a, trigger="test")
+    first_b = drain_job.run(b, trigger="test")
+    assert (first_a.drained, first_b.drained) == (8, 8)
+    [dead] = _listed_in(config_a, a.name)
+    assert dead["offset"] == 3
+
+    fixed = tmp_path / "fixed.bin"
+    fixed.write_bytes(b"fixed value, much longer than the original")
+    out = _cli_in(
+        config_a, "dlq", "retry", a.name, "--ids", str(dead["id"]), "--value-from", str(fixed)
+    )
+    assert "requested a retry of 1 dead letters" in out.stdout
+
+    # drain B: nothing new (before: the copy, at offset 8)
+    second_b = drain_job.run(b, trigger="test")
+    assert second_b.drained == 0 and second_b.finished is None
+    assert len(_sink_rows(b)) == 8
+    assert level_watermarks(a, [1])[(1, 0)].high == 8
+
+    # drain A: the fixed record once, at its own offset, with the new value
+    second_a = drain_job.run(a, trigger="test")
+    assert second_a.finished is not None
+    assert (second_a.finished.retried, second_a.finished.dead_again) == (1, 0)
+    assert second_a.drained == 0
+    rows = _sink_rows(a)
+    assert [(r.offset, r.run) for r in rows if r.offset == 3] == [(3, second_a.finished.run_id)]
+    assert [r.value_size for r in rows if r.offset == 3] == [len(fixed.read_bytes())]
+    assert len(rows) == 8 and len({r.offset for r in rows}) == 8
+    [after] = _listed_in(config_a, a.name, "--all")
+    assert after["retried_at"] is not None
+    assert _listed_in(config_a, a.name) == []
+    # and again: nothing is retried twice
+    assert drain_job.run(a, trigger="test").finished is None
+    assert len(_sink_rows(a)) == 8
+
+
+def _cli_in(config: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "250", "DRAINER_CONFIG": config}
+    proc = subprocess.run(
+        [str(DRAINER), *args], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def _listed_in(config: str, drain_name: str, *flags: str) -> list[dict]:
+    return json.loads(_cli_in(config, "dlq", "list", drain_name, "--json", *flags).stdout)
