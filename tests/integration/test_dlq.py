@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -406,3 +407,51 @@ def _cli_in(config: str, *args: str) -> subprocess.CompletedProcess:
 
 def _listed_in(config: str, drain_name: str, *flags: str) -> list[dict]:
     return json.loads(_cli_in(config, "dlq", "list", drain_name, "--json", *flags).stdout)
+
+
+def test_a_retry_crashed_after_its_table_commit_lands_once_when_resumed(make_drain, lakehouse):
+    """Exactly once for a retried dead letter: the retry run commits its Delta table, is killed
+    before Postgres commits, and the resumed run finds that commit and writes nothing again."""
+    from lifecycle_helpers import cli
+    from test_lakehouse import sink_of, table_offsets, table_run_ids
+
+    from drainer import faults
+    from drainer.lifecycle.dlq import retry_dead_letters
+
+    drain = make_drain(
+        mode="record",
+        handler="spark_jobs.examples:poison_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        ordering="unordered",
+        max_attempts=1,
+        levels=1,
+        partitions=1,
+        sink=sink_of("delta"),
+    )
+    topic = drain.level_topic(0)
+    values = [b"poison 5" if i == 5 else b"fine" for i in range(10)]
+    produce_records(drain, [OutRecord(value=v, key=b"k") for v in values], level=0)
+    first = drain_job.run(drain, trigger="test")
+    assert sum(lv.dead_lettered for lv in first.levels) == 1
+    [dead] = _listed(drain.name)
+    assert retry_dead_letters(drain, ids=[dead["id"]], value=b"fixed") == 1
+
+    crashed = cli("run", drain.name, fault="after_table_commit")
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+    with get_engine().connect() as conn:
+        retry_run = conn.scalar(
+            text("SELECT retry_run_id FROM dead_letters WHERE id = :i"), {"i": dead["id"]}
+        )
+    assert table_run_ids(drain) == [first.run_id, retry_run]  # the table holds the retry
+    assert _listed(drain.name)[0]["retried_at"] is None  # Postgres does not, yet
+
+    proc = cli("run", drain.name, "--json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    resumed = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert resumed["finished"]["run_id"] == retry_run
+    assert (resumed["finished"]["retried"], resumed["finished"]["dead_again"]) == (1, 0)
+    assert table_run_ids(drain) == [first.run_id, retry_run]  # not written a second time
+    assert table_offsets(drain) == Counter({(topic, 0, o): 1 for o in range(10)})
+    assert _listed(drain.name) == []
+    [after] = _listed(drain.name, "--all")
+    assert after["retried_at"] is not None
