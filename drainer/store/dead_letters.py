@@ -391,13 +391,14 @@ def claimed_records(conn: Any, run_id: int) -> list[tuple[Any, ...]]:
     return list(conn.execute(query.format(p="%s"), (run_id,)).fetchall())
 
 
-def release_claim(conn: Connection, run_id: int) -> None:
-    """An abandoned run's retries are requested again: the next plan claims them, as the next
-    plan reads the abandoned ranges again."""
+def cancel_claim(conn: Connection, run_id: int) -> None:
+    """An abandoned run's retries are cancelled: its dead letters stay dead letters, not
+    requested (a retry that fails the whole run every time would otherwise block the drain
+    again at once); `dlq retry` requests them again once the cause is fixed."""
     conn.execute(
         text(
-            "UPDATE dead_letters SET retry_run_id = NULL WHERE retry_run_id = :r "
-            "AND retried_at IS NULL"
+            "UPDATE dead_letters SET retry_run_id = NULL, retry_requested_at = NULL, "
+            "retry_value = NULL WHERE retry_run_id = :r AND retried_at IS NULL"
         ),
         {"r": run_id},
     )

@@ -266,7 +266,7 @@ def abandon(conn: Connection, lease: Lease, run: StoredRun, who: str, reason: st
         },
     )
     dead_letters.clear_failures(conn, run.id)
-    dead_letters.release_claim(conn, run.id)
+    dead_letters.cancel_claim(conn, run.id)
 
 
 def abandons(conn: Connection, drain: str) -> list[dict[str, Any]]:

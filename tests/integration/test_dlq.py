@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 from offsets import level_watermarks
 from sqlalchemy import text
@@ -394,6 +395,11 @@ def test_a_retry_goes_to_its_own_drain_only_once_and_with_the_fixed_value(
     # and again: nothing is retried twice
     assert drain_job.run(a, trigger="test").finished is None
     assert len(_sink_rows(a)) == 8
+    # a run with no levels among the drain's runs: status still reads them
+    from drainer.observe.status import drain_status
+
+    runs = {r["id"]: r for r in drain_status(a)["runs"]}
+    assert runs[second_a.finished.run_id]["status"] == "committed"
 
 
 def _cli_in(config: str, *args: str) -> subprocess.CompletedProcess:
@@ -455,3 +461,37 @@ def test_a_retry_crashed_after_its_table_commit_lands_once_when_resumed(make_dra
     assert _listed(drain.name) == []
     [after] = _listed(drain.name, "--all")
     assert after["retried_at"] is not None
+
+
+def test_abandoning_a_retry_run_that_cannot_succeed_cancels_its_requests(make_drain, spark):
+    """A retry run that fails as a whole blocks the drain like any open plan; `plan abandon`
+    ends it and the dead letters stay dead letters, not requested, so the next run plans the
+    levels as usual."""
+    from drainer.errors import RunFailed
+    from drainer.lifecycle.abandon import abandon_plan
+    from drainer.lifecycle.dlq import retry_dead_letters
+    from drainer.lifecycle.run import drain_once
+
+    drain = make_drain(
+        mode="record",
+        handler="spark_jobs.examples:poison_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        max_attempts=1,
+        partitions=1,
+    )
+    produce_records(drain, [OutRecord(value=b"poison", key=b"k")], level=0)
+    drain_job.run(drain, trigger="test")
+    [dead] = _listed(drain.name)
+    assert retry_dead_letters(drain, ids=[dead["id"]], value=b"still poison") == 1
+
+    def broken(ctx):
+        assert ctx.run.retries == 1 and ctx.run.ranges == [] and ctx.run.levels == []
+        raise RuntimeError("the processor cannot run at all")
+
+    with pytest.raises(RunFailed, match="cannot run at all"):
+        drain_once(drain, broken, trigger="test")
+    abandoned = abandon_plan(drain, "the retry cannot succeed until the handler is fixed")
+    assert abandoned.retries == 1
+    [after] = _listed(drain.name)
+    assert after["retry_requested_at"] is None and after["retried_at"] is None
+    assert drain_job.run(drain, trigger="test").finished is None
