@@ -415,8 +415,9 @@ def _listed_in(config: str, drain_name: str, *flags: str) -> list[dict]:
     return json.loads(_cli_in(config, "dlq", "list", drain_name, "--json", *flags).stdout)
 
 
-def test_a_retry_crashed_after_its_table_commit_lands_once_when_resumed(make_drain, lakehouse):
-    """Exactly once for a retried dead letter: the retry run commits its Delta table, is killed
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_retry_crashed_after_its_table_commit_lands_once_when_resumed(make_drain, lakehouse, fmt):
+    """Exactly once for a retried dead letter: the retry run commits its table, is killed
     before Postgres commits, and the resumed run finds that commit and writes nothing again."""
     from lifecycle_helpers import cli
     from test_lakehouse import sink_of, table_offsets, table_run_ids
@@ -432,7 +433,7 @@ def test_a_retry_crashed_after_its_table_commit_lands_once_when_resumed(make_dra
         max_attempts=1,
         levels=1,
         partitions=1,
-        sink=sink_of("delta"),
+        sink=sink_of(fmt),
     )
     topic = drain.level_topic(0)
     values = [b"poison 5" if i == 5 else b"fine" for i in range(10)]
@@ -495,3 +496,45 @@ def test_abandoning_a_retry_run_that_cannot_succeed_cancels_its_requests(make_dr
     [after] = _listed(drain.name)
     assert after["retry_requested_at"] is None and after["retried_at"] is None
     assert drain_job.run(drain, trigger="test").finished is None
+
+
+def test_a_retry_crashed_after_its_kafka_transaction_lands_once_when_resumed(make_drain, spark):
+    """The Kafka sink's side: the retry run's transaction commits, the process is killed
+    before Postgres commits, and the resumed run finds the run's marker: the retried record is
+    in the output topic once, read_committed."""
+    from kafka_output import output_topic, sources
+    from lifecycle_helpers import cli
+
+    from drainer import faults
+    from drainer.lifecycle.dlq import retry_dead_letters
+
+    with output_topic() as out:
+        drain = make_drain(
+            mode="record",
+            handler="spark_jobs.examples:kafka_poison_echo",
+            output_schema="key binary, value binary",
+            ordering="unordered",
+            max_attempts=1,
+            levels=1,
+            partitions=1,
+            sink={"type": "kafka", "topic": out},
+        )
+        topic = drain.level_topic(0)
+        values = [b"poison 5" if i == 5 else b"fine" for i in range(10)]
+        produce_records(drain, [OutRecord(value=v, key=b"k") for v in values], level=0)
+        drain_job.run(drain, trigger="test")
+        assert f"{topic}/0/5" not in sources(out)
+        [dead] = _listed(drain.name)
+        assert retry_dead_letters(drain, ids=[dead["id"]], value=b"fixed") == 1
+
+        crashed = cli("run", drain.name, fault="after_table_commit")
+        assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+        assert sources(out)[f"{topic}/0/5"] == 1  # Kafka holds the retry, Postgres not yet
+        assert _listed(drain.name)[0]["retried_at"] is None
+
+        proc = cli("run", drain.name, "--json")
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        resumed = json.loads(proc.stdout[proc.stdout.index("{") :])
+        assert (resumed["finished"]["retried"], resumed["finished"]["dead_again"]) == (1, 0)
+        assert sources(out) == Counter({f"{topic}/0/{o}": 1 for o in range(10)})
+        assert _listed(drain.name) == []
