@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from drainer.lifecycle.results import RunContext
 from drainer.processing.headers import decode_headers
-from drainer.store import dead_letters
+from drainer.store import retries
 
 # Spark's Kafka source schema, then the `level` the read adds (spark_jobs.kafka_source)
 KAFKA_ROW = (
@@ -26,7 +26,7 @@ def retried_records(spark: SparkSession, ctx: RunContext) -> DataFrame:
     """The run's claimed dead letters, in (topic, partition, offset) order in one Spark
     partition: record mode needs each Kafka partition's records together and in order."""
     with ctx.engine.connect() as conn:
-        claimed = dead_letters.claimed_records(conn, ctx.run.id)
+        claimed = retries.claimed_records(conn, ctx.run.id)
     rows = [
         (
             None if key is None else bytes(key),

@@ -21,7 +21,7 @@ from drainer.errors import ConfigError
 from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.session import KafkaSession
 from drainer.processing.headers import decode_headers
-from drainer.store import dead_letters, get_engine
+from drainer.store import dead_letters, get_engine, retries
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def retry_dead_letters(
             _check_ids(drain.name, ids, known)
             if value is None and not as_is:
                 _refuse_undecodable(drain.name, [known[i] for i in ids])
-        rows = dead_letters.request_retry(
+        rows = retries.request_retry(
             conn, drain.name, ids, undecodable_too=bool(ids) or as_is, value=value
         )
     if rows:

@@ -8,7 +8,7 @@ crash leaves it open like any plan, resumed with the same dead letters (the run 
 first, as an open plan of other levels is). The executor reads the claimed records from
 Postgres instead of Kafka, as they were read (a fixed value in place of the stored one), and
 the sink writes them under the run's own proof; the commit marks each retried or dead again
-(`drainer.store.dead_letters.finish_retries`).
+(`drainer.store.retries.finish_retries`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 from sqlalchemy import Engine
 
 from drainer.config import DrainConfig
-from drainer.store import dead_letters, runs
+from drainer.store import retries, runs
 from drainer.store.leases import Lease
 from drainer.store.runs import StoredRun
 
@@ -30,12 +30,12 @@ def plan_retries(
 ) -> StoredRun | None:
     """Store a run that claims the requested dead letters of `levels`; None when none wait."""
     with engine.begin() as conn:
-        if not dead_letters.requested_retries(conn, drain.name, levels):
+        if not retries.requested_retries(conn, drain.name, levels):
             return None
         run_id = runs.write_plan(
             conn, lease, drain.name, drain.budget, drain.mode, [], trigger, [], [], {}
         )
-        claimed = dead_letters.claim_requested(conn, drain.name, run_id, levels)
+        claimed = retries.claim_requested(conn, drain.name, run_id, levels)
         stored = runs.get_run(conn, run_id)
     log.info(
         "planned run %d of drain %s: retrying dead letters %s",

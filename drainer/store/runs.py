@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Row, text
 
 from drainer.offset_map import PartitionProgress
-from drainer.store import dead_letters
+from drainer.store import dead_letters, retries
 from drainer.store.leases import Lease, check_fence, set_owner
 from drainer.store.offsets import insert_initial_offsets
 
@@ -116,7 +116,7 @@ def _load_run(conn: Connection, row: Any) -> StoredRun:
         ranges,
         row.nonce,
         row.planned_at,
-        dead_letters.claimed_count(conn, row.id),
+        retries.claimed_count(conn, row.id),
     )
 
 
@@ -266,7 +266,7 @@ def abandon(conn: Connection, lease: Lease, run: StoredRun, who: str, reason: st
         },
     )
     dead_letters.clear_failures(conn, run.id)
-    dead_letters.cancel_claim(conn, run.id)
+    retries.cancel_claim(conn, run.id)
 
 
 def abandons(conn: Connection, drain: str) -> list[dict[str, Any]]:
