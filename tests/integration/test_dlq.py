@@ -469,7 +469,6 @@ def test_abandoning_a_retry_run_that_cannot_succeed_cancels_its_requests(make_dr
     ends it and the dead letters stay dead letters, not requested, so the next run plans the
     levels as usual."""
     from drainer.errors import RunFailed
-    from drainer.lifecycle.abandon import abandon_plan
     from drainer.lifecycle.dlq import retry_dead_letters
     from drainer.lifecycle.run import drain_once
 
@@ -484,6 +483,8 @@ def test_abandoning_a_retry_run_that_cannot_succeed_cancels_its_requests(make_dr
     drain_job.run(drain, trigger="test")
     [dead] = _listed(drain.name)
     assert retry_dead_letters(drain, ids=[dead["id"]], value=b"still poison") == 1
+    planned = " ".join(_cli("plan", drain.name).stdout.split())
+    assert "1 dead letters wait for their retry" in planned, planned
 
     def broken(ctx):
         assert ctx.run.retries == 1 and ctx.run.ranges == [] and ctx.run.levels == []
@@ -491,8 +492,10 @@ def test_abandoning_a_retry_run_that_cannot_succeed_cancels_its_requests(make_dr
 
     with pytest.raises(RunFailed, match="cannot run at all"):
         drain_once(drain, broken, trigger="test")
-    abandoned = abandon_plan(drain, "the retry cannot succeed until the handler is fixed")
-    assert abandoned.retries == 1
+    shown = " ".join(_cli("plan", drain.name).stdout.split())
+    assert "resumes it with these same 1 dead letters (a retry)" in shown, shown
+    out = _cli("plan", "abandon", drain.name, "--reason", "the handler must be fixed first")
+    assert "its retry of 1 dead letters is cancelled" in " ".join(out.stdout.split())
     [after] = _listed(drain.name)
     assert after["retry_requested_at"] is None and after["retried_at"] is None
     assert drain_job.run(drain, trigger="test").finished is None
