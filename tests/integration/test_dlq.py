@@ -541,3 +541,37 @@ def test_a_retry_crashed_after_its_kafka_transaction_lands_once_when_resumed(mak
         assert (resumed["finished"]["retried"], resumed["finished"]["dead_again"]) == (1, 0)
         assert sources(out) == Counter({f"{topic}/0/{o}": 1 for o in range(10)})
         assert _listed(drain.name) == []
+
+
+def test_a_retry_crashed_after_staging_in_postgres_lands_once_when_resumed(make_drain, spark):
+    """The Postgres sink's side: the retry run staged its rows and was killed before the
+    commit; the resumed run stages them again and publishes them once."""
+    from lifecycle_helpers import cli
+
+    from drainer import faults
+    from drainer.lifecycle.dlq import retry_dead_letters
+
+    drain = make_drain(
+        mode="record",
+        handler="spark_jobs.examples:poison_echo",
+        output_schema=RECORD_ECHO_SCHEMA,
+        ordering="unordered",
+        max_attempts=1,
+        levels=1,
+        partitions=1,
+    )
+    values = [b"poison 2" if i == 2 else b"fine" for i in range(6)]
+    produce_records(drain, [OutRecord(value=v, key=b"k") for v in values], level=0)
+    drain_job.run(drain, trigger="test")
+    [dead] = _listed(drain.name)
+    assert retry_dead_letters(drain, ids=[dead["id"]], value=b"fixed") == 1
+
+    crashed = cli("run", drain.name, fault="after_staging")
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+    assert [r.offset for r in _sink_rows(drain)] == [0, 1, 3, 4, 5]  # staged, not published
+
+    resumed = drain_job.run(drain, trigger="test")
+    assert resumed.finished is not None and resumed.finished.resumed
+    assert (resumed.finished.retried, resumed.finished.dead_again) == (1, 0)
+    assert [r.offset for r in _sink_rows(drain)] == list(range(6))
+    assert _listed(drain.name) == []
