@@ -59,6 +59,9 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
     if result.finished is not None:
         metadata["finished_run_id"] = dg.MetadataValue.int(result.finished.run_id)
         metadata["finished_run_drained"] = dg.MetadataValue.int(result.finished.drained)
+        if result.finished.retried or result.finished.dead_again:  # dead letters `dlq retry` gave
+            metadata["dead_letters_retried"] = dg.MetadataValue.int(result.finished.retried)
+            metadata["dead_letters_failed_again"] = dg.MetadataValue.int(result.finished.dead_again)
     # the sink table's new columns (new optional fields of the records), audited per run
     metadata["run_columns_added"] = dg.MetadataValue.int(len(result.columns_added))
     if result.columns_added:

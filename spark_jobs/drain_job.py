@@ -41,6 +41,7 @@ from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
 from spark_jobs.decode import STRUCTURED, decode
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import count_read, counted, read_ranges
+from spark_jobs.retried import retried_records
 from spark_jobs.session import cores, describe, get_spark
 from spark_jobs.sinks import SparkSink, spark_sink_for
 from spark_jobs.sinks.upsert import flag_records
@@ -186,7 +187,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         if landed is not None:
             record_proof(ctx, landed)
     failures_of = ctx.attempt if landed is None else landed.attempt
-    if not ctx.readable_ranges():
+    if not (ctx.readable_ranges() or ctx.run.retries):
         # retention deleted every planned record since the plan: nothing to read or write; a
         # commit an earlier attempt made is still the run's, and goes on record with it
         return ExecutionResult(
@@ -197,14 +198,19 @@ def _execute(ctx: RunContext) -> ExecutionResult:
     tag = attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
     try:
-        df = read_ranges(
-            spark,
-            drain,
-            settings.bootstrap_servers,
-            ctx.run.ranges,
-            ctx.read_from,
-            cores=cores(spark) if drain.mode == "dataframe" else None,
-            home=settings.home,
+        # a run of retried dead letters has no ranges: its records come from Postgres
+        df = (
+            retried_records(spark, ctx)
+            if ctx.run.retries
+            else read_ranges(
+                spark,
+                drain,
+                settings.bootstrap_servers,
+                ctx.run.ranges,
+                ctx.read_from,
+                cores=cores(spark) if drain.mode == "dataframe" else None,
+                home=settings.home,
+            )
         )
         if landed is not None:
             log.warning(

@@ -22,8 +22,8 @@ def register(sub: Subcommands) -> None:
         sub,
         "dlq",
         cmd_dlq,
-        "dead letters: list them, show one (payload and reason), or retry them by "
-        "re-producing to their level",
+        "dead letters: list them, show one (payload and reason), or retry them: the drain's "
+        "next run processes them again (this drain only; nothing is sent to Kafka)",
     )
     p.add_argument("action", choices=["list", "show", "retry"])
     p.add_argument("drain")
@@ -33,8 +33,8 @@ def register(sub: Subcommands) -> None:
         "--value-from",
         metavar="FILE",
         type=Path,
-        help="retry: send this file's bytes as the value of the one dead letter --ids names "
-        "(a fixed record)",
+        help="retry: the one dead letter --ids names is retried with this file's bytes as "
+        "its value (a fixed record)",
     )
     p.add_argument(
         "--as-is",
@@ -63,8 +63,9 @@ def cmd_dlq(args: argparse.Namespace) -> int:
             drain, args.settings, ids=args.ids or None, value=value, as_is=args.as_is
         )
         console.print(
-            f"re-produced {retried:,} dead letters to their level topics; "
-            "they drain in the next runs"
+            f"requested a retry of {retried:,} dead letters: the next `drainer run "
+            f"{drain.name}` processes them again (only this drain; nothing is sent to Kafka)",
+            highlight=False,
         )
         left = 0 if args.ids or args.as_is else dlq.undecodable_left(drain, args.settings)
         if left:
@@ -81,7 +82,18 @@ def cmd_dlq(args: argparse.Namespace) -> int:
         return 0
     print_table(
         f"dead letters of {drain.name}",
-        ["id", "topic", "partition", "offset", "key", "attempts", "error", "value", "retried"],
+        [
+            "id",
+            "topic",
+            "partition",
+            "offset",
+            "key",
+            "attempts",
+            "error",
+            "value",
+            "retry requested",
+            "retried",
+        ],
         [
             [
                 str(r["id"]),
@@ -92,6 +104,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
                 str(r["attempts"]),
                 (r["error"] or "")[:80],
                 _preview(r),
+                str(r["retry_requested_at"] or ""),
                 str(r["retried_at"] or ""),
             ]
             for r in rows
@@ -112,6 +125,8 @@ def _show(args: argparse.Namespace, drain: DrainConfig) -> int:
         print(json.dumps(_without_payload(row), indent=2, default=str))
         return 0
     retried = f", retried {row['retried_at']}" if row["retried_at"] else ""
+    if not retried and row["retry_requested_at"]:
+        retried = f", retry requested {row['retry_requested_at']} (the next run retries it)"
     console.print(
         f"dead letter {row['id']} of {name}: {row['topic']}[{row['partition']}]@{row['offset']} "
         f"(level {row['level']}), {row['attempts']} attempt(s), run {row['run_id']}{retried}",

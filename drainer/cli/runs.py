@@ -45,7 +45,7 @@ def register(sub: Subcommands) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from drainer.kafka.session import KafkaSession
     from drainer.lifecycle.planning import plan_next_run
-    from drainer.store import get_engine, runs
+    from drainer.store import get_engine, retries, runs
 
     if args.abandon_drain is not None:
         if args.drain != "abandon":
@@ -103,6 +103,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _print_ranges("ranges", [(drain.level_topic(r.level), r) for r in plan.ranges])
     for wait in plan.alignment:
         console.print(f"{drain.level_topic(wait.level)}[{wait.partition}] {wait.reason}")
+    with engine.connect() as conn:
+        waiting = retries.requested_retries(conn, drain.name, planned.levels)
+    if waiting:
+        console.print(
+            f"{waiting:,} dead letters wait for their retry (`drainer dlq retry`): the next run "
+            "retries them first, in a run of their own",
+            highlight=False,
+        )
     return 0
 
 
@@ -173,6 +181,12 @@ def cmd_plan_abandon(args: argparse.Namespace) -> int:
         f"abandoned run {run.id} of {drain.name} ({run.status} after {run.attempts} attempt(s)); "
         "nothing was committed, the next run plans afresh (audited in plan_abandons)"
     )
+    if run.retries:
+        console.print(
+            f"its retry of {run.retries:,} dead letters is cancelled: they stay dead letters "
+            f"(`drainer dlq retry {drain.name}` requests them again once the cause is fixed)",
+            highlight=False,
+        )
     _print_ranges(f"ranges of run {run.id}", [(r.topic, r) for r in run.ranges])
     return 0
 
@@ -187,9 +201,12 @@ def _print_ranges(title: str, ranges: list[tuple[str, Any]]) -> None:
 
 def _show_open_run(drain: DrainConfig, run: Any, as_json: bool) -> int:
     """The next run resumes this uncommitted plan, so that is what `plan` must show."""
+    what = (
+        f"these same {run.retries:,} dead letters (a retry)" if run.retries else "these same ranges"
+    )
     note = (
         f"run {run.id} of {drain.name} is {run.status} after {run.attempts} attempt(s): "
-        "the next run resumes it with these same ranges (or end it with "
+        f"the next run resumes it with {what} (or end it with "
         f"`drainer plan abandon {drain.name} --reason TEXT`)"
     )
     if as_json:
@@ -201,6 +218,7 @@ def _show_open_run(drain: DrainConfig, run: Any, as_json: bool) -> int:
             "levels": run.levels,
             "ranges": ranges,
             "total_planned": sum(r["records"] for r in ranges),
+            "dead_letters_retried": run.retries,
             "note": note,
         }
         print(json.dumps(body, indent=2))
@@ -256,12 +274,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, default=str))
         return 0
-    if result.finished is not None:  # an open plan for other levels was finished first
-        print_run_table(result.finished, note="open plan of other levels, finished first")
+    if result.finished is not None:  # an open plan, or retried dead letters, went first
+        print_first_run(result.finished)
     print_run_table(result)
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     return 0
+
+
+def print_first_run(result: Any) -> None:
+    """The run a call carried out before its own plan: retried dead letters (a line), or an
+    open plan of other levels (its table)."""
+    if result.levels or not (result.retried or result.dead_again):
+        print_run_table(result, note="open plan of other levels, finished first")
+        return
+    again = (
+        f", {result.dead_again:,} failed again (`drainer dlq list`)" if result.dead_again else ""
+    )
+    console.print(
+        f"run {result.run_id} of {result.drain}"
+        + (" (resumed)" if result.resumed else "")
+        + f": {result.retried:,} dead letters retried{again}; "
+        f"{result.published_rows:,} sink rows published",
+        highlight=False,
+    )
 
 
 def print_run_table(result: Any, note: str | None = None) -> None:

@@ -19,6 +19,7 @@ from drainer.lifecycle.results import ExecutionResult
 from drainer.sinks import Sink, SinkCommit
 from drainer.store import dead_letters, lost_offsets, offsets, runs, throughput, topics
 from drainer.store.leases import Lease, check_fence
+from drainer.store.retries import RetryOutcome, finish_retries
 from drainer.store.runs import StoredRange, StoredRun
 
 
@@ -36,6 +37,8 @@ class LevelOutcome:
 class CommitResult:
     levels: dict[int, LevelOutcome]
     published_rows: int
+    # a run of retried dead letters: what became of them (None: an ordinary run)
+    retries: RetryOutcome | None = None
 
 
 def commit_run(
@@ -107,11 +110,13 @@ def commit_run(
                 out.lost_to_retention,
             )
         throughput.store_read(conn, run.id, measured)
+        # its plan has no ranges: every failure staged is one of its retried dead letters
+        retried = finish_retries(conn, run.id, failures, redact) if run.retries else None
         dead_letters.clear_failures(conn, run.id)
         if executed.table_commit:  # a sink's table commit, made before this transaction
             runs.store_table_commit(conn, run.id, executed.table_commit.as_dict())
         runs.mark_committed(conn, run.id, duration_s, published)
-    return CommitResult(levels, published)
+    return CommitResult(levels, published, retried)
 
 
 def _skip_retention_losses(

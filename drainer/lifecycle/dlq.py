@@ -1,17 +1,16 @@
 """Dead letters: records that failed `max_attempts` times. List them, retry them, publish them.
 
-A retry re-produces the record to its level topic with key, value and headers byte-identical
-(nothing added: the handler sees the record it failed on) and drains it again as a new record
-(new offset); the dead letter's `retried_at` and a log line record which one it was. Claiming a dead letter marks it retried in the same statement, inside the transaction
-that stays open until Kafka acknowledged the records, so two concurrent retries never both
-produce one, and a failed produce leaves it unretried. A crash between Kafka's acknowledgement
-and the commit leaves it unretried too: retried again, it is produced twice (at least once).
+A retry hands the records back to their own drain only: `retry_dead_letters` marks them
+requested in Postgres (with a fixed value, when given) and sends nothing to Kafka, so no other
+drain of the same topics ever sees them. The drain's next run claims them in the transaction
+that stores its plan (a resumed run retries the same ones), processes them as they were read
+(key, value, headers, timestamp, topic, partition, offset, level) without touching any offset,
+and its commit marks each retried, or dead again with its new error (`drainer.lifecycle.retries`).
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import logging
 from typing import Any
@@ -25,7 +24,7 @@ from drainer.kafka.producer import OutRecord, produce_records
 from drainer.kafka.session import KafkaSession
 from drainer.processing.headers import decode_headers
 from drainer.settings import Settings
-from drainer.store import dead_letters, get_engine
+from drainer.store import dead_letters, get_engine, retries
 
 log = logging.getLogger(__name__)
 
@@ -120,42 +119,31 @@ def retry_dead_letters(
     value: bytes | None = None,
     as_is: bool = False,
 ) -> int:
-    """Claim dead letters (marking them retried), re-produce them, then commit the claim.
+    """Request a retry of dead letters by their drain's next run; returns how many.
 
-    Named `ids` that are not the drain's dead letters, or were retried already, are a
-    ConfigError naming them, and nothing is re-produced. `value` replaces the payload of the
-    one dead letter named (a fixed record). A record that did not decode would fail the same
-    way again: named, it is refused unless fixed (`value`) or `as_is` (the drain's format was
-    fixed since); without `ids`, such records stay and the others are retried.
+    Named `ids` that are not the drain's dead letters, or were retried (or requested) already,
+    are a ConfigError naming them, and nothing is requested. `value` replaces the payload of
+    the one dead letter named (a fixed record). A record that did not decode would fail the
+    same way again: named, it is refused unless fixed (`value`) or `as_is` (the drain's format
+    was fixed since); without `ids`, such records stay and the others are requested.
     """
     if value is not None and (not ids or len(ids) != 1):
         raise ConfigError(
             "dlq retry --value-from fixes one dead letter: name it with `--ids ID` "
             f"(`drainer dlq show {drain.name} ID` prints its payload)"
         )
-    with get_engine(settings.database_url).begin() as conn, KafkaSession(drain, settings) as kafka:
+    with get_engine(settings.database_url).begin() as conn:
         if ids:
             known = dead_letters.retried_of(conn, drain.name, ids)
             _check_ids(drain.name, ids, known)
             if value is None and not as_is:
                 _refuse_undecodable(drain.name, [known[i] for i in ids])
-        rows = dead_letters.claim_for_retry(
-            conn, drain.name, ids, undecodable_too=bool(ids) or as_is
+        rows = retries.request_retry(
+            conn, drain.name, ids, undecodable_too=bool(ids) or as_is, value=value
         )
-        records = {r.id: _as_record(r) for r in rows}
-        if value is not None:
-            [fixed] = rows
-            records[fixed.id] = dataclasses.replace(records[fixed.id], value=value)
-        for level in sorted({r.level for r in rows}):
-            produce_records(
-                drain,
-                (records[r.id] for r in rows if r.level == level),
-                level=level,
-                kafka=kafka,
-            )
     if rows:
         log.info(
-            "drain %s: re-produced dead letters %s to their level topics%s",
+            "drain %s: dead letters %s requested for a retry by its next run%s",
             drain.name,
             ", ".join(str(r.id) for r in rows),
             " (with the value given)" if value is not None else "",
@@ -178,21 +166,28 @@ def _refuse_undecodable(drain: str, rows: list[Any]) -> None:
         f"dead letter {first.id} did not decode ({first.error.removeprefix(dead_letters.UNDECODABLE)})"
         " and would fail the same way again: fix it with `drainer dlq retry "
         f"{drain} --ids {first.id} --value-from FILE` (`drainer dlq show {drain} {first.id}` "
-        "prints it), or add --as-is once the drain's format is fixed; nothing was re-produced"
+        "prints it), or add --as-is once the drain's format is fixed; nothing was requested"
     )
 
 
 def _check_ids(drain: str, ids: list[int], known: dict[int, Any]) -> None:
     unknown = [i for i in ids if i not in known]
     retried = [i for i in ids if i in known and known[i].retried_at is not None]
+    requested = [
+        i
+        for i in ids
+        if i in known and known[i].retried_at is None and known[i].retry_requested_at is not None
+    ]
     problems = []
     if unknown:
         problems.append(f"{_listed(unknown)} not {_a('dead letter', unknown)} of drain '{drain}'")
     if retried:
         problems.append(f"{_listed(retried)} already retried")
+    if requested:
+        problems.append(f"{_listed(requested)} already requested (the next run retries it)")
     if problems:
         raise ConfigError(
-            f"dlq retry --ids: {'; '.join(problems)}: nothing was re-produced; "
+            f"dlq retry --ids: {'; '.join(problems)}: nothing was requested; "
             f"`drainer dlq list {drain}` shows its dead letters and which are retried"
         )
 

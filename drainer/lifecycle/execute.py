@@ -129,6 +129,8 @@ def _after_the_commit(
         warnings=warnings,
         table_commit=executed.table_commit.as_dict() if executed.table_commit else {},
         columns_added=added,
+        retried=0 if result.retries is None else result.retries.total_retried,
+        dead_again=0 if result.retries is None else result.retries.total_dead_again,
     )
 
 
@@ -159,7 +161,7 @@ def _process(ctx: RunContext, execute: Executor, phases: dict[str, float]) -> Ex
     # earlier attempt's commit holds the run (only the executor can look); a first attempt
     # has no earlier one, so an empty run needs no Spark
     asks_sink = ctx.sink.capabilities.commit == "before_postgres" and ctx.attempt > 1
-    if not (ctx.readable_ranges() or asks_sink):
+    if not (ctx.readable_ranges() or ctx.run.retries or asks_sink):
         # no Spark job: its phases say 0, not the time clearing the stage took
         phases["spark_start"] = phases["spark_job"] = 0.0
         return ExecutionResult(read={})

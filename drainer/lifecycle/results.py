@@ -127,6 +127,10 @@ class RunResult:
     table_commit: dict[str, Any] = field(default_factory=dict)
     # the columns this run added to its sink table (audited with the run)
     columns_added: list[str] = field(default_factory=list)
+    # a run of dead letters `dlq retry` handed back: how many were retried and how many failed
+    # again (dead letters again, with their new error); 0 for an ordinary run
+    retried: int = 0
+    dead_again: int = 0
 
     @property
     def drained(self) -> int:

@@ -32,6 +32,7 @@ from drainer.lifecycle.results import (
     committed_result,
     load_level_reports,
 )
+from drainer.lifecycle.retries import plan_retries
 from drainer.lifecycle.topic_identity import record_new_topics, verify_topics
 from drainer.settings import Settings
 from drainer.store import get_engine, launches, lost_offsets, runs
@@ -105,6 +106,15 @@ def _drain_once(
                 engine, lease, kafka, drain, open_run, levels, execute, settings, dagster_run_id
             )
             started = time.monotonic()
+        elif verdict.step is Step.PLAN:
+            # dead letters `dlq retry` handed back: a run of their own first (no ranges), then
+            # the levels' plan as usual
+            retry_run = plan_retries(engine, lease, drain, levels, trigger)
+            if retry_run is not None:
+                finished = execute_plan(
+                    engine, lease, kafka, drain, retry_run, execute, settings, dagster_run_id
+                )
+                started = time.monotonic()
         if verdict.step is Step.RESUME:
             assert open_run is not None
             stored = _resume(engine, kafka, drain, open_run, claim)

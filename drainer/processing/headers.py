@@ -3,7 +3,7 @@
 Kafka headers are an ordered list of (key, bytes) pairs: a key may repeat and a value may be any
 bytes (0x00, non-UTF-8) or null. A JSON object of decoded strings loses all three, so failures
 and dead letters store `[["a", "AAE="], ["a", "/w=="], ["n", null]]` (migration 009 converted
-the old objects) and a retry re-produces them byte for byte.
+the old objects) and a retry hands them to the handler byte for byte.
 """
 
 from __future__ import annotations

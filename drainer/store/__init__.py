@@ -9,6 +9,7 @@
 |                 | audited rewinds                                                    |
 | `history`       | what each level drained in recent runs (burst decisions, health)   |
 | `dead_letters`  | record failures, attempts, dead letters                            |
+| `retries`       | dead letters `dlq retry` handed back: requested, claimed, finished |
 | `sinks`         | the Postgres sink's target and staging tables                      |
 
 Functions take an open connection and run inside the caller's transaction, so the run

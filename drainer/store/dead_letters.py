@@ -45,6 +45,9 @@ def coming_dead_letters(
             "AND a.topic_id = COALESCE(t.topic_id, '') AND a.partition = f.partition "
             'AND a."offset" = f."offset" '
             "WHERE f.run_id = :r AND f.attempt = :a AND NOT f.held_back "
+            # a retried dead letter that fails again is the commit's to decide (finish_retries)
+            "AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.retry_run_id = :r "
+            'AND d.topic = f.topic AND d.partition = f.partition AND d."offset" = f."offset") '
             'ORDER BY f.topic, f.partition, f."offset"'
         ),
         {"d": drain, "r": run_id, "a": attempt},
@@ -188,7 +191,7 @@ def insert_dead_letter(
 
     The same record dead-lettered again (after a rewind) replaces its earlier dead letter,
     and is published to the DLQ topic again: it is a new dead letter, whatever the old one's
-    publication. `published`: the sink's own transaction already carried it to the DLQ topic.
+    publication or retry request. `published`: the sink's own transaction already carried it to the DLQ topic.
     """
     dead_id = conn.scalar(
         text(
@@ -199,7 +202,8 @@ def insert_dead_letter(
             'ON CONFLICT (drain, topic, topic_id, partition, "offset") '
             "DO UPDATE SET run_id = :r, level = :l, key = :k, value = :v, "
             "headers = CAST(:h AS jsonb), ts = :ts, error = :e, attempts = :a, "
-            "retried_at = NULL, dlq_published_at = EXCLUDED.dlq_published_at, created_at = now() "
+            "retried_at = NULL, retry_requested_at = NULL, retry_value = NULL, "
+            "retry_run_id = NULL, dlq_published_at = EXCLUDED.dlq_published_at, created_at = now() "
             "RETURNING id"
         ),
         {
@@ -235,7 +239,7 @@ def list_dead_letters(
     rows = conn.execute(
         text(
             'SELECT id, topic, level, partition, "offset", key, value, error, attempts, '
-            "created_at, retried_at "
+            "created_at, retry_requested_at, retried_at "
             "FROM dead_letters WHERE drain = :d AND (:all OR retried_at IS NULL) "
             "ORDER BY id LIMIT :n"
         ),
@@ -271,7 +275,7 @@ def dead_letter(conn: Connection, drain: str, dead_id: int) -> dict[str, Any] | 
         conn.execute(
             text(
                 'SELECT id, run_id, topic, level, partition, "offset", key, value, headers, ts, '
-                "error, attempts, created_at, retried_at "
+                "error, attempts, created_at, retry_requested_at, retried_at "
                 "FROM dead_letters WHERE drain = :d AND id = :i"
             ),
             {"d": drain, "i": dead_id},
@@ -286,7 +290,10 @@ def retried_of(conn: Connection, drain: str, ids: list[int]) -> dict[int, Any]:
     """Of `ids`, those that are dead letters of `drain`, each with when it was retried (None:
     not yet) and its error; ids missing from the result are not the drain's dead letters."""
     rows = conn.execute(
-        text("SELECT id, retried_at, error FROM dead_letters WHERE drain = :d AND id = ANY(:ids)"),
+        text(
+            "SELECT id, retried_at, retry_requested_at, error FROM dead_letters "
+            "WHERE drain = :d AND id = ANY(:ids)"
+        ),
         {"d": drain, "ids": ids},
     ).all()
     return {row.id: row for row in rows}
@@ -297,35 +304,11 @@ def undecodable_pending(conn: Connection, drain: str) -> int:
     found = conn.scalar(
         text(
             "SELECT count(*) FROM dead_letters WHERE drain = :d AND retried_at IS NULL "
-            "AND starts_with(error, :u)"
+            "AND retry_requested_at IS NULL AND starts_with(error, :u)"
         ),
         {"d": drain, "u": UNDECODABLE},
     )
     return int(found)
-
-
-def claim_for_retry(
-    conn: Connection, drain: str, ids: list[int] | None, undecodable_too: bool = True
-) -> Sequence[Row[Any]]:
-    """Mark dead letters not retried yet (only `ids`, when given; without `undecodable_too`,
-    not those that did not decode) retried, and return them.
-
-    The claim and the mark are one statement: rows another transaction is claiming are
-    skipped, not waited for, so two concurrent retries never both get a dead letter. The
-    caller produces the records before it commits; a failed produce rolls the mark back.
-    """
-    rows = conn.execute(
-        text(
-            "UPDATE dead_letters SET retried_at = now() WHERE id IN ("
-            " SELECT id FROM dead_letters WHERE drain = :d AND retried_at IS NULL"
-            " AND (CAST(:ids AS bigint[]) IS NULL OR id = ANY(:ids))"
-            " AND (:all OR NOT starts_with(error, :u))"
-            " ORDER BY id FOR UPDATE SKIP LOCKED) "
-            "RETURNING id, level, key, value, headers, error"
-        ),
-        {"d": drain, "ids": ids, "all": undecodable_too, "u": UNDECODABLE},
-    ).all()
-    return sorted(rows, key=lambda row: row.id)
 
 
 def unpublished(conn: Connection, drain: str) -> Sequence[Row[Any]]:

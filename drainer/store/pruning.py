@@ -83,12 +83,14 @@ def prune_runs(conn: Connection, run_ids: list[int]) -> int:
 
 
 def prune_dead_letters(conn: Connection, drain: str, days: int) -> int:
-    """Delete old dead letters that are on the DLQ topic or were retried already."""
+    """Delete old dead letters that were retried already, or are on the DLQ topic and not
+    waiting for a retry (`dlq retry` asked for: the drain's next run of their level needs them)."""
     return conn.execute(
         text(
             "DELETE FROM dead_letters WHERE drain = :d "
             "AND created_at < now() - make_interval(days => CAST(:days AS int)) "
-            "AND (dlq_published_at IS NOT NULL OR retried_at IS NOT NULL)"
+            "AND (retried_at IS NOT NULL "
+            "OR (dlq_published_at IS NOT NULL AND retry_requested_at IS NULL))"
         ),
         {"d": drain, "days": days},
     ).rowcount

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Row, text
 
 from drainer.offset_map import PartitionProgress
-from drainer.store import dead_letters
+from drainer.store import dead_letters, retries
 from drainer.store.leases import Lease, check_fence, set_owner
 from drainer.store.offsets import insert_initial_offsets
 
@@ -56,6 +56,8 @@ class StoredRun:
     # the run's identity in its table commits' markers (None: planned before nonces existed)
     nonce: str | None = None
     planned_at: datetime | None = None
+    # dead letters it retries (claimed with the plan; drainer.lifecycle.retries): no ranges
+    retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ def _load_run(conn: Connection, row: Any) -> StoredRun:
         ranges,
         row.nonce,
         row.planned_at,
+        retries.claimed_count(conn, row.id),
     )
 
 
@@ -143,24 +146,25 @@ def write_plan(
         ),
         {"d": drain, "levels": levels, "b": budget, "m": mode, "t": trigger, "f": lease.fence},
     )
-    conn.execute(
-        text(
-            "INSERT INTO run_levels (run_id, level, reserved, burst, allocated, backlog_before, planned) "
-            "VALUES (:r, :level, :reserved, :burst, :allocated, :backlog, :planned)"
-        ),
-        [
-            {
-                "r": run_id,
-                "level": n.level,
-                "reserved": n.reserved,
-                "burst": n.burst,
-                "allocated": n.allocated,
-                "backlog": n.backlog_before,
-                "planned": n.planned,
-            }
-            for n in level_numbers
-        ],
-    )
+    if level_numbers:  # a run of retried dead letters covers no level
+        conn.execute(
+            text(
+                "INSERT INTO run_levels (run_id, level, reserved, burst, allocated, backlog_before, planned) "
+                "VALUES (:r, :level, :reserved, :burst, :allocated, :backlog, :planned)"
+            ),
+            [
+                {
+                    "r": run_id,
+                    "level": n.level,
+                    "reserved": n.reserved,
+                    "burst": n.burst,
+                    "allocated": n.allocated,
+                    "backlog": n.backlog_before,
+                    "planned": n.planned,
+                }
+                for n in level_numbers
+            ],
+        )
     if ranges:
         conn.execute(
             text(
@@ -262,6 +266,7 @@ def abandon(conn: Connection, lease: Lease, run: StoredRun, who: str, reason: st
         },
     )
     dead_letters.clear_failures(conn, run.id)
+    retries.cancel_claim(conn, run.id)
 
 
 def abandons(conn: Connection, drain: str) -> list[dict[str, Any]]:

@@ -169,7 +169,7 @@ def test_many_small_ranges_are_read_together_in_few_tasks_exactly_once(make_drai
     expected = coalesced_tasks(48, 120_000, n)
     if expected is None:
         pytest.skip(f"{n} cores: 48 ranges of 2,500 records are read one task each")
-    result = drain_job.run(drain)
+    result = drain_job.run(drain, settings=load_settings())
     assert result.drained == 120_000
     assert_each_record_once(drain, high_watermarks(drain))
     with get_engine().connect() as conn:

@@ -86,10 +86,21 @@ def test_old_runs_become_daily_totals_and_what_runs_need_stays(make_drain):
     assert lost_before[0] > 0
     open_plan = _open_plan(drain, days_ago=50)
     dead_before = _count("SELECT count(*) FROM dead_letters WHERE drain = :d", d=drain.name)
+    with get_engine().begin() as conn:  # published, but `dlq retry` asked for it: it stays
+        waiting = conn.scalar(
+            text(
+                "UPDATE dead_letters SET retry_requested_at = now() WHERE id = (SELECT min(id) "
+                "FROM dead_letters WHERE drain = :d AND dlq_published_at IS NOT NULL "
+                "AND retried_at IS NULL AND created_at < now() - interval '30 days') RETURNING id"
+            ),
+            {"d": drain.name},
+        )
+    assert waiting is not None
     handled_old = _count(
         "SELECT count(*) FROM dead_letters WHERE drain = :d AND dlq_published_at IS NOT NULL "
-        "AND created_at < now() - interval '30 days'",
+        "AND created_at < now() - interval '30 days' AND id <> :w",
         d=drain.name,
+        w=waiting,
     )
 
     report = prune_history(get_engine(), drain)
@@ -129,6 +140,7 @@ def test_old_runs_become_daily_totals_and_what_runs_need_stays(make_drain):
         _count("SELECT count(*) FROM retention_losses WHERE run_id = ANY(:ids)", ids=old[4:]) == 0
     )
     assert report.dead_letters == handled_old
+    assert _count("SELECT count(*) FROM dead_letters WHERE id = :w", w=waiting) == 1
     assert (
         _count("SELECT count(*) FROM dead_letters WHERE drain = :d", d=drain.name)
         == dead_before - handled_old

@@ -148,7 +148,7 @@ def _normal_run(make_drain, out: str, producer: str, caplog) -> dict:
     produce_backlog(drain, BACKLOG)
     caplog.clear()
     with caplog.at_level(logging.INFO):
-        result = drain_job.run(drain.name, trigger="test")
+        result = drain_job.run(drain.name, trigger="test", settings=load_settings())
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "Kafka transaction committed: 6 records" in logged and "files" not in logged
     assert result.drained == 6 and result.table_commit["details"]["producer"] == producer
@@ -182,7 +182,7 @@ def _resumed(make_drain, out: str, producer: str) -> dict:
     produce_backlog(drain, BACKLOG)
     crashed = cli_run(drain, "after_table_commit")  # Kafka committed, Postgres not
     assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
-    resumed = drain_job.run(drain.name, trigger="test")
+    resumed = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert resumed.attempt == 2 and resumed.drained == 6
     # the commit the crashed attempt put on record: its producer's name must differ
     commit = resumed.table_commit
@@ -223,7 +223,7 @@ def _zombie(make_drain, out: str, producer: str) -> dict:
         with get_engine().connect() as conn:  # A's lock connection drops: B may take over
             holder = _lock_holder(drain)
             assert conn.scalar(text("SELECT pg_terminate_backend(:p)"), {"p": holder})
-        b = drain_job.run(drain.name, trigger="test", wait_s=60)
+        b = drain_job.run(drain.name, trigger="test", wait_s=60, settings=load_settings())
         assert b.attempt == 2 and b.drained == 6
     finally:
         os.kill(a.pid, signal.SIGCONT)
@@ -245,7 +245,7 @@ def _failed(make_drain, out: str, producer: str, topic: str | None = None, **ext
     drain = _drain(make_drain, topic or out, producer, **extra)
     produce_backlog(drain, BACKLOG)
     with pytest.raises(DrainerError) as err:
-        drain_job.run(drain.name, trigger="test")
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert "\n" not in str(err.value)
     assert _records(out) == [] and _markers(drain) == []  # nothing committed
     return _normal(f"{type(err.value).__name__}: {err.value}", drain, topic or out)

@@ -122,7 +122,7 @@ def test_a_drain_run_by_hand_is_judged_by_its_max_wait_not_a_cadence(make_drain,
     drain = make_drain(partitions=1, max_wait="1h")
     for n in range(2):
         produce_records(drain, synthetic_records(10, seed=n), level=1)
-        assert drain_job.run(drain, trigger="test").drained == 10
+        assert drain_job.run(drain, trigger="test", settings=load_settings()).drained == 10
         time.sleep(GAP_S)
     time.sleep(3 * GAP_S)
     produce_records(drain, synthetic_records(10, seed=7), level=1)
