@@ -169,10 +169,11 @@ def _execute(ctx: RunContext) -> ExecutionResult:
     earlier attempt's commit already landed (then nothing is written again)."""
     drain, settings = ctx.drain, ctx.settings
     t0 = time.monotonic()
-    spark = get_spark(settings, check=True)  # a cold session starts a JVM: its own phase
+    sink = _spark_sink(ctx)
+    # a cold session starts a JVM: its own phase
+    spark = get_spark(settings, check=True, sink_conf=sink.session_conf())
     spark_start = time.monotonic() - t0
     log.info("drain %s run %s on %s", drain.name, ctx.run.id, describe(spark))
-    sink = _spark_sink(ctx)
     sink.prepare(spark, drain.name)
     landed = None
     if sink.capabilities.commit == "before_postgres":
@@ -398,8 +399,8 @@ def find_commit(
 ) -> SinkCommit | None:
     """For `plan abandon`: stop what the plan's attempts left running on the Connect server,
     then look for the plan's commit in its table (a CommitFinder)."""
-    spark = get_spark(settings, check=True)
     sink = spark_sink_for(drain.sink, settings)
+    spark = get_spark(settings, check=True, sink_conf=sink.session_conf())
     sink.prepare(spark, drain.name)
     # as the next attempt would see it: attempts 1..n are the plan's, all to be stopped
     ctx = RunContext(run, drain, settings, engine, run.attempts + 1)

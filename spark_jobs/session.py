@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import SparkSession
@@ -61,11 +61,16 @@ _sessions: dict[str, SparkSession] = {}
 _lock = threading.Lock()
 
 
-def get_spark(settings: Settings, check: bool = False) -> SparkSession:
+def get_spark(
+    settings: Settings, check: bool = False, sink_conf: Mapping[str, str] | None = None
+) -> SparkSession:
     """The session for `settings`, created once per process, endpoint (or master) and the
     settings the drains' sinks need a session made with (their catalogs: `sinks_session_conf`):
     a drains file that defines another catalog gets a session of its own, since sinks never
     change a session that runs share.
+
+    `sink_conf`: the session settings of the sink a run writes (`Sink.session_conf`), so a
+    run of a drain that the drains file does not hold still gets a session made for it.
 
     `check` (once per run): a Connect session whose server was restarted since is replaced
     rather than handed out dead; a long-lived process (a Dagster code server, a test session)
@@ -81,7 +86,8 @@ def get_spark(settings: Settings, check: bool = False) -> SparkSession:
                 file=sys.stderr,
             )
             endpoint = None
-    made_with = sinks_session_conf(settings)
+    # the run's own sink too: a drain handed in as an object may not be in the drains file
+    made_with = {**sinks_session_conf(settings), **(sink_conf or {})}
     key = f"{endpoint or settings.spark_master} {_conf_key(made_with)}"
     with _lock:
         session = _sessions.get(key)
