@@ -34,7 +34,7 @@ BOUNDED_FETCH_MAX_WAIT_MS = 10  # `kafka_java: {fetch.max.wait.ms: …}` overrid
 TASK_RECORDS = 50_000
 # Spark's consumer seeks and polls again each time it has handed out a poll's records, and
 # Kafka's default returns 500 per poll: 10,000 read 1M records in 0.99 s instead of 1.44 s
-# (medians of 6, benchmarks/README.md, issue 30's eighth part). It bounds a poll's count only:
+# (medians of 6, measured on 2 cores). It bounds a poll's count only:
 # the records are already fetched, within `max.partition.fetch.bytes` and `fetch.max.bytes`
 BOUNDED_MAX_POLL_RECORDS = 10_000
 

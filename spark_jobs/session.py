@@ -98,7 +98,11 @@ def get_spark(
             _sessions.pop(key, None)
             session = None
         if session is None:
-            session = _connect(endpoint, settings) if endpoint else _in_process(settings)
+            session = (
+                _connect(endpoint, settings, made_with)
+                if endpoint
+                else _in_process(settings, made_with)
+            )
             _sessions[key] = session
     return session
 
@@ -197,7 +201,7 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def _connect(endpoint: str, settings: Settings) -> SparkSession:
+def _connect(endpoint: str, settings: Settings, made_with: dict[str, str]) -> SparkSession:
     """A Connect client: its settings are per session, the server's JVM is shared.
 
     Runs share one session per endpoint and version of the code, so its Python workers stay
@@ -214,6 +218,8 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
         url, session_id = authenticated, None
         if settings.spark_shared_session and ";session_id=" not in endpoint:
             code = session_code(settings, server_code)
+            if made_with != sinks_session_conf(settings):  # a sink the drains file lacks
+                code = f"{code}-{_conf_key(made_with)}"
             session_id = shared_session_id(directory, endpoint, code, closed)
             url = with_session_id(authenticated, session_id)
         spark: SparkSession = SparkSession.builder.remote(url).create()
@@ -232,7 +238,7 @@ def _connect(endpoint: str, settings: Settings) -> SparkSession:
             continue
         spark.conf.set("spark.sql.session.timeZone", "UTC")
         spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
-        for key, value in sinks_session_conf(settings).items():  # the sessions' catalogs
+        for key, value in made_with.items():  # the session's catalogs, as it is made
             spark.conf.set(key, value)
         v2_reads(spark)
         if remote and session_id is not None and not measured_once:
@@ -308,7 +314,7 @@ def session_code(settings: Settings, server_code: str = "") -> str:
     return code_fingerprint(session_modules(settings), extra=extra)
 
 
-def _in_process(settings: Settings) -> SparkSession:
+def _in_process(settings: Settings, made_with: dict[str, str]) -> SparkSession:
     existing = SparkSession.getActiveSession()
     if existing is not None and not is_connect(existing):
         master = existing.sparkContext.master
@@ -317,7 +323,7 @@ def _in_process(settings: Settings) -> SparkSession:
                 f"this process already runs an in-process Spark session on {master}; one process "
                 f"cannot also run one on {settings.spark_master}: start another process"
             )
-        need = sinks_session_conf(settings)
+        need = made_with
         if all(existing.conf.get(key, None) == value for key, value in need.items()):
             return existing
         # the same SparkContext, SQL settings of its own: made with its sinks' settings
@@ -352,7 +358,7 @@ def _in_process(settings: Settings) -> SparkSession:
         .config("spark.redaction.regex", SPARK_REDACTION_REGEX)
         .config("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
     )
-    for key, value in {**server_conf(formats), **sinks_session_conf(settings)}.items():
+    for key, value in {**server_conf(formats), **made_with}.items():
         builder = builder.config(key, value)
     if _loopback(settings.spark_master) and not settings.spark_master.startswith("local"):
         # a cluster on this machine: its executors call this driver back on loopback

@@ -358,7 +358,7 @@ def test_a_retry_goes_to_its_own_drain_only_once_and_with_the_fixed_value(
     produced it twice)."""
     a = make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         max_attempts=1,
         ordering="unordered",  # the records after the poison one are not held back
@@ -442,7 +442,7 @@ def test_a_retry_crashed_after_its_table_commit_lands_once_when_resumed(make_dra
 
     drain = make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         ordering="unordered",
         max_attempts=1,
@@ -489,7 +489,7 @@ def test_abandoning_a_retry_run_that_cannot_succeed_cancels_its_requests(make_dr
 
     drain = make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         max_attempts=1,
         partitions=1,
@@ -529,7 +529,7 @@ def test_a_retry_crashed_after_its_kafka_transaction_lands_once_when_resumed(mak
     with output_topic() as out:
         drain = make_drain(
             mode="record",
-            handler="spark_jobs.examples:kafka_poison_echo",
+            handler="tests.processors:kafka_poison_echo",
             output_schema="key binary, value binary",
             ordering="unordered",
             max_attempts=1,
@@ -568,7 +568,7 @@ def test_a_retry_crashed_after_staging_in_postgres_lands_once_when_resumed(make_
 
     drain = make_drain(
         mode="record",
-        handler="spark_jobs.examples:poison_echo",
+        handler="tests.processors:poison_echo",
         output_schema=RECORD_ECHO_SCHEMA,
         ordering="unordered",
         max_attempts=1,
