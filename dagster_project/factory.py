@@ -26,8 +26,8 @@ from dagster_project.automation import drain_lag_sensor, drain_schedule
 from dagster_project.freshness import drain_freshness
 from dagster_project.maintenance_job import maintenance_job, maintenance_schedule
 from dagster_project.resources import DrainerResource
-from drainer.config import DrainConfig, load_drains
-from drainer.errors import ConfigError
+from drainer.config import DrainConfig
+from drainer.config.drains import selected_drains
 
 RESOURCE_KEY = "drainer"
 
@@ -85,15 +85,7 @@ def drain_definitions(
     # to the same object
     resource = resource or DrainerResource.from_environment(drains_file)
     path = Path(drains_file) if drains_file is not None else resource.settings().config_path
-    drains = load_drains(path)
-    if select is not None:
-        unknown = sorted(set(select) - set(drains))
-        if unknown:
-            raise ConfigError(
-                f"select names drains {unknown} that {path} does not define (it has: "
-                f"{', '.join(sorted(drains)) or 'none'}): fix the names or the drains file"
-            )
-        drains = {name: drain for name, drain in drains.items() if name in select}
+    drains = selected_drains(path, select)
     return dg.Definitions.merge(
         dg.Definitions(resources={RESOURCE_KEY: resource}),
         *(

@@ -24,8 +24,8 @@ from airflow.sdk import DAG, Asset, Param
 
 from drainer.airflow.hook import DrainerHook, environment_settings
 from drainer.airflow.operators import DrainOperator, MaintainOperator
-from drainer.config import DrainConfig, load_drains
-from drainer.errors import ConfigError
+from drainer.config import DrainConfig
+from drainer.config.drains import selected_drains
 from drainer.settings import Settings
 from drainer.sinks import sink_for
 
@@ -147,15 +147,7 @@ def drain_dags(
     """
     settings = environment_settings(drains_file)
     path = str(settings.config_path.expanduser().resolve())
-    drains = load_drains(path)
-    if select is not None:
-        unknown = sorted(set(select) - set(drains))
-        if unknown:
-            raise ConfigError(
-                f"select names drains {unknown} that {path} does not define (it has: "
-                f"{', '.join(sorted(drains)) or 'none'}): fix the names or the drains file"
-            )
-        drains = {name: drain for name, drain in drains.items() if name in select}
+    drains = selected_drains(path, select)
     dags: dict[str, DAG] = {}
     for drain in drains.values():
         for make in (drain_dag, maintenance_dag):

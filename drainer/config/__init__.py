@@ -1,7 +1,7 @@
 """Configuration: the drains file and the Kafka client settings it carries.
 
 `drains` validates the YAML file of drains (every field documented where it is declared),
-`sinks` its sink block and `units` its durations and sizes;
+`sink_models` its sink block and `units` its durations and sizes;
 `kafka_clients` turns the one common Kafka block into librdkafka and Java client settings and
 keeps their secrets out of logs. All are pure: they read files and the environment (through
 `drainer.settings`), never a service.
@@ -26,7 +26,7 @@ _FROM = {
     "DrainsFile": "drains",
     "get_drain": "drains",
     "load_drains": "drains",
-    "SinkConfig": "sinks",
+    "SinkConfig": "sink_models",
 }
 
 

@@ -7,6 +7,7 @@ never surfaces halfway through a run.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -362,6 +363,21 @@ def load_drains(path: Path | str) -> dict[str, DrainConfig]:
     ConfigError names the bad setting."""
     path, raw = _read(path)
     return _validate(path, raw)
+
+
+def selected_drains(path: Path | str, select: Iterable[str] | None) -> dict[str, DrainConfig]:
+    """The drains of the file at `path`, only those `select` names when given (an orchestrator
+    rendering part of a drains file); a name the file lacks is a ConfigError naming it."""
+    drains = load_drains(path)
+    if select is None:
+        return drains
+    unknown = sorted(set(select) - set(drains))
+    if unknown:
+        raise ConfigError(
+            f"select names drains {unknown} that {path} does not define (it has: "
+            f"{', '.join(sorted(drains)) or 'none'}): fix the names or the drains file"
+        )
+    return {name: drain for name, drain in drains.items() if name in select}
 
 
 def get_drain(name: str, path: Path | str) -> DrainConfig:
