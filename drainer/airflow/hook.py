@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
 from drainer.airflow.values import EXTRA_VARIABLES, connection_variables
-from drainer.settings import Settings, load_settings, settings_with
+from drainer.settings import Settings, settings_with
 
 
 class DrainerHook(BaseHook):
@@ -91,9 +91,8 @@ class DrainerHook(BaseHook):
 def environment_settings(drains_file: str | Path | None = None) -> Settings:
     """Settings from the environment alone, for what a DAG file needs while it is parsed (the
     drains and their sinks' names): parsing reads no connection."""
-    if drains_file is None:
-        return load_settings()
-    return settings_with({"DRAINER_CONFIG": str(Path(drains_file).expanduser().resolve())})
+    path = None if drains_file is None else str(Path(drains_file).expanduser().resolve())
+    return settings_with({"DRAINER_CONFIG": path})  # None: the environment's own
 
 
 __all__ = ["EXTRA_VARIABLES", "DrainerHook", "environment_settings"]
