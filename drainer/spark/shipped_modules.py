@@ -20,6 +20,7 @@ folders the server itself imports from (its PYTHONPATH). Drainer's own packages 
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import importlib.util
@@ -55,22 +56,45 @@ def top_level(path: str) -> str:
 def to_ship(
     callables: Iterable[str], server_path: str | None
 ) -> dict[str, tuple[Path, list[Path]]]:
-    """The top-level modules of `callables` to ship, each with its folder on this process's
-    path (`<root>/mod.py` or `<root>/pkg/`): not drainer's, not installed in this environment,
-    not under a folder of `server_path` (the local server's PYTHONPATH; None: unknown)."""
+    """The top-level modules of `callables` to ship, and the user's own modules they import
+    (a processor's `import helpers` beside it), each with its folder on this process's path
+    (`<root>/mod.py` or `<root>/pkg/`): not drainer's, not installed in this environment, not
+    under a folder of `server_path` (the local server's PYTHONPATH; None: unknown)."""
     server_roots = {_real(p) for p in (server_path or "").split(os.pathsep) if p}
     environment = {_real(p) for p in (sys.prefix, sys.base_prefix)}
     found: dict[str, tuple[Path, list[Path]]] = {}
-    for top in sorted({top_level(c) for c in callables if c}):
-        if top in OURS:
+    seen: set[str] = set()
+    pending = sorted({top_level(c) for c in callables if c})
+    while pending:
+        top = pending.pop()
+        if top in seen or top in OURS or top in sys.stdlib_module_names:
             continue
+        seen.add(top)
         root, files = _sources(top)
         if root is None or not files:
             continue  # not importable here: the run's own check names the fix
         if any(_under(root, env) for env in environment) or _real(str(root)) in server_roots:
             continue
         found[top] = (root, files)
-    return found
+        pending += sorted(_imported(files) - seen)
+    return dict(sorted(found.items()))
+
+
+def _imported(files: list[Path]) -> set[str]:
+    """The top-level modules `files` import by absolute name (relative imports stay inside a
+    package, shipped whole); a file that does not parse imports nothing here (its run says)."""
+    names: set[str] = set()
+    for path in files:
+        try:
+            tree = ast.parse(path.read_bytes(), str(path))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".", 1)[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".", 1)[0])
+    return names
 
 
 def bundle(directory: Path, modules: dict[str, tuple[Path, list[Path]]]) -> Bundle | None:

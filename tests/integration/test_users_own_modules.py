@@ -5,7 +5,9 @@ travels with its run's session, and an edit of it is what the next run imports.
 Both users name their module alike (`userproc_<suffix>`), so a run that imported the other's
 module, or a stale copy of its own, would write the other's label: each run's rows carry the
 label of the module its shell has, through a record-mode handler (imported by the server's
-workers) and a dataframe processor's Python UDF (pickled by reference to its module).
+workers) and a dataframe processor's Python UDF (pickled by reference to its module). The label
+lives in a helper module beside the processor's, which imports it: shipped too, and the edit
+is made there.
 """
 
 from __future__ import annotations
@@ -34,15 +36,15 @@ DRAINER = str(Path(sys.executable).with_name("drainer"))
 MODULE = """
 from pyspark.sql import functions as F, types as T
 
-WHO = {who!r}
+import {helper} as helper
 
 
 def handle(record):
-    return {{"who": WHO, "offset": record.offset}}
+    return {{"who": helper.WHO, "offset": record.offset}}
 
 
 def who_is(offset):  # pickled by reference: the server's workers import this module
-    return WHO
+    return helper.WHO
 
 
 def transform(df):
@@ -79,7 +81,10 @@ class Shell:
         self.env["PYTHONPATH"] = str(folder)  # theirs only: not the server's
 
     def label(self, who: str) -> None:
-        (self.folder / f"{self.module}.py").write_text(MODULE.format(who=who))
+        """The label, in a helper module beside the processor's (which imports it)."""
+        helper = f"{self.module}_helper"
+        (self.folder / f"{self.module}.py").write_text(MODULE.format(helper=helper))
+        (self.folder / f"{helper}.py").write_text(f"WHO = {who!r}\n")
 
     def __call__(self, *args: str) -> str:
         done = subprocess.run(

@@ -88,12 +88,14 @@ def test_a_zipped_module_imports_from_the_zip(folder, tmp_path, monkeypatch) -> 
     """What Spark does with a session's zip: it goes on the workers' sys.path."""
     made = bundle(tmp_path / "out", to_ship(["shippkg_b.sub.h:handle"], None))
     assert made is not None
-    for name in [m for m in sys.modules if m.startswith("shippkg_b")]:
-        monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(sys, "path", [str(made.path), *[p for p in sys.path if p != str(folder)]])
-    import shippkg_b.sub.h as h  # type: ignore[import-not-found]
+    try:
+        import shippkg_b.sub.h as h  # type: ignore[import-not-found]
 
-    assert h.__file__ is not None and str(made.path) in h.__file__
+        assert h.__file__ is not None and str(made.path) in h.__file__
+    finally:  # later lookups must find the folder's package, not this zip's
+        for name in [m for m in sys.modules if m.startswith("shippkg_b")]:
+            del sys.modules[name]
 
 
 def test_nothing_to_ship_makes_no_zip(tmp_path) -> None:
@@ -110,3 +112,14 @@ def test_zips_no_session_used_for_a_week_are_deleted(folder, tmp_path) -> None:
     (folder / "shipmod_a.py").write_text("def transform(df):\n    return df.limit(2)\n")
     new = bundle(out, to_ship(["shipmod_a:transform"], None))
     assert new is not None and new.path.exists() and not old.path.exists()
+
+
+def test_the_users_modules_a_shipped_one_imports_are_shipped_too(folder) -> None:
+    """`import helpers` beside the processor: the workers import it too."""
+    (folder / "shiphelp_c.py").write_text("import json\n\nSCALE = 2\n")
+    (folder / "shipmod_a.py").write_text(
+        "import json\nimport yaml\nimport shiphelp_c\nfrom shippkg_b.sub import h\n"
+        "from . import nothing_here\n\ndef transform(df):\n    return df\n"
+    )
+    found = to_ship(["shipmod_a:transform"], server_path=None)
+    assert sorted(found) == ["shiphelp_c", "shipmod_a", "shippkg_b"]  # not json, not yaml
