@@ -1,12 +1,13 @@
 """A drain's processor or handler imported where the run will import it, before the run.
 
 The driver imports a dataframe processor (this process); the Spark Connect server's Python
-workers import a record-mode handler, with the PYTHONPATH the server was started with, which is
-not the shell's. A module that imports in one place and not in the other failed a run deep in
+workers import a record-mode handler, from the session's shipped modules (the drains' own
+modules this shell imports from outside its environment: drainer.spark.shipped_modules) or the
+server's own path. A module that imports in one place and not in the other failed a run deep in
 Spark, with advice to "check that the module is installed". Here the import is tried where it
 will happen (`check_callables`, run by `drainer plan`), and every failure, found here or
 reported by a run's tasks (`import_failed_in_tasks`), says which side lacks the module and the
-one fix: usually `drainer services up` from the shell whose PYTHONPATH has it.
+one fix: usually to put its folder on this shell's PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -97,16 +98,17 @@ def import_failed_on_server(
             f"{module!r} ({reason}): install it where that server's Python workers import from "
             "(its environment or PYTHONPATH)"
         )
-    if _importable_here(module):
+    if _importable_here(module):  # not shipped: installed here, or on the server's own path
         return ConfigError(
-            f"{setting} {path!r}: the Spark Connect server was started without this module on "
-            f"its PYTHONPATH ({reason}; the server has PYTHONPATH={server_path or '(none)'}, this "
-            f"shell {settings.python_path or '(none)'}): run `drainer services up` from this shell"
+            f"{setting} {path!r}: the Spark Connect server's workers cannot import module "
+            f"{module!r} ({reason}; the server has PYTHONPATH={server_path or '(none)'}, this "
+            f"shell {settings.python_path or '(none)'}): install it in this virtualenv, or run "
+            "`drainer services up --restart` to start the server with this shell's PYTHONPATH"
         )
     return ConfigError(
         f"{setting} {path!r}: module {module!r} imports neither in this shell nor on the Spark "
         f"Connect server ({reason}): put the folder that holds it on PYTHONPATH (`export "
-        "PYTHONPATH=/path/to/folder`), then run `drainer services up` from this shell"
+        "PYTHONPATH=/path/to/folder`); drainer ships it to the server with the run's session"
     )
 
 
@@ -115,11 +117,10 @@ def _load_here(setting: str, path: str, settings: Settings) -> None:
     try:
         importlib.import_module(_module(path))
     except ImportError as err:
-        also = " and run `drainer services up` again" if settings.local_spark_connect else ""
         raise ConfigError(
             f"{setting} {path!r}: module {_module(path)!r} does not import in this process "
             f"({err}): put the folder that holds it on PYTHONPATH (`export "
-            f"PYTHONPATH=/path/to/folder`){also}, or install it in this virtualenv"
+            f"PYTHONPATH=/path/to/folder`), or install it in this virtualenv"
         ) from None
     load_callable(path, setting)  # a wrong function name: its own message
 

@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from drainer.config import load_drains
 from drainer.config.kafka_clients import SPARK_REDACTION_REGEX
 from drainer.errors import DrainerError
+from drainer.services.connect import started_python_path
 from drainer.settings import Settings, export_spark_python_env
 from drainer.sinks import configured_formats, server_conf, sink_for
 from drainer.spark.connect_session import (
@@ -40,6 +41,7 @@ from drainer.spark.connect_session import (
 from drainer.spark.endpoint import client_url, endpoint_port, redacted
 from drainer.spark.jars import lakehouse_jars, spark_kafka_jars
 from drainer.spark.net import port_open
+from drainer.spark.shipped_modules import Bundle, bundle, to_ship, top_level
 
 if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
@@ -89,6 +91,9 @@ def get_spark(
     # the run's own sink too: a drain handed in as an object may not be in the drains file
     made_with = {**sinks_session_conf(settings), **(sink_conf or {})}
     key = f"{endpoint or settings.spark_master} {_conf_key(made_with)}"
+    shipped = drain_modules(settings) if endpoint else None
+    if shipped is not None:  # an edited module: a session whose workers import it afresh
+        key = f"{key} {shipped.digest}"
     with _lock:
         session = _sessions.get(key)
         if session is not None and check and not _still_served(session):
@@ -99,7 +104,7 @@ def get_spark(
             session = None
         if session is None:
             session = (
-                _connect(endpoint, settings, made_with)
+                _connect(endpoint, settings, made_with, shipped)
                 if endpoint
                 else _in_process(settings, made_with)
             )
@@ -201,11 +206,23 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def _connect(endpoint: str, settings: Settings, made_with: dict[str, str]) -> SparkSession:
+def drain_modules(settings: Settings) -> Bundle | None:
+    """The drains' own modules that a Connect session ships to its workers (None: none to
+    ship): those the server cannot import from its environment or PYTHONPATH
+    (drainer.spark.shipped_modules)."""
+    modules = to_ship(session_modules(settings), started_python_path(settings))
+    return bundle(settings.home / "spark-sessions" / "modules", modules)
+
+
+def _connect(
+    endpoint: str, settings: Settings, made_with: dict[str, str], shipped: Bundle | None
+) -> SparkSession:
     """A Connect client: its settings are per session, the server's JVM is shared.
 
     Runs share one session per endpoint and version of the code, so its Python workers stay
-    warm (drainer.spark.connect_session); a session the server closed is replaced.
+    warm (drainer.spark.connect_session); a session the server closed is replaced. `shipped`:
+    the drains' own modules, added to the session's artifacts (its identity holds their
+    digest, so the session never holds another version of them).
     """
     directory = settings.home / "spark-sessions"
     remote = settings.spark_remote is not None
@@ -220,6 +237,8 @@ def _connect(endpoint: str, settings: Settings, made_with: dict[str, str]) -> Sp
             code = session_code(settings, server_code)
             if made_with != sinks_session_conf(settings):  # a sink the drains file lacks
                 code = f"{code}-{_conf_key(made_with)}"
+            if shipped is not None:
+                code = f"{code}-{shipped.digest}"
             session_id = shared_session_id(directory, endpoint, code, closed)
             url = with_session_id(authenticated, session_id)
         spark: SparkSession = SparkSession.builder.remote(url).create()
@@ -243,7 +262,10 @@ def _connect(endpoint: str, settings: Settings, made_with: dict[str, str]) -> Sp
         v2_reads(spark)
         if remote and session_id is not None and not measured_once:
             measured_once = True
-            measured = _server_code(spark, session_modules(settings))
+            tops = shipped.tops if shipped is not None else ()
+            # the shipped modules are in the session's identity already (their digest)
+            own = [m for m in session_modules(settings) if top_level(m) not in tops]
+            measured = _server_code(spark, own)
             if measured != server_code:
                 log.info("the code on %s changed: opening a session for it", redacted(endpoint))
                 remember_server_code(directory, endpoint, measured)
@@ -251,7 +273,25 @@ def _connect(endpoint: str, settings: Settings, made_with: dict[str, str]) -> Sp
                 drop_client(spark)
                 server_code, closed = measured, None
                 continue
+        if shipped is not None:
+            _add_modules(spark, shipped)
         return spark
+
+
+def _add_modules(spark: SparkSession, shipped: Bundle) -> None:
+    """Add the drains' modules to the session (the same name holds the same bytes: adding it
+    again, from another process, is a no-op on the server).
+
+    pyspark also puts the zip on this process's sys.path; taken off again: here the modules
+    import from the user's folder as before, and a later lookup of their files (the session's
+    fingerprint, the next bundle) must find the folder, not the zip."""
+    entry = str(shipped.path)
+    had = entry in sys.path
+    spark.addArtifacts(entry, pyfile=True)
+    if not had:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(entry)
+        sys.path_importer_cache.pop(entry, None)
 
 
 def _server_code(spark: SparkSession, modules: list[str]) -> str:

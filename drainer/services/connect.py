@@ -7,7 +7,8 @@ its environment, not on its command line). Clients reach it as `sc://localhost:<
 sends a token without TLS only to a host named `localhost`. `up` is idempotent like the broker's: a server we started
 (pid file + live process) is reused, a server somebody else runs on the port is used as is, and
 only a free port gets a new server. Its Python workers run the interpreter of this virtualenv with
-our PYTHONPATH, so drainer and the drains' handlers import there as they do in the driver.
+the PYTHONPATH of whoever started it; a client's own processor modules, from any folder, travel
+with its session (drainer.spark.shipped_modules), so another PYTHONPATH is no reason to restart.
 
 Imports neither pyspark nor dagster: the server is a process, found through pyspark's metadata.
 """
@@ -345,12 +346,6 @@ def restart_reason(
             f"its Python workers run the environment {was}, this shell {sys.prefix}: they "
             "would import another installation's drainer"
         )
-    if not started.endswith(_code_of(settings)):
-        was = started[started.rfind("PYTHONPATH=") :].removeprefix("PYTHONPATH=") or "(none)"
-        return (
-            f"its Python workers' PYTHONPATH is {was}, this shell's "
-            f"{settings.python_path or '(none)'}: a drain's own modules import from it"
-        )
     if f"pyspark={pyspark_version()}" not in words:
         # an upgrade in place replaced the jars it loads classes from as it goes
         return f"it was started from another pyspark than this environment's {pyspark_version()}"
@@ -373,7 +368,8 @@ def restart_reason(
 
 
 def _code_of(settings: Settings) -> str:
-    """What decides the code a server's Python workers run: the environment and PYTHONPATH."""
+    """The environment a server's Python workers run, and the PYTHONPATH they import from
+    (shown; a client's own modules outside both travel with its session's artifacts)."""
     return f"env={sys.prefix} PYTHONPATH={settings.python_path or '(none)'}"
 
 
@@ -408,8 +404,10 @@ def _logs_no_plans(paths: ConnectPaths) -> bool:
     return NO_PLANS_LOGGED in _started_with(paths).split()
 
 
-def _runs_this_code(paths: ConnectPaths, settings: Settings) -> bool:
-    return _started_with(paths).endswith(_code_of(settings))
+def _runs_this_code(paths: ConnectPaths) -> bool:
+    """Its Python workers run this environment (whatever PYTHONPATH it was started with: a
+    drain's own modules are shipped with the session, drainer.spark.shipped_modules)."""
+    return f"env={sys.prefix}" in _started_with(paths).split()
 
 
 def _wait_port_free(port: int, seconds: float = 30.0) -> None:
@@ -446,9 +444,9 @@ def status(settings: Settings) -> ServiceStatus:
 def _detail(paths: ConnectPaths, settings: Settings, state: str) -> str:
     started = _started_with(paths)
     parts = [p for p in (state, started) if p]
-    if started and not _runs_this_code(paths, settings):
+    if started and not _runs_this_code(paths):
         parts.append(
-            f"this shell has {_code_of(settings)}: `drainer services up` restarts the server "
+            f"this shell runs env={sys.prefix}: `drainer services up` restarts the server "
             "so its Python workers run the same code"
         )
     return "; ".join(parts)

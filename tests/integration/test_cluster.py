@@ -262,3 +262,41 @@ def test_a_kafka_sink_on_a_connect_server_attached_to_the_cluster_produces_from_
     remote = client_url(connect_on_cluster, load_settings().connect_token)
     result = _kafka_sink_from_the_driver(make_drain, SPARK_REMOTE=remote)
     assert f"server master {cluster.master_url}" in result["spark"]
+
+
+USER_HANDLER = """
+WHO = "a user's module"
+
+
+def handle(record):
+    return {"who": WHO, "offset": record.offset}
+"""
+
+
+def test_a_users_own_handler_module_reaches_the_clusters_executors_through_connect(
+    make_drain, cluster, connect_on_cluster, tmp_path
+):
+    """The handler's module is in the user's folder only, on no PYTHONPATH of the server or of
+    the cluster's worker: it travels with the run's Connect session (its artifacts), and the
+    cluster's executors import it from there (drainer.spark.shipped_modules)."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    module = f"userproc_{os.urandom(4).hex()}"
+    (folder / f"{module}.py").write_text(USER_HANDLER)
+    drain = make_drain(
+        levels=1,
+        partitions=2,
+        mode="record",
+        handler=f"{module}:handle",
+        output_schema="who string, offset long",
+    )
+    produce_records(drain, synthetic_records(20, keys=3, seed=1), level=0)
+    remote = client_url(connect_on_cluster, load_settings().connect_token)
+    paths = [str(folder), os.environ.get("PYTHONPATH", "")]
+    result = _drain_in_process(
+        drain, SPARK_REMOTE=remote, PYTHONPATH=os.pathsep.join(p for p in paths if p)
+    )
+    assert result["drained"] == 20
+    assert f"server master {cluster.master_url}" in result["spark"]
+    table = drain.sink.table
+    assert _scalar(f"SELECT count(*) FROM \"{table}\" WHERE who = 'a user''s module'") == 20

@@ -50,11 +50,13 @@ def user_drain(tmp_path: Path, make_drain, **overrides) -> tuple[object, Path]:
     return make_drain(levels=1, partitions=1, **overrides), folder
 
 
-def test_a_handler_the_connect_server_cannot_import_is_refused_by_plan_and_run_in_one_line(
+def test_a_handler_only_this_shell_can_import_runs_on_the_connect_server(
     tmp_path, make_drain, spark
 ):
     """Before: `plan` exited 0; the run's first attempt printed a 70-line traceback and exited
-    1 ("check that the module is installed"); the second was cut before the cause."""
+    1 ("check that the module is installed"). Then both refused in one line, asking to restart
+    the shared server from this shell. Now the module travels with the run's session: the
+    server, started without it on its PYTHONPATH, runs it as it is."""
     drain, folder = user_drain(
         tmp_path,
         make_drain,
@@ -62,28 +64,14 @@ def test_a_handler_the_connect_server_cannot_import_is_refused_by_plan_and_run_i
         handler="nbproc_first_hour:handle",
         output_schema="id string, amount double",
     )
-    produce_records(drain, [OutRecord(value=b"a", key=b"k")], 0)
+    produce_records(drain, [OutRecord(value=b'{"id": 1, "amount": 2.5}', key=b"k")], 0)
     # this shell has the module on PYTHONPATH; the Connect server was started without it
     shell = {"PYTHONPATH": str(folder)}
-    fix = "the Spark Connect server was started without this module on its PYTHONPATH"
-    then = "run `drainer services up` from this shell"
-
     planned = cli("plan", drain.name, **shell)
-    assert planned.returncode == 2, planned.stderr[-2000:]
-    [line] = report(planned.stderr)
-    assert fix in line and line.endswith(then), line
-
-    for attempt in (1, 2):
-        ran = cli("run", drain.name, **shell)
-        assert ran.returncode == 2, ran.stderr[-3000:]
-        assert "Traceback" not in ran.stderr
-        [line] = report(ran.stderr)
-        assert fix in line and line.endswith(then), (attempt, line)
-    assert "failed 2 attempts" in line and "`drainer status " in line and "`drainer -v run" in line
-
-    status = cli("status", drain.name, **shell)  # the stored cause, whole
-    assert status.returncode == 0, status.stderr
-    assert then in status.stdout and "No module named 'nbproc_first_hour'" in status.stdout
+    assert planned.returncode == 0, planned.stderr[-2000:]
+    ran = cli("run", drain.name, **shell)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "1 records in" in ran.stdout, ran.stdout
 
 
 def test_a_processor_that_does_not_import_here_is_refused_by_plan(tmp_path, make_drain):

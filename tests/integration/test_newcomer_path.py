@@ -165,10 +165,11 @@ def test_the_newcomer_path_every_failure_is_short_documented_and_names_its_fix(n
     drainer.fails("plan", lake, fix="put the folder that holds it on PYTHONPATH")
     drainer.fails("run", lake, fix="put the folder that holds it on PYTHONPATH")
     drainer.fails("plan", orders, fix="put the folder that holds it on PYTHONPATH")
-    # on this shell's PYTHONPATH, but the Connect server was started without it
+    # on this shell's PYTHONPATH: the module travels with the session to the server's workers,
+    # which were started without it; another PYTHONPATH is no reason to restart the server
     drainer.env["PYTHONPATH"] = str(folder)
-    drainer.fails("plan", orders, fix="`drainer services up` from this shell")
-    drainer.ok("services", "up")  # as the message says: restarts the server with the folder
+    up = drainer.ok("services", "up")
+    assert "restarting" not in up.stdout, up.stdout
     drainer.ok("plan", orders)
     drainer.ok("plan", lake)
 
@@ -390,8 +391,10 @@ def test_services_up_from_another_drains_file_never_restarts_the_server_under_a_
     """Before: a second user's `services up` restarted the shared Connect server in the middle
     of another user's run ("Cannot call methods on a stopped SparkContext"). A run writes (a
     second a record); another folder's `services up` that needs no restart leaves the server
-    be (jars are additive), one that needs it (another PYTHONPATH) refuses naming the run, and
-    with `--wait` restarts it only once the run is done: the run commits."""
+    be (another PYTHONPATH: its modules travel with its sessions), one that needs it (table
+    formats the server lacks: a client cannot add jars) refuses naming the run, and with
+    `--wait` restarts it only once the run is done: the run commits."""
+    from drainer.services import connect
     from drainer.services.connect import ConnectPaths
     from drainer.services.connect_users import current_users
     from drainer.settings import load_settings
@@ -416,13 +419,21 @@ def test_services_up_from_another_drains_file_never_restarts_the_server_under_a_
     _drains_file(mine, {name: body})
     other = {**body, "topic": f"{name}_x", "group": f"{name}_x", "mode": "dataframe"}
     del other["handler"], other["output_schema"]
-    other["sink"] = {"type": "delta", "path": f"{name}_x"}
+    other["sink"] = {"type": "postgres", "table": f"{name}_x"}
     _drains_file(theirs, {f"{name}_x": other})
+    lake = {
+        f"{name}_d": {**other, "sink": {"type": "delta", "path": f"{name}_d"}},
+        f"{name}_i": {**other, "sink": {"type": "iceberg", "table": f"drains.{name}_i"}},
+    }
     me, them = Newcomer(mine), Newcomer(theirs)
-    server = ConnectPaths.local(load_settings()).root
+    settings = load_settings()
+    server = ConnectPaths.local(settings).root
     run = None
     try:
-        me.ok("services", "up")  # the server as this shell has it (no PYTHONPATH): no run yet
+        # only the Connect server (never Kafka or Postgres): started again below without the
+        # table formats' jars, which the other folder's drains then need
+        connect.stop(settings, echo=lambda _: None)
+        me.ok("services", "up")  # the server as this folder needs it: no run yet
         me.ok("topics", "create", name)
         me.ok("produce", name, "--count", "10")
         run = subprocess.Popen(
@@ -439,11 +450,12 @@ def test_services_up_from_another_drains_file_never_restarts_the_server_under_a_
             time.sleep(0.5)
             waited += 1
 
-        same = them.ok("services", "up")  # delta's jars are there already: no restart
+        them.env["PYTHONPATH"] = str(theirs)  # their own modules: shipped, no restart
+        same = them.ok("services", "up")
         assert "restarting" not in same.stdout, same.stdout
-        them.env["PYTHONPATH"] = str(theirs)  # their own modules: the server must restart
+        _drains_file(theirs, lake)  # formats whose jars the server lacks: it must restart
         refused = them.fails("services", "up", fix=f"of drain {name}")
-        assert "--wait SECONDS" in refused and "PYTHONPATH" in refused, refused
+        assert "--wait SECONDS" in refused and "lacks the jars of delta, iceberg" in refused
         assert run.poll() is None  # still running: nothing restarted under it
 
         waited_up = them.ok("services", "up", "--wait", "600")
