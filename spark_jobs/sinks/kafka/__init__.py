@@ -18,6 +18,7 @@ marker `read_committed`: found, the run is committed in Kafka and is not produce
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -50,6 +51,12 @@ _TEXT_OR_BYTES = (StringType, BinaryType)
 class KafkaSparkSink(KafkaSink, SparkSink):
     _transaction: RunTransaction | None = None
     _crash_in_spark = False
+    _took: dict[str, float] | None = None
+
+    def steps(self) -> dict[str, float]:
+        """Seconds of the write's steps: `checks` (the marker and output topics looked up),
+        then the server producer's (`produce_on_server`) or the driver's `produce`."""
+        return dict(self._took or {})
 
     def committed(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
         """Fence older attempts of the drain, then find the run's marker `read_committed`.
@@ -85,6 +92,7 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         # run's count then waited forever), the staging count does
         classic = not is_connect(rows.sparkSession)
         staged = rows.persist() if ctx.attempt > 1 or classic else None
+        took = self._took = {}
         try:
             if staged is not None:
                 staged.count()
@@ -94,11 +102,13 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                     check_fence(conn, ctx.lease, shared=True)
 
             # a first attempt was never asked `committed()`: the marker topic may not exist yet
+            started = time.monotonic()
             self._txn(ctx).ensure_marker_topic()
             # checked here for both producers, so both name it alike (no row to name: it is
             # the sink's own topic); a Java producer would wait a minute for it
             if self.topic not in self._txn(ctx).existing_topics():
                 raise missing_topic(self.topic)
+            took["checks"] = time.monotonic() - started
             source = rows if staged is None else staged
             if self._on_server(source):
                 marker = produce_on_server(
@@ -110,16 +120,19 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                     still_ours,
                     self._dead_letters(ctx),
                     self._crash_in_spark,
+                    took,
                 )
                 return self._commit(marker, "server")
             # the stream starts now: Spark computes while the producer is fenced in
             streamed = out_batches(rows if staged is None else staged)
             if self._crash_in_spark:
                 streamed = crash_at_first(streamed)
+            started = time.monotonic()
             with read_ahead(streamed) as batches:
                 marker = self._txn(ctx).produce(
                     batches, self.topic, ctx.attempt, still_ours, self._dead_letters(ctx)
                 )
+            took["produce"] = time.monotonic() - started
         finally:
             if staged is not None:
                 staged.unpersist()
