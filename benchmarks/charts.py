@@ -103,7 +103,8 @@ def phases_chart(plt: Any, by_sink: dict[str, list[dict[str, Any]]], out: Path) 
             bars.append((f"{sink}\n{largest['records']:,}", largest["phases"], largest))
     if not bars:
         return None
-    names = list(dict.fromkeys(k for _, phases, _ in bars for k in phases))
+    # `sink.<step>` phases are parts of `spark_job`: stacked, they would count twice
+    names = list(dict.fromkeys(k for _, phases, _ in bars for k in phases if "." not in k))
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.8 * len(bars)))
     left = [0.0] * len(bars)
     for phase in names:

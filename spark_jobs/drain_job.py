@@ -256,6 +256,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             read_bytes={key: m.bytes for key, m in measured.items()},
             spark_start_s=spark_start,
             table_commit=commit,
+            sink_steps=sink.steps(),
             # the attempt whose write landed (an earlier one's, when it won a race)
             failures_attempt=ctx.attempt if commit is None else commit.attempt,
         )

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from drainer.errors import ConfigError
 from drainer.processing.callables import load_callable
-from drainer.services.connect import started_python_path
 from drainer.settings import Settings
 
 if TYPE_CHECKING:  # pyarrow only in the Spark task that probes a handler: `plan` stays light
@@ -91,6 +90,10 @@ def import_failed_on_server(
     """The Spark Connect server's workers cannot import `path`'s module: say why, and the fix."""
     module = path.partition(":")[0]
     endpoint = settings.spark_endpoint or "the Spark Connect server"
+    # the local stack's package (and the sinks it imports) only when a handler failed there:
+    # `plan` of a drain whose code imports fine never loads it
+    from drainer.services.connect import started_python_path
+
     server_path = started_python_path(settings)
     if server_path is None:  # a server drainer did not start: only its owner can fix it
         return ConfigError(

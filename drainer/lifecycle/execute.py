@@ -169,6 +169,8 @@ def _process(ctx: RunContext, execute: Executor, phases: dict[str, float]) -> Ex
     job_s = time.monotonic() - t0
     phases["spark_start"] = executed.spark_start_s
     phases["spark_job"] = max(0.0, job_s - phases["spark_start"])
+    for step, seconds in (executed.sink_steps or {}).items():
+        phases[f"sink.{step}"] = seconds  # inside spark_job: where the sink's part went
     return executed
 
 

@@ -102,8 +102,9 @@ def mirror_offsets(
         mirrored += commits
     if mirrored:
         with engine.begin() as conn:
-            for c in mirrored:
-                offsets.mark_mirrored(conn, drain.name, c.topic, c.partition, c.offset)
+            offsets.mark_mirrored(
+                conn, drain.name, [(c.topic, c.partition, c.offset) for c in mirrored]
+            )
     report.partitions = len(mirrored)
     return report
 

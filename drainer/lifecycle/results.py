@@ -79,6 +79,9 @@ class ExecutionResult:
     table_commit: SinkCommit | None = None
     # whose staged failures the commit takes: the attempt whose write landed (None: all)
     failures_attempt: int | None = None
+    # seconds of the sink's own steps inside the Spark job (`SparkSink.steps`): the run's
+    # phases show them as `sink.<step>`, parts of `spark_job`, not added to it
+    sink_steps: Mapping[str, float] | None = None
 
 
 Executor = Callable[[RunContext], ExecutionResult]

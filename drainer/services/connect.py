@@ -59,6 +59,7 @@ SESSION_DEFAULTS = {
     # SASL's generated JAAS line and inline PEM keys are secrets too (plan text, UI, logs)
     "spark.redaction.regex": SPARK_REDACTION_REGEX,
     "spark.sql.redaction.options.regex": SPARK_REDACTION_REGEX,
+    "spark.kafka.consumer.cache.capacity": "1024",  # pooled per partition; Spark has 64
 }
 
 Echo = Callable[[str], None]

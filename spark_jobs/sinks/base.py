@@ -52,6 +52,11 @@ _WIDENINGS: set[tuple[type[DataType], type[DataType]]] = {
 class SparkSink(Sink[Any]):
     """A sink that Spark can write: the driver side plus the Spark steps of a run."""
 
+    def steps(self) -> dict[str, float]:
+        """Seconds of the steps of the sink's last write that it times (its commit's parts),
+        for the run's phases; none by default."""
+        return {}
+
     def prepare(self, spark: SparkSession, drain: str) -> None:  # noqa: B027  (Postgres: nothing)
         """Check that the session can write this sink (jars, extension), define its catalog."""
 

@@ -102,6 +102,18 @@ def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark
         assert metadata["kafka_transactional_id"].value == transactional_id(drain.name)
         assert metadata["kafka_aborted_attempts"].value == 0
         assert metadata["kafka_producer"].value == commit["details"]["producer"]
+        # where the sink's part of the Spark job went, each step inside it
+        steps = {k for k in last.phases if k.startswith("sink.")}
+        if commit["details"]["producer"] == "server":
+            server = {"server_open", "server_flush", "server_marker", "server_commit"}
+            assert {"write", "lease_check", "commit", "checks", *server} <= {
+                k.removeprefix("sink.") for k in steps
+            }
+        else:
+            assert {"sink.checks", "sink.produce"} <= steps
+        # the driver's steps follow one another inside the job (the server's are inside them)
+        driver = [k for k in steps if not k.startswith("sink.server_")]
+        assert sum(last.phases[k] for k in driver) <= last.phases["spark_job"] + 0.001 * len(driver)
 
 
 def test_rows_route_themselves_to_other_topics_and_partitions(make_drain, spark):

@@ -116,3 +116,26 @@ def test_a_failure_the_server_producer_names_is_drainers_one_line_error(java, ki
 def test_any_other_spark_failure_is_left_as_it_is():
     err = _raised("[TABLE_OR_VIEW_NOT_FOUND] something else")
     assert type(err) is RuntimeError
+
+
+@pytest.mark.parametrize(
+    ("text", "steps"),
+    [
+        (
+            "close=2.0;commit=1.5;flush=0.0;marker=11.25;open=130.0",
+            {
+                "server_close": 0.002,
+                "server_commit": 0.0015,
+                "server_flush": 0.0,
+                "server_marker": 0.01125,
+                "server_open": 0.13,
+            },
+        ),
+        ("", {}),
+        ("open=oops;commit=3", {"server_commit": 0.003}),  # a step that is no number is left out
+    ],
+)
+def test_the_server_producers_steps_become_seconds_of_the_runs_phases(text, steps):
+    found = kafka_server.server_steps(text)
+    assert found.keys() == steps.keys()
+    assert all(found[k] == pytest.approx(v) for k, v in steps.items())

@@ -20,7 +20,6 @@
 // A failure names its kind for the driver: `drainer-kafka-sink[kind][source][topic] detail`.
 package drainer;
 
-import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -50,11 +49,7 @@ import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.catalog.TableProvider;
 import org.apache.spark.sql.connector.expressions.Transform;
-import org.apache.spark.sql.connector.read.Batch;
-import org.apache.spark.sql.connector.read.InputPartition;
-import org.apache.spark.sql.connector.read.PartitionReader;
-import org.apache.spark.sql.connector.read.PartitionReaderFactory;
-import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.LocalScan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.write.BatchWrite;
 import org.apache.spark.sql.connector.write.DataWriter;
@@ -82,7 +77,9 @@ public class KafkaTxnSink implements TableProvider {
       DataTypes.createStructField("topic", DataTypes.StringType, false),
       DataTypes.createStructField("records", DataTypes.LongType, false),
       DataTypes.createStructField("bytes", DataTypes.LongType, false),
-      DataTypes.createStructField("marker_offset", DataTypes.LongType, false)});
+      DataTypes.createStructField("marker_offset", DataTypes.LongType, false),
+      // where the attempt's time went on the server, `step=ms;...` (the run's phases)
+      DataTypes.createStructField("steps", DataTypes.StringType, false)});
 
   public StructType inferSchema(CaseInsensitiveStringMap options) {
     return options.containsKey("action") ? RESULT : new StructType();
@@ -159,6 +156,22 @@ public class KafkaTxnSink implements TableProvider {
     final Map<String, long[]> produced = new TreeMap<>(); // topic -> {records, bytes}
     volatile String state = "open"; // open, committed or aborted; read by the writes' threads
     List<Object[]> result;
+    // milliseconds per step, for the run's phases: open (producer made, initTransactions,
+    // beginTransaction), flush (the writes' last records), marker, commit, close
+    final Map<String, Double> steps = new TreeMap<>();
+
+    synchronized void took(String step, long sinceNanos) {
+      steps.merge(step, (System.nanoTime() - sinceNanos) / 1e6, Double::sum);
+    }
+
+    String steps() {
+      StringBuilder text = new StringBuilder();
+      for (Map.Entry<String, Double> e : steps.entrySet()) {
+        text.append(text.length() == 0 ? "" : ";").append(e.getKey()).append('=')
+            .append(String.format(java.util.Locale.ROOT, "%.1f", e.getValue()));
+      }
+      return text.toString();
+    }
 
     RunTxn(String key, String tid, String kinds, KafkaProducer<byte[], byte[]> producer) {
       this.key = key;
@@ -184,20 +197,32 @@ public class KafkaTxnSink implements TableProvider {
       if (!"open".equals(state)) {
         throw failure("gone", null, markerTopic, "the attempt's transaction was " + state);
       }
+      long closing = 0;
       try {
+        long t = System.nanoTime();
         producer.flush();
         check();
         String marker = fill(template, producedToken, bytesToken, produced);
-        long offset = producer.send(new ProducerRecord<>(markerTopic, partition,
-            markerKey.getBytes(StandardCharsets.UTF_8), marker.getBytes(StandardCharsets.UTF_8)))
-            .get().offset();
+        java.util.concurrent.Future<org.apache.kafka.clients.producer.RecordMetadata> sent =
+            producer.send(new ProducerRecord<>(markerTopic, partition,
+                markerKey.getBytes(StandardCharsets.UTF_8),
+                marker.getBytes(StandardCharsets.UTF_8)));
+        producer.flush(); // sent now, not after linger.ms: the commit waits for it anyway
+        long offset = sent.get().offset();
+        took("marker", t);
+        t = System.nanoTime();
         producer.commitTransaction();
+        took("commit", t);
         state = "committed";
+        closing = System.nanoTime();
+        producer.close(Duration.ofSeconds(5));
+        took("close", closing);
         result = new ArrayList<>();
+        String steps = steps();
         for (Map.Entry<String, long[]> e : produced.entrySet()) {
-          result.add(new Object[] {e.getKey(), e.getValue()[0], e.getValue()[1], offset});
+          result.add(new Object[] {e.getKey(), e.getValue()[0], e.getValue()[1], offset, steps});
         }
-        if (result.isEmpty()) result.add(new Object[] {markerTopic, 0L, 0L, offset});
+        if (result.isEmpty()) result.add(new Object[] {markerTopic, 0L, 0L, offset, steps});
         return result;
       } catch (RuntimeException | InterruptedException | ExecutionException e) {
         abort();
@@ -207,7 +232,7 @@ public class KafkaTxnSink implements TableProvider {
         }
         throw failure(kindOf(e, kinds), null, markerTopic, describe(e));
       } finally {
-        producer.close(Duration.ofSeconds(5));
+        if (closing == 0) producer.close(Duration.ofSeconds(5));
       }
     }
 
@@ -294,6 +319,7 @@ public class KafkaTxnSink implements TableProvider {
       settings.put("transactional.id", tid);
       settings.put("key.serializer", ByteArraySerializer.class.getName());
       settings.put("value.serializer", ByteArraySerializer.class.getName());
+      long opening = System.nanoTime();
       KafkaProducer<byte[], byte[]> producer;
       try {
         producer = new KafkaProducer<>(settings);
@@ -309,6 +335,7 @@ public class KafkaTxnSink implements TableProvider {
             describe(e));
       }
       RunTxn txn = new RunTxn(key, tid, options.get("kinds"), producer);
+      txn.took("open", opening);
       // older attempts of the drain are fenced now: their producers are closed, for good
       OPEN.forEach((k, old) -> {
         if (old.tid.equals(tid) && !k.equals(key)) {
@@ -345,8 +372,10 @@ public class KafkaTxnSink implements TableProvider {
         records += ((Sent) m).records;
         bytes += ((Sent) m).bytes;
       }
+      long t = System.nanoTime();
       try {
         txn.producer.flush(); // every record on the broker, or its error known
+        txn.took("flush", t);
       } catch (KafkaException e) {
         throw failure(kindOf(e, txn.kinds), null, options.get("topic"), describe(e));
       }
@@ -398,8 +427,8 @@ public class KafkaTxnSink implements TableProvider {
     public void write(InternalRow row) {
       txn.check();
       byte[] src = at.source() < 0 || row.isNullAt(at.source()) ? null : row.getBinary(at.source());
-      String source = src == null ? null : new String(src, StandardCharsets.UTF_8);
-      if (row.isNullAt(at.value())) throw failure("no_value", source, at.topic(), "");
+      // the source's text is made only for a failure that names it, never per record
+      if (row.isNullAt(at.value())) throw failure("no_value", text(src), at.topic(), "");
       byte[] value = row.getBinary(at.value());
       byte[] key = at.recordKey() < 0 || row.isNullAt(at.recordKey()) ? null
           : row.getBinary(at.recordKey());
@@ -418,7 +447,7 @@ public class KafkaTxnSink implements TableProvider {
       if (runHeader != null) headers.add(new RecordHeader(at.runName(), runHeader));
       if (src != null) headers.add(new RecordHeader(at.sourceName(), src));
       Callback delivered = (metadata, e) -> {
-        if (e != null) txn.failed.compareAndSet(null, failure(kindOf(e, at.kinds()), source,
+        if (e != null) txn.failed.compareAndSet(null, failure(kindOf(e, at.kinds()), text(src),
             at.topic(), describe(e)));
       };
       try {
@@ -427,12 +456,16 @@ public class KafkaTxnSink implements TableProvider {
       } catch (KafkaException e) {
         // A send refused because another task's record already failed the transaction must
         // name that record, not this one: the first failure is the one the user can fix.
-        txn.failed.compareAndSet(null, failure(kindOf(e, at.kinds()), source, at.topic(),
+        txn.failed.compareAndSet(null, failure(kindOf(e, at.kinds()), text(src), at.topic(),
             describe(e)));
       }
       txn.check();
       records++;
       bytes += value.length + (key == null ? 0 : key.length);
+    }
+
+    static String text(byte[] source) {
+      return source == null ? null : new String(source, StandardCharsets.UTF_8);
     }
 
     public WriterCommitMessage commit() {
@@ -444,10 +477,12 @@ public class KafkaTxnSink implements TableProvider {
     public void close() {}
   }
 
-  /** `action=commit` or `action=abort` of an attempt's transaction, read as its counts. */
-  static final class Control implements Scan, Batch {
+  /** `action=commit` or `action=abort` of an attempt's transaction, read as its counts.
+   * A local scan: Spark takes its rows when it plans the read, on the driver, so the commit
+   * costs no Spark job (a one-task job was ~60 ms of every run's commit). */
+  static final class Control implements LocalScan {
     final Map<String, String> options;
-    InputPartition[] done;
+    InternalRow[] done;
 
     Control(Map<String, String> options) {
       this.options = options;
@@ -457,11 +492,7 @@ public class KafkaTxnSink implements TableProvider {
       return RESULT;
     }
 
-    public Batch toBatch() {
-      return this;
-    }
-
-    public synchronized InputPartition[] planInputPartitions() {
+    public synchronized InternalRow[] rows() {
       if (done != null) return done;
       String key = options.get("key");
       List<Object[]> rows = new ArrayList<>();
@@ -482,35 +513,14 @@ public class KafkaTxnSink implements TableProvider {
         RunTxn txn = OPEN.remove(key);
         if (txn != null) txn.abort();
       }
-      done = new InputPartition[] {new Rows(rows)};
+      InternalRow[] found = new InternalRow[rows.size()];
+      for (int i = 0; i < found.length; i++) {
+        Object[] r = rows.get(i);
+        found[i] = new GenericInternalRow(new Object[] {UTF8String.fromString((String) r[0]),
+            r[1], r[2], r[3], UTF8String.fromString((String) r[4])});
+      }
+      done = found;
       return done;
     }
-
-    public PartitionReaderFactory createReaderFactory() {
-      return new RowsReader();
-    }
   }
-
-  static final class RowsReader implements PartitionReaderFactory {
-    public PartitionReader<InternalRow> createReader(InputPartition part) {
-      List<Object[]> rows = ((Rows) part).rows();
-      return new PartitionReader<InternalRow>() {
-        int at = -1;
-
-        public boolean next() {
-          return ++at < rows.size();
-        }
-
-        public InternalRow get() {
-          Object[] r = rows.get(at);
-          return new GenericInternalRow(
-              new Object[] {UTF8String.fromString((String) r[0]), r[1], r[2], r[3]});
-        }
-
-        public void close() {}
-      };
-    }
-  }
-
-  record Rows(List<Object[]> rows) implements InputPartition, Serializable {}
 }

@@ -18,9 +18,10 @@ marker `read_committed`: found, the run is committed in Kafka and is not produce
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
@@ -50,6 +51,12 @@ _TEXT_OR_BYTES = (StringType, BinaryType)
 class KafkaSparkSink(KafkaSink, SparkSink):
     _transaction: RunTransaction | None = None
     _crash_in_spark = False
+    _took: dict[str, float] | None = None
+
+    def steps(self) -> dict[str, float]:
+        """Seconds of the write's steps: `checks` (the marker and output topics looked up),
+        then the server producer's (`produce_on_server`) or the driver's `produce`."""
+        return dict(self._took or {})
 
     def committed(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
         """Fence older attempts of the drain, then find the run's marker `read_committed`.
@@ -64,7 +71,7 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         return None if marker is None else self._commit(marker)
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
-        return self._produce(ctx, kafka_rows(out))
+        return self._produce(ctx, *named_kafka_rows(out))
 
     def write_records(
         self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: StructType
@@ -73,18 +80,19 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         from spark_jobs.modes import record_mode_rows
 
         rows = record_mode_rows(ctx, df, output_schema, source_column=SOURCE_COLUMN)
-        return self._produce(ctx, kafka_rows(rows))
+        return self._produce(ctx, *named_kafka_rows(rows))
 
     def crash_while_writing(self, ctx: RunContext) -> None:
         self._crash_in_spark = True
 
-    def _produce(self, ctx: RunContext, rows: DataFrame) -> SinkCommit:
+    def _produce(self, ctx: RunContext, rows: DataFrame, columns: list[str]) -> SinkCommit:
         # a retry stages first (cached on the Spark side; a lost block is recomputed from the
         # same ranges), so its transaction lasts the produce-and-commit step only. So does a
         # classic session: its `toLocalIterator` never reports the read's observation (the
         # run's count then waited forever), the staging count does
         classic = not is_connect(rows.sparkSession)
         staged = rows.persist() if ctx.attempt > 1 or classic else None
+        took = self._took = {}
         try:
             if staged is not None:
                 staged.count()
@@ -94,13 +102,15 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                     check_fence(conn, ctx.lease, shared=True)
 
             # a first attempt was never asked `committed()`: the marker topic may not exist yet
+            started = time.monotonic()
             self._txn(ctx).ensure_marker_topic()
             # checked here for both producers, so both name it alike (no row to name: it is
             # the sink's own topic); a Java producer would wait a minute for it
             if self.topic not in self._txn(ctx).existing_topics():
                 raise missing_topic(self.topic)
+            took["checks"] = time.monotonic() - started
             source = rows if staged is None else staged
-            if self._on_server(source):
+            if self._on_server(source, columns):
                 marker = produce_on_server(
                     self._txn(ctx),
                     source,
@@ -110,25 +120,29 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                     still_ours,
                     self._dead_letters(ctx),
                     self._crash_in_spark,
+                    took,
                 )
                 return self._commit(marker, "server")
             # the stream starts now: Spark computes while the producer is fenced in
             streamed = out_batches(rows if staged is None else staged)
             if self._crash_in_spark:
                 streamed = crash_at_first(streamed)
+            started = time.monotonic()
             with read_ahead(streamed) as batches:
                 marker = self._txn(ctx).produce(
                     batches, self.topic, ctx.attempt, still_ours, self._dead_letters(ctx)
                 )
+            took["produce"] = time.monotonic() - started
         finally:
             if staged is not None:
                 staged.unpersist()
         return self._commit(marker, "driver")
 
-    def _on_server(self, rows: DataFrame) -> bool:
+    def _on_server(self, rows: DataFrame, columns: list[str]) -> bool:
         """Whether the Spark server produces the run (`producer:`; `server` says when it
-        can); `producer: server` where it cannot is a configuration error."""
-        reason = why_not_on_server(rows.sparkSession, self.config, rows.columns)
+        can); `producer: server` where it cannot is a configuration error. `columns`: the
+        rows' (`named_kafka_rows`), known here without asking the server again."""
+        reason = why_not_on_server(rows.sparkSession, self.config, columns)
         if reason is not None and self.config.producer == "server":
             raise ConfigError(
                 f"the Kafka sink says `producer: server`, but {reason}. Set `producer: auto` "
@@ -194,7 +208,13 @@ class KafkaSparkSink(KafkaSink, SparkSink):
 
 
 def kafka_rows(out: DataFrame) -> DataFrame:
-    """The output as Spark's Kafka sink schema, plus the source record where there is one.
+    """The output as Spark's Kafka sink schema (`named_kafka_rows`)."""
+    return named_kafka_rows(out)[0]
+
+
+def named_kafka_rows(out: DataFrame) -> tuple[DataFrame, list[str]]:
+    """The output as Spark's Kafka sink schema, plus the source record where there is one,
+    and its column names (on Connect, asking a DataFrame for them is a round trip).
 
     A row comes from one record when record mode made it (`_drainer_source`) or when the
     processor kept the source columns `topic`, `partition` and `offset`: those then say where
@@ -220,20 +240,18 @@ def kafka_rows(out: DataFrame) -> DataFrame:
                 "the processor or handler. Nothing was committed"
             )
     from_record = "offset" in fields and "topic" in fields and "partition" in fields
-    columns = [F.col("value").cast("binary").alias("value")]
+    columns: dict[str, Column] = {"value": F.col("value").cast("binary")}
     if "key" in fields:
-        columns.append(F.col("key").cast("binary").alias("key"))
+        columns["key"] = F.col("key").cast("binary")
     if "headers" in fields:
-        columns.append(F.col("headers").alias("headers"))
+        columns["headers"] = F.col("headers")
     if not from_record:  # routing columns, as in Spark's Kafka sink
         if "partition" in fields:
-            columns.append(F.col("partition").cast(IntegerType()).alias("partition"))
+            columns["partition"] = F.col("partition").cast(IntegerType())
         if "topic" in fields:
-            columns.append(F.col("topic").cast("string").alias("topic"))
+            columns["topic"] = F.col("topic").cast("string")
     if SOURCE_COLUMN in fields:
-        columns.append(F.col(SOURCE_COLUMN).cast("binary").alias("source"))
+        columns["source"] = F.col(SOURCE_COLUMN).cast("binary")
     elif from_record:
-        columns.append(
-            F.concat_ws("/", "topic", "partition", "offset").cast("binary").alias("source")
-        )
-    return out.select(*columns)
+        columns["source"] = F.concat_ws("/", "topic", "partition", "offset").cast("binary")
+    return out.select(*(c.alias(name) for name, c in columns.items())), list(columns)

@@ -116,9 +116,15 @@ def produce_on_server(
     still_ours: Callable[[], None],
     dead_letters: DeadLetterJoin | None,
     crash_in_spark: bool = False,
+    took: dict[str, float] | None = None,
 ) -> RunMarker:
     """Produce `rows` (and the dead letters) in the attempt's transaction on the server; commit
-    it with the run's marker once the lease is still ours. Any failure aborts it."""
+    it with the run's marker once the lease is still ours. Any failure aborts it.
+
+    `took` gets the seconds of each step: `write` (the Spark job that reads, processes and
+    produces: `open` and `flush` of it on the server), `commit` (the control job: the server's
+    `marker`, `commit` and `close`), and the driver's own steps between them."""
+    took = {} if took is None else took
     spark = rows.sparkSession
     known = txn.existing_topics()  # the sink's topic is known to exist (KafkaSparkSink)
     key = f"{txn.tid}/{txn.run_id}/{txn.nonce}/{attempt}"
@@ -130,15 +136,21 @@ def produce_on_server(
     try:
         header = run_header(txn.run_id, txn.nonce, attempt).decode()
         write = _writer(rows, key, topic, settings).option("open", "true")
+        started = time.monotonic()
         _run(txn, topic, write.option("run_header", header).save)
+        took["write"] = time.monotonic() - started
         dlq_max_attempts = dead = None
         if dead_letters is not None and dead_letters.topic in known:  # else: after the commit
+            started = time.monotonic()
             dead = _send_dead_letters(txn, spark, key, dead_letters, settings)
             dlq_max_attempts = dead_letters.max_attempts
+            took["dead_letters"] = time.monotonic() - started
         if crash_in_spark:
             faults.crash_point("during_spark")
         faults.crash_point("mid_produce")  # every record on the broker, in the open transaction
+        started = time.monotonic()
         still_ours()  # after the fence: a takeover since then is seen here, before the commit
+        took["lease_check"] = time.monotonic() - started
         # a pause here (a zombie) meets a takeover as the driver producer does: fenced in Kafka
         faults.pause_point("after_produce")
         # the marker but for its counts, which the server's producer fills (protocol.fill)
@@ -152,6 +164,7 @@ def produce_on_server(
             dlq_max_attempts=dlq_max_attempts,
             dead_letters=dead or 0,
         )
+        started = time.monotonic()
         committed = _run(
             txn,
             MARKER_TOPIC,
@@ -167,6 +180,9 @@ def produce_on_server(
                 .collect()
             ),
         )
+        took["commit"] = time.monotonic() - started
+        # a server started before its jar reported steps has none: the run goes on without them
+        took.update(server_steps(committed[0].asDict().get("steps") or ""))
     except BaseException:
         with contextlib.suppress(Exception):  # a dead server's transaction ends with its timeout
             _control(spark, key, "abort").load().collect()
@@ -177,6 +193,16 @@ def produce_on_server(
         size=sum(int(r.bytes) for r in committed),
         offset=int(committed[0].marker_offset),  # exact: the server's producer sent it
     )
+
+
+def server_steps(text: str) -> dict[str, float]:
+    """The server's `step=ms;...` (KafkaTxnSink's `steps`) as seconds, each `server_<step>`."""
+    found = {}
+    for item in filter(None, (text or "").split(";")):
+        name, _, ms = item.partition("=")
+        with contextlib.suppress(ValueError):
+            found[f"server_{name}"] = float(ms) / 1000
+    return found
 
 
 def _writer(rows: DataFrame, key: str, topic: str, settings: Mapping[str, str]) -> Any:
