@@ -223,8 +223,3 @@ def iceberg_state_table(table: str, columns: str, properties: dict[str, str]) ->
     loses), with its table properties."""
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     return f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg TBLPROPERTIES ({props})"
-
-
-# a DataFrame argument (`{src}` of `spark.sql`) as a query of another session: the merge's own
-# session checkpoints the run's rows with it (a checkpoint belongs to the session that made it)
-SOURCE_ROWS = "SELECT * FROM {src}"

@@ -127,16 +127,26 @@ def test_state_table_equals_the_model(make_drain, lakehouse, fmt, budget, runs):
         f"{len(wrong)} keys differ from the model (table, model): {list(wrong.items())[:5]}"
     )
     assert len(live) == KEYS - OP_DELETES - TOMBSTONES
-    if fmt != "postgres" and runs == 1:  # the merge's counts, on the run's record
+    if runs == 1:  # the merge's counts, on the run's record and in its result
         from drainer.observe.status import drain_status
 
         [run] = drain_status(drain, load_settings())["runs"]
-        assert run["table_commit"]["details"]["upsert"] == {
+        counts = {
             "rows_inserted": len(model),
             "rows_updated": 0,
             "rows_deleted": OP_DELETES + TOMBSTONES,
             "rows_skipped_older": 0,
         }
+        assert run["upsert"] == counts
+        assert results[0].upsert == counts
+    else:  # every run's merge counted: each key once per run it had versions in
+        from drainer.observe.status import drain_status
+
+        shown = drain_status(drain, load_settings())["runs"]
+        assert len(shown) == runs and all(r["upsert"] for r in shown)
+        # a live key was inserted (or revived) at least once, a deleted one deleted
+        assert sum(r["upsert"]["rows_inserted"] for r in shown) >= len(model)
+        assert sum(r["upsert"]["rows_deleted"] for r in shown) >= OP_DELETES + TOMBSTONES
 
 
 def test_a_changed_primary_key_is_refused_in_one_line(make_drain, stack):
@@ -169,6 +179,42 @@ def test_a_resumed_run_never_merges_twice(make_drain, lakehouse, fmt):
     assert live_rows(drain) == model
     # the table holds one merge of the run: its commits that name a run are the run's one
     assert merge_commits(drain) == [runs_of(drain)[0].id]
+    if fmt == "delta":  # the resumed run reports the counts of the merge it found
+        from drainer.observe.status import drain_status
+
+        [run] = drain_status(drain, load_settings())["runs"]
+        assert run["upsert"] == {
+            "rows_inserted": len(model),
+            "rows_updated": 0,
+            "rows_deleted": OP_DELETES + TOMBSTONES,
+            "rows_skipped_older": 0,
+        }
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_merge_reads_the_runs_records_once(make_drain, lakehouse, tmp_path, monkeypatch, fmt):
+    """The counts and the MERGE share one read: every record passes the processor's UDF once
+    (the counts before the MERGE read them a second time before the collapsed rows were cached;
+    a plan holding `current_timestamp()` missed that cache)."""
+    from tests.processors import ROWS_SEEN_FILE
+
+    seen = tmp_path / "rows_seen"
+    seen.touch()
+    seen.chmod(0o666)
+    monkeypatch.setenv(ROWS_SEEN_FILE, str(seen))
+    drain = make_drain(
+        sink=sink_of(fmt),
+        budget=12_000,
+        value=VALUE,
+        key={"format": "string"},
+        processor="tests.processors:keys_seen",
+    )
+    model = produce_state(drain)
+    [result] = drain_until_empty(drain)
+    assert live_rows(drain) == model
+    assert result.upsert["rows_inserted"] == len(model)
+    assert result.drained == KEYS * VERSIONS
+    assert len(seen.read_text().splitlines()) == result.drained
 
 
 def merge_commits(drain: DrainConfig) -> list[int]:
