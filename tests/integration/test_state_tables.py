@@ -334,6 +334,105 @@ def test_debezium_changes_leave_the_source_tables_state(make_drain, lakehouse, f
     assert cdc_rows(drain) == state
 
 
+# the envelope as Debezium's Avro converter writes it for a Postgres table (id, name, qty)
+DEBEZIUM_AVRO = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "dbserver1.inventory.items",
+    "fields": [
+        {
+            "name": "before",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Value",
+                    "fields": [
+                        {"name": "id", "type": "long"},
+                        {"name": "name", "type": ["null", "string"], "default": None},
+                        {"name": "qty", "type": ["null", "long"], "default": None},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {
+            "name": "source",
+            "type": {
+                "type": "record",
+                "name": "Source",
+                "namespace": "io.debezium.connector.postgresql",
+                "fields": [
+                    {"name": "version", "type": "string"},
+                    {"name": "connector", "type": "string"},
+                    {"name": "ts_ms", "type": "long"},
+                    {"name": "lsn", "type": ["null", "long"], "default": None},
+                ],
+            },
+        },
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+
+
+@pytest.mark.parametrize("schema", ["avsc", "registry"])
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_debezium_avro_changes_leave_the_source_tables_state(
+    make_drain, lakehouse, fmt, schema, tmp_path
+):
+    """The same changes as Debezium's Avro converter writes them (`value: {format: avro,
+    envelope: debezium}`), from a schema file or in the Confluent wire format through a
+    registry, a delete followed by its tombstone; the key as text."""
+    import io
+
+    from fastavro import parse_schema, schemaless_writer
+
+    from drainer.config.formats import RegistryConfig
+    from drainer.records.registry import frame, register
+
+    if schema == "avsc":
+        schema_file = tmp_path / "items-envelope.avsc"
+        schema_file.write_text(json.dumps(DEBEZIUM_AVRO))
+        value: dict[str, Any] = {"schema": str(schema_file)}
+    else:
+        value = {"registry": {"url": f"mock://drainer-{uuid.uuid4().hex[:8]}"}}
+    parsed = parse_schema(DEBEZIUM_AVRO)
+    sink = {k: v for k, v in sink_of(fmt).items() if k not in ("order_by", "delete_when")}
+    drain = make_drain(
+        sink=sink,
+        budget=12_000,
+        levels=1,
+        partitions=1,
+        value={"format": "avro", **value, "envelope": "debezium"},
+        key={"format": "string"},
+        processor=None,
+    )
+    if schema == "registry":
+        writer = register(
+            RegistryConfig(**value["registry"]), f"{drain.topic}-value", json.dumps(DEBEZIUM_AVRO)
+        )
+    events, state = debezium_events(wrapped=False)
+    producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+    for k, v in events:
+        key = str(json.loads(k)["id"]).encode()
+        if v is None:  # the tombstone after a delete
+            producer.produce(drain.level_topic(0), key=key, value=None)
+            continue
+        change = json.loads(v)
+        change["source"] = {**change["source"], "version": "2.7.0"}
+        change["ts_ms"] = change["source"]["ts_ms"] + 5
+        out = io.BytesIO()
+        schemaless_writer(out, parsed, change)
+        body = out.getvalue() if schema == "avsc" else frame(writer, out.getvalue())
+        producer.produce(drain.level_topic(0), key=key, value=body)
+    assert producer.flush(30) == 0
+    assert sum(v is None for _, v in events) > 10  # deletes, each with its tombstone
+    drain_until_empty(drain)
+    assert cdc_rows(drain) == state
+
+
 def cdc_rows(drain: DrainConfig) -> dict[int, tuple[str, int]]:
     settings = load_settings()
     sink = drain.sink
