@@ -10,6 +10,7 @@ from Kafka once.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -153,8 +154,11 @@ def read_once(source: DataFrame) -> Iterator[tuple[DataFrame, str]]:
     try:
         yield cached, f"global_temp.{name}"
     finally:
-        cached.sparkSession.catalog.dropGlobalTempView(name)
-        cached.unpersist()
+        # quietly: a server lost mid-merge fails these too, and its error is the run's
+        with contextlib.suppress(Exception):
+            cached.sparkSession.catalog.dropGlobalTempView(name)
+        with contextlib.suppress(Exception):
+            cached.unpersist()
 
 
 def merge_sql(target: str, spec: UpsertSpec, columns: Sequence[str], source: str = "{src}") -> str:
