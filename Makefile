@@ -95,6 +95,7 @@ services-down: $(STAMP)
 BENCH_SIZES ?= 10000 100000 1000000 10000000
 BENCH_REPEAT ?= 5
 BENCH_PEERS_RECORDS ?= 1000000
+BENCH_UPSERT_RECORDS ?= 1000000
 BENCH_PARTITION_RECORDS ?= 192000
 BENCH_PARTITIONS ?= 4 16 64 256
 BENCH_STAMP := $(VENV)/.bench-installed
@@ -109,6 +110,7 @@ bench: services $(BENCH_STAMP)
 	$(BIN)/python benchmarks/peers.py --records $(BENCH_PEERS_RECORDS) --repeat $(BENCH_REPEAT)
 	$(BIN)/python benchmarks/partitions.py --records $(BENCH_PARTITION_RECORDS) \
 	  --repeat $(BENCH_REPEAT) --partitions $(BENCH_PARTITIONS)
+	$(BIN)/python benchmarks/upserts.py --records $(BENCH_UPSERT_RECORDS) --repeat $(BENCH_REPEAT)
 	$(BIN)/python benchmarks/charts.py
 
 clean:

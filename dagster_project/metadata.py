@@ -85,11 +85,11 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
             metadata["kafka_bytes_produced"] = dg.MetadataValue.int(commit["bytes_added"])
             metadata["kafka_transactional_id"] = dg.MetadataValue.text(details["transactional_id"])
             metadata["kafka_aborted_attempts"] = dg.MetadataValue.int(details["aborted_attempts"])
-        # a state table (`write: upsert`): what the run's merge did
-        for name, count in (details.get("upsert") or {}).items():
-            metadata[f"table_{name}"] = dg.MetadataValue.int(int(count))
         if "producer" in details:  # where its transactional producer ran: server or driver
             metadata["kafka_producer"] = dg.MetadataValue.text(details["producer"])
+    # a state table (`write: upsert`): what the run's merge did, in any table sink
+    for name, count in (result.upsert or {}).items():
+        metadata[f"table_{name}"] = dg.MetadataValue.int(int(count))
     # steps after the commit that failed (mirror, dead-letter publish, backlog lookup): the run
     # succeeded, and the next run retries them
     metadata["run_warnings"] = dg.MetadataValue.int(len(result.warnings))

@@ -162,9 +162,10 @@ def _value(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
         return _json(fmt, side)
     if fmt.format == "protobuf":
         return _protobuf(fmt, raw, side)
-    if fmt.registry is not None:
-        return _wire_avro(fmt, raw, side)
-    return _avro_file(fmt, raw, side)
+    avro = _wire_avro(fmt, raw, side) if fmt.registry is not None else _avro_file(fmt, raw, side)
+    if fmt.envelope == "debezium" and side == "value":  # a key is the key's own record
+        return _debezium_avro(avro, raw, fmt.registry is None)
+    return avro
 
 
 def _protobuf(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
@@ -248,6 +249,50 @@ def _debezium(row: StructType, side: str) -> Decoding:
         parsed.isNotNull(), F.struct(*columns, parsed.getField(_CORRUPT).alias(_CORRUPT))
     )
     return Decoding(value, F.lit(None).cast("string"), names)
+
+
+def _debezium_avro(avro: Decoding, raw: DataFrame, own_error: bool) -> Decoding:
+    """A Debezium change event as its Avro converter writes it (`before`, `after`, `op`,
+    `source`, `ts_ms`): unwrapped as the JSON one is (`_debezium`), the row `after` (`before`
+    for a delete) plus `_op` and the source's `ts_ms` and `lsn` (null where the connector's
+    source block has no `lsn`). `own_error`: the schema file's check of required fields reads
+    the envelope's, which the unwrapped row no longer has: a record without `op` fails."""
+    framed = raw.withColumns(avro.pre) if avro.pre else raw
+    event = framed.select(avro.value.alias("v")).schema["v"].dataType
+    assert isinstance(event, StructType)
+    names = event.fieldNames()
+    row = event["after"].dataType if "after" in names else None
+    if not ({"before", "op"} <= set(names) and isinstance(row, StructType)):
+        raise ConfigError(
+            f"value.schema is not a Debezium change event (its fields: {', '.join(names)}): "
+            "envelope: debezium needs the record Debezium's Avro converter writes, with "
+            "`before`, `after` (the table's row) and `op`"
+        )
+    source = event["source"].dataType if "source" in names else StructType([])
+    assert isinstance(source, StructType)
+
+    def of_source(name: str) -> Column:
+        if name in source.fieldNames():
+            return avro.value.getField("source").getField(name).cast("long")
+        return F.lit(None).cast("long")
+
+    image = F.when(avro.value.getField("op") == "d", avro.value.getField("before")).otherwise(
+        avro.value.getField("after")
+    )
+    columns = [image.getField(f.name).alias(f.name) for f in row.fields] + [
+        avro.value.getField("op").alias("_op"),
+        of_source("ts_ms").alias("_source_ts_ms"),
+        of_source("lsn").alias("_source_lsn"),
+    ]
+    value = F.when(avro.value.isNotNull(), F.struct(*columns))
+    why = avro.why
+    if own_error:
+        decoded = F.col(_decoded("value"))
+        why = F.when(
+            decoded.isNull() | decoded.getField("_op").isNull(),
+            F.lit("the payload does not decode as a Debezium change event with its Avro schema"),
+        )
+    return avro._replace(value=value, why=why, fields=[*row.fieldNames(), *CDC_COLUMNS])
 
 
 def _avro_file(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:

@@ -131,3 +131,23 @@ def kafka_one_oversized(df: DataFrame) -> DataFrame:
     return kafka_passthrough(df).withColumn(
         "value", F.when(F.col("offset") == 3, big).otherwise(F.col("value"))
     )
+
+
+# where `keys_seen` notes each row it sees (set in the process that builds the plan)
+ROWS_SEEN_FILE = "DRAINER_TEST_ROWS_SEEN"
+
+
+def _seen(path, key):  # type: ignore[no-untyped-def]  # hints would make it a pandas UDF
+    with open(path, "a") as notes:
+        notes.write("x\n")  # one short line per evaluation: appends of it do not interleave
+    return key
+
+
+def keys_seen(df: DataFrame) -> DataFrame:
+    """The decoded rows unchanged, each `_key` passed through a UDF that notes one line per
+    row it computes: how many times the run's records were read and processed. Nondeterministic,
+    so Spark neither computes it once for two reads nor prunes it from a read that needs the key."""
+    import os
+
+    seen = F.udf(_seen, "string").asNondeterministic()
+    return df.withColumn("_key", seen(F.lit(os.environ[ROWS_SEEN_FILE]), F.col("_key")))

@@ -118,6 +118,7 @@ def run_summary(result: RunResult) -> dict[str, Any]:
         "duration_s": round(result.duration_s or 0.0, 3),
         "published_rows": result.published_rows,
         "sink_commit": result.table_commit or None,
+        "upsert": result.upsert or None,
         "warnings": list(result.warnings),
     }
     if result.finished is not None:

@@ -166,7 +166,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             justify="left",
         )
         _commit_details(commits)
-        _upsert_counts(commits)
+    _upsert_counts(report["runs"])
     per_level = ", ".join(
         f"level {lv['level']}: {lv['dead_letters']:,}"
         for lv in report["levels"]
@@ -251,14 +251,10 @@ def _seconds(run: dict[str, Any]) -> str:
     return "" if seconds is None else f"{seconds:.1f} s"
 
 
-def _upsert_counts(commits: list[dict[str, Any]]) -> None:
+def _upsert_counts(runs: list[dict[str, Any]]) -> None:
     """A state table's merge per run: keys inserted, updated, deleted, versions skipped."""
     names = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped_older")
-    rows = [
-        [str(r["id"]), *(u.get(n, 0) for n in names)]
-        for r in commits
-        if (u := (r["table_commit"].get("details") or {}).get("upsert"))
-    ]
+    rows = [[str(r["id"]), *(u.get(n, 0) for n in names)] for r in runs if (u := r.get("upsert"))]
     if rows:
         print_table(
             "upserts per run",

@@ -81,10 +81,11 @@ class RecordFormat(KnownKeys):
     )
     envelope: Literal["debezium"] | None = Field(
         default=None,
-        description="json: `debezium` unwraps Debezium change events (with or without the "
-        "JSON converter's `schema`/`payload` wrapper): `schema` declares the source table's "
-        "row; the output is `after` (`before` for a delete) plus `_op`, `_source_ts_ms`, "
-        "`_source_lsn`. A key with it unwraps `payload` only. docs/state-tables.md",
+        description="json, avro: `debezium` unwraps Debezium change events (JSON: with or "
+        "without the JSON converter's `schema`/`payload` wrapper, `schema` declaring the source "
+        "table's row; Avro: the envelope record its Avro converter writes): the output is "
+        "`after` (`before` for a delete) plus `_op`, `_source_ts_ms`, `_source_lsn`. A JSON "
+        "key with it unwraps `payload` only; an Avro key is its record. docs/state-tables.md",
     )
     message: str | None = Field(
         default=None,
@@ -114,8 +115,8 @@ class RecordFormat(KnownKeys):
             )
         if self.format in ("string", "bytes") and (self.schema_ or self.registry):
             raise ValueError(f"format '{self.format}' takes no `schema` or `registry`")
-        if self.envelope is not None and self.format != "json":
-            raise ValueError("`envelope: debezium` is for format 'json'")
+        if self.envelope is not None and self.format not in ("json", "avro"):
+            raise ValueError("`envelope: debezium` is for format 'json' or 'avro'")
         if self.format == "json" and self.registry:
             raise ValueError("a registry is for format 'avro' only (JSON takes a `schema`)")
         return self

@@ -40,7 +40,7 @@ from drainer.lifecycle.results import (
 from drainer.lifecycle.retention_gaps import measure_ranges
 from drainer.lifecycle.upkeep import after_commit_upkeep
 from drainer.settings import Settings
-from drainer.store import launches, lost_offsets, runs, throughput
+from drainer.store import launches, lost_offsets, runs, throughput, upserts
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRun
 
@@ -110,11 +110,13 @@ def _after_the_commit(
     )
     if report is None:
         report = load_level_reports(stored.id, engine)
+    table_commit = executed.table_commit.as_dict() if executed.table_commit else {}
     # the whole slot, for time-boxed runs: after the commit, in its own short update
     slot_s = time.monotonic() - started
     with engine.begin() as conn:
         launches.store_phases(conn, stored.id, phases)
         added = runs.columns_added(conn, stored.id)
+        counts = upserts.stored_counts(conn, stored.id)
         throughput.store_slot(conn, stored.id, slot_s)
     return RunResult(
         run_id=stored.id,
@@ -127,8 +129,10 @@ def _after_the_commit(
         mirror=mirror,
         phases={k: round(v, 3) for k, v in phases.items()},
         warnings=warnings,
-        table_commit=executed.table_commit.as_dict() if executed.table_commit else {},
+        table_commit=table_commit,
         columns_added=added,
+        # a Postgres merge's counts as recorded, else those the table commit carries
+        upsert=counts or dict(table_commit.get("details", {}).get("upsert", {})),
         retried=0 if result.retries is None else result.retries.total_retried,
         dead_again=0 if result.retries is None else result.retries.total_dead_again,
     )

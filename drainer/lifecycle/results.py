@@ -17,7 +17,7 @@ from drainer.config import DrainConfig
 from drainer.lifecycle.mirror import MirrorReport
 from drainer.settings import Settings
 from drainer.sinks import Sink, SinkCommit, sink_for
-from drainer.store import launches, runs
+from drainer.store import launches, runs, upserts
 from drainer.store.leases import Lease
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -130,6 +130,9 @@ class RunResult:
     table_commit: dict[str, Any] = field(default_factory=dict)
     # the columns this run added to its sink table (audited with the run)
     columns_added: list[str] = field(default_factory=list)
+    # a state table (`write: upsert`): what the run's merge did (rows_inserted, rows_updated,
+    # rows_deleted, rows_skipped_older); empty for an append
+    upsert: dict[str, int] = field(default_factory=dict)
     # a run of dead letters `dlq retry` handed back: how many were retried and how many failed
     # again (dead letters again, with their new error); 0 for an ordinary run
     retried: int = 0
@@ -151,6 +154,7 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
         summary = launches.run_summary(conn, run_id)
         phases = launches.load_phases(conn, run_id)
         added = runs.columns_added(conn, run_id)
+        counts = upserts.stored_counts(conn, run_id)
     return RunResult(
         run_id=run_id,
         drain=drain,
@@ -162,6 +166,7 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
         phases=phases,
         shared=shared,
         columns_added=added,
+        upsert=counts,
     )
 
 

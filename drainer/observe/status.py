@@ -12,7 +12,7 @@ from drainer.observe.drain_health import drain_health
 from drainer.observe.health_rules import LevelHealth
 from drainer.settings import Settings
 from drainer.sinks import Sink, SinkCommit, sink_for
-from drainer.store import dead_letters, get_engine, history, lost_offsets, runs
+from drainer.store import dead_letters, get_engine, history, lost_offsets, runs, upserts
 
 
 def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> dict[str, Any]:
@@ -25,6 +25,7 @@ def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> di
     with engine.connect() as conn:
         history_by_level = history.level_history(conn, drain.name, levels, drain.history_window)
         recent_runs = runs.recent_runs(conn, drain.name, recent)
+        merged = upserts.runs_counts(conn, [r.id for r in recent_runs])
         dead = dead_letters.pending_dead_letters(conn, drain.name)
         dead_by_level = dead_letters.pending_by_level(conn, drain.name)
         lost_by_level = lost_offsets.total_lost(conn, drain.name)
@@ -107,6 +108,8 @@ def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> di
                 # a sink that commits first: format, location, its commit id (version, snapshot,
                 # marker offset), bytes and rows added, files where it has them, details
                 "table_commit": _shown(r.table_commit, sink),
+                # a state table's merge: rows inserted, updated, deleted, skipped as older
+                "upsert": _upsert_counts(merged.get(r.id), r.table_commit),
                 # the sink table's columns the run added (new optional fields)
                 "columns_added": list(r.columns_added or []),
             }
@@ -151,6 +154,16 @@ def health_report(health: LevelHealth) -> dict[str, Any]:
         "eta_s": rounded(health.eta_s, 1),
         "eta": health.eta_text(),
     }
+
+
+def _upsert_counts(
+    stored: dict[str, Any] | None, commit: dict[str, Any] | None
+) -> dict[str, int] | None:
+    """A state table's merge counts: a Postgres sink's own record, or those a table commit
+    carries (Delta, Iceberg); None for an append run."""
+    if stored:
+        return {k: int(v) for k, v in stored.items()}
+    return ((commit or {}).get("details") or {}).get("upsert")
 
 
 def _shown(stored: dict[str, Any] | None, sink: Sink[Any]) -> dict[str, Any] | None:

@@ -61,6 +61,7 @@ class PostgresSink(Sink[PostgresSinkConfig]):
         if spec is not None:  # a state table: the stage merged by key
             counts = upserts.merge_staged(conn, self.table, run_id, spec.keys, spec.order)
             log.info("run %d merged into %s: %s", run_id, self.table, counts.as_dict())
+            upserts.store_counts(conn, run_id, counts)  # status and Dagster metadata show them
             return counts.inserted + counts.updated + counts.deleted
         return sink_tables.publish_staged(conn, self.table, run_id)
 

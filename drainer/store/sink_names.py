@@ -34,6 +34,7 @@ OWN_TABLES = frozenset(
         "run_table_commits",
         "run_table_proofs",
         "run_totals",
+        "run_upsert_counts",
         "runs",
         "schema_migrations",
     ]

@@ -85,6 +85,37 @@ class UpsertCounts:
         }
 
 
+COUNT_COLUMNS = ("rows_inserted", "rows_updated", "rows_deleted", "rows_skipped_older")
+
+
+def store_counts(conn: Connection, run_id: int, counts: UpsertCounts) -> None:
+    """Record a Postgres merge's counts inside the transaction that merged (migration 023)."""
+    conn.execute(
+        text(
+            f"INSERT INTO run_upsert_counts (run_id, {', '.join(COUNT_COLUMNS)}) VALUES (:r, "
+            f"{', '.join(':' + c for c in COUNT_COLUMNS)}) ON CONFLICT (run_id) DO NOTHING"
+        ),
+        {"r": run_id, **counts.as_dict()},
+    )
+
+
+def stored_counts(conn: Connection, run_id: int) -> dict[str, int]:
+    """A run's merge counts as recorded by a Postgres sink; empty for any other run."""
+    return runs_counts(conn, [run_id]).get(run_id, {})
+
+
+def runs_counts(conn: Connection, run_ids: Sequence[int]) -> dict[int, dict[str, int]]:
+    """The merge counts a Postgres sink recorded for those of `run_ids` it merged."""
+    rows = conn.execute(
+        text(
+            f"SELECT run_id, {', '.join(COUNT_COLUMNS)} FROM run_upsert_counts "
+            "WHERE run_id = ANY(:r)"
+        ),
+        {"r": list(run_ids)},
+    ).all()
+    return {r.run_id: {c: int(getattr(r, c)) for c in COUNT_COLUMNS} for r in rows}
+
+
 def live_view(table: str) -> str:
     """The view of a state table's live rows (no delete markers)."""
     return fit_name(table, "_live")
@@ -192,8 +223,3 @@ def iceberg_state_table(table: str, columns: str, properties: dict[str, str]) ->
     loses), with its table properties."""
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     return f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg TBLPROPERTIES ({props})"
-
-
-# a DataFrame argument (`{src}` of `spark.sql`) as a query of another session: the merge's own
-# session checkpoints the run's rows with it (a checkpoint belongs to the session that made it)
-SOURCE_ROWS = "SELECT * FROM {src}"

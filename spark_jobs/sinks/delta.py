@@ -7,6 +7,7 @@ resumed run finds the commit (`committed`) and then writes nothing.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
@@ -187,6 +188,8 @@ class DeltaSparkSink(DeltaSink, SparkSink):
                 "version",
                 "operationMetrics",
                 F.get_json_object(meta, f"$['{ATTEMPT_PROPERTY}']").alias("attempt"),
+                # a state table's merge: its counts, in the marker (spark_jobs.sinks.delta_upsert)
+                F.get_json_object(meta, "$['upsert']").alias("upsert"),
             )
             .collect()
         )
@@ -202,6 +205,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             bytes=int(metrics.get("numOutputBytes", 0) or 0),
             files=int(metrics.get("numFiles", 0) or 0),
             attempt=int(row["attempt"] or 0),
+            details={"upsert": json.loads(row["upsert"])} if row["upsert"] else {},
         )
 
     def _schema(self, spark: SparkSession) -> StructType | None:

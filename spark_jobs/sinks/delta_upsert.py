@@ -5,10 +5,16 @@ Delta applies `txnAppId`/`txnVersion` to SQL DML through the session settings
 appends only), so a resumed run's MERGE is skipped by Delta when an earlier attempt's landed.
 Those settings, and the commit's `userMetadata` (the run's marker that `committed` finds), are
 set on a session of the merge's own (`own_settings`), never on the session runs share.
+
+The run's rows are read from Kafka once: the collapsed rows are cached (`read_once`) by the
+counts' aggregation, the one action that reads them, and the MERGE takes them from that cache.
+The counts go into the commit's marker, so a resumed run that finds the commit reports them
+as the attempt that made it counted them (spark_jobs.sinks.delta `_commit_of`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -16,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from drainer.errors import ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
-from drainer.sinks.upsert import KEY_PROPERTY, UpsertSpec, check_key_unchanged
+from drainer.sinks.upsert import KEY_PROPERTY, UpsertCounts, UpsertSpec, check_key_unchanged
 from spark_jobs.session import own_settings
 from spark_jobs.sinks.base import fit_schema, marker, note_columns_added, run_of
 from spark_jobs.sinks.delta import RECENT_COMMITS, DeltaSparkSink, app_id
@@ -26,6 +32,7 @@ from spark_jobs.sinks.upsert import (
     count_changes,
     counts_details,
     merge_sql,
+    read_once,
     recorded_key,
 )
 
@@ -55,15 +62,16 @@ def merge_delta(
     note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
     if added_columns(spark, table, source, existing):
         existing = sink._schema(spark)
-    source = fit_schema(source, existing, where)
-    counts = count_changes(source, before, spec)
-    with own_settings(spark) as merging:
-        merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
-        merging.conf.set("spark.databricks.delta.write.txnVersion", str(run_id))
-        merging.conf.set(
-            "spark.databricks.delta.commitInfo.userMetadata", marker(drain, run_id, nonce, attempt)
-        )
-        merging.sql(merge_sql(table, spec, source.columns), src=source).collect()
+    with read_once(fit_schema(source, existing, where)) as (source, view):
+        counts = count_changes(source, before, spec)
+        with own_settings(spark) as merging:
+            merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
+            merging.conf.set("spark.databricks.delta.write.txnVersion", str(run_id))
+            merging.conf.set(
+                "spark.databricks.delta.commitInfo.userMetadata",
+                counted_marker(drain, run_id, nonce, attempt, counts),
+            )
+            merging.sql(merge_sql(table, spec, source.columns, view)).collect()
     done = sink._commit_of(spark, drain, run_id, nonce, latest=RECENT_COMMITS)
     if done is None:
         done = sink._commit_of(spark, drain, run_id, nonce)
@@ -74,6 +82,14 @@ def merge_delta(
             "history no longer shows the attempt that landed. Nothing was committed to "
             "Postgres: look at the table's history, then run again"
         )
-    if done.attempt != attempt:  # an earlier attempt's merge landed: its counts are unknown
+    if done.attempt != attempt:  # an earlier attempt's merge landed: the counts its marker has
         return done
     return replace(done, details=counts_details(counts))
+
+
+def counted_marker(
+    drain: str, run_id: int, nonce: str | None, attempt: int, counts: UpsertCounts
+) -> str:
+    """The run's marker with its merge's counts: the commit carries them for a resumed run."""
+    data = json.loads(marker(drain, run_id, nonce, attempt)) | counts_details(counts)
+    return json.dumps(data, separators=(",", ":"))

@@ -20,7 +20,7 @@ from drainer.errors import ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.upsert import KEY_PROPERTY, UpsertSpec, check_key_unchanged
-from drainer.store.upserts import SOURCE_ROWS, iceberg_state_table
+from drainer.store.upserts import iceberg_state_table
 from spark_jobs.session import own_settings
 from spark_jobs.sinks.base import fit_schema, note_columns_added, run_of
 from spark_jobs.sinks.iceberg import WAP_ID, IcebergSparkSink, wap_id
@@ -31,6 +31,7 @@ from spark_jobs.sinks.upsert import (
     count_changes,
     counts_details,
     merge_sql,
+    read_once,
     recorded_key,
 )
 
@@ -70,14 +71,15 @@ def merge_iceberg(
     found = sink._commit_of(spark, drain, run_id, nonce)
     if found is not None:  # an earlier attempt published the run's merge
         return found
-    counts = count_changes(source, spark.table(table), spec)
-    wap = wap_id(drain, run_id, nonce)
-    with own_settings(spark) as merging:
-        merging.conf.set("spark.wap.id", wap)
-        # Iceberg's row-level MERGE takes a deterministic source only (the Kafka read and the
-        # decoding's partition barrier are not): the collapsed rows, checkpointed first
-        fixed = merging.sql(SOURCE_ROWS, src=source).localCheckpoint()
-        merging.sql(merge_sql(table, spec, source.columns), src=fixed).collect()
+    with read_once(source) as (source, view):  # the counts read Kafka, the merge the cache
+        counts = count_changes(source, spark.table(table), spec)
+        wap = wap_id(drain, run_id, nonce)
+        with own_settings(spark) as merging:
+            merging.conf.set("spark.wap.id", wap)
+            # Iceberg's row-level MERGE takes a deterministic source only (the Kafka read and the
+            # decoding's partition barrier are not): the collapsed rows, checkpointed from the cache
+            fixed = merging.table(view).localCheckpoint()
+            merging.sql(merge_sql(table, spec, source.columns), src=fixed).collect()
     staged = (
         spark.table(f"{table}.snapshots")
         .where(F.col("summary")[WAP_ID] == wap)

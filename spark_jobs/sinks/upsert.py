@@ -4,12 +4,16 @@ them to a Delta or Iceberg table (drainer.sinks.upsert states the rules).
 `flag_records` marks tombstones and null keys on the decoded read (a null key is a bad record,
 failed or dead-lettered per `bad_records`); `collapse` keeps each key's newest row with a
 window function; `merge_sql` is the one MERGE both table formats run, its source the collapsed
-rows, checkpointed once so that the counts and the merge see the same rows.
+rows. `read_once` caches those rows for the counts and the MERGE, so the run's records are read
+from Kafka once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -104,7 +108,10 @@ def collapse(out: DataFrame, spec: UpsertSpec, where: str) -> DataFrame:
     )
     newest = rows.withColumn(_RANK, F.row_number().over(by_key)).where(F.col(_RANK) == 1)
     kept = [bq(c) for c in columns if c != TOMBSTONE]
-    deleted_at = F.when(F.col(_DELETE), F.current_timestamp()).cast("timestamp")
+    # the merge's time as a literal, not `current_timestamp()`: a plan holding that expression
+    # never matches the cache `read_once` makes, and the MERGE would read Kafka again
+    merged_at = F.lit(datetime.now(UTC))
+    deleted_at = F.when(F.col(_DELETE), merged_at).cast("timestamp")
     return newest.select(*kept, deleted_at.alias(DELETED_AT))
 
 
@@ -133,10 +140,32 @@ def _fill_tombstone_order(rows: DataFrame, spec: UpsertSpec, columns: Sequence[s
     return rows.withColumns(filled).drop("_drainer_before")
 
 
-def merge_sql(target: str, spec: UpsertSpec, columns: Sequence[str]) -> str:
-    """MERGE of the collapsed rows (`{src}`, a DataFrame argument of `spark.sql`) into the
-    table: a newer version replaces the row (a delete replaces it with its marker, keeping the
-    row's order when it has none), a new key is inserted; an older version changes nothing."""
+@contextmanager
+def read_once(source: DataFrame) -> Iterator[tuple[DataFrame, str]]:
+    """The collapsed rows cached, and a global temporary view of them (its qualified name) for
+    the MERGE that runs in a session of its own (`own_settings`): the first action on the
+    rows (the counts) reads Kafka and fills both the cache and the read's observation, and the
+    MERGE reads the cache. A DataFrame argument of that session's `spark.sql` (`{src}`)
+    missed the cache (the records were read and processed again); the view, shared by the
+    server's sessions, holds the very plan that was cached."""
+    cached = source.persist()
+    name = f"drainer_merge_{uuid.uuid4().hex}"  # runs share the server: one view each
+    cached.createOrReplaceGlobalTempView(name)
+    try:
+        yield cached, f"global_temp.{name}"
+    finally:
+        # quietly: a server lost mid-merge fails these too, and its error is the run's
+        with contextlib.suppress(Exception):
+            cached.sparkSession.catalog.dropGlobalTempView(name)
+        with contextlib.suppress(Exception):
+            cached.unpersist()
+
+
+def merge_sql(target: str, spec: UpsertSpec, columns: Sequence[str], source: str = "{src}") -> str:
+    """MERGE of the collapsed rows (`source`: a table or view, or by default `{src}`, a
+    DataFrame argument of `spark.sql`) into the table: a newer version replaces the row (a
+    delete replaces it with its marker, keeping the row's order when it has none), a new key is
+    inserted; an older version changes nothing."""
     on = " AND ".join(f"{ref('t', k, bq)} = {ref('s', k, bq)}" for k in spec.keys)
     order_top = {c for c in spec.order if "." not in c}
     sets = ", ".join(
@@ -147,7 +176,7 @@ def merge_sql(target: str, spec: UpsertSpec, columns: Sequence[str]) -> str:
     names = ", ".join(bq(c) for c in columns)
     values = ", ".join(f"s.{bq(c)}" for c in columns)
     return (
-        f"MERGE INTO {target} t USING {{src}} s ON {on} "
+        f"MERGE INTO {target} t USING {source} s ON {on} "
         f"WHEN MATCHED AND ({newer('s', 't', spec.order, bq)}) THEN UPDATE SET {sets} "
         f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
     )

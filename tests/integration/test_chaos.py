@@ -26,6 +26,12 @@ the Connect server. Every other random kill waits for records to arrive in the o
 broker round kills the broker mid-produce. A `read_committed` consumer of the output must see
 every source offset exactly once (distinct `drainer.source` headers), and a `read_uncommitted`
 one must also see aborted records: the kills landed inside transactions.
+
+Issue 48 adds state tables (`write: upsert`) into Postgres, Delta and Iceberg under the same
+kills, lost services and injected crashes: test_state_tables' records (versions of a key spread
+over the levels, deletes by `op` and by tombstones, older updates drained after a delete) in
+many small runs. The table, read without Spark, must equal the model, and nothing may be
+merged twice: the table's commits that name a run are each committed run's one merge.
 """
 
 from __future__ import annotations
@@ -48,7 +54,11 @@ from kafka_output import auto_producer, output_topic, read_output
 from lifecycle_helpers import CLI, sink_records
 from offsets import high_watermarks, kafka_offsets, states, stored_offsets
 from sqlalchemy import text
+from test_exactly_once import runs_of
 from test_lakehouse import sink_of, table_offsets
+from test_state_tables import VALUE as STATE_VALUE
+from test_state_tables import live_rows, merge_commits, produce_state
+from test_state_tables import sink_of as state_sink_of
 
 from drainer import faults
 from drainer.config import DrainConfig
@@ -88,6 +98,19 @@ SINKS: dict[str, dict[str, Any]] = {
     # every output record names its source record in its `drainer.source` header
     "kafka": {"mode": "dataframe", "processor": "spark_jobs.examples:kafka_passthrough"},
 }
+# issue 48's state tables: the variant's name -> the table sink it merges into
+UPSERTS = {f"{fmt}-upsert": fmt for fmt in ("postgres", "delta", "iceberg")}
+SINKS |= {
+    name: {
+        "mode": "dataframe",
+        "processor": None,
+        "value": STATE_VALUE,
+        "key": {"format": "string"},
+    }
+    for name in UPSERTS
+}
+# test_state_tables' 10,000 records in ~25 runs: kills land in fresh plans and resumed ones
+STATE_BUDGET = 400
 # the Kafka sink's write is its open transaction; a server killed while the run streams its
 # rows aborts it, so it is killed twice (the suite's others once)
 MIN_SERVER_KILLS = {"kafka": 2}
@@ -346,6 +369,8 @@ def sink_block(sink: str, lakehouse) -> Iterator[dict[str, Any]]:
     if sink == "kafka":
         with output_topic(PARTITIONS) as out:
             yield {"sink": {"type": "kafka", "topic": out}}
+    elif sink in UPSERTS:
+        yield {"sink": state_sink_of(UPSERTS[sink]), "budget": STATE_BUDGET}
     else:
         yield {} if sink == "postgres" else {"sink": sink_of(sink)}
 
@@ -361,14 +386,17 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
     print(f"chaos seed: {seed} (replay with CHAOS_SEED={seed})")
     rng = random.Random(seed)
     drain = make_drain(
-        levels=LEVELS, partitions=PARTITIONS, budget=BUDGET, **sink_block, **SINKS[sink]
+        levels=LEVELS, partitions=PARTITIONS, **{"budget": BUDGET, **sink_block}, **SINKS[sink]
     )
     per_partition = RECORDS // (LEVELS * PARTITIONS)
-    for level in range(LEVELS):
-        for partition in range(PARTITIONS):
-            records = synthetic_records(per_partition, keys=97, value_size=20, seed=partition)
-            produce_records(drain, records, level=level, partition=partition)
-    assert _backlog(drain) == RECORDS
+    if sink in UPSERTS:  # key -> its live newest version
+        model = produce_state(drain, seed=rng.randrange(1 << 30))
+    else:
+        for level in range(LEVELS):
+            for partition in range(PARTITIONS):
+                records = synthetic_records(per_partition, keys=97, value_size=20, seed=partition)
+                produce_records(drain, records, level=level, partition=partition)
+        assert _backlog(drain) == RECORDS
 
     settings = load_settings()
     # special rounds, never the first: the Connect server mid-write, and (our own services
@@ -381,7 +409,7 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
     pending = dict(zip(rng.sample(range(1, rounds + 1), len(specials)), specials, strict=True))
     phases: Counter[str] = Counter()
     lost: Counter[str] = Counter()
-    wanted = [p for p in PHASES if sink != "postgres" or p != "table commit"]
+    wanted = [p for p in PHASES if drain.sink.type != "postgres" or p != "table commit"]
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as log:
         # an undisturbed run tells how long a run takes here; kills then fall anywhere in it
@@ -477,6 +505,51 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
         drain_job.run(whole, trigger="test", settings=load_settings())
 
     print(f"drained the rest in {final_runs} runs, {time.monotonic() - t0:.1f} s")
+    if sink in UPSERTS:
+        _state_table_is_the_model(drain, model)
+    else:
+        _every_offset_once(drain, sink, producer, per_partition)
+    ends = high_watermarks(drain)
+    assert stored_offsets(drain) == {key: (end, "") for key, end in ends.items()}
+    assert kafka_offsets(drain) == {key: (end, "") for key, end in ends.items()}
+
+
+def _state_table_is_the_model(drain: DrainConfig, model: dict[str, tuple[str, int]]) -> None:
+    """The state table equals the model, and each committed run merged once: a Postgres run's
+    merge is its commit transaction (its counts recorded once, by every committed run); a
+    Delta or Iceberg table's commits that name a run name each run once, and only runs whose
+    commit Postgres recorded (Delta: exactly those; Iceberg: those still on main's line, which
+    `maintain` shortens by expiring snapshots)."""
+    live = live_rows(drain)
+    wrong = {
+        k: (live.get(k), model.get(k))
+        for k in set(live) | set(model)
+        if live.get(k) != model.get(k)
+    }
+    assert not wrong, f"{len(wrong)} keys differ (table, model): {list(wrong.items())[:5]}"
+    committed = sorted(r.id for r in runs_of(drain) if r.status == "committed")
+    if drain.sink.type == "postgres":
+        with get_engine().connect() as conn:
+            counted = conn.scalars(
+                text("SELECT run_id FROM run_upsert_counts WHERE run_id = ANY(:r)"),
+                {"r": committed},
+            ).all()
+        assert sorted(counted) == committed
+        return
+    in_table = merge_commits(drain)
+    twice = {r: n for r, n in Counter(in_table).items() if n > 1}
+    assert not twice, f"runs merged more than once: {twice}"
+    shown = drain_status(drain, load_settings(), recent=1000)["runs"]
+    recorded = {r["id"] for r in shown if r["table_commit"]}
+    assert recorded <= set(committed)
+    if drain.sink.type == "delta":
+        assert set(in_table) == recorded, (sorted(in_table), sorted(recorded))
+    else:
+        assert set(in_table) <= recorded, (sorted(in_table), sorted(recorded))
+
+
+def _every_offset_once(drain: DrainConfig, sink: str, producer: str, per_partition: int) -> None:
+    """Every (topic, partition, offset) is in the sink exactly once."""
     seen = _sink_offsets(drain)
     expected = {
         (drain.level_topic(level), partition, offset)
@@ -501,9 +574,6 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
             if r["table_commit"]
         }
         assert producer in produced_by and produced_by <= {producer, None}, produced_by
-    ends = high_watermarks(drain)
-    assert stored_offsets(drain) == {key: (end, "") for key, end in ends.items()}
-    assert kafka_offsets(drain) == {key: (end, "") for key, end in ends.items()}
 
 
 def _tail(log: IO[str]) -> str:

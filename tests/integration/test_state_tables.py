@@ -127,16 +127,26 @@ def test_state_table_equals_the_model(make_drain, lakehouse, fmt, budget, runs):
         f"{len(wrong)} keys differ from the model (table, model): {list(wrong.items())[:5]}"
     )
     assert len(live) == KEYS - OP_DELETES - TOMBSTONES
-    if fmt != "postgres" and runs == 1:  # the merge's counts, on the run's record
+    if runs == 1:  # the merge's counts, on the run's record and in its result
         from drainer.observe.status import drain_status
 
         [run] = drain_status(drain, load_settings())["runs"]
-        assert run["table_commit"]["details"]["upsert"] == {
+        counts = {
             "rows_inserted": len(model),
             "rows_updated": 0,
             "rows_deleted": OP_DELETES + TOMBSTONES,
             "rows_skipped_older": 0,
         }
+        assert run["upsert"] == counts
+        assert results[0].upsert == counts
+    else:  # every run's merge counted: each key once per run it had versions in
+        from drainer.observe.status import drain_status
+
+        shown = drain_status(drain, load_settings())["runs"]
+        assert len(shown) == runs and all(r["upsert"] for r in shown)
+        # a live key was inserted (or revived) at least once, a deleted one deleted
+        assert sum(r["upsert"]["rows_inserted"] for r in shown) >= len(model)
+        assert sum(r["upsert"]["rows_deleted"] for r in shown) >= OP_DELETES + TOMBSTONES
 
 
 def test_a_changed_primary_key_is_refused_in_one_line(make_drain, stack):
@@ -169,6 +179,42 @@ def test_a_resumed_run_never_merges_twice(make_drain, lakehouse, fmt):
     assert live_rows(drain) == model
     # the table holds one merge of the run: its commits that name a run are the run's one
     assert merge_commits(drain) == [runs_of(drain)[0].id]
+    if fmt == "delta":  # the resumed run reports the counts of the merge it found
+        from drainer.observe.status import drain_status
+
+        [run] = drain_status(drain, load_settings())["runs"]
+        assert run["upsert"] == {
+            "rows_inserted": len(model),
+            "rows_updated": 0,
+            "rows_deleted": OP_DELETES + TOMBSTONES,
+            "rows_skipped_older": 0,
+        }
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_merge_reads_the_runs_records_once(make_drain, lakehouse, tmp_path, monkeypatch, fmt):
+    """The counts and the MERGE share one read: every record passes the processor's UDF once
+    (the counts before the MERGE read them a second time before the collapsed rows were cached;
+    a plan holding `current_timestamp()` missed that cache)."""
+    from tests.processors import ROWS_SEEN_FILE
+
+    seen = tmp_path / "rows_seen"
+    seen.touch()
+    seen.chmod(0o666)
+    monkeypatch.setenv(ROWS_SEEN_FILE, str(seen))
+    drain = make_drain(
+        sink=sink_of(fmt),
+        budget=12_000,
+        value=VALUE,
+        key={"format": "string"},
+        processor="tests.processors:keys_seen",
+    )
+    model = produce_state(drain)
+    [result] = drain_until_empty(drain)
+    assert live_rows(drain) == model
+    assert result.upsert["rows_inserted"] == len(model)
+    assert result.drained == KEYS * VERSIONS
+    assert len(seen.read_text().splitlines()) == result.drained
 
 
 def merge_commits(drain: DrainConfig) -> list[int]:
@@ -284,6 +330,105 @@ def test_debezium_changes_leave_the_source_tables_state(make_drain, lakehouse, f
     for k, v in events:
         producer.produce(drain.level_topic(0), key=k, value=v)
     assert producer.flush(30) == 0
+    drain_until_empty(drain)
+    assert cdc_rows(drain) == state
+
+
+# the envelope as Debezium's Avro converter writes it for a Postgres table (id, name, qty)
+DEBEZIUM_AVRO = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "dbserver1.inventory.items",
+    "fields": [
+        {
+            "name": "before",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "Value",
+                    "fields": [
+                        {"name": "id", "type": "long"},
+                        {"name": "name", "type": ["null", "string"], "default": None},
+                        {"name": "qty", "type": ["null", "long"], "default": None},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {
+            "name": "source",
+            "type": {
+                "type": "record",
+                "name": "Source",
+                "namespace": "io.debezium.connector.postgresql",
+                "fields": [
+                    {"name": "version", "type": "string"},
+                    {"name": "connector", "type": "string"},
+                    {"name": "ts_ms", "type": "long"},
+                    {"name": "lsn", "type": ["null", "long"], "default": None},
+                ],
+            },
+        },
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+
+
+@pytest.mark.parametrize("schema", ["avsc", "registry"])
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_debezium_avro_changes_leave_the_source_tables_state(
+    make_drain, lakehouse, fmt, schema, tmp_path
+):
+    """The same changes as Debezium's Avro converter writes them (`value: {format: avro,
+    envelope: debezium}`), from a schema file or in the Confluent wire format through a
+    registry, a delete followed by its tombstone; the key as text."""
+    import io
+
+    from fastavro import parse_schema, schemaless_writer
+
+    from drainer.config.formats import RegistryConfig
+    from drainer.records.registry import frame, register
+
+    if schema == "avsc":
+        schema_file = tmp_path / "items-envelope.avsc"
+        schema_file.write_text(json.dumps(DEBEZIUM_AVRO))
+        value: dict[str, Any] = {"schema": str(schema_file)}
+    else:
+        value = {"registry": {"url": f"mock://drainer-{uuid.uuid4().hex[:8]}"}}
+    parsed = parse_schema(DEBEZIUM_AVRO)
+    sink = {k: v for k, v in sink_of(fmt).items() if k not in ("order_by", "delete_when")}
+    drain = make_drain(
+        sink=sink,
+        budget=12_000,
+        levels=1,
+        partitions=1,
+        value={"format": "avro", **value, "envelope": "debezium"},
+        key={"format": "string"},
+        processor=None,
+    )
+    if schema == "registry":
+        writer = register(
+            RegistryConfig(**value["registry"]), f"{drain.topic}-value", json.dumps(DEBEZIUM_AVRO)
+        )
+    events, state = debezium_events(wrapped=False)
+    producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+    for k, v in events:
+        key = str(json.loads(k)["id"]).encode()
+        if v is None:  # the tombstone after a delete
+            producer.produce(drain.level_topic(0), key=key, value=None)
+            continue
+        change = json.loads(v)
+        change["source"] = {**change["source"], "version": "2.7.0"}
+        change["ts_ms"] = change["source"]["ts_ms"] + 5
+        out = io.BytesIO()
+        schemaless_writer(out, parsed, change)
+        body = out.getvalue() if schema == "avsc" else frame(writer, out.getvalue())
+        producer.produce(drain.level_topic(0), key=key, value=body)
+    assert producer.flush(30) == 0
+    assert sum(v is None for _, v in events) > 10  # deletes, each with its tombstone
     drain_until_empty(drain)
     assert cdc_rows(drain) == state
 

@@ -147,8 +147,9 @@ def test_debezium_defaults_order_and_deletes(tmp_path):
     assert sink.delete_when == "_op = 'd'"
 
 
-def test_envelope_is_for_json():
+def test_envelope_is_for_json_and_avro():
     from drainer.config.formats import RecordFormat
 
-    with pytest.raises(ValidationError, match="envelope: debezium` is for format 'json'"):
+    with pytest.raises(ValidationError, match="envelope: debezium` is for format 'json' or 'avro'"):
         RecordFormat(format="string", envelope="debezium")
+    assert RecordFormat(format="avro", schema="e.avsc", envelope="debezium").envelope

@@ -1,0 +1,283 @@
+"""State tables (issue 48): drainer's `write: upsert` against the job a Spark user writes today.
+
+  .venv/bin/python benchmarks/upserts.py      # --records 1000000 --keys 100000 --repeat 5
+
+N JSON records `{id, name, v}` over K keys (`v` rising: every record is a newer version of its
+key), spread over 3 levels x 2 partitions, are produced once. Into Delta and into Iceberg
+(`--formats delta iceberg`), each round runs:
+
+- `drainer_upsert_<fmt>`: a drain of its own (budget = the backlog: one run), the JSON value
+  decoded, `sink: {write: upsert, order_by: [v]}`; timed: `spark_jobs.drain_job.run` whole.
+- `streaming_merge_<fmt>`: the hand-written peer, `readStream` of the 3 level topics with
+  drainer's read options (benchmarks/fair.py), the same JSON decoding, `foreachBatch` that
+  keeps each key's newest row (`row_number` over the key by `v`) and runs `MERGE INTO` (newer
+  `v` replaces, a new key is inserted), `trigger(availableNow=True)`, on the same session of
+  the same warm Connect server.
+- `drainer_append_<fmt>`: the same records appended (`write: append`): the merge's cost.
+
+Every table is read back without Spark (deltalake, pyiceberg): a state table must hold each
+key once with its newest version (drainer's: the live rows, `_deleted_at` null); the append
+table every record. A path whose table disagrees fails the benchmark (exit 1). Each path is
+warmed by a small run first (`--warmup`); `--repeat` rounds (each starting one path later) give
+medians. Results: `benchmarks/results/upserts-<N>.json`. Topics and tables are removed
+afterwards unless `--keep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import fair
+from common import OUT, fresh_drain
+
+from drainer.settings import load_settings
+
+FORMATS = ("delta", "iceberg")
+FOLDER = "bench_upserts"  # under the warehouse: Delta tables and the peer's checkpoints
+SCHEMA = "id string, name string, v long"
+LEVELS, PARTITIONS = 3, 2
+
+
+def produce_versions(source: Any, records: int, keys: int) -> dict[str, int]:
+    """Record i is version v=i of key i % keys, on a random level; returns key -> newest v."""
+    import random
+
+    from confluent_kafka import Producer
+
+    rng = random.Random(48)
+    producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers, "linger.ms": 50})
+    newest: dict[str, int] = {}
+    for i in range(records):
+        key = f"k{i % keys:06d}"
+        value = json.dumps({"id": key, "name": f"{key}-v{i}", "v": i}).encode()
+        level = rng.randrange(LEVELS)
+        producer.produce(source.level_topic(level), key=key.encode(), value=value)
+        newest[key] = i
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return newest
+
+
+def sink_of(fmt: str, name: str, write: str) -> dict[str, Any]:
+    where = {"path": f"{FOLDER}/{name}"} if fmt == "delta" else {"table": f"bench.{name}"}
+    upsert = {"write": "upsert", "order_by": ["v"]} if write == "upsert" else {}
+    return {"type": fmt, **where, **upsert}
+
+
+def location(fmt: str, sink: dict[str, Any]) -> str:
+    if fmt == "iceberg":
+        return str(sink["table"])
+    return str(Path(load_settings().warehouse) / sink["path"])
+
+
+def run_drainer(source: Any, records: int, fmt: str, write: str) -> tuple[float, str]:
+    from spark_jobs import drain_job
+
+    name = f"bench_up_{uuid.uuid4().hex[:8]}"
+    sink = sink_of(fmt, name, write)
+    drain = fresh_drain(
+        records,
+        levels=LEVELS,
+        partitions=PARTITIONS,
+        name=name,
+        topic=source.topic,
+        value={"format": "json", "schema": SCHEMA},
+        key={"format": "string"},
+        sink=sink,
+    )
+    started = time.perf_counter()
+    result = drain_job.run(drain, trigger="bench", settings=load_settings())
+    wall = time.perf_counter() - started
+    assert result.drained == records, f"{name} drained {result.drained} of {records}"
+    (OUT / f"{name}.yaml").unlink(missing_ok=True)
+    return wall, location(fmt, sink)
+
+
+def run_peer(spark: Any, source: Any, fmt: str) -> tuple[float, str]:
+    """Structured Streaming, foreachBatch: each micro-batch deduplicated by key (newest `v`),
+    then `MERGE INTO` the table (created first, empty)."""
+    from pyspark.sql import functions as F
+
+    name = f"bench_peer_{uuid.uuid4().hex[:8]}"
+    if fmt == "delta":
+        where = location("delta", {"path": f"{FOLDER}/{name}"})
+        spark.createDataFrame([], SCHEMA).write.format("delta").save(where)
+        target = f"delta.`{where}`"
+    else:
+        where = f"bench.{name}"
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS drainer.bench")
+        spark.sql(
+            f"CREATE TABLE drainer.{where} ({SCHEMA}) USING iceberg "
+            "TBLPROPERTIES ('format-version' = '2')"
+        )
+        target = f"drainer.{where}"
+    topics = ",".join(source.level_topic(level) for level in range(LEVELS))
+    reads = fair.drainer_read_options(LEVELS * PARTITIONS, fair.spark_cores())
+
+    def merge_batch(batch: Any, batch_id: int) -> None:  # runs on the server's Python worker
+        from pyspark.sql import Window
+        from pyspark.sql import functions as G
+
+        newest = Window.partitionBy("id").orderBy(G.col("v").desc())
+        rows = batch.withColumn("_n", G.row_number().over(newest)).where("_n = 1").drop("_n")
+        rows.sparkSession.sql(
+            f"MERGE INTO {target} t USING {{src}} s ON t.id = s.id "
+            "WHEN MATCHED AND s.v > t.v THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
+            src=rows,
+        ).collect()
+
+    checkpoint = location("delta", {"path": f"{FOLDER}/_checkpoints/{name}"})
+    started = time.perf_counter()
+    query = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", load_settings().bootstrap_servers)
+        .option("subscribe", topics)
+        .option("startingOffsets", "earliest")
+        .options(**reads)
+        .load()
+        .select(F.from_json(F.col("value").cast("string"), SCHEMA).alias("r"))
+        .select("r.*")
+        .writeStream.option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .foreachBatch(merge_batch)
+        .start()
+    )
+    query.awaitTermination()
+    wall = time.perf_counter() - started
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return wall, where
+
+
+def read_back(fmt: str, where: str, live_only: bool) -> list[dict[str, Any]]:
+    """The table's rows without Spark (drainer's state tables: the live ones)."""
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(where).to_pyarrow_table()
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog("drainer", uri=load_settings().database_url)
+        table = catalog.load_table(where).scan().to_arrow()
+    rows = table.select(["id", "v", *(["_deleted_at"] if live_only else [])]).to_pylist()
+    return [r for r in rows if not live_only or r["_deleted_at"] is None]
+
+
+def check(path: str, rows: list[dict[str, Any]], newest: dict[str, int], append: int) -> None:
+    if append:  # every record once
+        if len(rows) != append:
+            sys.exit(f"{path}: {len(rows)} rows read back, expected {append}")
+        return
+    found = {r["id"]: r["v"] for r in rows}
+    if len(rows) != len(newest) or found != newest:
+        wrong = sum(found.get(k) != v for k, v in newest.items())
+        sys.exit(f"{path}: {len(rows)} rows for {len(newest)} keys, {wrong} not the newest")
+
+
+def drop(spark: Any, fmt: str, where: str) -> None:
+    if fmt == "iceberg":
+        spark.sql(f"DROP TABLE IF EXISTS drainer.{where} PURGE")
+        shutil.rmtree(Path(load_settings().warehouse, *where.split(".")), ignore_errors=True)
+    else:
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def paths(formats: list[str]) -> list[tuple[str, str, str]]:
+    """(name, kind, format) of every path of a sitting."""
+    out = []
+    for fmt in formats:
+        out += [
+            (f"drainer_upsert_{fmt}", fair.DRAINER, fmt),
+            (f"streaming_merge_{fmt}", fair.TUNED, fmt),
+            (f"drainer_append_{fmt}", fair.LIMIT, fmt),
+        ]
+    return out
+
+
+def contender(name: str, kind: str, fmt: str) -> fair.Contender:
+    reads = fair.drainer_read_options(LEVELS * PARTITIONS, fair.spark_cores())
+    if kind == fair.DRAINER:
+        return fair.Contender(name, kind, f"drainer run, {fmt} write: upsert", reads)
+    if kind == fair.TUNED:
+        what = f"AvailableNow foreachBatch: row_number dedupe by key, MERGE INTO {fmt}"
+        return fair.Contender(name, kind, what, reads)
+    return fair.Contender(name, kind, f"drainer run, {fmt} write: append (the merge's cost)")
+
+
+def one_size(records: int, keys: int, formats: list[str], repeat: int, warmup: int, keep: bool):
+    from spark_jobs.session import get_spark
+    from tests.support.drains import delete_topics
+
+    sources = []
+
+    def produced(count: int) -> tuple[Any, dict[str, int]]:
+        source = fresh_drain(count, levels=LEVELS, partitions=PARTITIONS)  # its topics only
+        sources.append(source)
+        return source, produce_versions(source, count, min(keys, count))
+
+    warm, warm_newest = produced(warmup)
+    source, newest = produced(records)
+    spark = get_spark(load_settings())
+    made: list[tuple[str, str]] = []
+
+    def timed(name: str, kind: str, fmt: str, topics: Any, count: int, model: dict) -> float:
+        if kind == fair.TUNED:
+            wall, where = run_peer(spark, topics, fmt)
+        else:
+            wall, where = run_drainer(topics, count, fmt, "upsert" if kind == fair.DRAINER else "")
+        made.append((fmt, where))
+        rows = read_back(fmt, where, live_only=kind == fair.DRAINER)
+        check(name, rows, model, count if kind == fair.LIMIT else 0)
+        return wall
+
+    sitting = paths(formats)
+    for name, kind, fmt in sitting:  # warm: classes loaded, the JIT at work
+        timed(name, kind, fmt, warm, warmup, warm_newest)
+    walls: dict[str, list[float]] = {name: [] for name, _, _ in sitting}
+    for round_ in range(repeat):
+        shift = round_ % len(sitting)
+        for name, kind, fmt in sitting[shift:] + sitting[:shift]:
+            wall = timed(name, kind, fmt, source, records, newest)
+            walls[name].append(wall)
+            print(f"{records:,} {name}: {wall:.2f} s, read back", file=sys.stderr)
+    rows = []
+    for fmt in formats:  # drainer's ratio to each path of its own format
+        mine = [p for p in sitting if p[2] == fmt]
+        rows += fair.report(
+            f"state tables, {fmt}",
+            records,
+            [contender(*p) for p in mine],
+            {name: walls[name] for name, _, _ in mine},
+        )
+    if not keep:
+        for fmt, where in made:
+            drop(spark, fmt, where)
+        for topics in sources:
+            delete_topics(topics)
+    return {"records": records, "keys": keys, "repeat": repeat, "rows": rows}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2_000)
+    parser.add_argument("--keep", action="store_true", help="leave topics and tables")
+    args = parser.parse_args()
+    result = one_size(args.records, args.keys, args.formats, args.repeat, args.warmup, args.keep)
+    fair.write_results("upserts", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
