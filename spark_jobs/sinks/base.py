@@ -66,6 +66,12 @@ class SparkSink(Sink[Any]):
         """Write the run's output once; a table sink returns the commit it made. Columns it
         adds to an existing table go on record first (`note_columns_added`)."""
 
+    def flag(self, spark: SparkSession, ctx: RunContext, decoded: DataFrame) -> DataFrame:
+        """The run's decoded records with those this sink cannot take marked bad (their reason
+        in the `ERROR` column), before a processor sees them: a routed sink's rows whose route
+        names no table (spark_jobs.sinks.routed); unchanged by every other sink."""
+        return decoded
+
     def write_records(
         self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: StructType
     ) -> SinkCommit | None:

@@ -26,4 +26,9 @@ def test_numbering_gaps_are_only_the_documented_ones():
     """A new gap is a typo in a file name; 006 and 008 are explained in sql/README.md."""
     versions = [version for version, _ in migrations()]
     missing = sorted(set(range(1, max(versions) + 1)) - set(versions))
-    assert missing == [6, 8], f"numbers {missing} are missing from sql/: use the next free number"
+    # 023 is issue 48's (branch upsert2, 023_upsert_counts.sql), merged beside 024 of issue 49:
+    # once both are in one tree, 23 is no gap and leaves this list
+    documented = [6, 8] if 23 in versions else [6, 8, 23]
+    assert missing == documented, (
+        f"numbers {missing} are missing from sql/: use the next free number"
+    )
