@@ -1,0 +1,200 @@
+"""Issue 49 on the real stack: one topic, many tables, one run exactly once across them.
+
+A drain of 5 event types with different fields routes each type to its own table (a template
+over `event_type`, each table only its type's columns). One type appears only in the second
+run; a value that makes no table name, and one past `max_tables`, are dead letters with the
+reason. Every table is read back without Spark (psycopg, deltalake, pyiceberg) and holds exactly
+its records, by source offset. A crash between two tables' commits (a real `drainer run`
+process exiting at the named crash point) is resumed by a run that writes only the tables
+without the run's commit.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from offsets import high_watermarks, stored_offsets
+from sqlalchemy import text
+from test_exactly_once import cli_run, runs_of
+
+from drainer import faults
+from drainer.config import DrainConfig
+from drainer.kafka.producer import OutRecord
+from drainer.settings import load_settings
+from drainer.store import route_tables
+from spark_jobs import drain_job
+from tests.support.stack import get_engine, produce_records
+
+pytestmark = pytest.mark.slow
+
+# each type's own fields; `signups` appears only in the second run
+FIELDS = {
+    "orders": {"order_id": 1, "amount": 2.5},
+    "refunds": {"order_id": 1, "reason": "late"},
+    "clicks": {"page": "/a", "x": 3},
+    "views": {"page": "/b", "ms": 120},
+    "signups": {"email": "a@b.c"},
+}
+DDL = (
+    "event_type string, order_id long, amount double, reason string, page string, x int, "
+    "ms long, email string"
+)
+FIRST = ["orders", "refunds", "clicks", "views"]
+PER_PARTITION = 1_000  # per (level, partition, run): 3 x 2 x 1,000 = 6,000 records a run
+BAD_NAME = "not a name"  # a space: no table name, for any format
+PAST_CAP = "zzz"  # a 6th type: past max_tables 5 (sorted after `signups`)
+
+
+def routed_sink(kind: str, suffix: str) -> dict[str, Any]:
+    common = {"value_schema_per_route": True, "max_tables": 5}
+    if kind == "delta":
+        return {"type": "delta", "path": f"routes_{suffix}/{{event_type}}", **common}
+    if kind == "iceberg":
+        return {"type": "iceberg", "table": f"r{suffix}.{{event_type}}", **common}
+    return {"type": "postgres", "table": f"r{suffix}_{{event_type}}", **common}
+
+
+def table_name(kind: str, suffix: str, event_type: str) -> str:
+    if kind == "delta":
+        return f"routes_{suffix}/{event_type}"
+    if kind == "iceberg":
+        return f"r{suffix}.{event_type}"
+    return f"r{suffix}_{event_type}"
+
+
+def produce(drain: DrainConfig, types: list[str], extra: list[str] = ()) -> None:  # type: ignore[assignment]
+    """PER_PARTITION records to every (level, partition), cycling through `types`, then one
+    record of each `extra` value at level 1, partition 0."""
+    for level in range(drain.levels):
+        for partition in range(drain.partitions):
+            records = [
+                OutRecord(
+                    value=json.dumps(
+                        {"event_type": types[i % len(types)], **FIELDS[types[i % len(types)]]}
+                    ).encode(),
+                    key=f"k{i % 7}".encode(),
+                )
+                for i in range(PER_PARTITION)
+            ]
+            produce_records(drain, records, level=level, partition=partition)
+    bad = [OutRecord(value=json.dumps({"event_type": v}).encode(), key=b"x") for v in extra]
+    if bad:
+        produce_records(drain, bad, level=1, partition=0)
+
+
+def rows_of(kind: str, name: str) -> list[dict[str, Any]]:
+    """A routed table's rows, read without Spark."""
+    settings = load_settings()
+    if kind == "postgres":
+        with get_engine().connect() as conn:
+            return [dict(r) for r in conn.execute(text(f'SELECT * FROM "{name}"')).mappings()]
+    if kind == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(Path(settings.warehouse) / name)).to_pyarrow_table().to_pylist()
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("drainer", uri=settings.database_url)
+    return catalog.load_table(name).scan().to_arrow().to_pylist()
+
+
+def dead_letters_of(drain: DrainConfig) -> list[dict[str, Any]]:
+    with get_engine().connect() as conn:
+        found = conn.execute(
+            text(
+                'SELECT topic, partition, "offset", value, error FROM dead_letters WHERE drain = :d'
+            ),
+            {"d": drain.name},
+        ).mappings()
+        return [dict(r) for r in found]
+
+
+def assert_each_table_holds_exactly_its_records(
+    drain: DrainConfig, kind: str, suffix: str, types: list[str], dead: int
+) -> None:
+    """Every table holds its type's records once, with its type's columns only; the tables plus
+    the dead letters are every record of the topic, none twice; the offsets are at the end."""
+    seen: Counter = Counter()
+    for event_type in types:
+        rows = rows_of(kind, table_name(kind, suffix, event_type))
+        assert rows, f"table of {event_type} is empty"
+        assert {r["event_type"] for r in rows} == {event_type}
+        value_columns = {c for c in rows[0] if not c.startswith("_")} - {"event_type"}
+        assert value_columns == set(FIELDS[event_type]), (event_type, value_columns)
+        seen.update((r["_topic"], r["_partition"], r["_offset"]) for r in rows)
+    letters = dead_letters_of(drain)
+    assert len(letters) == dead
+    lettered = Counter((d["topic"], d["partition"], d["offset"]) for d in letters)
+    twice = [k for k, n in (seen + lettered).items() if n > 1]
+    assert not twice, f"{len(twice)} records written twice, e.g. {twice[:3]}"
+    high = high_watermarks(drain)
+    expected = {(t, p, o) for (t, p), end in high.items() for o in range(end)}
+    assert set(seen) | set(lettered) == expected
+    assert stored_offsets(drain) == {k: (end, "") for k, end in high.items()}
+    assert all(r.status == "committed" for r in runs_of(drain))
+
+
+@pytest.mark.parametrize("kind", ["postgres", "delta", "iceberg"])
+def test_one_run_routes_each_type_to_its_own_table_exactly_once(lakehouse, make_drain, kind):
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        value={"format": "json", "schema": DDL},
+        bad_records="dead_letter",
+        budget=20_000,
+        sink=routed_sink(kind, suffix),
+    )
+    settings = load_settings()
+    produce(drain, FIRST, extra=[BAD_NAME])
+    first = drain_job.run(drain.name, trigger="test", settings=settings)
+    assert first.published_rows == 3 * 2 * PER_PARTITION
+    with get_engine().connect() as conn:
+        assert route_tables.registered(conn, drain.name) == sorted(
+            table_name(kind, suffix, t) for t in FIRST
+        )
+    assert_each_table_holds_exactly_its_records(drain, kind, suffix, FIRST, dead=1)
+
+    # the second run: a new type gets its table; the 6th would pass max_tables
+    produce(drain, [*FIRST, "signups"], extra=[PAST_CAP])
+    drain_job.run(drain.name, trigger="test", settings=settings)
+    assert_each_table_holds_exactly_its_records(drain, kind, suffix, [*FIRST, "signups"], dead=2)
+    reasons = sorted(d["error"] for d in dead_letters_of(drain))
+    assert any("does not make a table name" in r and BAD_NAME in r for r in reasons), reasons
+    assert any("max_tables (5 tables)" in r and PAST_CAP in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg", "postgres"])
+def test_a_crash_between_two_tables_is_resumed_writing_only_the_others(lakehouse, make_drain, kind):
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        value={"format": "json", "schema": DDL},
+        bad_records="dead_letter",
+        budget=20_000,
+        sink=routed_sink(kind, suffix),
+    )
+    produce(drain, FIRST)
+    crashed = cli_run(drain, faults.BETWEEN_TABLES)
+    assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
+    assert f"injected fault at {faults.BETWEEN_TABLES}" in crashed.stderr
+    # the race happened: the first table (in name order) holds the run, the rest nothing yet,
+    # and Postgres has not moved
+    assert set(stored_offsets(drain).values()) <= {(0, "")}
+    first_table = table_name(kind, suffix, sorted(FIRST)[0])
+    if kind != "postgres":  # a Postgres table publishes in the commit: nothing before it
+        assert rows_of(kind, first_table)
+    result = drain_job.run(drain.name, trigger="test", settings=load_settings())
+    assert result.resumed
+    (run,) = runs_of(drain)
+    assert_each_table_holds_exactly_its_records(drain, kind, suffix, FIRST, dead=0)
+    if kind == "delta":  # each table holds one commit of the run: the first was not redone
+        from deltalake import DeltaTable
+
+        for event_type in FIRST:
+            path = Path(load_settings().warehouse) / table_name(kind, suffix, event_type)
+            writes = [h for h in DeltaTable(str(path)).history() if h.get("userMetadata")]
+            assert len(writes) == 1, (event_type, writes)
+            assert json.loads(writes[0]["userMetadata"])["drainer.run-id"] == run.id
