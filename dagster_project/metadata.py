@@ -88,6 +88,9 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
         # a state table (`write: upsert`): what the run's merge did
         for name, count in (details.get("upsert") or {}).items():
             metadata[f"table_{name}"] = dg.MetadataValue.int(int(count))
+        # a routed sink: each table's rows in the run's commit
+        for name, table in (details.get("tables") or {}).items():
+            metadata[f"table_rows_{name}"] = dg.MetadataValue.int(int(table["rows_added"]))
         if "producer" in details:  # where its transactional producer ran: server or driver
             metadata["kafka_producer"] = dg.MetadataValue.text(details["producer"])
     # steps after the commit that failed (mirror, dead-letter publish, backlog lookup): the run

@@ -22,12 +22,15 @@ from offsets import high_watermarks, stored_offsets
 from sqlalchemy import text
 from test_exactly_once import cli_run, runs_of
 
+from dagster_project.metadata import run_metadata
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.kafka.producer import OutRecord
+from drainer.observe.status import drain_status
 from drainer.settings import load_settings
 from drainer.store import route_tables
 from spark_jobs import drain_job
+from spark_jobs.table_maintenance import maintain
 from tests.support.stack import get_engine, produce_records
 
 pytestmark = pytest.mark.slow
@@ -45,7 +48,8 @@ DDL = (
     "ms long, email string"
 )
 FIRST = ["orders", "refunds", "clicks", "views"]
-PER_PARTITION = 1_000  # per (level, partition, run): 3 x 2 x 1,000 = 6,000 records a run
+# per (level, partition, run): 3 levels x 2 partitions x 5,000 x 2 runs = 60,000 records
+PER_PARTITION = 5_000
 BAD_NAME = "not a name"  # a space: no table name, for any format
 PAST_CAP = "zzz"  # a 6th type: past max_tables 5 (sorted after `signups`)
 
@@ -67,8 +71,13 @@ def table_name(kind: str, suffix: str, event_type: str) -> str:
     return f"r{suffix}_{event_type}"
 
 
-def produce(drain: DrainConfig, types: list[str], extra: list[str] = ()) -> None:  # type: ignore[assignment]
-    """PER_PARTITION records to every (level, partition), cycling through `types`, then one
+def produce(
+    drain: DrainConfig,
+    types: list[str],
+    extra: tuple[str, ...] = (),
+    per_partition: int = PER_PARTITION,
+) -> None:
+    """`per_partition` records to every (level, partition), cycling through `types`, then one
     record of each `extra` value at level 1, partition 0."""
     for level in range(drain.levels):
         for partition in range(drain.partitions):
@@ -79,7 +88,7 @@ def produce(drain: DrainConfig, types: list[str], extra: list[str] = ()) -> None
                     ).encode(),
                     key=f"k{i % 7}".encode(),
                 )
-                for i in range(PER_PARTITION)
+                for i in range(per_partition)
             ]
             produce_records(drain, records, level=level, partition=partition)
     bad = [OutRecord(value=json.dumps({"event_type": v}).encode(), key=b"x") for v in extra]
@@ -145,11 +154,11 @@ def test_one_run_routes_each_type_to_its_own_table_exactly_once(lakehouse, make_
     drain = make_drain(
         value={"format": "json", "schema": DDL},
         bad_records="dead_letter",
-        budget=20_000,
+        budget=40_000,
         sink=routed_sink(kind, suffix),
     )
     settings = load_settings()
-    produce(drain, FIRST, extra=[BAD_NAME])
+    produce(drain, FIRST, extra=(BAD_NAME,))
     first = drain_job.run(drain.name, trigger="test", settings=settings)
     assert first.published_rows == 3 * 2 * PER_PARTITION
     with get_engine().connect() as conn:
@@ -159,12 +168,29 @@ def test_one_run_routes_each_type_to_its_own_table_exactly_once(lakehouse, make_
     assert_each_table_holds_exactly_its_records(drain, kind, suffix, FIRST, dead=1)
 
     # the second run: a new type gets its table; the 6th would pass max_tables
-    produce(drain, [*FIRST, "signups"], extra=[PAST_CAP])
-    drain_job.run(drain.name, trigger="test", settings=settings)
+    produce(drain, [*FIRST, "signups"], extra=(PAST_CAP,))
+    second = drain_job.run(drain.name, trigger="test", settings=settings)
     assert_each_table_holds_exactly_its_records(drain, kind, suffix, [*FIRST, "signups"], dead=2)
     reasons = sorted(d["error"] for d in dead_letters_of(drain))
     assert any("does not make a table name" in r and BAD_NAME in r for r in reasons), reasons
     assert any("max_tables (5 tables)" in r and PAST_CAP in r for r in reasons), reasons
+    if kind == "postgres":
+        return  # its tables are published in the commit transaction: no table commits to show
+    # rows per table: the Dagster metadata, `drainer status`, and `drainer maintain` each table
+    names = [table_name(kind, suffix, t) for t in [*FIRST, "signups"]]
+    metadata = run_metadata(second)
+    counts = {n: metadata[f"table_rows_{n}"].value for n in names}
+    assert sum(counts.values()) == 3 * 2 * PER_PARTITION and counts[names[-1]] > 0
+    status = drain_status(drain, settings)
+    shown = {
+        name: t["rows_added"]
+        for r in status["runs"]
+        if r["id"] == second.run_id
+        for name, t in r["table_commit"]["details"]["tables"].items()
+    }
+    assert shown == counts
+    done = maintain(drain, settings=settings)
+    assert sorted(done["tables"]) == sorted(names)
 
 
 @pytest.mark.parametrize("kind", ["delta", "iceberg", "postgres"])
@@ -176,7 +202,7 @@ def test_a_crash_between_two_tables_is_resumed_writing_only_the_others(lakehouse
         budget=20_000,
         sink=routed_sink(kind, suffix),
     )
-    produce(drain, FIRST)
+    produce(drain, FIRST, per_partition=1_000)
     crashed = cli_run(drain, faults.BETWEEN_TABLES)
     assert crashed.returncode == faults.EXIT_CODE, crashed.stderr[-3000:]
     assert f"injected fault at {faults.BETWEEN_TABLES}" in crashed.stderr

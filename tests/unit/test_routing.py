@@ -199,3 +199,19 @@ def test_a_fixed_table_is_not_routed() -> None:
 def test_a_bad_routing_block_is_one_clear_error(block: dict[str, object], why: str) -> None:
     with pytest.raises(ValidationError, match=why):
         SINK.validate_python(block)
+
+
+def test_a_routed_commit_shows_one_row_per_table_and_another_commit_none() -> None:
+    from drainer.cli.routed_tables import table_rows
+
+    commit = {
+        "details": {
+            "tables": {
+                "shop.b": {"version": 3, "rows_added": 5, "bytes_added": 50},
+                "shop.a": {"version": 1, "rows_added": 2, "bytes_added": 20},
+            }
+        }
+    }
+    assert table_rows(7, commit) == [["7", "shop.a", "1", 2, 20], ["7", "shop.b", "3", 5, 50]]
+    assert table_rows(7, {"details": {"produced": {"t": 1}}}) == []
+    assert table_rows(7, None) == []
