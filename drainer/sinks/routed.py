@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -85,6 +86,15 @@ class RoutedSink(Sink[Any]):
 
     def uri(self) -> str:
         return self.base.uri()
+
+    def data_folder(self) -> Path | None:
+        """The folder every table's files are under: the template's folder up to its first slot
+        (`lake/{event_type}` -> `<warehouse>/lake`); None when the tables share none."""
+        folder = self.base.data_folder()
+        if folder is None or "{" not in str(folder):
+            return None
+        head = str(folder).split("{", 1)[0]  # `<warehouse>/lake/` or `<warehouse>/lake/t_`
+        return Path(head) if head.endswith("/") else Path(head).parent
 
     def session_key(self) -> str:
         return self.base.session_key()
