@@ -224,3 +224,35 @@ def test_a_crash_between_two_tables_is_resumed_writing_only_the_others(lakehouse
             writes = [h for h in DeltaTable(str(path)).history() if h.get("userMetadata")]
             assert len(writes) == 1, (event_type, writes)
             assert json.loads(writes[0]["userMetadata"])["drainer.run-id"] == run.id
+
+
+@pytest.mark.parametrize("kind", ["postgres", "delta", "iceberg"])
+def test_upsert_routes_each_table_keeping_one_row_per_key_of_its_own(lakehouse, make_drain, kind):
+    """`write: upsert` with routing: each table keyed by the record key, the newest version of
+    each key kept in its own type's table."""
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        levels=1,
+        partitions=1,
+        value={"format": "json", "schema": DDL},
+        key={"format": "string"},
+        sink={**routed_sink(kind, suffix), "write": "upsert"},
+    )
+    types = ["orders", "clicks"]
+    records = [
+        OutRecord(
+            value=json.dumps({"event_type": types[i % 2], **FIELDS[types[i % 2]]}).encode(),
+            key=f"{types[i % 2]}-{i % 10 // 2}".encode(),  # 5 keys per type
+        )
+        for i in range(100)
+    ]
+    produce_records(drain, records, level=0, partition=0)
+    drain_job.run(drain.name, trigger="test", settings=load_settings())
+    for event_type in types:
+        rows = rows_of(kind, table_name(kind, suffix, event_type))
+        live = [r for r in rows if r.get("_deleted_at") is None]
+        assert sorted(r["_key"] for r in live) == [f"{event_type}-{k}" for k in range(5)]
+        newest = {
+            f"{types[i % 2]}-{i % 10 // 2}": i for i in range(100) if types[i % 2] == event_type
+        }
+        assert {r["_key"]: r["_offset"] for r in live} == newest
