@@ -84,6 +84,11 @@ class RoutedSparkSink(RoutedSink, SparkSink):
     single: type[SparkSink]
     base: SparkSink
 
+    def __init__(self, config: Any, settings: Any, drain: str = "") -> None:
+        super().__init__(config, settings, drain)
+        # per (run, attempt): the routes `flag` found in the decoded records
+        self._flagged: dict[tuple[int, int], Routes] = {}
+
     def prepare(self, spark: SparkSession, drain: str) -> None:
         self.base.prepare(spark, drain)
 
@@ -102,11 +107,15 @@ class RoutedSparkSink(RoutedSink, SparkSink):
 
     def flag(self, spark: SparkSession, ctx: RunContext, decoded: DataFrame) -> DataFrame:
         """The decoded rows with a route that names no table as bad records (the reason in
-        `ERROR`): before a processor, so only when the route's columns are decoded columns."""
-        if not set(self.router.columns) <= set(decoded.columns):
+        `ERROR`), for a drain without a processor (whose output is these records: a
+        processor's rows are routed, and checked, as it makes them)."""
+        if ctx.drain.processor is not None or not set(self.router.columns) <= set(decoded.columns):
             return decoded
         keyed = decoded.withColumn(_KEY, _key(self.router.columns))
-        routes = self._routes(ctx, keyed.where(F.col(ERROR).isNull()))
+        run = (ctx.run.id, ctx.attempt)
+        if run not in self._flagged:  # staging the bad records and the write flag alike: once
+            self._flagged[run] = self._routes(ctx, keyed.where(F.col(ERROR).isNull()))
+        routes = self._flagged[run]
         return keyed.withColumn(ERROR, F.coalesce(F.col(ERROR), routes.reason_of())).drop(_KEY)
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
@@ -114,8 +123,11 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             StorageLevel.MEMORY_AND_DISK
         )
         try:
-            routes = self._routes(ctx, keyed)
-            if routes.assignment.rejected:  # only a processor's output gets here with them
+            # the routes of the records `flag` found are the output's (a drain without a
+            # processor writes them as decoded, bad records left out); a processor's are its own
+            flagged = self._flagged.get((ctx.run.id, ctx.attempt))
+            routes = flagged if flagged is not None else self._routes(ctx, keyed)
+            if flagged is None and routes.assignment.rejected:  # a processor's rows
                 key, why = sorted(routes.assignment.rejected.items(), key=str)[0]
                 raise BadRecord(
                     f"run {ctx.run.id} of drain '{ctx.drain.name}': rows routed by {key} have "
