@@ -131,3 +131,12 @@ def kafka_one_oversized(df: DataFrame) -> DataFrame:
     return kafka_passthrough(df).withColumn(
         "value", F.when(F.col("offset") == 3, big).otherwise(F.col("value"))
     )
+
+
+def kind_by_level(df: DataFrame) -> DataFrame:
+    """A route column a processor makes (issue 49): `level<n>`, but no name for level 1."""
+    level = F.col("_level")
+    kind = F.when(level == 1, F.lit("not a name")).otherwise(
+        F.concat(F.lit("level"), level.cast("string"))
+    )
+    return df.select("_topic", "_partition", "_offset", kind.alias("kind"))

@@ -25,6 +25,7 @@ from test_exactly_once import cli_run, runs_of
 from dagster_project.metadata import run_metadata
 from drainer import faults
 from drainer.config import DrainConfig
+from drainer.errors import BadRecord
 from drainer.kafka.producer import OutRecord
 from drainer.observe.status import drain_status
 from drainer.settings import load_settings
@@ -256,3 +257,25 @@ def test_upsert_routes_each_table_keeping_one_row_per_key_of_its_own(lakehouse, 
             f"{types[i % 2]}-{i % 10 // 2}": i for i in range(100) if types[i % 2] == event_type
         }
         assert {r["_key"]: r["_offset"] for r in live} == newest
+
+
+def test_a_processors_route_value_that_names_no_table_fails_the_run_naming_it(
+    lakehouse, make_drain
+):
+    """A processor makes the route column, so its rows are routed after it: a value that names
+    no table fails the run in one line naming the value, and nothing is committed."""
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        levels=2,
+        partitions=1,
+        value={"format": "string"},
+        processor="tests.processors:kind_by_level",
+        sink={"type": "delta", "path": f"routes_{suffix}/{{kind}}"},
+    )
+    for level in (0, 1):
+        produce_records(drain, [OutRecord(value=b"v", key=b"k")] * 3, level=level, partition=0)
+    with pytest.raises(BadRecord, match="'not a name' of kind does not make a table name") as err:
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
+    assert "\n" not in str(err.value)
+    assert set(stored_offsets(drain).values()) <= {(0, "")}
+    assert not (Path(load_settings().warehouse) / f"routes_{suffix}").exists()
