@@ -300,10 +300,8 @@ class _Routed(BaseModel):
                 check_template(kind, self.route.default)
         elif self.routed:
             check_template(kind, name)
-        if not self.routed and (
-            "value_schema_per_route" in self.model_fields_set
-            or "max_tables" in self.model_fields_set
-        ):
+        # as values, not as keys given: a dumped sink (`model_dump()`) loads again
+        if not self.routed and (self.value_schema_per_route or self.max_tables != 100):
             raise ValueError(
                 "value_schema_per_route and max_tables only apply to a routed sink (a "
                 "template such as `shop.{event_type}`, or `route`): remove them"

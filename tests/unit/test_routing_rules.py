@@ -182,6 +182,27 @@ def test_a_fixed_table_is_not_routed() -> None:
 
 
 @pytest.mark.parametrize(
+    "block",
+    [
+        {"table": "t", "write": "upsert"},
+        {"type": "delta", "path": "p", "write": "upsert"},
+        {"type": "iceberg", "table": "shop.{t}", "max_tables": 3, "write": "upsert"},
+        {
+            "type": "delta",
+            "route": {"by": "t", "default": "lake/{t}"},
+            "value_schema_per_route": True,
+            "write": "upsert",
+        },
+    ],
+)
+def test_a_dumped_sink_loads_again_as_it_was(block: dict[str, object]) -> None:
+    """(An upsert sink's: an append sink's dump holds the upsert keys' defaults, which load as
+    keys given to an append sink.)"""
+    config = SINK.validate_python(block)
+    assert SINK.validate_python(config.model_dump()) == config  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
     ("block", "why"),
     [
         (
