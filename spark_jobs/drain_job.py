@@ -410,7 +410,7 @@ def find_commit(
     # as the next attempt would see it: attempts 1..n are the plan's, all to be stopped
     ctx = RunContext(run, drain, settings, engine, run.attempts + 1)
     stop_earlier_attempts(ctx, spark)
-    return sink.committed(spark, ctx)
+    return sink.committed_anywhere(spark, ctx)
 
 
 def proof_on_record(ctx: RunContext, sink: SparkSink) -> SinkCommit | None:

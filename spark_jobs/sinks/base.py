@@ -61,6 +61,11 @@ class SparkSink(Sink[Any]):
         commits before Postgres, so it never writes twice. Required of every sink, so one that
         commits first cannot forget it; a sink that commits in Postgres holds none (None)."""
 
+    def committed_anywhere(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
+        """The run's commit if the sink holds any part of it (`plan abandon` must refuse such
+        a plan): `committed`, but a routed sink's tables each answer for themselves."""
+        return self.committed(spark, ctx)
+
     @abc.abstractmethod
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
         """Write the run's output once; a table sink returns the commit it made. Columns it

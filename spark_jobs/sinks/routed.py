@@ -105,6 +105,15 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         asks each table it routes to for the run's commit as it writes (`write`)."""
         return None
 
+    def committed_anywhere(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
+        """The tables of the drain that hold the run's commit (a crash between two tables'
+        commits leaves some): `plan abandon` refuses the plan then, since the next plan would
+        write those rows again. None when no table holds it."""
+        with ctx.engine.connect() as conn:
+            names = route_tables.registered(conn, ctx.drain.name)
+        found = {n: self.table(n).committed(spark, ctx) for n in names}
+        return self._combined(ctx, found) if any(found.values()) else None
+
     def flag(self, spark: SparkSession, ctx: RunContext, decoded: DataFrame) -> DataFrame:
         """The decoded rows with a route that names no table as bad records (the reason in
         `ERROR`), for a drain without a processor (whose output is these records: a
@@ -146,6 +155,10 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             keyed.unpersist()
         if self.capabilities.commit != "before_postgres":
             return None  # staged: the commit transaction publishes every table's stage
+        return self._combined(ctx, commits)
+
+    def _combined(self, ctx: RunContext, commits: dict[str, SinkCommit | None]) -> SinkCommit:
+        """The run's commits to its tables as one, each table's in `details["tables"]`."""
         made = [c for c in commits.values() if c is not None]
         return SinkCommit(
             self.type,

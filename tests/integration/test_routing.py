@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lifecycle_helpers import cli
 from offsets import high_watermarks, stored_offsets
 from sqlalchemy import text
 from test_exactly_once import cli_run, runs_of
@@ -213,6 +214,10 @@ def test_a_crash_between_two_tables_is_resumed_writing_only_the_others(lakehouse
     first_table = table_name(kind, suffix, sorted(FIRST)[0])
     if kind != "postgres":  # a Postgres table publishes in the commit: nothing before it
         assert rows_of(kind, first_table)
+        # one table holds the run: abandoning the plan would let the next plan write it again
+        refused = cli("plan", "abandon", drain.name, "--reason", "looks stuck")
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert "already committed" in refused.stderr
     result = drain_job.run(drain.name, trigger="test", settings=load_settings())
     assert result.resumed
     (run,) = runs_of(drain)
