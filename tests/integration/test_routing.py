@@ -284,3 +284,32 @@ def test_a_processors_route_value_that_names_no_table_fails_the_run_naming_it(
     assert "\n" not in str(err.value)
     assert set(stored_offsets(drain).values()) <= {(0, "")}
     assert not (Path(load_settings().warehouse) / f"routes_{suffix}").exists()
+
+
+@pytest.mark.parametrize("kind", ["postgres", "delta"])
+def test_record_mode_routes_the_handlers_rows(lakehouse, make_drain, kind):
+    """Record mode: the handler's rows are routed by its output column (`level`), each level's
+    records in its own table, once."""
+    from test_exactly_once import RECORD_MODE
+
+    suffix = uuid.uuid4().hex[:8]
+    table = f"r{suffix}_l{{level}}" if kind == "postgres" else f"routes_{suffix}/l{{level}}"
+    drain = make_drain(
+        levels=2,
+        partitions=1,
+        sink={"type": kind, ("table" if kind == "postgres" else "path"): table},
+        **RECORD_MODE,
+    )
+    for level in (0, 1):
+        produce_records(
+            drain,
+            [OutRecord(value=b"v", key=b"k%d" % i) for i in range(50)],
+            level=level,
+            partition=0,
+        )
+    drain_job.run(drain.name, trigger="test", settings=load_settings())
+    for level in (0, 1):
+        rows = rows_of(kind, table.replace("{level}", str(level)))
+        assert sorted(r["offset"] for r in rows) == list(range(50))
+        assert {r["level"] for r in rows} == {level}
+    assert stored_offsets(drain) == {k: (end, "") for k, end in high_watermarks(drain).items()}
