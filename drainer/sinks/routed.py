@@ -54,8 +54,15 @@ class RoutedSink(Sink[Any]):
         routing = router(config)
         assert routing is not None, "a routed sink needs a template or a route"
         self.router = routing
-        # the format's sink as configured (a template's name): its catalog, jars, checks
-        self.base = self.single(config, settings)
+        # the format's sink as configured (a template's name; a route's default, or its first
+        # table): its catalog, jars, checks, the URI an orchestrator's asset gets
+        route = config.route
+        if route is None:
+            self.base = self.single(config, settings)
+        else:
+            named = route.default or sorted(route.tables.values())[0]
+            field = NAME_FIELDS[config.type]
+            self.base = self.single(config.model_copy(update={field: named}), settings)
 
     def table(self, name: str) -> Sink[Any]:
         """The format's own sink for one routed table."""
@@ -82,7 +89,7 @@ class RoutedSink(Sink[Any]):
         )
 
     def describe(self) -> str:
-        return f"{self.base.describe()} (routed by {', '.join(self.router.columns)})"
+        return f"{self.type} tables routed by {', '.join(self.router.columns)}: {self.location()}"
 
     def uri(self) -> str:
         return self.base.uri()
