@@ -313,3 +313,35 @@ def test_record_mode_routes_the_handlers_rows(lakehouse, make_drain, kind):
         assert sorted(r["offset"] for r in rows) == list(range(50))
         assert {r["level"] for r in rows} == {level}
     assert stored_offsets(drain) == {k: (end, "") for k, end in high_watermarks(drain).items()}
+
+
+def test_a_route_map_sends_mapped_values_to_their_table_and_the_rest_to_the_default(
+    lakehouse, make_drain
+):
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        levels=1,
+        partitions=1,
+        value={"format": "json", "schema": DDL},
+        sink={
+            "type": "iceberg",
+            "route": {
+                "by": "event_type",
+                "tables": {"orders": f"r{suffix}.all_orders"},
+                "default": f"r{suffix}.other_{{event_type}}",
+            },
+        },
+    )
+    types = ["orders", "clicks", "views"]
+    records = [
+        OutRecord(value=json.dumps({"event_type": t, **FIELDS[t]}).encode()) for t in types * 10
+    ]
+    produce_records(drain, records, level=0, partition=0)
+    drain_job.run(drain.name, trigger="test", settings=load_settings())
+    for name, event_type in [
+        (f"r{suffix}.all_orders", "orders"),
+        (f"r{suffix}.other_clicks", "clicks"),
+        (f"r{suffix}.other_views", "views"),
+    ]:
+        rows = rows_of("iceberg", name)
+        assert len(rows) == 10 and {r["event_type"] for r in rows} == {event_type}
