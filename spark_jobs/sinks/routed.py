@@ -154,6 +154,12 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         finally:
             keyed.unpersist()
         if self.capabilities.commit != "before_postgres":
+            log.info(
+                "run %d of drain %s staged rows per table: %s",
+                ctx.run.id,
+                ctx.drain.name,
+                ", ".join(f"{n} {routes.rows_of(n)}" for n in names) or "none",
+            )
             return None  # staged: the commit transaction publishes every table's stage
         return self._combined(ctx, commits)
 
