@@ -22,7 +22,7 @@ LEASE_WAIT_S = 600.0  # how long it waits for a run of the drain to finish
 def maintenance_job(drain: DrainConfig, resource: DrainerResource) -> dg.JobDefinition:
     """The drain's daily upkeep; `resource` (the one the definitions bind) names its sink while
     the definitions load, the run's own resource hands the run its settings."""
-    sink = sink_for(drain.sink, resource.settings())
+    sink = sink_for(drain.sink, resource.settings(), drain.name)
     tables = sink.capabilities.table_maintenance
 
     @dg.op(name=f"{drain.name}_maintain_table")

@@ -24,6 +24,8 @@ FOLD_POINTS = ("fold_copied", "fold_swapped")
 # a lakehouse sink's run has no Postgres stage; after_table_commit: its table holds the run,
 # Postgres does not yet
 TABLE_POINTS = ("after_plan", "during_spark", "after_table_commit", "after_commit")
+# a routed sink's run (drainer.sinks.routed): one of its tables committed, the next not yet
+BETWEEN_TABLES = "between_tables"
 # the offsets are mirrored to Kafka; the after-commit upkeep and report have not run
 MIRROR_POINT = "after_mirror"
 # a Kafka sink's run: mid_produce, inside its open Kafka transaction; after_table_commit: the

@@ -97,7 +97,7 @@ def known_failure(
     if fenced:
         return FencedOut(fenced.group(1).strip())
     if drain is not None:
-        sink = sink or spark_sink_for(drain.sink, settings)
+        sink = sink or spark_sink_for(drain.sink, settings, drain.name)
         unreachable = sink.known_failure(err, drain.name)
         if unreachable is not None:
             return unreachable
@@ -161,7 +161,7 @@ def _connect_lost(err: BaseException) -> bool:
 
 
 def _spark_sink(ctx: RunContext) -> SparkSink:
-    return spark_sink_for(ctx.drain.sink, ctx.settings)
+    return spark_sink_for(ctx.drain.sink, ctx.settings, ctx.drain.name)
 
 
 def _execute(ctx: RunContext) -> ExecutionResult:
@@ -224,7 +224,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             )
             counts = count_read(df, ctx.run.ranges)
             # the commit that landed left them out: stage again, as the landed attempt's
-            _stage_bad_records(ctx, df, failures_of)
+            _stage_bad_records(ctx, spark, sink, df, failures_of)
             return ExecutionResult(
                 read={key: m.records for key, m in counts.items()},
                 read_bytes={key: m.bytes for key, m in counts.items()},
@@ -234,7 +234,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             )
         if faults.armed("during_spark"):
             sink.crash_while_writing(ctx)
-        _stage_bad_records(ctx, df, ctx.attempt)
+        _stage_bad_records(ctx, spark, sink, df, ctx.attempt)
         # record mode never prunes the read, so its observation is there; were it missing, the
         # bytes stay unmeasured rather than read twice
         df, measure = counted(
@@ -287,7 +287,9 @@ def _write(
     if drain.mode == "record":
         return sink.write_records(spark, ctx, df, _output_schema(drain))
     if _decodes(drain):  # records as typed rows: the processor (if any) gets them decoded
-        df = guarded(flag_records(drain, decode(drain, df)), drain.bad_records)
+        df = guarded(
+            sink.flag(spark, ctx, flag_records(drain, decode(drain, df))), drain.bad_records
+        )
     try:
         out = df if drain.processor is None else load_callable(drain.processor, "processor")(df)
         return sink.write(spark, ctx, out)
@@ -314,10 +316,13 @@ def _decodes(drain: DrainConfig) -> bool:
     return drain.mode == "dataframe" and (declared or drain.processor is None)
 
 
-def _stage_bad_records(ctx: RunContext, df: DataFrame, attempt: int) -> None:
+def _stage_bad_records(
+    ctx: RunContext, spark: SparkSession, sink: SparkSink, df: DataFrame, attempt: int
+) -> None:
     """Bad records as failures of `attempt`: the commit counts the landed attempt's."""
     if _decodes(ctx.drain) and ctx.drain.bad_records == "dead_letter":
-        staged = stage_bad_records(ctx, flag_records(ctx.drain, decode(ctx.drain, df)), attempt)
+        flagged = sink.flag(spark, ctx, flag_records(ctx.drain, decode(ctx.drain, df)))
+        staged = stage_bad_records(ctx, flagged, attempt)
         if staged:
             log.warning(
                 "run %d of drain %s: %d records do not decode; they go to the dead letters",
@@ -400,13 +405,13 @@ def find_commit(
 ) -> SinkCommit | None:
     """For `plan abandon`: stop what the plan's attempts left running on the Connect server,
     then look for the plan's commit in its table (a CommitFinder)."""
-    sink = spark_sink_for(drain.sink, settings)
+    sink = spark_sink_for(drain.sink, settings, drain.name)
     spark = get_spark(settings, check=True, sink_conf=sink.session_conf())
     sink.prepare(spark, drain.name)
     # as the next attempt would see it: attempts 1..n are the plan's, all to be stopped
     ctx = RunContext(run, drain, settings, engine, run.attempts + 1)
     stop_earlier_attempts(ctx, spark)
-    return sink.committed(spark, ctx)
+    return sink.committed_anywhere(spark, ctx)
 
 
 def proof_on_record(ctx: RunContext, sink: SparkSink) -> SinkCommit | None:

@@ -35,7 +35,7 @@ def maintain(
     Below 7 days only with `force` (readers of older versions lose their files). Returns what
     was done, for the CLI and the Dagster job.
     """
-    sink = spark_sink_for(drain.sink, settings)
+    sink = spark_sink_for(drain.sink, settings, drain.name)
     if not sink.capabilities.table_maintenance:
         raise ConfigError(
             f"drain '{drain.name}' writes to a {sink.describe()}: table maintenance is for "

@@ -151,3 +151,12 @@ def keys_seen(df: DataFrame) -> DataFrame:
 
     seen = F.udf(_seen, "string").asNondeterministic()
     return df.withColumn("_key", seen(F.lit(os.environ[ROWS_SEEN_FILE]), F.col("_key")))
+
+
+def kind_by_level(df: DataFrame) -> DataFrame:
+    """A route column a processor makes (issue 49): `level<n>`, but no name for level 1."""
+    level = F.col("_level")
+    kind = F.when(level == 1, F.lit("not a name")).otherwise(
+        F.concat(F.lit("level"), level.cast("string"))
+    )
+    return df.select("_topic", "_partition", "_offset", kind.alias("kind"))

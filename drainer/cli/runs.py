@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from drainer.cli.args import Subcommands, add_command, get_drain, levels
 from drainer.cli.output import console, err_console, human_duration, print_table
+from drainer.cli.routed_tables import print_routed_tables
 from drainer.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -341,3 +342,4 @@ def print_run_table(result: Any, note: str | None = None) -> None:
     )
     if getattr(result, "columns_added", None):
         console.print(f"columns added: {', '.join(result.columns_added)}", highlight=False)
+    print_routed_tables([(result.run_id, getattr(result, "table_commit", None))])

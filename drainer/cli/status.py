@@ -8,6 +8,7 @@ from typing import Any
 
 from drainer.cli.args import Subcommands, add_command, get_drain
 from drainer.cli.output import console, print_table
+from drainer.cli.routed_tables import print_routed_tables
 from drainer.error_text import cause_in_text
 from drainer.errors import ConfigError
 
@@ -166,6 +167,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             justify="left",
         )
         _commit_details(commits)
+        print_routed_tables((r["id"], r["table_commit"]) for r in commits)
     _upsert_counts(report["runs"])
     per_level = ", ".join(
         f"level {lv['level']}: {lv['dead_letters']:,}"
@@ -276,7 +278,7 @@ def _commit_details(commits: list[dict[str, Any]]) -> None:
             str(d.get("producer", "")),
         ]
         for r in commits
-        if (d := r["table_commit"].get("details")) and "upsert" not in d
+        if (d := r["table_commit"].get("details")) and not {"upsert", "tables"} & set(d)
     ]
     if rows:
         print_table(

@@ -214,7 +214,112 @@ class _TableWrite(BaseModel):
         return self
 
 
-class PostgresSinkConfig(_TableWrite, _SinkModel):
+class RouteConfig(BaseModel):
+    """A `route:` block: which table each row goes to, by the value of one output column."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    by: str = Field(
+        description="the output column whose value picks the table (a value field, `_topic`, "
+        "`_level`, or a column a processor makes, e.g. from a header)",
+    )
+    tables: dict[str, str] = Field(
+        default_factory=dict,
+        description="optional fixed map from a value of `by` to its table (a Delta path): "
+        "`{order: shop.orders, refund: shop.refunds}`",
+    )
+    default: str | None = Field(
+        default=None,
+        description="the table of rows whose value is in no `tables` entry; may be a template "
+        "over output columns (`shop.{event_type}`). Without it, such rows are bad records",
+    )
+
+    @field_validator("by")
+    @classmethod
+    def _by_column(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"route.by {value!r} is not a column name: letters, digits, '_'")
+        return value
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _string_keys(cls, value: Any) -> Any:
+        # YAML reads `1:` and `true:` as a number and a boolean; the column's value is compared
+        # as text, as Spark casts it (`true`, not Python's `True`)
+        if isinstance(value, dict):
+            return {
+                (str(k).lower() if isinstance(k, bool) else str(k)): v for k, v in value.items()
+            }
+        return value
+
+
+class _Routed(BaseModel):
+    """Routing (docs/configuration.md, "Routing"): a table template or a `route` block, checked
+    against the sink's name rules by drainer.config.routing."""
+
+    route: RouteConfig | None = Field(
+        default=None,
+        description="route each row to a table by an output column's value (`by`, optional "
+        "`tables` map, `default`); instead of `table`/`path`, which may also be a template "
+        "over output columns such as `shop.{event_type}`",
+    )
+    value_schema_per_route: bool = Field(
+        default=False,
+        description="routed sinks: each table gets only the columns its own rows carry (the "
+        "columns non-null in some row routed to it), and evolves on its own; default: every "
+        "table gets every output column",
+    )
+    max_tables: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description="routed sinks: the most tables one drain may route to, so a bad field "
+        "cannot create thousands; rows routed past it are bad records naming the cap",
+    )
+
+    @model_validator(mode="after")
+    def _route_names(self) -> _Routed:
+        from drainer.config.routing import Kind, check_name, check_template
+
+        kind: Kind = getattr(self, "type", "postgres")
+        name = getattr(self, NAME_FIELDS[kind])
+        if self.route is not None:
+            if name:
+                raise ValueError(
+                    f"give either `{NAME_FIELDS[kind]}` (a name or template) or `route`, not "
+                    f"both: move {name!r} to `route.default`"
+                )
+            if not self.route.tables and self.route.default is None:
+                raise ValueError("route needs `tables`, `default` or both, naming where rows go")
+            for value, table in self.route.tables.items():
+                try:
+                    check_name(kind, table)
+                except ValueError as err:
+                    raise ValueError(f"route.tables[{value!r}]: {err}") from None
+            if self.route.default is not None:
+                check_template(kind, self.route.default)
+        elif self.routed:
+            check_template(kind, name)
+        # as values, not as keys given: a dumped sink (`model_dump()`) loads again
+        if not self.routed and (self.value_schema_per_route or self.max_tables != 100):
+            raise ValueError(
+                "value_schema_per_route and max_tables only apply to a routed sink (a "
+                "template such as `shop.{event_type}`, or `route`): remove them"
+            )
+        return self
+
+    @property
+    def routed(self) -> bool:
+        """The sink writes many tables: a template or a route."""
+        kind = getattr(self, "type", "postgres")
+        return self.route is not None or "{" in str(getattr(self, NAME_FIELDS[kind]) or "")
+
+
+# the key that names a sink's table, per type: where a template or a route's names go
+NAME_FIELDS = {"postgres": "table", "iceberg": "table", "delta": "path"}
+
+
+class PostgresSinkConfig(_Routed, _TableWrite, _SinkModel):
     """A table in the drainer's own Postgres, published inside the run's commit transaction."""
 
     type: Literal["postgres"] = Field(
@@ -224,10 +329,12 @@ class PostgresSinkConfig(_TableWrite, _SinkModel):
         "`table` of a catalog (docs/lakehouse.md)",
     )
     table: str = Field(
+        default="",
         description="postgres: target table, created from the output's columns when missing; "
         "each run's rows are staged in a table of their own, `<table>_r<run id>`, that the "
         "commit publishes. iceberg: `namespace.table` in the catalog, created from the "
-        "output's columns when missing",
+        "output's columns when missing. Either may be a template over output columns "
+        "(`events_{event_type}`): a table per value, created on first sight",
     )
     publish: Literal["attach", "copy"] = Field(
         default="attach",
@@ -240,41 +347,49 @@ class PostgresSinkConfig(_TableWrite, _SinkModel):
 
     @classmethod
     def _require(cls, data: dict[str, Any]) -> None:
-        if data.get("table") is None:
-            raise ValueError("a postgres sink needs `table: <name>`")
+        if data.get("table") is None and data.get("route") is None:
+            raise ValueError("a postgres sink needs `table: <name>` (or a `route`)")
 
     @field_validator("table")
     @classmethod
     def _plain_identifier(cls, value: str) -> str:
+        if "{" in value or not value:  # a template (or a route's): _Routed checks its parts
+            return value
         if not _NAME.match(value):
             raise ValueError("table must be a plain SQL identifier (letters, digits, underscores)")
         return check_table_name(value)
 
 
-class DeltaSinkConfig(_TableWrite, _SinkModel):
+class DeltaSinkConfig(_Routed, _TableWrite, _SinkModel):
     """A Delta Lake table, committed by Spark before the Postgres commit, tagged with the run."""
 
     type: Literal["delta"] = Field(default="delta", description="`delta`")
     path: str = Field(
-        description="delta only: the table's location; a relative path is under the drainer's "
+        default="",
+        description="delta only: the table's location (or a template over output columns, "
+        '`lake/{event_type}`: a table per value, docs/configuration.md "Routing"); a relative path is under the drainer\'s '
         "warehouse (DRAINER_WAREHOUSE), an absolute path, file://, s3a:// or abfss:// URI is "
         "used as is",
     )
 
     @classmethod
     def _require(cls, data: dict[str, Any]) -> None:
-        if not str(data.get("path") or "").strip():
+        if not str(data.get("path") or "").strip() and data.get("route") is None:
             raise ValueError(
                 "a delta sink needs `path:` (relative: under DRAINER_WAREHOUSE; or an "
                 "absolute path or URI)"
             )
 
 
-class IcebergSinkConfig(_TableWrite, _SinkModel):
+class IcebergSinkConfig(_Routed, _TableWrite, _SinkModel):
     """An Iceberg table of a catalog, published by Spark before the Postgres commit."""
 
     type: Literal["iceberg"] = Field(default="iceberg", description="`iceberg`")
-    table: str = Field(description="iceberg: `namespace.table` in the catalog")
+    table: str = Field(
+        default="",
+        description="iceberg: `namespace.table` in the catalog, or a template over output "
+        "columns (`shop.{event_type}`: a table per value)",
+    )
     catalog: CatalogConfig | None = Field(
         default=None,
         description="iceberg only: the catalog holding `table` (see `sink.catalog.*`); "
@@ -285,7 +400,11 @@ class IcebergSinkConfig(_TableWrite, _SinkModel):
     @classmethod
     def _require(cls, data: dict[str, Any]) -> None:
         table = data.get("table")
-        if not isinstance(table, str) or not _ICEBERG_TABLE.match(table):
+        if data.get("route") is not None and table is None:
+            return
+        if not isinstance(table, str) or not _ICEBERG_TABLE.match(
+            re.sub(r"\{[^{}]*\}", "x", table)  # a template's slots: _Routed checks them
+        ):
             raise ValueError(
                 "an iceberg sink needs `table: namespace.table` (identifiers joined by '.')"
             )

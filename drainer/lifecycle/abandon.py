@@ -48,7 +48,7 @@ def abandon_plan(
             "--reason is required: say why the plan is abandoned, for the audit trail"
         )
     engine = get_engine(settings.database_url)
-    sink = sink_for(drain.sink, settings)
+    sink = sink_for(drain.sink, settings, drain.name)
     with drain_lease(engine, drain.row()) as lease, engine.begin() as conn:
         run = runs.open_run(conn, drain.name)
         if run is None:

@@ -40,7 +40,7 @@ class RunContext:
     @cached_property
     def sink(self) -> Sink[Any]:
         """The drain's sink (drainer.sinks), for the driver's steps."""
-        return sink_for(self.drain.sink, self.settings)
+        return sink_for(self.drain.sink, self.settings, self.drain.name)
 
     def readable_ranges(self) -> list[StoredRange]:
         """The run's ranges that still have offsets to read."""

@@ -110,7 +110,7 @@ def maintain_drain(
     crash points are armed with `settings.fault`.
     """
     engine = get_engine(settings.database_url)
-    sink = sink_for(drain.sink, settings)
+    sink = sink_for(drain.sink, settings, drain.name)
     with faults.armed_for(settings.fault), drain_lease(engine, drain.row(), wait_s):
         folded = sink.maintain(engine)
         history = prune_history(engine, drain)

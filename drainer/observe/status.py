@@ -17,7 +17,7 @@ from drainer.store import dead_letters, get_engine, history, lost_offsets, runs,
 
 def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> dict[str, Any]:
     engine = get_engine(settings.database_url)
-    sink = sink_for(drain.sink, settings)
+    sink = sink_for(drain.sink, settings, drain.name)
     levels = list(range(drain.levels))
     with KafkaSession(drain, settings) as kafka:
         parts = partition_states(engine, drain, levels, kafka)

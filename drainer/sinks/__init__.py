@@ -22,6 +22,7 @@ from drainer.sinks.delta import DeltaSink
 from drainer.sinks.iceberg import IcebergSink
 from drainer.sinks.kafka import KafkaSink
 from drainer.sinks.postgres import PostgresSink
+from drainer.sinks.routed import routed_class, router
 
 SINKS: dict[str, type[Sink[Any]]] = {
     PostgresSink.type: PostgresSink,
@@ -32,9 +33,13 @@ SINKS: dict[str, type[Sink[Any]]] = {
 assert set(SINKS) == set(SINK_MODELS), "every configurable sink type has a sink"
 
 
-def sink_for(config: Any, settings: Settings) -> Sink[Any]:
-    """The sink a drain's `sink:` block configures."""
-    return SINKS[config.type](config, settings)
+def sink_for(config: Any, settings: Settings, drain: str = "") -> Sink[Any]:
+    """The sink a drain's `sink:` block configures (`drain`: its name, which a routed sink's
+    tables are registered under; drainer.sinks.routed)."""
+    single = SINKS[config.type]
+    if router(config) is not None:
+        return routed_class(single)(config, settings, drain)
+    return single(config, settings)
 
 
 def spark_formats(drains: Iterable[DrainConfig]) -> tuple[str, ...]:

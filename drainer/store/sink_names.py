@@ -28,6 +28,7 @@ OWN_TABLES = frozenset(
         "record_attempts",
         "record_failures",
         "retention_losses",
+        "route_tables",
         "run_commit_details",
         "run_levels",
         "run_ranges",

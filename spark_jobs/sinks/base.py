@@ -66,10 +66,21 @@ class SparkSink(Sink[Any]):
         commits before Postgres, so it never writes twice. Required of every sink, so one that
         commits first cannot forget it; a sink that commits in Postgres holds none (None)."""
 
+    def committed_anywhere(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
+        """The run's commit if the sink holds any part of it (`plan abandon` must refuse such
+        a plan): `committed`, but a routed sink's tables each answer for themselves."""
+        return self.committed(spark, ctx)
+
     @abc.abstractmethod
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
         """Write the run's output once; a table sink returns the commit it made. Columns it
         adds to an existing table go on record first (`note_columns_added`)."""
+
+    def flag(self, spark: SparkSession, ctx: RunContext, decoded: DataFrame) -> DataFrame:
+        """The run's decoded records with those this sink cannot take marked bad (their reason
+        in the `ERROR` column), before a processor sees them: a routed sink's rows whose route
+        names no table (spark_jobs.sinks.routed); unchanged by every other sink."""
+        return decoded
 
     def write_records(
         self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: StructType

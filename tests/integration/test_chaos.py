@@ -62,7 +62,7 @@ from test_state_tables import sink_of as state_sink_of
 
 from drainer import faults
 from drainer.config import DrainConfig
-from drainer.kafka.producer import synthetic_records
+from drainer.kafka.producer import OutRecord, synthetic_records
 from drainer.observe.status import drain_status
 from drainer.services import connect, kafka, postgres, process
 from drainer.services.pg_layout import layout
@@ -579,3 +579,145 @@ def _every_offset_once(drain: DrainConfig, sink: str, producer: str, per_partiti
 def _tail(log: IO[str]) -> str:
     log.seek(0)
     return log.read()[-4000:]
+
+
+# ---------------------------------------------------------------- issue 49: routed tables
+
+ROUTED_TYPES = ["clicks", "orders", "refunds"]  # in name order: a run commits them so
+ROUTED_DDL = "event_type string, order_id long, amount double, page string"
+ROUTED_RECORDS = 60_000
+ROUTED_KILLS = int(os.environ.get("CHAOS_ROUTED_KILLS") or 6)
+
+
+def _routed_table_offsets(drain: DrainConfig, suffix: str) -> dict[str, Counter]:
+    """Each routed Delta table's (topic, partition, offset), read without Spark; every row's
+    `event_type` must be its table's."""
+    from deltalake import DeltaTable
+
+    found = {}
+    for event_type in ROUTED_TYPES:
+        path = Path(load_settings().warehouse) / f"routes_{suffix}" / event_type
+        rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+        assert {r["event_type"] for r in rows} == {event_type}
+        found[event_type] = Counter((r["_topic"], r["_partition"], r["_offset"]) for r in rows)
+    return found
+
+
+def _runs_in_table(suffix: str, event_type: str) -> list[int]:
+    import json
+
+    from deltalake import DeltaTable
+
+    path = Path(load_settings().warehouse) / f"routes_{suffix}" / event_type
+    if not path.exists():
+        return []
+    return [
+        json.loads(h["userMetadata"])["drainer.run-id"]
+        for h in DeltaTable(str(path)).history()
+        if h.get("userMetadata")
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_kill_minus_9_with_routed_tables_keeps_every_table_exactly_once(
+    make_drain, spark, lakehouse
+):
+    """A drain routing 3 event types to 3 Delta tables: killed at random (kill -9 of the run's
+    process group), crashed between two tables' commits by the named crash point (certain, where
+    a random kill only may land), and its Connect server killed once mid-write; then drained to
+    the end. Every table holds exactly its own records once, and the offsets are the ends."""
+    import uuid
+
+    seed = int(os.environ.get("CHAOS_SEED") or time.time_ns() % 1_000_000)
+    print(f"chaos seed: {seed} (replay with CHAOS_SEED={seed})")
+    rng = random.Random(seed)
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        levels=LEVELS,
+        partitions=PARTITIONS,
+        budget=BUDGET,
+        value={"format": "json", "schema": ROUTED_DDL},
+        bad_records="dead_letter",
+        sink={"type": "delta", "path": f"routes_{suffix}/{{event_type}}"},
+    )
+    per_partition = ROUTED_RECORDS // (LEVELS * PARTITIONS)
+    for level in range(LEVELS):
+        for partition in range(PARTITIONS):
+            records = [
+                OutRecord(
+                    value=f'{{"event_type": "{ROUTED_TYPES[i % 3]}", "order_id": {i}}}'.encode(),
+                    key=f"k{i % 11}".encode(),
+                )
+                for i in range(per_partition)
+            ]
+            produce_records(drain, records, level=level, partition=partition)
+    assert _backlog(drain) == ROUTED_RECORDS
+
+    kills, server_kills, missed, crashed_between = 0, 0, 0, False
+    with tempfile.TemporaryFile("w+") as log:
+        started = time.monotonic()
+        proc = _start_run(drain, log)
+        assert proc.wait(timeout=600) == 0, _tail(log)
+        duration = time.monotonic() - started
+        try:
+            while kills < ROUTED_KILLS or server_kills < 1 or not crashed_between:
+                assert _backlog(drain) > 0, "the backlog ran out before the kills: lower BUDGET"
+                if not crashed_between:  # first, after a committed run: a fresh plan
+                    proc = _start_run(drain, log, fault=faults.BETWEEN_TABLES)
+                    assert proc.wait(timeout=600) == faults.EXIT_CODE, _tail(log)
+                    run = _latest_run(drain)
+                    assert run is not None and run.status != "committed"
+                    # the race happened: the first table holds the run, the next does not
+                    assert run.id in _runs_in_table(suffix, ROUTED_TYPES[0])
+                    assert run.id not in _runs_in_table(suffix, ROUTED_TYPES[-1])
+                    crashed_between = True
+                    print(f"crashed run {run.id} between two tables' commits")
+                    continue
+                if kills >= 3 and server_kills < 1:
+                    proc = _start_run(drain, log)
+                    if _kill_server_mid_write(drain, proc, max(60.0, 3 * duration)):
+                        server_kills += 1
+                    else:
+                        missed += 1
+                        assert missed <= 3, f"{missed} runs ended before the server was killed"
+                    continue
+                delay = rng.uniform(0.2, duration * 1.1)
+                started = time.monotonic()
+                proc = _start_run(drain, log)
+                try:
+                    code = proc.wait(timeout=delay)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=60)
+                    kills += 1
+                    print(f"killed run process after {delay:.1f} s")
+                    continue
+                assert code == 0 or (code == 2 and server_kills), _tail(log)
+                duration = time.monotonic() - started
+        finally:  # the rest of the suite shares the server
+            connect.up(load_settings(), echo=lambda *_: None, formats=STACK_FORMATS)
+
+    whole = drain.model_copy(update={"budget": ROUTED_RECORDS})
+    final_runs = 0
+    while _backlog(drain) > 0:
+        final_runs += 1
+        assert final_runs <= 3, f"backlog {_backlog(drain)} is not shrinking"
+        drain_job.run(whole, trigger="test", settings=load_settings())
+
+    tables = _routed_table_offsets(drain, suffix)
+    seen = sum(tables.values(), Counter())
+    duplicated = {key: n for key, n in seen.items() if n > 1}
+    assert not duplicated, f"{len(duplicated)} records written twice, e.g. {list(duplicated)[:5]}"
+    expected = {
+        (drain.level_topic(level), partition, offset)
+        for level in range(LEVELS)
+        for partition in range(PARTITIONS)
+        for offset in range(per_partition)
+    }
+    assert set(seen) == expected
+    for i, event_type in enumerate(ROUTED_TYPES):  # each record in its own type's table
+        assert all(offset % 3 == i for _, _, offset in tables[event_type])
+    ends = high_watermarks(drain)
+    assert stored_offsets(drain) == {key: (end, "") for key, end in ends.items()}
+    assert kafka_offsets(drain) == {key: (end, "") for key, end in ends.items()}

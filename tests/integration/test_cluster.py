@@ -186,6 +186,44 @@ def test_dataframe_mode_on_a_standalone_cluster(make_drain, cluster):
         assert _scalar(f'SELECT sum(records) FROM "{table}" WHERE level = {level}') == count
 
 
+def test_routing_on_a_standalone_cluster(make_drain, cluster):
+    """Issue 49's end-to-end case (tests/integration/test_routing.py) with the run's driver on
+    the cluster: each type in its own table once, one type new in the second run, the bad
+    route value and the one past max_tables dead letters."""
+    import uuid
+
+    from test_routing import (
+        BAD_NAME,
+        DDL,
+        FIRST,
+        PAST_CAP,
+        PER_PARTITION,
+        assert_each_table_holds_exactly_its_records,
+        dead_letters_of,
+        produce,
+        routed_sink,
+    )
+
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        value={"format": "json", "schema": DDL},
+        bad_records="dead_letter",
+        budget=40_000,
+        sink=routed_sink("postgres", suffix),
+    )
+    produce(drain, FIRST, extra=(BAD_NAME,))
+    first = _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
+    assert f"on {cluster.master_url}" in first["spark"]
+    assert first["drained"] >= 3 * 2 * PER_PARTITION
+    assert_each_table_holds_exactly_its_records(drain, "postgres", suffix, FIRST, dead=1)
+    produce(drain, [*FIRST, "signups"], extra=(PAST_CAP,))
+    _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
+    assert_each_table_holds_exactly_its_records(
+        drain, "postgres", suffix, [*FIRST, "signups"], dead=2
+    )
+    assert any("max_tables" in d["error"] for d in dead_letters_of(drain))
+
+
 def test_record_mode_on_a_standalone_cluster(make_drain, cluster):
     drain = make_drain(
         budget=5000,

@@ -114,8 +114,8 @@ def test_the_docs_reading_snippets_run_as_written_against_the_local_stack(draine
     assert delta_path and iceberg_table
 
     reading = blocks("docs/lakehouse.md", "python")
-    assert len(reading) == 2, "a new Python block in docs/lakehouse.md: run it here too"
-    delta_block, iceberg_block = reading
+    assert len(reading) == 3, "a new Python block in docs/lakehouse.md: run it here too"
+    delta_block, iceberg_block, _routed = reading  # the routed tables': its own test below
     df = run_block(delta_block, events_buckets=delta_path)["df"]
     assert df["records"].sum() == len(KEYS)  # time buckets: the records per key and minute
     found = run_block(iceberg_block, **{"drains.events_buckets": iceberg_table})
@@ -138,6 +138,28 @@ def test_the_docs_reading_snippets_run_as_written_against_the_local_stack(draine
 
     check_the_duckdb_and_trino_blocks(delta_path, iceberg_table, metadata_location)
     assert processor_block  # (ran above, as the Iceberg drain's processor)
+
+
+def test_the_docs_routed_tables_snippet_reads_each_table(make_drain, lakehouse):
+    """docs/lakehouse.md's reader of a routed drain's tables, for a drain that routed 2 types."""
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        levels=1,
+        partitions=1,
+        value={"format": "json", "schema": "event_type string, n int"},
+        sink={"type": "delta", "path": f"docs_routes_{suffix}/{{event_type}}"},
+    )
+    values = [b'{"event_type": "orders", "n": 1}', b'{"event_type": "clicks", "n": 2}'] * 2
+    produce_records(
+        drain, [OutRecord(value=v, key=k) for v, k in zip(values, KEYS, strict=True)], 0
+    )
+    assert drain_job.run(drain, settings=load_settings()).drained == len(KEYS)
+    routed_block = blocks("docs/lakehouse.md", "python")[2]
+    frames = run_block(routed_block, **{'"shop"': f'"{drain.name}"'})["frames"]
+    assert {name: len(df) for name, df in frames.items()} == {
+        f"docs_routes_{suffix}/clicks": 2,
+        f"docs_routes_{suffix}/orders": 2,
+    }
 
 
 def check_the_duckdb_and_trino_blocks(

@@ -113,3 +113,35 @@ def test_each_sink_names_its_output_as_a_uri_without_credentials(tmp_path, monke
         "kafka": "kafka://b1:9092/orders-out",
     }
     assert not any("s3cret" in uri for uri in uris.values())
+
+
+ROUTED = {
+    "postgres": {"table": "orders_{kind}"},
+    "delta": {"type": "delta", "path": "lake/{kind}"},
+    "iceberg": {"type": "iceberg", "route": {"by": "kind", "default": "lake.{kind}"}},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ROUTED))
+def test_a_routed_sink_keeps_the_whole_interface_and_its_formats_capabilities(
+    kind, tmp_path, monkeypatch
+):
+    """A template or a route makes the registries hand out the format's routed sink: the
+    format's type and capabilities, nothing abstract left, its own `committed`."""
+    from drainer.sinks.routed import RoutedSink
+    from spark_jobs.sinks import spark_sink_for
+
+    monkeypatch.setenv("DRAINER_WAREHOUSE", str(tmp_path))
+    config = SINK_MODELS[kind].model_validate(ROUTED[kind])
+    driver, spark = sink_for(config, load_settings(), "d"), spark_sink_for(config, load_settings())
+    for sink, base in ((driver, Sink), (spark, SparkSink)):
+        assert isinstance(sink, RoutedSink) and isinstance(sink, base)
+        assert not inspect.isabstract(type(sink))
+        assert sink.type == kind and sink.capabilities == SINKS[kind].capabilities
+        assert sink.location() and "kind" in sink.describe()
+    assert _interface_gaps(type(spark)) == []
+    # one routed table is the format's own sink, as it would be configured for that table
+    one = spark.table(
+        "lake/x" if kind == "delta" else "lake.x" if kind == "iceberg" else "orders_x"
+    )
+    assert type(one) is SPARK_SINKS[kind]

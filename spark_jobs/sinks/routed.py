@@ -1,0 +1,264 @@
+"""A routed sink, Spark side: the run's output split by its route values, each table written by
+its format's own sink, the run exactly once across them (drainer.sinks.routed says how).
+
+One run reads its ranges once: the output is kept (persisted) while one aggregate finds its
+route keys (with each key's rows and non-null columns) and each table's write reads its part.
+Tables commit one after another in name order; a resumed run asks each table for the run's
+proof (Delta's txn app id, Iceberg's published snapshot) and writes only those without one.
+Postgres stages every table and publishes them in the one commit transaction. Route values that
+name no valid table, or one past `max_tables`, are bad records (`flag`), never written.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from drainer import faults
+from drainer.config.routing import Assignment, RouteKey
+from drainer.errors import BadRecord
+from drainer.lifecycle.results import RunContext
+from drainer.sinks import SinkCommit
+from drainer.sinks.routed import RoutedSink, table_commits
+from drainer.store import route_tables
+from drainer.store.leases import check_fence
+from spark_jobs.decode import ERROR
+from spark_jobs.sinks.base import SparkSink
+
+log = logging.getLogger(__name__)
+
+_KEY = "_drainer_route_key"
+_TABLE = "_drainer_route_table"
+
+
+@dataclass(frozen=True)
+class Routes:
+    """A run's routes: the assignment of its keys, each key's rows and non-null columns."""
+
+    assignment: Assignment
+    keys: dict[str, RouteKey]  # the key column's text (Spark's JSON) -> the key
+    rows: dict[str, int]
+    filled: dict[str, frozenset[str]]
+
+    def table_of(self) -> Column:
+        """Each row's table, null for a row with none."""
+        pairs = [
+            F.lit(x)
+            for text, key in self.keys.items()
+            if key in self.assignment.tables
+            for x in (text, self.assignment.tables[key])
+        ]
+        return F.element_at(F.create_map(*pairs), F.col(_KEY)) if pairs else F.lit(None)
+
+    def reason_of(self) -> Column:
+        """Each row's reason for being a bad record, null for a row with a table."""
+        pairs = [
+            F.lit(x)
+            for text, key in self.keys.items()
+            if key in self.assignment.rejected
+            for x in (text, self.assignment.rejected[key])
+        ]
+        return F.element_at(F.create_map(*pairs), F.col(_KEY)) if pairs else F.lit(None)
+
+    def rows_of(self, table: str) -> int:
+        return sum(
+            self.rows[t] for t, k in self.keys.items() if self.assignment.tables.get(k) == table
+        )
+
+    def columns_of(self, table: str) -> frozenset[str]:
+        found: set[str] = set()
+        for text, key in self.keys.items():
+            if self.assignment.tables.get(key) == table:
+                found |= self.filled[text]
+        return frozenset(found)
+
+
+class RoutedSparkSink(RoutedSink, SparkSink):
+    """A routed sink that Spark writes; `single` is its format's Spark sink."""
+
+    single: type[SparkSink]
+    base: SparkSink
+
+    def __init__(self, config: Any, settings: Any, drain: str = "") -> None:
+        super().__init__(config, settings, drain)
+        # per (run, attempt): the routes `flag` found in the decoded records
+        self._flagged: dict[tuple[int, int], Routes] = {}
+
+    def prepare(self, spark: SparkSession, drain: str) -> None:
+        self.base.prepare(spark, drain)
+
+    def known_failure(self, err: BaseException, drain: str) -> Any:
+        return self.base.known_failure(err, drain)
+
+    def table(self, name: str) -> SparkSink:
+        sink = super().table(name)
+        assert isinstance(sink, SparkSink)
+        return sink
+
+    def committed(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
+        """None: which tables a run routes to is known from its rows only, so a resumed run
+        asks each table it routes to for the run's commit as it writes (`write`)."""
+        return None
+
+    def committed_anywhere(self, spark: SparkSession, ctx: RunContext) -> SinkCommit | None:
+        """The tables of the drain that hold the run's commit (a crash between two tables'
+        commits leaves some): `plan abandon` refuses the plan then, since the next plan would
+        write those rows again. None when no table holds it."""
+        with ctx.engine.connect() as conn:
+            names = route_tables.registered(conn, ctx.drain.name)
+        found = {n: self.table(n).committed(spark, ctx) for n in names}
+        return self._combined(ctx, found) if any(found.values()) else None
+
+    def flag(self, spark: SparkSession, ctx: RunContext, decoded: DataFrame) -> DataFrame:
+        """The decoded rows with a route that names no table as bad records (the reason in
+        `ERROR`), for a drain without a processor (whose output is these records: a
+        processor's rows are routed, and checked, as it makes them)."""
+        if ctx.drain.processor is not None or not set(self.router.columns) <= set(decoded.columns):
+            return decoded
+        keyed = decoded.withColumn(_KEY, _key(self.router.columns))
+        run = (ctx.run.id, ctx.attempt)
+        if run not in self._flagged:  # staging the bad records and the write flag alike: once
+            self._flagged[run] = self._routes(ctx, keyed.where(F.col(ERROR).isNull()))
+        routes = self._flagged[run]
+        return keyed.withColumn(ERROR, F.coalesce(F.col(ERROR), routes.reason_of())).drop(_KEY)
+
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
+        keyed = out.withColumn(_KEY, _key(self.router.columns)).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        try:
+            # the routes of the records `flag` found are the output's (a drain without a
+            # processor writes them as decoded, bad records left out); a processor's are its own
+            flagged = self._flagged.get((ctx.run.id, ctx.attempt))
+            routes = flagged if flagged is not None else self._routes(ctx, keyed)
+            if flagged is None and routes.assignment.rejected:  # a processor's rows
+                key, why = sorted(routes.assignment.rejected.items(), key=str)[0]
+                raise BadRecord(
+                    f"run {ctx.run.id} of drain '{ctx.drain.name}': rows routed by {key} have "
+                    f"no table ({why}); nothing was committed: fix the processor's route "
+                    "column, or route by a decoded column so such records are bad records"
+                )
+            names = routes.assignment.names()
+            self._register(ctx, names)
+            routed = keyed.withColumn(_TABLE, routes.table_of())
+            commits: dict[str, SinkCommit | None] = {}
+            for i, name in enumerate(names):
+                commits[name] = self._write_table(spark, ctx, routed, routes, name)
+                if i + 1 < len(names):
+                    faults.crash_point(faults.BETWEEN_TABLES)
+        finally:
+            keyed.unpersist()
+        if self.capabilities.commit != "before_postgres":
+            log.info(
+                "run %d of drain %s staged rows per table: %s",
+                ctx.run.id,
+                ctx.drain.name,
+                ", ".join(f"{n} {routes.rows_of(n)}" for n in names) or "none",
+            )
+            return None  # staged: the commit transaction publishes every table's stage
+        return self._combined(ctx, commits)
+
+    def _combined(self, ctx: RunContext, commits: dict[str, SinkCommit | None]) -> SinkCommit:
+        """The run's commits to its tables as one, each table's in `details["tables"]`."""
+        made = [c for c in commits.values() if c is not None]
+        return SinkCommit(
+            self.type,
+            self.location(),
+            id=max((c.id for c in made), default=0),
+            rows=sum(c.rows for c in made),
+            bytes=sum(c.bytes for c in made),
+            files=sum(c.files or 0 for c in made) if self.capabilities.files else None,
+            attempt=ctx.attempt,
+            details={"tables": table_commits(commits)},
+        )
+
+    def _write_table(
+        self, spark: SparkSession, ctx: RunContext, routed: DataFrame, routes: Routes, name: str
+    ) -> SinkCommit | None:
+        sink = self.table(name)
+        found = sink.committed(spark, ctx) if ctx.attempt > 1 else None
+        if found is not None:
+            log.info(
+                "run %d of drain %s: %s already holds its commit; not written again",
+                ctx.run.id,
+                ctx.drain.name,
+                sink.describe(),
+            )
+            return found
+        part = routed.where(F.col(_TABLE) == F.lit(name)).drop(_KEY, _TABLE)
+        if self.config.value_schema_per_route:
+            keep = routes.columns_of(name) | set(self.router.columns)
+            part = part.select(*(f"`{c}`" for c in part.columns if c.startswith("_") or c in keep))
+        return sink.write(spark, ctx, part)
+
+    def _routes(self, ctx: RunContext, keyed: DataFrame) -> Routes:
+        """The run's route keys, each key's rows and non-null columns: one aggregate."""
+        values = [c for c in keyed.columns if c != _KEY and c != ERROR and not c.startswith("_")]
+        aggs = [F.count(F.lit(1)).alias("_rows"), F.first(_values(self.router.columns)).alias("_k")]
+        aggs += [F.max(F.col(f"`{c}`").isNotNull()).alias(f"_f{i}") for i, c in enumerate(values)]
+        found = keyed.groupBy(_KEY).agg(*aggs).collect()
+        keys = {r[_KEY]: tuple(r["_k"]) for r in found}
+        with ctx.engine.connect() as conn:
+            known = route_tables.registered(conn, ctx.drain.name)
+        return Routes(
+            self.router.assign(keys.values(), known),
+            keys,
+            {r[_KEY]: int(r["_rows"]) for r in found},
+            {r[_KEY]: frozenset(c for i, c in enumerate(values) if r[f"_f{i}"]) for r in found},
+        )
+
+    def _register(self, ctx: RunContext, names: list[str]) -> None:
+        """The run's tables on record before any is written (fenced): the commit, a resumed
+        run and `drainer maintain` find them there."""
+        with ctx.engine.begin() as conn:
+            check_fence(conn, ctx.lease, shared=True)
+            route_tables.register(conn, ctx.drain.name, names, ctx.run.id)
+
+    def maintain_table(
+        self, spark: SparkSession, retention_hours: float, force: bool
+    ) -> dict[str, Any]:
+        from drainer.store.engine import get_engine
+
+        with get_engine(self.settings.database_url).connect() as conn:
+            names = route_tables.registered(conn, self.drain)
+        done = {n: self.table(n).maintain_table(spark, retention_hours, force) for n in names}
+        return {
+            "format": self.type,
+            "location": self.location(),
+            "tables": done,
+            "files_removed": sum(int(d.get("files_removed", 0)) for d in done.values()),
+            "files_added": sum(int(d.get("files_added", 0)) for d in done.values()),
+            "retention_hours": retention_hours,
+        }
+
+
+def _values(columns: tuple[str, ...]) -> Column:
+    return F.array(*(F.col(f"`{c}`").cast("string") for c in columns))
+
+
+def _key(columns: tuple[str, ...]) -> Column:
+    """A row's route values as one text column (Spark's JSON of them): the key rows are
+    grouped and looked up by."""
+    return F.to_json(_values(columns))
+
+
+def routed_spark_class(single: type[SparkSink]) -> type[RoutedSparkSink]:
+    """The routed Spark sink of a format."""
+    return _classes.setdefault(
+        single,
+        type(
+            f"Routed{single.__name__}",
+            (RoutedSparkSink,),
+            {"type": single.type, "capabilities": single.capabilities, "single": single},
+        ),
+    )
+
+
+_classes: dict[type[SparkSink], type[RoutedSparkSink]] = {}
+
+__all__ = ["RoutedSparkSink", "routed_spark_class"]
