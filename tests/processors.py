@@ -151,3 +151,10 @@ def keys_seen(df: DataFrame) -> DataFrame:
 
     seen = F.udf(_seen, "string").asNondeterministic()
     return df.withColumn("_key", seen(F.lit(os.environ[ROWS_SEEN_FILE]), F.col("_key")))
+
+
+def kafka_versions(df: DataFrame) -> DataFrame:
+    """`kafka_passthrough` plus `v`, the version a JSON value `{"id", "v"}` carries (null for a
+    tombstone): the Kafka sink's upsert tests order by it."""
+    v = F.get_json_object(F.col("value").cast("string"), "$.v").cast("int")
+    return kafka_passthrough(df).withColumn("v", v)
