@@ -5,6 +5,8 @@ collapse), on both producers, exactly once as an append (the same transaction an
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -136,3 +138,28 @@ def test_upserts_into_a_topic_that_is_not_compacted_fail_in_one_line(make_drain,
         assert f"topic {out}, whose cleanup.policy is delete, not compact" in line
         assert "Traceback" not in proc.stderr
         assert _read(out) == []  # nothing committed
+
+
+def test_topics_create_makes_an_upsert_sinks_topic_compacted(make_drain):
+    out = f"out_{uuid.uuid4().hex[:8]}"
+    drain = _drain(make_drain, out, "auto")
+    client = admin()  # kept: a collected client fails its futures
+    try:
+        made = subprocess.run(
+            [sys.executable, "-m", "spark_jobs.cli", "topics", "create", drain.name],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert made.returncode == 0, made.stderr
+        assert f"{out}" in made.stdout and "created" in made.stdout
+        resource = ConfigResource(ConfigResource.Type.TOPIC, out)
+        config = client.describe_configs([resource])[resource].result(30)
+        assert config["cleanup.policy"].value == "compact"
+        # the drain's level topics keep the broker's default: only the output is state
+        level = ConfigResource(ConfigResource.Type.TOPIC, drain.level_topic(0))
+        assert client.describe_configs([level])[level].result(30)["cleanup.policy"].value == (
+            "delete"
+        )
+    finally:
+        client.delete_topics([out], operation_timeout=10)[out].result(30)
