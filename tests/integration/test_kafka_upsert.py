@@ -27,6 +27,7 @@ LEVELS = 3
 def _drain(make_drain, out: str, producer: str):
     sink = {"type": "kafka", "topic": out, "producer": producer, "write": "upsert"}
     sink["order_by"] = ["v"]
+    sink["delete_when"] = "get_json_object(cast(value as string), '$.op') = 'd'"
     return make_drain(
         sink=sink,
         levels=LEVELS,
@@ -48,8 +49,9 @@ def _produce(drain, records: list[tuple[int, str, dict | None]]) -> None:
 
 def _versions(seed: int, first_v: int) -> tuple[list[tuple[int, str, dict | None]], dict]:
     """Records of every key in several levels, versions spread so that a level drained first
-    often holds a key's newer version; every fifth key ends in a tombstone. The model: each
-    key's newest value, None where a tombstone is its newest."""
+    often holds a key's newer version; every fifth key ends in a tombstone, some others in a
+    version `delete_when` deletes (`op: d`). The model: each key's newest value, None where its
+    newest is a delete."""
     records: list[tuple[int, str, dict | None]] = []
     model: dict[str, bytes | None] = {}
     for k in range(KEYS):
@@ -59,8 +61,11 @@ def _versions(seed: int, first_v: int) -> tuple[list[tuple[int, str, dict | None
             v = first_v + i
             level = (k + i * 2 + seed) % LEVELS  # versions land in levels out of their order
             value = {"id": key, "v": v}
+            deletes = i == n - 1 and k % 7 == 3
+            if deletes:
+                value["op"] = "d"
             records.append((level, key, value))
-            model[key] = json.dumps(value).encode()
+            model[key] = None if deletes else json.dumps(value).encode()
         if k % 5 == seed % 5:
             # the tombstone has no `v`: a delete without order values counts as the newest
             records.append(((k + seed) % LEVELS, key, None))
@@ -117,7 +122,9 @@ def test_upserts_reach_a_compacted_topic_one_record_per_key_per_run(make_drain, 
             mine = [(k.decode(), v) for k, v, run in seen if run == run_id]
             assert len(mine) == KEYS  # one record per key in each run
             assert dict(mine) == model  # the newest value, a tombstone as a null value
-            assert sum(v is None for _, v in mine) == KEYS // 5
+            deletes = sum(v is None for v in model.values())
+            assert deletes > KEYS // 5  # tombstones and `delete_when` deletes
+            assert sum(v is None for _, v in mine) == deletes
         # what compaction keeps (the last record per key) is the last run's model
         last = {k.decode(): v for k, v, _ in seen}
         assert last == per_run[-1][1]
