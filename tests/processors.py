@@ -160,3 +160,10 @@ def kind_by_level(df: DataFrame) -> DataFrame:
         F.concat(F.lit("level"), level.cast("string"))
     )
     return df.select("_topic", "_partition", "_offset", kind.alias("kind"))
+
+
+def kafka_versions(df: DataFrame) -> DataFrame:
+    """`kafka_passthrough` plus `v`, the version a JSON value `{"id", "v"}` carries (null for a
+    tombstone): the Kafka sink's upsert tests order by it."""
+    v = F.get_json_object(F.col("value").cast("string"), "$.v").cast("int")
+    return kafka_passthrough(df).withColumn("v", v)

@@ -66,6 +66,11 @@ def output_topics(drain: DrainConfig) -> list[str]:
     return [topic] if isinstance(topic, str) and on_own_cluster else []
 
 
+def compacted_topics(drain: DrainConfig) -> list[str]:
+    """The output topic of a Kafka sink that upserts: compaction keeps its last record per key."""
+    return output_topics(drain) if getattr(drain.sink, "write", None) == "upsert" else []
+
+
 def cmd_topics(args: argparse.Namespace) -> int:
     from drainer.kafka.session import KafkaSession
 
@@ -73,7 +78,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
     dlq = [drain.dlq_topic] if drain.dlq_topic else []
     extra = list(dict.fromkeys([*dlq, *output_topics(drain), *args.topic]))
     with KafkaSession(drain, args.settings) as kafka:
-        created = kafka.create_topics(extra)
+        created = kafka.create_topics(extra, compacted_topics(drain))
         wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + extra
         counts = kafka.partition_counts(wanted)
     for topic in wanted:

@@ -145,6 +145,23 @@ def _key_owners() -> dict[str, set[str]]:
 _COLUMN_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
 
+def _column_list(value: list[str] | None, setting: str) -> list[str] | None:
+    """`primary_key` / `order_by`: None, or distinct column names (a struct field as `c.f`)."""
+    if value is None:
+        return None
+    if not value:
+        raise ValueError(f"{setting} needs at least one column, or leave it out")
+    bad = [c for c in value if not isinstance(c, str) or not _COLUMN_PATH.match(c)]
+    if bad:
+        raise ValueError(
+            f"{bad[0]!r} is not a column name: use letters, digits and underscores "
+            "(a struct's field as `column.field`)"
+        )
+    if len(set(value)) < len(value):
+        raise ValueError(f"{setting} names a column twice: name each once")
+    return value
+
+
 class _TableWrite(BaseModel):
     """How a table sink writes: one row per output row, or one row per primary key
     (docs/lakehouse.md, "State tables"). drainer.sinks.upsert resolves these."""
@@ -182,19 +199,7 @@ class _TableWrite(BaseModel):
     @field_validator("primary_key", "order_by")
     @classmethod
     def _columns(cls, value: list[str] | None, info: Any) -> list[str] | None:
-        if value is None:
-            return None
-        if not value:
-            raise ValueError(f"{info.field_name} needs at least one column, or leave it out")
-        bad = [c for c in value if not isinstance(c, str) or not _COLUMN_PATH.match(c)]
-        if bad:
-            raise ValueError(
-                f"{bad[0]!r} is not a column name: use letters, digits and underscores "
-                "(a struct's field as `column.field`)"
-            )
-        if len(set(value)) < len(value):
-            raise ValueError(f"{info.field_name} names a column twice: name each once")
-        return value
+        return _column_list(value, info.field_name)
 
     @field_validator("delete_retention")
     @classmethod
@@ -430,6 +435,24 @@ class KafkaSinkConfig(_SinkModel):
         "may be ${NAME} references to the environment. Default: the drain's own cluster and "
         "`kafka:` block, for producing as for reading",
     )
+    write: Literal["append", "upsert"] = Field(
+        default="append",
+        description="kafka: `append` (the default): one record per output row; `upsert`: the "
+        "run's rows collapse to one record per output `key` (the newest by `order_by`), a "
+        "delete (a null `value`, or `delete_when`) produced as a tombstone, into a compacted "
+        "topic (docs/state-tables.md)",
+    )
+    order_by: list[str] | None = Field(
+        default=None,
+        description="kafka upsert: the output columns that say which version of a key is "
+        "newer; default `[_timestamp, _level, _partition, _offset]` (the output must keep "
+        "them); ties are broken by level, partition and offset",
+    )
+    delete_when: str | None = Field(
+        default=None,
+        description="kafka upsert: a Spark SQL condition over the output row that makes the "
+        "row a tombstone (e.g. `op = 'd'`); a null `value` always is one",
+    )
     producer: Literal["auto", "server", "driver"] = Field(
         default="auto",
         description="kafka only: where the run's one transactional producer runs. `server`: in "
@@ -462,6 +485,22 @@ class KafkaSinkConfig(_SinkModel):
         common = {k: v for k, v in value.items() if k != "bootstrap.servers"}
         check_blocks(common, {}, {})
         return value
+
+    @field_validator("order_by")
+    @classmethod
+    def _order_columns(cls, value: list[str] | None) -> list[str] | None:
+        return _column_list(value, "order_by")
+
+    @model_validator(mode="after")
+    def _upsert_only(self) -> KafkaSinkConfig:
+        if self.write == "append":
+            given = [k for k in ("order_by", "delete_when") if k in self.model_fields_set]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} only apply to `write: upsert`: add `write: upsert` "
+                    f"or remove {'them' if len(given) > 1 else 'it'}"
+                )
+        return self
 
 
 SINK_MODELS: dict[str, type[_SinkModel]] = {

@@ -236,14 +236,19 @@ class KafkaSession:
             raise TopicMissing(self.drain.name, missing)
         return {name: str(topic.topic_id) for name, topic in found.items()}
 
-    def create_topics(self, extra: Iterable[str] = ()) -> list[str]:
-        """Create the drain's level topics (and e.g. its DLQ topic); existing ones are left alone."""
+    def create_topics(self, extra: Iterable[str] = (), compacted: Iterable[str] = ()) -> list[str]:
+        """Create the drain's level topics (and e.g. its DLQ topic); existing ones are left alone.
+        Those of `extra` in `compacted` are made with `cleanup.policy=compact`."""
+        compact = set(compacted)
         drain = self.drain
         wanted = [drain.level_topic(lvl) for lvl in range(drain.levels)] + list(extra)
         found = self._describe(wanted)
         new = [
             NewTopic(
-                name, num_partitions=drain.partitions, replication_factor=drain.replication_factor
+                name,
+                num_partitions=drain.partitions,
+                replication_factor=drain.replication_factor,
+                config={"cleanup.policy": "compact"} if name in compact else {},
             )
             for name in wanted
             if found[name] is None

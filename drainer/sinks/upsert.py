@@ -28,6 +28,7 @@ from drainer.store.upserts import DELETED_AT, UpsertCounts, kept_order, newer, r
 TOMBSTONE = "_drainer_tombstone"  # the record's value was null: the row deletes its key
 DELETE = "_drainer_delete"  # the collapsed row is a delete (tombstone or `delete_when`)
 DEFAULT_KEY = ("_key",)
+KAFKA_KEY = ("key",)  # the Kafka sink's output column its records are keyed by
 DEFAULT_ORDER = ("_timestamp", "_level", "_partition", "_offset")
 TIE_BREAKERS = ("_level", "_partition", "_offset")
 KEY_PROPERTY = "drainer.primary_key"  # Delta / Iceberg table property naming the key
@@ -56,6 +57,15 @@ def upsert_spec(config: Any) -> UpsertSpec | None:
     """The upsert settings of a sink's configuration, or None for an append sink."""
     if getattr(config, "write", "append") != "upsert":
         return None
+    if getattr(config, "type", None) == "kafka":
+        # a compacted topic keeps the last record per Kafka key: the key is the output's `key`,
+        # and the topic's own `delete.retention.ms` keeps its tombstones
+        return UpsertSpec(
+            keys=KAFKA_KEY,
+            order=tuple(config.order_by or DEFAULT_ORDER),
+            delete_when=config.delete_when,
+            retention_ms=0,
+        )
     return UpsertSpec(
         keys=tuple(config.primary_key or DEFAULT_KEY),
         order=tuple(config.order_by or DEFAULT_ORDER),
@@ -109,6 +119,7 @@ __all__ = [
     "DEFAULT_ORDER",
     "DELETED_AT",
     "DELETE",
+    "KAFKA_KEY",
     "KEY_PROPERTY",
     "TIE_BREAKERS",
     "TOMBSTONE",

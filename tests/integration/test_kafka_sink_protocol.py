@@ -15,6 +15,7 @@ that made it (`server` or `driver`). Each is replaced by a placeholder, everythi
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -24,7 +25,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka_output import auto_producer, output_topic
 from sqlalchemy import text
 from test_exactly_once import DRAINER, _lock_holder, cli_run, produce_backlog, runs_of
@@ -267,3 +268,36 @@ def test_a_missing_topic_is_named_alike_on_both_producers(make_drain, both):
     seen = _each(make_drain, lambda md, out, producer: _failed(md, out, producer, topic=missing))
     assert seen["server"] == seen["driver"]
     assert "output topic OUT does not exist" in str(seen["server"])
+
+
+def _tombstones(make_drain, out: str, producer: str) -> dict:
+    """An upsert run: three keys in several versions, one ending in a tombstone (a null value
+    produced by confluent-kafka itself); one record per key, the tombstone with its key."""
+    sink = {"type": "kafka", "topic": out, "producer": producer, "write": "upsert"}
+    drain = make_drain(
+        sink={**sink, "order_by": ["v"]},
+        levels=1,
+        partitions=1,
+        mode="dataframe",
+        processor="tests.processors:kafka_versions",
+    )
+    kafka = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+    for key, v in (("a", 1), ("b", 1), ("a", 2), ("c", 1), ("b", 2), ("b", None), ("c", 3)):
+        value = None if v is None else json.dumps({"id": key, "v": v}).encode()
+        kafka.produce(drain.level_topic(0), value, key.encode(), partition=0)
+    assert kafka.flush(30) == 0
+    result = drain_job.run(drain.name, trigger="test", settings=load_settings())
+    assert result.drained == 7 and result.table_commit["details"]["producer"] == producer
+    return _seen(drain, out)
+
+
+def test_a_tombstone_passes_through_alike_on_both_producers(make_drain, both):
+    seen = {}
+    for producer in PRODUCERS:
+        with output_topic(partitions=1, **{"cleanup.policy": "compact"}) as out:
+            seen[producer] = _tombstones(make_drain, out, producer)
+    assert seen["server"] == seen["driver"]
+    records = {key: value for key, value, _ in seen["server"]["records"]}
+    assert records == {b"a": b'{"id": "a", "v": 2}', b"b": None, b"c": b'{"id": "c", "v": 3}'}
+    (marker,) = seen["server"]["markers"]
+    assert '"produced":{"OUT":3}' in marker

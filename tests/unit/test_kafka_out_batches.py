@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from drainer.errors import ConfigError, FencedOut, KafkaUnavailable
+from drainer.sinks.kafka import protocol
 from drainer.sinks.kafka.out_batches import OutBatch, send_batch
 from drainer.sinks.kafka.protocol import MARKER_TOPIC, SOURCE_HEADER
 from drainer.sinks.kafka.transactions import RunTransaction
@@ -44,7 +45,12 @@ class _Producer:
         return 0
 
 
-def _send(producer: _Producer, batch: OutBatch, known: set[str] | None = None) -> Counter[str]:
+def _send(
+    producer: _Producer,
+    batch: OutBatch,
+    known: set[str] | None = None,
+    tombstones: bool = False,
+) -> Counter[str]:
     produced: Counter[str] = Counter()
     send_batch(
         producer.produce,
@@ -55,6 +61,7 @@ def _send(producer: _Producer, batch: OutBatch, known: set[str] | None = None) -
         RUN_HEADERS,
         produced,
         _txn()._produce_failed,
+        tombstones,
     )
     return produced
 
@@ -90,6 +97,20 @@ def test_a_row_without_value_names_its_source_and_nothing_of_the_batch_after_it_
         _send(producer, batch)
     # the plain loop checks the batch before it sends; the general one stops at the row
     assert [v for _, v, *_ in producer.sent] == ([b"a"] if routed else [])
+
+
+@pytest.mark.parametrize("routed", [False, True], ids=["plain", "routed"])
+def test_an_upsert_sinks_null_value_is_a_tombstone_with_its_key(routed):
+    producer = _Producer()
+    batch = OutBatch(
+        values=[b"a", None],
+        keys=[b"k1", b"k2"],
+        sources=[b"t/0/1", b"t/0/2"],
+        partitions=[0, 0] if routed else None,
+    )
+    assert _send(producer, batch, tombstones=protocol.tombstones("upsert")) == {"out": 2}
+    assert [(v, k) for _, v, k, *_ in producer.sent] == [(b"a", b"k1"), (None, b"k2")]
+    assert not protocol.tombstones("append")
 
 
 def test_a_missing_topic_is_named_with_the_command_before_any_record_is_sent():

@@ -57,9 +57,31 @@ def test_bad_upsert_settings_say_what_to_do(body, words):
         SINK.validate_python({"type": "postgres", "table": "t", **body})
 
 
-def test_kafka_sink_takes_no_upsert_keys():
-    with pytest.raises(ValidationError, match="cannot be used with a kafka sink"):
-        SINK.validate_python({"type": "kafka", "topic": "t", "write": "upsert"})
+def test_kafka_sink_upserts_by_its_output_key():
+    config = SINK.validate_python({"type": "kafka", "topic": "t", "write": "upsert"})
+    spec = upsert_spec(config)
+    assert spec is not None and spec.keys == ("key",) and spec.order == DEFAULT_ORDER
+    assert upsert_spec(SINK.validate_python({"type": "kafka", "topic": "t"})) is None
+    ordered = SINK.validate_python(
+        {"type": "kafka", "topic": "t", "write": "upsert", "order_by": ["v"], "delete_when": "d"}
+    )
+    assert upsert_spec(ordered) == UpsertSpec(("key",), ("v",), "d", 0)
+
+
+@pytest.mark.parametrize(
+    "body,words",
+    [
+        ({"order_by": ["v"]}, "only apply to `write: upsert`"),
+        ({"write": "upsert", "order_by": ["v", "v"]}, "names a column twice"),
+        # the compacted topic keys by the record key, and its own delete.retention.ms keeps
+        # tombstones: neither is the sink's to set
+        ({"write": "upsert", "primary_key": ["id"]}, "cannot be used with a kafka sink"),
+        ({"write": "upsert", "delete_retention": "1d"}, "cannot be used with a kafka sink"),
+    ],
+)
+def test_bad_kafka_upsert_settings_say_what_to_do(body, words):
+    with pytest.raises(ValidationError, match=words):
+        SINK.validate_python({"type": "kafka", "topic": "t", **body})
 
 
 def test_a_changed_primary_key_is_one_line():

@@ -90,3 +90,13 @@ def missing_topic(topic: str, source: str | None = None) -> ConfigError:
 
 def _for(source: str | None) -> str:
     return f" (output of source record {source})" if source else ""
+
+
+def not_compacted(topic: str, policy: str) -> ConfigError:
+    return ConfigError(
+        f"the Kafka sink writes upserts to topic {topic}, whose cleanup.policy is {policy}, not "
+        f"compact (its old versions and tombstones would never be compacted away): set it with "
+        f"`kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config "
+        "cleanup.policy=compact`, or use a new topic (`drainer topics create <drain>` makes it "
+        "compacted). Nothing was committed"
+    )

@@ -53,10 +53,12 @@ def send_batch(
     run_headers: Sequence[tuple[str, bytes | None]],
     produced: Counter[str],
     failed: Callable[[KafkaError, str | None, str], DrainerError],
+    tombstones: bool = False,
 ) -> int:
     """Produce `batch` (each record with its headers, the run's headers and its source's);
     count records per topic in `produced`; return the batch's key + value bytes. A record the
-    producer refuses at once (too large, say) raises `failed(error, its source, its topic)`."""
+    producer refuses at once (too large, say) raises `failed(error, its source, its topic)`.
+    A null value is a tombstone when `tombstones` (protocol.tombstones), else a failure."""
     n = len(batch)
     topics: Iterable[str | None] = repeat(default_topic, n)
     if batch.topics is not None:
@@ -68,7 +70,7 @@ def send_batch(
     elif default_topic not in known:  # the sink's own topic: no row to name (as on the server)
         raise missing_topic(default_topic)
     if batch.headers is None and batch.partitions is None and batch.topics is None:
-        _send_plain(produce, poll, batch, default_topic, run_headers, failed)
+        _send_plain(produce, poll, batch, default_topic, run_headers, failed, tombstones)
         produced[default_topic] += n
         return _size(batch)
     columns: list[Iterable[Any]] = [
@@ -80,7 +82,7 @@ def send_batch(
         batch.sources if batch.sources is not None else repeat(None, n),
     ]
     for i, (value, key, own, partition, topic, src) in enumerate(zip(*columns, strict=False)):
-        if value is None:
+        if value is None and not tombstones:
             raise no_value(batch.source(i))
         headers = [*own, *run_headers] if own else [*run_headers]
         if src is not None:
@@ -108,10 +110,11 @@ def _send_plain(
     topic: str,
     run_headers: Sequence[tuple[str, bytes | None]],
     failed: Callable[[KafkaError, str | None, str], DrainerError],
+    tombstones: bool = False,
 ) -> None:
     """`send_batch` for the common batch: every record to the sink's topic, no headers or
     partition of its own. Its loop does only what each record needs (~0.3 µs less per record)."""
-    if None in batch.values:
+    if not tombstones and None in batch.values:
         raise no_value(batch.source(batch.values.index(None)))
     keys = batch.keys if batch.keys is not None else repeat(None)
     sources = batch.sources if batch.sources is not None else repeat(None)

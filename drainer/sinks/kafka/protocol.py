@@ -8,6 +8,9 @@ What a run's transaction carries besides its output, and what a failure is calle
   records per output topic and their bytes, which stand as placeholders; `fill()` replaces
   them. The Spark server's Java writer is handed the template and the placeholders as write
   options and applies the same rule (`KafkaTxnSink.fill`), so the JSON is made in one place;
+- a row's null `value`: with `write: upsert` a tombstone (the record produced with its key and
+  a null value), with `write: append` the `no_value` failure. The driver's producer asks
+  `tombstones(write)`; the Java writer is handed the same answer as the option `TOMBSTONES`;
 - the kinds of failure (`KINDS`): each kind's librdkafka codes for the driver's producer and
   Java exception classes for the server's, handed to the Java writer as an option (`java_kinds`)
   instead of a classification of its own.
@@ -38,6 +41,14 @@ SOURCE_HEADER = "drainer.source"  # `<topic>/<partition>/<offset>` of the row's 
 PLACEHOLDER = "@"
 PRODUCED_TOKEN = f'"produced":"{PLACEHOLDER}"'
 BYTES_TOKEN = f'"bytes":"{PLACEHOLDER}"'
+
+TOMBSTONES = "tombstones"  # the Java writer's option: "true" when a null value is a tombstone
+
+
+def tombstones(write: str) -> bool:
+    """Whether a row's null value is produced as a tombstone (else it fails the run)."""
+    return write == "upsert"
+
 
 _ERRORS = "org.apache.kafka.common.errors."
 # the kinds of failure, in the order they are asked: the driver's librdkafka codes and the

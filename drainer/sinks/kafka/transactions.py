@@ -29,7 +29,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from drainer import faults
 from drainer.config.kafka_clients import redact
@@ -195,6 +195,23 @@ class RunTransaction:
             ) from None
         return True
 
+    def cleanup_policy(self, topic: str) -> str | None:
+        """The topic's `cleanup.policy` (e.g. `delete`, `compact`, `compact,delete`), or None
+        where the sink may not describe its configs (producing then proceeds, as `_exists`)."""
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        future = self._admin_client().describe_configs([resource])[resource]
+        try:
+            entries = future.result(30)
+        except KafkaException as err:
+            if kind_of(err.args[0].code()) == "denied":
+                return None
+            raise KafkaUnavailable(
+                f"describing the Kafka sink's topic {topic} failed ({redact(err.args[0].str())}). "
+                "Nothing was committed: rerun"
+            ) from None
+        entry = entries.get("cleanup.policy")
+        return None if entry is None else str(entry.value)
+
     # the proof
 
     def find_marker(self, timeout_s: float = 60.0) -> RunMarker | None:
@@ -299,6 +316,7 @@ class RunTransaction:
         attempt: int,
         still_ours: Callable[[], None],
         dead_letters: DeadLetterJoin | None = None,
+        tombstones: bool = False,
     ) -> RunMarker:
         """Produce every batch's records (then `dead_letters`, when its topic exists) and the
         run's marker in one transaction; commit it.
@@ -336,6 +354,7 @@ class RunTransaction:
                     run_headers,
                     produced,
                     self._produce_failed,
+                    tombstones,
                 )
                 producer.poll(0)  # delivery reports of failed records
                 if errors:

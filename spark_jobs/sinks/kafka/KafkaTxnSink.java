@@ -358,7 +358,7 @@ public class KafkaTxnSink implements TableProvider {
       return new Writers(txn.key, options.get("topic"), run, options.get("run_header_name"),
           options.get("source_header_name"), txn.kinds, names.indexOf("value"),
           names.indexOf("key"), headers, textHeaders, names.indexOf("partition"),
-          names.indexOf("source"));
+          names.indexOf("source"), "true".equals(options.get("tombstones")));
     }
 
     public boolean useCommitCoordinator() {
@@ -393,7 +393,7 @@ public class KafkaTxnSink implements TableProvider {
 
   record Writers(String key, String topic, String run, String runName, String sourceName,
       String kinds, int value, int recordKey, int headers, boolean textHeaders, int partition,
-      int source) implements DataWriterFactory {
+      int source, boolean tombstones) implements DataWriterFactory {
     public DataWriter<InternalRow> createWriter(int partitionId, long taskId) {
       TaskContext task = TaskContext.get();
       if (task != null && task.attemptNumber() > 0) { // its first attempt may have sent rows
@@ -428,8 +428,10 @@ public class KafkaTxnSink implements TableProvider {
       txn.check();
       byte[] src = at.source() < 0 || row.isNullAt(at.source()) ? null : row.getBinary(at.source());
       // the source's text is made only for a failure that names it, never per record
-      if (row.isNullAt(at.value())) throw failure("no_value", text(src), at.topic(), "");
-      byte[] value = row.getBinary(at.value());
+      // a null value: a tombstone where the sink upserts (protocol.tombstones), else a failure
+      boolean tombstone = row.isNullAt(at.value());
+      if (tombstone && !at.tombstones()) throw failure("no_value", text(src), at.topic(), "");
+      byte[] value = tombstone ? null : row.getBinary(at.value());
       byte[] key = at.recordKey() < 0 || row.isNullAt(at.recordKey()) ? null
           : row.getBinary(at.recordKey());
       Integer partition = at.partition() < 0 || row.isNullAt(at.partition()) ? null
@@ -461,7 +463,7 @@ public class KafkaTxnSink implements TableProvider {
       }
       txn.check();
       records++;
-      bytes += value.length + (key == null ? 0 : key.length);
+      bytes += (value == null ? 0 : value.length) + (key == null ? 0 : key.length);
     }
 
     static String text(byte[] source) {

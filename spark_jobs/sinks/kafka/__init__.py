@@ -33,16 +33,18 @@ from drainer.kafka.producer import OutRecord
 from drainer.lifecycle.dlq import dlq_record
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
-from drainer.sinks.kafka import KafkaSink
-from drainer.sinks.kafka.errors import missing_topic
+from drainer.sinks.kafka import KafkaSink, protocol
+from drainer.sinks.kafka.errors import missing_topic, not_compacted
 from drainer.sinks.kafka.protocol import RunMarker
 from drainer.sinks.kafka.transactions import DeadLetterJoin, RunTransaction
+from drainer.sinks.upsert import DELETED_AT, TOMBSTONE, UpsertSpec, upsert_spec
 from drainer.store import dead_letters, runs
 from drainer.store.leases import check_fence
 from spark_jobs.session import is_connect
 from spark_jobs.sinks.base import SparkSink
 from spark_jobs.sinks.kafka.server import produce_on_server, producer_settings, why_not_on_server
 from spark_jobs.sinks.kafka.stream import crash_at_first, out_batches, read_ahead
+from spark_jobs.sinks.upsert import collapse
 
 SOURCE_COLUMN = "_drainer_source"
 _TEXT_OR_BYTES = (StringType, BinaryType)
@@ -71,6 +73,9 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         return None if marker is None else self._commit(marker)
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
+        spec = upsert_spec(self.config)
+        if spec is not None:
+            out = kafka_upserts(out, spec, self.topic)
         return self._produce(ctx, *named_kafka_rows(out))
 
     def write_records(
@@ -108,6 +113,11 @@ class KafkaSparkSink(KafkaSink, SparkSink):
             # the sink's own topic); a Java producer would wait a minute for it
             if self.topic not in self._txn(ctx).existing_topics():
                 raise missing_topic(self.topic)
+            tombstones = protocol.tombstones(self.config.write)
+            if tombstones:  # only a compacted topic keeps one record per key
+                policy = self._txn(ctx).cleanup_policy(self.topic)
+                if policy is not None and "compact" not in policy.split(","):
+                    raise not_compacted(self.topic, policy)
             took["checks"] = time.monotonic() - started
             source = rows if staged is None else staged
             if self._on_server(source, columns):
@@ -121,6 +131,7 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                     self._dead_letters(ctx),
                     self._crash_in_spark,
                     took,
+                    tombstones,
                 )
                 return self._commit(marker, "server")
             # the stream starts now: Spark computes while the producer is fenced in
@@ -130,7 +141,12 @@ class KafkaSparkSink(KafkaSink, SparkSink):
             started = time.monotonic()
             with read_ahead(streamed) as batches:
                 marker = self._txn(ctx).produce(
-                    batches, self.topic, ctx.attempt, still_ours, self._dead_letters(ctx)
+                    batches,
+                    self.topic,
+                    ctx.attempt,
+                    still_ours,
+                    self._dead_letters(ctx),
+                    tombstones,
                 )
             took["produce"] = time.monotonic() - started
         finally:
@@ -205,6 +221,18 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                 **({"producer": producer} if producer else {}),
             },
         )
+
+
+def kafka_upserts(out: DataFrame, spec: UpsertSpec, topic: str) -> DataFrame:
+    """`write: upsert`: the run's rows collapsed to one per `key` by the table sinks' own rule
+    (`collapse`), a delete (a null value, a tombstone read, or `delete_when`) as a null value:
+    the record the compacted topic keeps for the key."""
+    tomb = F.col("value").isNull()
+    if TOMBSTONE in out.columns:
+        tomb = tomb | F.coalesce(F.col(TOMBSTONE), F.lit(False))
+    newest = collapse(out.withColumn(TOMBSTONE, tomb), spec, f"topic {topic}")
+    value = F.when(F.col(DELETED_AT).isNull(), F.col("value"))
+    return newest.withColumn("value", value).drop(DELETED_AT)
 
 
 def kafka_rows(out: DataFrame) -> DataFrame:

@@ -37,6 +37,7 @@ from drainer.sinks.kafka.protocol import (
     PRODUCED_TOKEN,
     RUN_HEADER,
     SOURCE_HEADER,
+    TOMBSTONES,
     RunMarker,
     java_kinds,
     marker_partition,
@@ -117,6 +118,7 @@ def produce_on_server(
     dead_letters: DeadLetterJoin | None,
     crash_in_spark: bool = False,
     took: dict[str, float] | None = None,
+    tombstones: bool = False,
 ) -> RunMarker:
     """Produce `rows` (and the dead letters) in the attempt's transaction on the server; commit
     it with the run's marker once the lease is still ours. Any failure aborts it.
@@ -136,6 +138,7 @@ def produce_on_server(
     try:
         header = run_header(txn.run_id, txn.nonce, attempt).decode()
         write = _writer(rows, key, topic, settings).option("open", "true")
+        write = write.option(TOMBSTONES, "true" if tombstones else "false")
         started = time.monotonic()
         _run(txn, topic, write.option("run_header", header).save)
         took["write"] = time.monotonic() - started
