@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
+from drainer.config.route_models import NAME_FIELDS
 from drainer.config.routing import Kind, Router, RouteSpec, router_of
-from drainer.config.sink_models import NAME_FIELDS
 from drainer.settings import Settings
 from drainer.sinks.base import Sink, SinkCommit, UpkeepReport
 from drainer.store import route_tables
