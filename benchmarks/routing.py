@@ -37,19 +37,8 @@ import readback
 from common import fresh_drain
 
 from drainer.settings import load_settings
+from tests.support.event_types import DDL, FIELDS, TYPES
 
-TYPES = ("orders", "refunds", "clicks", "views", "signups")
-FIELDS: dict[str, dict[str, Any]] = {
-    "orders": {"order_id": 1, "amount": 2.5},
-    "refunds": {"order_id": 1, "reason": "late"},
-    "clicks": {"page": "/a", "x": 3},
-    "views": {"page": "/b", "ms": 120},
-    "signups": {"email": "a@b.c"},
-}
-DDL = (
-    "event_type string, order_id long, amount double, reason string, page string, x int, "
-    "ms long, email string"
-)
 FOLDER = "bench_routing"
 PATHS = ("drainer_routed", "drainer_5_drains", "foreachbatch_5_tables")
 

@@ -23,6 +23,8 @@ class OutRecord:
     attempt: int | None
     value: bytes | None
     headers: dict[str, bytes]
+    key: bytes | None = None
+    header_list: tuple[tuple[str, bytes], ...] = ()  # in the order the producer wrote them
 
 
 def admin() -> AdminClient:
@@ -112,6 +114,8 @@ def read_output(topic: str, isolation: str = "read_committed") -> list[OutRecord
                     attempt,
                     msg.value(),
                     headers,
+                    msg.key(),
+                    tuple(msg.headers() or ()),
                 )
             )
         return out

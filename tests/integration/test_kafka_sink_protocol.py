@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from kafka_output import auto_producer, output_topic
+from kafka_output import auto_producer, output_topic, read_output
 from sqlalchemy import text
 from test_exactly_once import DRAINER, _lock_holder, cli_run, produce_backlog, runs_of
 
@@ -99,30 +99,7 @@ def _markers(drain) -> list[bytes]:
 
 def _records(out: str) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
     """Every output record read_committed: (key, value, headers in order), by source."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": load_settings().bootstrap_servers,
-            "group.id": f"protocol-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    found = []
-    try:
-        parts = consumer.list_topics(out, timeout=30).topics[out].partitions
-        consumer.assign([TopicPartition(out, p, 0) for p in parts])
-        open_parts = set(parts)
-        while open_parts:
-            msg = consumer.poll(30)
-            assert msg is not None, f"reading {out} timed out"
-            if msg.error():
-                open_parts.discard(msg.partition())
-                continue
-            found.append((msg.key(), msg.value(), list(msg.headers() or [])))
-    finally:
-        consumer.close()
-    return sorted(found, key=lambda r: [v for k, v in r[2] if k == "drainer.source"])
+    return [(r.key, r.value, list(r.header_list)) for r in read_output(out)]
 
 
 def _seen(drain, out: str) -> dict:

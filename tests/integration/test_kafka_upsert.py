@@ -10,9 +10,9 @@ import sys
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
-from kafka_output import admin, auto_producer, output_topic
+from kafka_output import admin, auto_producer, output_topic, read_output
 from test_exactly_once import cli_run
 
 from drainer.settings import load_settings
@@ -75,32 +75,7 @@ def _versions(seed: int, first_v: int) -> tuple[list[tuple[int, str, dict | None
 
 def _read(out: str) -> list[tuple[bytes, bytes | None, int]]:
     """Every record of the output read_committed: (key, value, run id), in offset order."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": load_settings().bootstrap_servers,
-            "group.id": f"upsert-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    found = []
-    try:
-        parts = consumer.list_topics(out, timeout=30).topics[out].partitions
-        consumer.assign([TopicPartition(out, p, 0) for p in parts])
-        open_parts = set(parts)
-        while open_parts:
-            msg = consumer.poll(30)
-            assert msg is not None, f"reading {out} timed out"
-            if msg.error():
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                open_parts.discard(msg.partition())
-                continue
-            run = dict(msg.headers() or [])["drainer.run"].decode().split(":")[0]
-            found.append((msg.key(), msg.value(), int(run)))
-    finally:
-        consumer.close()
-    return found
+    return [(r.key, r.value, int(r.run.split(":")[0])) for r in read_output(out)]
 
 
 @pytest.mark.parametrize("producer", ["server", "driver"])

@@ -33,22 +33,12 @@ from drainer.settings import load_settings
 from drainer.store import route_tables
 from spark_jobs import drain_job
 from spark_jobs.table_maintenance import maintain
+from tests.support.event_types import DDL, FIELDS
 from tests.support.stack import get_engine, produce_records
 
 pytestmark = pytest.mark.slow
 
-# each type's own fields; `signups` appears only in the second run
-FIELDS = {
-    "orders": {"order_id": 1, "amount": 2.5},
-    "refunds": {"order_id": 1, "reason": "late"},
-    "clicks": {"page": "/a", "x": 3},
-    "views": {"page": "/b", "ms": 120},
-    "signups": {"email": "a@b.c"},
-}
-DDL = (
-    "event_type string, order_id long, amount double, reason string, page string, x int, "
-    "ms long, email string"
-)
+# `signups` appears only in the second run
 FIRST = ["orders", "refunds", "clicks", "views"]
 # per (level, partition, run): 3 levels x 2 partitions x 5,000 x 2 runs = 60,000 records
 PER_PARTITION = 5_000
