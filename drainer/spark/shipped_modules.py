@@ -34,7 +34,7 @@ from pathlib import Path
 
 from drainer.spark.connect_session import SKIPPED_DIRS, UNUSED_SESSION_DAYS
 
-OURS = ("drainer", "spark_jobs")  # installed with drainer: every server that runs it has them
+OURS = ("drainer", "spark_jobs", "dagster_project")  # installed with drainer: every server has them
 MAX_FILES = 2_000  # a processor's package is small; a bigger tree is not a processor's
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed, so the same sources make the same bytes
 
@@ -158,7 +158,9 @@ def _sources(top: str) -> tuple[Path | None, list[Path]]:
         if origin.suffix != ".py" or not origin.is_file():
             return None, []
         return origin.parent, [origin]
-    locations = list(spec.submodule_search_locations)
+    # one folder reached twice (PYTHONPATH and the working directory both the checkout) is
+    # one location, not a namespace package spread over folders
+    locations = list(dict.fromkeys(_real(p) for p in spec.submodule_search_locations))
     if len(locations) != 1:
         return None, []  # a namespace package spread over folders: left to the server's path
     files: list[Path] = []

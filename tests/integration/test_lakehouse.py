@@ -192,12 +192,19 @@ def test_crash_then_resume_is_exactly_once(make_drain, lakehouse, fmt, mode, poi
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
-def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, spark, fmt):
+def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, fmt):
     """A resumed run racing its crashed attempt's write, which the Connect server finished for
     the dead client (two Delta writers both creating the table, two Iceberg appends of one
     run). The table must hold the run once, whoever commits first."""
+    from drainer.sinks import sink_for
+    from spark_jobs.session import get_spark
+
     drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
-    sink = spark_sink_for(drain.sink, load_settings())
+    settings = load_settings()
+    sink = spark_sink_for(drain.sink, settings)
+    # the session a run of this drain gets: made with its sink's settings (its catalog), not
+    # whichever session the process made first
+    spark = get_spark(settings, check=True, sink_conf=sink_for(drain.sink, settings).session_conf())
     sink.prepare(spark, drain.name)
     run_id = 10_000_000 + uuid.uuid4().int % 1_000_000
     # what a table sink's write reads of the run's context: the drain, the run, the attempt

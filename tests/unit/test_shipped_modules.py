@@ -123,3 +123,20 @@ def test_the_users_modules_a_shipped_one_imports_are_shipped_too(folder) -> None
     )
     found = to_ship(["shipmod_a:transform"], server_path=None)
     assert sorted(found) == ["shiphelp_c", "shipmod_a", "shippkg_b"]  # not json, not yaml
+
+
+def test_a_namespace_package_on_the_path_twice_is_one_folder_and_shipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder without __init__.py (like the checkout's `tests`) reached through two sys.path
+    entries that are one folder (PYTHONPATH and the working directory) is shipped: before,
+    it counted as a package spread over folders and the server's workers could not import it."""
+    user = tmp_path / "user"
+    (user / "shipns_c").mkdir(parents=True)
+    (user / "shipns_c" / "procs.py").write_text("def transform(df):\n    return df\n")
+    monkeypatch.syspath_prepend(str(user))
+    monkeypatch.syspath_prepend(str(user) + os.sep)  # the same folder, spelt another way
+    found = to_ship(["shipns_c.procs:transform"], "")
+    assert list(found) == ["shipns_c"]
+    root, files = found["shipns_c"]
+    assert root == user and [f.name for f in files] == ["procs.py"]
