@@ -270,6 +270,33 @@ def test_a_kafka_sink_on_a_standalone_cluster_produces_from_the_driver(make_drai
     _kafka_sink_from_the_driver(make_drain, SPARK_MASTER=cluster.master_url)
 
 
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_state_tables_on_a_standalone_cluster(make_drain, lakehouse, cluster, fmt):
+    """Issue 48's model case (test_state_tables) with the driver's executors on the cluster:
+    the collapse's window and the MERGE run in the worker's JVMs, the table read back without
+    Spark equals the model, and the merge's counts are on the run's record."""
+    from test_state_tables import KEYS, OP_DELETES, TOMBSTONES, live_rows, produce_state
+    from test_state_tables import upsert_drain as state_drain
+
+    from drainer.observe.status import drain_status
+
+    drain = state_drain(make_drain, fmt, 12_000)
+    model = produce_state(drain)
+    before = cluster.app_names().count("drainer")
+    result = _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
+    assert f"on {cluster.master_url}" in result["spark"]
+    assert cluster.app_names().count("drainer") == before + 1
+    assert live_rows(drain) == model
+    assert len(model) == KEYS - OP_DELETES - TOMBSTONES
+    (run,) = drain_status(drain, load_settings())["runs"]
+    assert run["upsert"] == {
+        "rows_inserted": len(model),
+        "rows_updated": 0,
+        "rows_deleted": OP_DELETES + TOMBSTONES,
+        "rows_skipped_older": 0,
+    }
+
+
 @pytest.mark.parametrize("mode", ["dataframe", "record"])
 def test_spark_connect_server_attached_to_the_cluster(
     make_drain, cluster, connect_on_cluster, mode
@@ -338,30 +365,3 @@ def test_a_users_own_handler_module_reaches_the_clusters_executors_through_conne
     assert f"server master {cluster.master_url}" in result["spark"]
     table = drain.sink.table
     assert _scalar(f"SELECT count(*) FROM \"{table}\" WHERE who = 'a user''s module'") == 20
-
-
-@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
-def test_state_tables_on_a_standalone_cluster(make_drain, lakehouse, cluster, fmt):
-    """Issue 48's model case (test_state_tables) with the driver's executors on the cluster:
-    the collapse's window and the MERGE run in the worker's JVMs, the table read back without
-    Spark equals the model, and the merge's counts are on the run's record."""
-    from test_state_tables import KEYS, OP_DELETES, TOMBSTONES, live_rows, produce_state
-    from test_state_tables import upsert_drain as state_drain
-
-    from drainer.observe.status import drain_status
-
-    drain = state_drain(make_drain, fmt, 12_000)
-    model = produce_state(drain)
-    before = cluster.app_names().count("drainer")
-    result = _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
-    assert f"on {cluster.master_url}" in result["spark"]
-    assert cluster.app_names().count("drainer") == before + 1
-    assert live_rows(drain) == model
-    assert len(model) == KEYS - OP_DELETES - TOMBSTONES
-    (run,) = drain_status(drain, load_settings())["runs"]
-    assert run["upsert"] == {
-        "rows_inserted": len(model),
-        "rows_updated": 0,
-        "rows_deleted": OP_DELETES + TOMBSTONES,
-        "rows_skipped_older": 0,
-    }
