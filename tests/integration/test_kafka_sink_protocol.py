@@ -99,7 +99,8 @@ def _markers(drain) -> list[bytes]:
 
 def _records(out: str) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]]:
     """Every output record read_committed: (key, value, headers in order), by source."""
-    return [(r.key, r.value, list(r.header_list)) for r in read_output(out)]
+    found = [(r.key, r.value, list(r.header_list)) for r in read_output(out)]
+    return sorted(found, key=lambda r: [v for k, v in r[2] if k == "drainer.source"])
 
 
 def _seen(drain, out: str) -> dict:
