@@ -171,7 +171,12 @@ def _execute(ctx: RunContext) -> ExecutionResult:
     t0 = time.monotonic()
     sink = _spark_sink(ctx)
     # a cold session starts a JVM: its own phase
-    spark = get_spark(settings, check=True, sink_conf=sink.session_conf())
+    spark = get_spark(
+        settings,
+        check=True,
+        sink_conf=sink.session_conf(),
+        callables=(drain.processor, drain.handler),
+    )
     spark_start = time.monotonic() - t0
     log.info("drain %s run %s on %s", drain.name, ctx.run.id, describe(spark))
     sink.prepare(spark, drain.name)

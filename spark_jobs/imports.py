@@ -54,7 +54,7 @@ def check_callables(drain: DrainConfig, settings: Settings, in_tasks: bool = Tru
 
     path = drain.handler
     reason = (
-        get_spark(settings, check=True)
+        get_spark(settings, check=True, callables=(path,))
         .range(1)
         .mapInArrow(lambda batches: _probe(batches, path), "failure string")
         .collect()[0][0]

@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import SparkSession
@@ -64,7 +64,10 @@ _lock = threading.Lock()
 
 
 def get_spark(
-    settings: Settings, check: bool = False, sink_conf: Mapping[str, str] | None = None
+    settings: Settings,
+    check: bool = False,
+    sink_conf: Mapping[str, str] | None = None,
+    callables: Sequence[str | None] = (),
 ) -> SparkSession:
     """The session for `settings`, created once per process, endpoint (or master) and the
     settings the drains' sinks need a session made with (their catalogs: `sinks_session_conf`):
@@ -73,6 +76,9 @@ def get_spark(
 
     `sink_conf`: the session settings of the sink a run writes (`Sink.session_conf`), so a
     run of a drain that the drains file does not hold still gets a session made for it.
+
+    `callables`: the run's own processor and handler, shipped with the drains file's (a
+    drain handed in as an object may not be in the drains file).
 
     `check` (once per run): a Connect session whose server was restarted since is replaced
     rather than handed out dead; a long-lived process (a Dagster code server, a test session)
@@ -91,7 +97,7 @@ def get_spark(
     # the run's own sink too: a drain handed in as an object may not be in the drains file
     made_with = {**sinks_session_conf(settings), **(sink_conf or {})}
     key = f"{endpoint or settings.spark_master} {_conf_key(made_with)}"
-    shipped = drain_modules(settings) if endpoint else None
+    shipped = drain_modules(settings, callables) if endpoint else None
     if shipped is not None:  # an edited module: a session whose workers import it afresh
         key = f"{key} {shipped.digest}"
     with _lock:
@@ -206,11 +212,12 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def drain_modules(settings: Settings) -> Bundle | None:
-    """The drains' own modules that a Connect session ships to its workers (None: none to
-    ship): those the server cannot import from its environment or PYTHONPATH
+def drain_modules(settings: Settings, callables: Sequence[str | None] = ()) -> Bundle | None:
+    """The drains' own modules (and `callables`') that a Connect session ships to its workers
+    (None: none to ship): those the server cannot import from its environment or PYTHONPATH
     (drainer.spark.shipped_modules)."""
-    modules = to_ship(session_modules(settings), started_python_path(settings))
+    wanted = session_modules(settings) + [c for c in callables if c]
+    modules = to_ship(wanted, started_python_path(settings))
     return bundle(settings.home / "spark-sessions" / "modules", modules)
 
 

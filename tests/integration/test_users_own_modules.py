@@ -145,3 +145,37 @@ def test_two_users_modules_run_on_one_server_without_a_restart_and_an_edit_is_pi
         for shell in (alice, bob):
             for drain in load_drains(shell.folder / "drains.yaml").values():
                 delete_topics(drain)
+
+
+def test_a_drain_handed_in_as_an_object_ships_its_own_handlers_module(
+    tmp_path, make_drain, monkeypatch
+):
+    """A drain that is not in the drains file (handed to `drain_job.run` as an object, as an
+    orchestrator's code may) still gets its handler's module shipped: the run's session is made
+    for its own callables too, not only for the drains file's."""
+    from drainer.kafka.producer import OutRecord
+    from spark_jobs import drain_job
+    from tests.support.stack import produce_records
+
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    module = f"userproc_{uuid.uuid4().hex[:8]}"
+    (folder / f"{module}.py").write_text(
+        'def handle(record):\n    return {"who": "mine", "offset": record.offset}\n'
+    )
+    monkeypatch.syspath_prepend(str(folder))  # this process imports it; the server cannot
+    drain = make_drain(
+        levels=1,
+        partitions=1,
+        mode="record",
+        handler=f"{module}:handle",
+        output_schema="who string, offset long",
+    )
+    make_drain(levels=1, partitions=1)  # the drains file is now another, without `drain`
+    assert drain.name not in load_drains(load_settings().config_path)
+    produce_records(drain, [OutRecord(value=b"v", key=b"k")] * 3, level=0)
+    result = drain_job.run(drain, trigger="test", settings=load_settings())
+    assert result.drained == 3
+    with get_engine().connect() as conn:
+        who = conn.execute(text(f'SELECT who FROM "{drain.sink.table}"')).scalars().all()
+    assert who == ["mine"] * 3
