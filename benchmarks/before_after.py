@@ -122,22 +122,16 @@ def plan_drains(source: Any, records: int, rounds: int, paths: list[str], side: 
 
 
 def read_back(side: Side, sink: dict[str, Any], expected: fair.Expected, label: str) -> None:
-    """The output, read by a reader that is not drainer's, against the source's offsets."""
-    previous = os.environ.get("DRAINER_DATABASE_URL")
-    os.environ["DRAINER_DATABASE_URL"] = side.database_url  # the readers' load_settings()
-    try:
-        if sink["type"] == "kafka":
-            found = readback.kafka(sink["topic"], expected)
-        elif sink["type"] == "delta":
-            location = str(Path(load_settings().warehouse) / sink["path"])
-            found = readback.table("delta", location)
-        else:
-            found = readback.table(sink["type"], sink["table"])
-    finally:
-        if previous is None:
-            os.environ.pop("DRAINER_DATABASE_URL", None)
-        else:
-            os.environ["DRAINER_DATABASE_URL"] = previous
+    """The output, read by a reader that is not drainer's, against the source's offsets (a
+    table in the side's own database)."""
+    if sink["type"] == "kafka":
+        found = readback.kafka(sink["topic"], expected)
+    elif sink["type"] == "delta":
+        found = readback.delta(str(Path(load_settings().warehouse) / sink["path"]))
+    elif sink["type"] == "iceberg":
+        found = readback.iceberg(sink["table"], side.database_url)
+    else:
+        found = readback.postgres(sink["table"], side.database_url)
     expected.check(label, found)
 
 

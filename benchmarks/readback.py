@@ -108,17 +108,18 @@ def delta(location: str, prefix: str = "") -> Found:
     return _arrow(DeltaTable(location).to_pyarrow_dataset().to_table(columns=columns), prefix)
 
 
-def iceberg(table: str) -> Found:
-    """`table` as drainer's catalog names it (`namespace.name`)."""
+def iceberg(table: str, database_url: str | None = None) -> Found:
+    """`table` as drainer's catalog names it (`namespace.name`); `database_url`: the catalog's
+    database when not this environment's."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     from drainer.settings import load_settings
 
-    catalog = SqlCatalog("drainer", uri=load_settings().database_url)
+    catalog = SqlCatalog("drainer", uri=database_url or load_settings().database_url)
     return _arrow(catalog.load_table(table).scan(selected_fields=tuple(COLUMNS)).to_arrow())
 
 
-def postgres(table: str) -> Found:
+def postgres(table: str, database_url: str | None = None) -> Found:
     import psycopg
     from psycopg import sql
 
@@ -128,7 +129,7 @@ def postgres(table: str) -> Found:
         'SELECT topic, "partition", count(*), count(DISTINCT "offset"), min("offset"), '
         'max("offset") FROM {} GROUP BY topic, "partition"'
     ).format(sql.Identifier(table))
-    with psycopg.connect(psycopg_url(load_settings().database_url)) as conn:
+    with psycopg.connect(psycopg_url(database_url or load_settings().database_url)) as conn:
         return {
             (topic, int(p)): (int(n), int(d), int(lo), int(hi))
             for topic, p, n, d, lo, hi in conn.execute(query).fetchall()
