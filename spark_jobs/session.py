@@ -115,7 +115,24 @@ def get_spark(
                 else _in_process(settings, made_with)
             )
             _sessions[key] = session
+    _make_current(session)
     return session
+
+
+def _make_current(spark: SparkSession) -> None:
+    """Make `spark` the process's default and this thread's active Connect session.
+
+    pyspark's own helpers (a DDL string's parser, its error context) ask for "the active
+    session", and a Connect client becomes it only when none is set yet. A process holds one
+    session per set of sink catalogs: after a server restart replaced the run's, the other one,
+    as dead but not yet found so, stayed active and failed the run's schema parse.
+    """
+    if not is_connect(spark):
+        return  # one SparkContext: its sessions share the JVM's notion of active
+    connect_session = type(spark)
+    with connect_session._lock:  # type: ignore[attr-defined]
+        connect_session._default_session = spark  # type: ignore[attr-defined]
+    connect_session._active_session.session = spark  # type: ignore[attr-defined]
 
 
 def _conf_key(conf: dict[str, str]) -> str:

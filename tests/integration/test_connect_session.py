@@ -155,6 +155,35 @@ def test_a_session_the_server_closed_is_replaced(make_drain, spark):
     assert shared_session_id(directory, endpoint, code) != closed
 
 
+# a process with two sessions (another sink's catalogs), the first one's session gone on the server
+_TWO_SESSIONS = """
+from pyspark.sql.types import DataType
+from drainer.settings import load_settings
+from spark_jobs.session import get_spark
+
+settings = load_settings()
+first = get_spark(settings)
+run_session = get_spark(settings, sink_conf={"spark.drainer.test.other": "catalog"})
+assert run_session is not first
+first.client.release_session()  # as a restarted server forgets it; the client does not know
+print(DataType.fromDDL("id string, v long").simpleString())
+"""
+
+
+def test_pysparks_helpers_use_the_session_get_spark_handed_out_last():
+    """pyspark parses a DDL string with "the active session", which a Connect client became only
+    when none was set. A run after a server restart got a new session for its sink while the
+    process's first one, dead but not yet found so, stayed active: its schema parse failed with
+    NO_ACTIVE_SESSION. Here the first session is released on the server instead of restarting it."""
+    _require_connect()
+    own = {**os.environ, "DRAINER_SPARK_SHARED_SESSION": "false"}  # none the suite shares
+    done = subprocess.run(
+        [sys.executable, "-c", _TWO_SESSIONS], capture_output=True, text=True, timeout=300, env=own
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("struct<id:string,v:bigint>")
+
+
 def test_a_remote_servers_code_change_gets_a_new_session(tmp_path):
     """With SPARK_REMOTE the workers import the server's copy of the code. Before: the session
     was keyed by the client's files only, so code changed on the server kept the old session
