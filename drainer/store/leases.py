@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 # pyformat parameters: the same text runs on a SQLAlchemy connection (driver SQL) and on a
 # plain psycopg connection inside a Spark task, so there is one fence check, not two
 _FENCE_SQL = "SELECT fence FROM drains WHERE name = %(drain)s FOR {lock}"
+# a crashed run's lock goes with its connection, but only once its Postgres backend has seen the
+# client vanish and exited: a run started right after a crash (a retry, a resume) found the
+# drain held by the dead run. A refused run tries this long before calling the drain busy.
+DEAD_HOLDER_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ def drain_lease(engine: Engine, drain: DrainRow, wait_s: float = 0.0) -> Iterato
     conn = engine.connect()
     try:
         ensure_drain(engine, drain)
-        deadline = time.monotonic() + wait_s
+        deadline = time.monotonic() + max(wait_s, DEAD_HOLDER_GRACE_S)
         refused = 0
         while not conn.scalar(
             text("SELECT pg_try_advisory_lock(hashtextextended('drainer:' || :n, 0))"),
@@ -59,7 +63,9 @@ def drain_lease(engine: Engine, drain: DrainRow, wait_s: float = 0.0) -> Iterato
                 raise DrainBusy(_busy_message(engine, drain.name, wait_s))
             if not refused:  # once: a run that waits says so (the Dagster step's log shows it)
                 log.info(
-                    "drain %s is held by another run: waiting up to %.0f s", drain.name, wait_s
+                    "drain %s is held by another run: waiting up to %.0f s",
+                    drain.name,
+                    max(wait_s, DEAD_HOLDER_GRACE_S),
                 )
             refused += 1
             time.sleep(0.5)

@@ -307,6 +307,37 @@ def test_the_busy_message_names_a_run_that_is_only_planned(make_drain, stack):
     assert f"(run {planned.id}, planned since" in message
 
 
+def test_a_run_started_while_a_crashed_runs_lock_lingers_waits_for_it(make_drain, stack):
+    """A crashed run's lock goes once Postgres has seen its connection close, which can take a
+    moment on a busy machine: a resume started meanwhile exited busy (3). A refused run now
+    tries a few seconds first. The lock here is let go only after the run was refused once."""
+    drain = make_drain(**RECORD_MODE)
+    total = sum(produce_backlog(drain).values())
+    lock = "SELECT pg_advisory_lock(hashtextextended('drainer:' || :n, 0))"
+    with get_engine().connect() as holder:  # what a dead run's lingering backend holds
+        holder.execute(text(lock), {"n": drain.name})
+        proc = subprocess.Popen(
+            [str(DRAINER), "run", drain.name, "--json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:  # ends when the process does: a run never refused fails below
+            seen.append(line)
+            if "is held by another run" in line:
+                holder.execute(
+                    text("SELECT pg_advisory_unlock(hashtextextended('drainer:' || :n, 0))"),
+                    {"n": drain.name},
+                )
+                break
+        out = "".join(seen) + proc.stdout.read()
+    assert proc.wait(timeout=300) == 0, out[-3000:]
+    assert "is held by another run" in out, "the run was never refused: no race happened"
+    assert json.loads(out[out.index("{") :])["drained"] == total
+
+
 def test_a_waiting_run_drains_nothing_twice(make_drain, stack):
     drain = make_drain(**RECORD_MODE)
     total = sum(produce_backlog(drain).values())
