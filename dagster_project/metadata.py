@@ -85,11 +85,11 @@ def run_metadata(result: RunResult) -> dict[str, dg.MetadataValue]:
             metadata["kafka_bytes_produced"] = dg.MetadataValue.int(commit["bytes_added"])
             metadata["kafka_transactional_id"] = dg.MetadataValue.text(details["transactional_id"])
             metadata["kafka_aborted_attempts"] = dg.MetadataValue.int(details["aborted_attempts"])
-        # a routed sink: each table's rows in the run's commit
-        for name, table in (details.get("tables") or {}).items():
-            metadata[f"table_rows_{name}"] = dg.MetadataValue.int(int(table["rows_added"]))
         if "producer" in details:  # where its transactional producer ran: server or driver
             metadata["kafka_producer"] = dg.MetadataValue.text(details["producer"])
+    # a routed sink: the rows the run wrote into each table, in any table sink
+    for name, rows in result.table_rows.items():
+        metadata[f"table_rows_{name}"] = dg.MetadataValue.int(rows)
     # a state table (`write: upsert`): what the run's merge did, in any table sink
     for name, count in (result.upsert or {}).items():
         metadata[f"table_{name}"] = dg.MetadataValue.int(int(count))

@@ -119,6 +119,7 @@ def run_summary(result: RunResult) -> dict[str, Any]:
         "published_rows": result.published_rows,
         "sink_commit": result.table_commit or None,
         "upsert": result.upsert or None,
+        "table_rows": result.table_rows or None,
         "warnings": list(result.warnings),
     }
     if result.finished is not None:

@@ -342,4 +342,4 @@ def print_run_table(result: Any, note: str | None = None) -> None:
     )
     if getattr(result, "columns_added", None):
         console.print(f"columns added: {', '.join(result.columns_added)}", highlight=False)
-    print_routed_tables([(result.run_id, getattr(result, "table_commit", None))])
+    print_routed_tables([(result.run_id, result.table_commit, result.table_rows)])

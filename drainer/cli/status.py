@@ -167,7 +167,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             justify="left",
         )
         _commit_details(commits)
-        print_routed_tables((r["id"], r["table_commit"]) for r in commits)
+    print_routed_tables((r["id"], r["table_commit"], r["table_rows"]) for r in report["runs"])
     _upsert_counts(report["runs"])
     per_level = ", ".join(
         f"level {lv['level']}: {lv['dead_letters']:,}"

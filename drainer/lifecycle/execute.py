@@ -40,7 +40,8 @@ from drainer.lifecycle.results import (
 from drainer.lifecycle.retention_gaps import measure_ranges
 from drainer.lifecycle.upkeep import after_commit_upkeep
 from drainer.settings import Settings
-from drainer.store import launches, lost_offsets, runs, throughput, upserts
+from drainer.sinks.routed import rows_per_table
+from drainer.store import launches, lost_offsets, route_tables, runs, throughput, upserts
 from drainer.store.leases import Lease, check_fence
 from drainer.store.runs import StoredRun
 
@@ -117,6 +118,7 @@ def _after_the_commit(
         launches.store_phases(conn, stored.id, phases)
         added = runs.columns_added(conn, stored.id)
         counts = upserts.stored_counts(conn, stored.id)
+        published = route_tables.runs_rows(conn, [stored.id]).get(stored.id, {})
         throughput.store_slot(conn, stored.id, slot_s)
     return RunResult(
         run_id=stored.id,
@@ -133,6 +135,7 @@ def _after_the_commit(
         columns_added=added,
         # a Postgres merge's counts as recorded, else those the table commit carries
         upsert=counts or dict(table_commit.get("details", {}).get("upsert", {})),
+        table_rows=rows_per_table(published, table_commit),
         retried=0 if result.retries is None else result.retries.total_retried,
         dead_again=0 if result.retries is None else result.retries.total_dead_again,
     )

@@ -17,7 +17,7 @@ from drainer.config import DrainConfig
 from drainer.lifecycle.mirror import MirrorReport
 from drainer.settings import Settings
 from drainer.sinks import Sink, SinkCommit, sink_for
-from drainer.store import launches, runs, upserts
+from drainer.store import launches, route_tables, runs, upserts
 from drainer.store.leases import Lease
 from drainer.store.runs import StoredRange, StoredRun
 
@@ -133,6 +133,8 @@ class RunResult:
     # a state table (`write: upsert`): what the run's merge did (rows_inserted, rows_updated,
     # rows_deleted, rows_skipped_older); empty for an append
     upsert: dict[str, int] = field(default_factory=dict)
+    # a routed sink (one topic, many tables): the rows the run wrote into each table
+    table_rows: dict[str, int] = field(default_factory=dict)
     # a run of dead letters `dlq retry` handed back: how many were retried and how many failed
     # again (dead letters again, with their new error); 0 for an ordinary run
     retried: int = 0
@@ -155,6 +157,7 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
         phases = launches.load_phases(conn, run_id)
         added = runs.columns_added(conn, run_id)
         counts = upserts.stored_counts(conn, run_id)
+        per_table = route_tables.runs_rows(conn, [run_id]).get(run_id, {})
     return RunResult(
         run_id=run_id,
         drain=drain,
@@ -167,6 +170,7 @@ def committed_result(engine: Engine, drain: str, run_id: int, shared: bool = Fal
         shared=shared,
         columns_added=added,
         upsert=counts,
+        table_rows=per_table,
     )
 
 

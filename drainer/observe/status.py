@@ -12,7 +12,16 @@ from drainer.observe.drain_health import drain_health
 from drainer.observe.health_rules import LevelHealth
 from drainer.settings import Settings
 from drainer.sinks import Sink, SinkCommit, sink_for
-from drainer.store import dead_letters, get_engine, history, lost_offsets, runs, upserts
+from drainer.sinks.routed import rows_per_table
+from drainer.store import (
+    dead_letters,
+    get_engine,
+    history,
+    lost_offsets,
+    route_tables,
+    runs,
+    upserts,
+)
 
 
 def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> dict[str, Any]:
@@ -26,6 +35,7 @@ def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> di
         history_by_level = history.level_history(conn, drain.name, levels, drain.history_window)
         recent_runs = runs.recent_runs(conn, drain.name, recent)
         merged = upserts.runs_counts(conn, [r.id for r in recent_runs])
+        routed = route_tables.runs_rows(conn, [r.id for r in recent_runs])
         dead = dead_letters.pending_dead_letters(conn, drain.name)
         dead_by_level = dead_letters.pending_by_level(conn, drain.name)
         lost_by_level = lost_offsets.total_lost(conn, drain.name)
@@ -110,6 +120,8 @@ def drain_status(drain: DrainConfig, settings: Settings, recent: int = 10) -> di
                 "table_commit": _shown(r.table_commit, sink),
                 # a state table's merge: rows inserted, updated, deleted, skipped as older
                 "upsert": _upsert_counts(merged.get(r.id), r.table_commit),
+                # a routed sink: the rows the run wrote into each table
+                "table_rows": rows_per_table(routed.get(r.id, {}), r.table_commit),
                 # the sink table's columns the run added (new optional fields)
                 "columns_added": list(r.columns_added or []),
             }

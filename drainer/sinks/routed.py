@@ -124,7 +124,12 @@ class RoutedSink(Sink[Any]):
     def publish(self, conn: Connection, run_id: int, commit: SinkCommit | None) -> int:
         if self.capabilities.commit == "before_postgres":
             return 0 if commit is None else commit.rows
-        return sum(sink.publish(conn, run_id, None) for sink in self.tables(conn))
+        published = {
+            name: self.table(name).publish(conn, run_id, None)
+            for name in route_tables.registered(conn, self.drain)
+        }
+        route_tables.store_rows(conn, run_id, published)  # what `drainer status` shows per table
+        return sum(published.values())
 
     def discard(self, conn: Connection, run_id: int) -> None:
         self.base.discard(conn, run_id)
@@ -177,4 +182,15 @@ def table_commits(commits: Mapping[str, SinkCommit | None]) -> dict[str, Any]:
     return {name: c.as_dict() for name, c in commits.items() if c is not None}
 
 
-__all__ = ["RoutedSink", "router", "routed_class", "table_commits"]
+def rows_per_table(
+    published: Mapping[str, int], commit: Mapping[str, Any] | None
+) -> dict[str, int]:
+    """A routed run's rows per table: those its Postgres commit recorded (`published`), else
+    those its table commits carry (Delta, Iceberg); empty for a run of one table."""
+    if published:
+        return dict(published)
+    tables = ((commit or {}).get("details") or {}).get("tables") or {}
+    return {name: int(t.get("rows_added", 0)) for name, t in tables.items()}
+
+
+__all__ = ["RoutedSink", "router", "routed_class", "rows_per_table", "table_commits"]

@@ -222,8 +222,9 @@ def test_a_bad_routing_block_is_one_clear_error(block: dict[str, object], why: s
         SINK.validate_python(block)
 
 
-def test_a_routed_commit_shows_one_row_per_table_and_another_commit_none() -> None:
+def test_a_routed_run_shows_one_row_per_table_and_another_run_none() -> None:
     from drainer.cli.routed_tables import table_rows
+    from drainer.sinks.routed import rows_per_table
 
     commit = {
         "details": {
@@ -233,6 +234,14 @@ def test_a_routed_commit_shows_one_row_per_table_and_another_commit_none() -> No
             }
         }
     }
-    assert table_rows(7, commit) == [["7", "shop.a", "1", 2, 20], ["7", "shop.b", "3", 5, 50]]
-    assert table_rows(7, {"details": {"produced": {"t": 1}}}) == []
-    assert table_rows(7, None) == []
+    rows = rows_per_table({}, commit)  # a table format's: from its table commits
+    assert rows == {"shop.a": 2, "shop.b": 5}
+    assert table_rows(7, commit, rows) == [["7", "shop.a", "1", 2, 20], ["7", "shop.b", "3", 5, 50]]
+    # a Postgres sink's: as its commit recorded them; its tables have no commit of their own
+    published = rows_per_table({"events_b": 4, "events_a": 1}, None)
+    assert table_rows(8, None, published) == [
+        ["8", "events_a", "-", 1, "-"],
+        ["8", "events_b", "-", 4, "-"],
+    ]
+    assert rows_per_table({}, {"details": {"produced": {"t": 1}}}) == {}
+    assert table_rows(7, None, {}) == []
