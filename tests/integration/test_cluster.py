@@ -186,10 +186,11 @@ def test_dataframe_mode_on_a_standalone_cluster(make_drain, cluster):
         assert _scalar(f'SELECT sum(records) FROM "{table}" WHERE level = {level}') == count
 
 
-def test_routing_on_a_standalone_cluster(make_drain, cluster):
+@pytest.mark.parametrize("kind", ["postgres", "delta", "iceberg"])
+def test_routing_on_a_standalone_cluster(make_drain, lakehouse, cluster, kind):
     """Issue 49's end-to-end case (tests/integration/test_routing.py) with the run's driver on
-    the cluster: each type in its own table once, one type new in the second run, the bad
-    route value and the one past max_tables dead letters."""
+    the cluster, per sink: each type in its own table once (read back without Spark), one type
+    new in the second run, the bad route value and the one past max_tables dead letters."""
     import uuid
 
     from test_routing import (
@@ -209,18 +210,16 @@ def test_routing_on_a_standalone_cluster(make_drain, cluster):
         value={"format": "json", "schema": DDL},
         bad_records="dead_letter",
         budget=40_000,
-        sink=routed_sink("postgres", suffix),
+        sink=routed_sink(kind, suffix),
     )
     produce(drain, FIRST, extra=(BAD_NAME,))
     first = _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
     assert f"on {cluster.master_url}" in first["spark"]
     assert first["drained"] >= 3 * 2 * PER_PARTITION
-    assert_each_table_holds_exactly_its_records(drain, "postgres", suffix, FIRST, dead=1)
+    assert_each_table_holds_exactly_its_records(drain, kind, suffix, FIRST, dead=1)
     produce(drain, [*FIRST, "signups"], extra=(PAST_CAP,))
     _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
-    assert_each_table_holds_exactly_its_records(
-        drain, "postgres", suffix, [*FIRST, "signups"], dead=2
-    )
+    assert_each_table_holds_exactly_its_records(drain, kind, suffix, [*FIRST, "signups"], dead=2)
     assert any("max_tables" in d["error"] for d in dead_letters_of(drain))
 
 
