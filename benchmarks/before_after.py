@@ -23,6 +23,7 @@ git worktree add --detach ../before f2ece29 && make -C ../before .venv/.installe
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import time
@@ -179,13 +180,17 @@ def main() -> None:
                 side = sides[label]
                 name, sink = drains[label][(round_, path)]
                 started = time.perf_counter()
-                done = side.drainer("run", name)
+                done = side.drainer("run", name, "--json")
                 wall = time.perf_counter() - started
                 if done.returncode != 0:
                     raise SystemExit(f"{label} {path}: drainer run failed: {done.stderr[-800:]}")
+                # the run's own phases (plan, Spark job, commit, ...): where a difference lies
+                phases = json.loads(done.stdout[done.stdout.index("{") :]).get("phases", {})
                 if args.read_back == "all" or round_ == 1:
                     read_back(side, sink, expected, f"{label} {path} round {round_}")
-                runs.append({"side": label, "path": path, "round": round_, "wall_s": wall})
+                runs.append(
+                    {"side": label, "path": path, "round": round_, "wall_s": wall, "phases": phases}
+                )
                 checked = "read back ok" if args.read_back == "all" or round_ == 1 else "exit 0"
                 print(f"round {round_} {path:13} {label:6} {wall:7.2f} s  {checked}", flush=True)
 
@@ -220,6 +225,11 @@ def summarize(runs: list[dict[str, Any]], paths: list[str]) -> list[dict[str, An
         ratio = med["after"] / med["before"]
         cells = {k: f"{med[k]:.2f} [{w[0]:.2f}-{w[-1]:.2f}]" for k, w in walls.items()}
         print(f"{path:13} {cells['before']:>22} {cells['after']:>22} {ratio:12.2f}x")
+        for label in ("before", "after"):  # each side's phases, medians over the same rounds
+            counted = [r for r in runs if r["path"] == path and r["side"] == label and r["round"]]
+            names = sorted({p for r in counted for p in r.get("phases", {})})
+            medians = {p: fair.median([r["phases"].get(p, 0.0) for r in counted]) for p in names}
+            print(f"  {label:6} " + ", ".join(f"{p} {s:.2f}" for p, s in medians.items() if s))
         rows.append(
             {
                 "path": path,
