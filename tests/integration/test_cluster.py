@@ -30,6 +30,7 @@ from drainer.settings import load_settings
 from drainer.spark.endpoint import client_url
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
 from tests.support.stack import get_engine, produce_records
+from tests.support.user_modules import HANDLER_OUTPUT, write_user_handler
 
 PRODUCED = {0: 700, 1: 500, 2: 300}
 START_TIMEOUT_SECONDS = 90.0
@@ -328,15 +329,6 @@ def test_a_kafka_sink_on_a_connect_server_attached_to_the_cluster_produces_from_
     assert f"server master {cluster.master_url}" in result["spark"]
 
 
-USER_HANDLER = """
-WHO = "a user's module"
-
-
-def handle(record):
-    return {"who": WHO, "offset": record.offset}
-"""
-
-
 def test_a_users_own_handler_module_reaches_the_clusters_executors_through_connect(
     make_drain, cluster, connect_on_cluster, tmp_path
 ):
@@ -344,15 +336,9 @@ def test_a_users_own_handler_module_reaches_the_clusters_executors_through_conne
     the cluster's worker: it travels with the run's Connect session (its artifacts), and the
     cluster's executors import it from there (drainer.spark.shipped_modules)."""
     folder = tmp_path / "mine"
-    folder.mkdir()
-    module = f"userproc_{os.urandom(4).hex()}"
-    (folder / f"{module}.py").write_text(USER_HANDLER)
+    handler = write_user_handler(folder, "a user's module")
     drain = make_drain(
-        levels=1,
-        partitions=2,
-        mode="record",
-        handler=f"{module}:handle",
-        output_schema="who string, offset long",
+        levels=1, partitions=2, mode="record", handler=handler, output_schema=HANDLER_OUTPUT
     )
     produce_records(drain, synthetic_records(20, keys=3, seed=1), level=0)
     remote = client_url(connect_on_cluster, load_settings().connect_token)

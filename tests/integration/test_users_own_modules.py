@@ -29,6 +29,7 @@ from drainer.services.process import our_pid
 from drainer.settings import load_settings
 from tests.support.drains import delete_topics
 from tests.support.stack import get_engine
+from tests.support.user_modules import HANDLER_OUTPUT, write_user_handler
 
 pytestmark = pytest.mark.slow
 
@@ -158,18 +159,10 @@ def test_a_drain_handed_in_as_an_object_ships_its_own_handlers_module(
     from tests.support.stack import produce_records
 
     folder = tmp_path / "mine"
-    folder.mkdir()
-    module = f"userproc_{uuid.uuid4().hex[:8]}"
-    (folder / f"{module}.py").write_text(
-        'def handle(record):\n    return {"who": "mine", "offset": record.offset}\n'
-    )
+    handler = write_user_handler(folder, "mine")
     monkeypatch.syspath_prepend(str(folder))  # this process imports it; the server cannot
     drain = make_drain(
-        levels=1,
-        partitions=1,
-        mode="record",
-        handler=f"{module}:handle",
-        output_schema="who string, offset long",
+        levels=1, partitions=1, mode="record", handler=handler, output_schema=HANDLER_OUTPUT
     )
     make_drain(levels=1, partitions=1)  # the drains file is now another, without `drain`
     assert drain.name not in load_drains(load_settings().config_path)
