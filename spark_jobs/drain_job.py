@@ -6,6 +6,7 @@ import logging
 import re
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from spark_jobs.attempts import attempt_tag, holding_server, stop_earlier_attemp
 from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
 from spark_jobs.decode import STRUCTURED, decode
 from spark_jobs.imports import import_failed_in_tasks
-from spark_jobs.kafka_source import count_read, counted, read_ranges
+from spark_jobs.kafka_source import Read, count_read, counted, read_ranges
 from spark_jobs.retried import retried_records
 from spark_jobs.session import cores, describe, get_spark
 from spark_jobs.sinks import SparkSink, spark_sink_for
@@ -239,18 +240,18 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             )
         if faults.armed("during_spark"):
             sink.crash_while_writing(ctx)
-        _stage_bad_records(ctx, spark, sink, df, ctx.attempt)
-        # record mode never prunes the read, so its observation is there; were it missing, the
-        # bytes stay unmeasured rather than read twice
-        df, measure = counted(
-            df,
-            ctx.run.ranges,
-            recount=drain.mode == "dataframe",
-            # only a byte budget plans with each partition's record size
-            bytes_per_partition=drain.budget_bytes is not None,
-            full=_full_reads(ctx),
-        )
-        commit = _write(ctx, spark, sink, df)
+        decoded = None
+        if sink.keeps_decoded and _decodes(drain):
+            # decoded once, from the counted read: the sink keeps the records, so its staging
+            # and its write read (and count) Kafka once
+            df, measure = _counted(ctx, df)
+            decoded = _flagged(ctx, spark, sink, df)
+            _stage_bad_records(ctx, spark, sink, df, ctx.attempt, decoded)
+        else:
+            # staged from the read before it is counted: the count rides on the write's job
+            _stage_bad_records(ctx, spark, sink, df, ctx.attempt)
+            df, measure = _counted(ctx, df)
+        commit = _write(ctx, spark, sink, df, decoded)
         if commit is not None:
             record_proof(ctx, commit)  # on record before anything else can fail
             log.info("run %d of drain %s: %s", ctx.run.id, drain.name, sink.commit_line(commit))
@@ -269,7 +270,24 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         stop_interrupted(spark, tag)
         raise
     finally:
+        sink.release(ctx)
         spark.removeTag(tag)
+
+
+def _counted(
+    ctx: RunContext, df: DataFrame
+) -> tuple[DataFrame, Callable[[], dict[tuple[str, int], Read]]]:
+    """The read, counted by the job that consumes it (`counted`)."""
+    return counted(
+        df,
+        ctx.run.ranges,
+        # record mode never prunes the read, so its observation is there; were it missing, the
+        # bytes stay unmeasured rather than read twice
+        recount=ctx.drain.mode == "dataframe",
+        # only a byte budget plans with each partition's record size
+        bytes_per_partition=ctx.drain.budget_bytes is not None,
+        full=_full_reads(ctx),
+    )
 
 
 def _full_reads(ctx: RunContext) -> dict[tuple[str, int], int] | None:
@@ -285,16 +303,20 @@ def _full_reads(ctx: RunContext) -> dict[tuple[str, int], int] | None:
 
 
 def _write(
-    ctx: RunContext, spark: SparkSession, sink: SparkSink, df: DataFrame
+    ctx: RunContext,
+    spark: SparkSession,
+    sink: SparkSink,
+    df: DataFrame,
+    decoded: DataFrame | None = None,
 ) -> SinkCommit | None:
-    """The processing mode's output, written by the sink."""
+    """The processing mode's output, written by the sink; `decoded`: the records as the sink
+    flagged them already (`keeps_decoded`)."""
     drain = ctx.drain
     if drain.mode == "record":
         return sink.write_records(spark, ctx, df, _output_schema(drain))
     if _decodes(drain):  # records as typed rows: the processor (if any) gets them decoded
-        df = guarded(
-            sink.flag(spark, ctx, flag_records(drain, decode(drain, df))), drain.bad_records
-        )
+        flagged = decoded if decoded is not None else _flagged(ctx, spark, sink, df)
+        df = guarded(flagged, drain.bad_records)
     try:
         out = df if drain.processor is None else load_callable(drain.processor, "processor")(df)
         return sink.write(spark, ctx, out)
@@ -321,12 +343,22 @@ def _decodes(drain: DrainConfig) -> bool:
     return drain.mode == "dataframe" and (declared or drain.processor is None)
 
 
+def _flagged(ctx: RunContext, spark: SparkSession, sink: SparkSink, df: DataFrame) -> DataFrame:
+    """The read decoded, with the records the drain or its sink cannot take marked bad."""
+    return sink.flag(spark, ctx, flag_records(ctx.drain, decode(ctx.drain, df)))
+
+
 def _stage_bad_records(
-    ctx: RunContext, spark: SparkSession, sink: SparkSink, df: DataFrame, attempt: int
+    ctx: RunContext,
+    spark: SparkSession,
+    sink: SparkSink,
+    df: DataFrame,
+    attempt: int,
+    decoded: DataFrame | None = None,
 ) -> None:
     """Bad records as failures of `attempt`: the commit counts the landed attempt's."""
     if _decodes(ctx.drain) and ctx.drain.bad_records == "dead_letter":
-        flagged = sink.flag(spark, ctx, flag_records(ctx.drain, decode(ctx.drain, df)))
+        flagged = decoded if decoded is not None else _flagged(ctx, spark, sink, df)
         staged = stage_bad_records(ctx, flagged, attempt)
         if staged:
             log.warning(

@@ -153,6 +153,15 @@ def keys_seen(df: DataFrame) -> DataFrame:
     return df.withColumn("_key", seen(F.lit(os.environ[ROWS_SEEN_FILE]), F.col("_key")))
 
 
+def values_seen(df: DataFrame) -> DataFrame:
+    """A Kafka read with each `value` passed through `_seen`: how many times a run read (and
+    decoded) its records, whatever it does with them after."""
+    import os
+
+    seen = F.udf(_seen, "binary").asNondeterministic()
+    return df.withColumn("value", seen(F.lit(os.environ[ROWS_SEEN_FILE]), F.col("value")))
+
+
 def kind_by_level(df: DataFrame) -> DataFrame:
     """A route column a processor makes (issue 49): `level<n>`, but no name for level 1."""
     level = F.col("_level")

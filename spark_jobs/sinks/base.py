@@ -76,11 +76,19 @@ class SparkSink(Sink[Any]):
         """Write the run's output once; a table sink returns the commit it made. Columns it
         adds to an existing table go on record first (`note_columns_added`)."""
 
+    # True: `flag` keeps the run's decoded records (persisted) and the run decodes them once
+    # for the bad records' staging and the write alike, so its aggregate, the staging and the
+    # write read Kafka once (a routed sink); `release` lets them go
+    keeps_decoded = False
+
     def flag(self, spark: SparkSession, ctx: RunContext, decoded: DataFrame) -> DataFrame:
         """The run's decoded records with those this sink cannot take marked bad (their reason
         in the `ERROR` column), before a processor sees them: a routed sink's rows whose route
         names no table (spark_jobs.sinks.routed); unchanged by every other sink."""
         return decoded
+
+    def release(self, ctx: RunContext) -> None:  # noqa: B027  (nothing kept by default)
+        """Let go of what the sink kept for the run's attempt (`keeps_decoded`)."""
 
     def write_records(
         self, spark: SparkSession, ctx: RunContext, df: DataFrame, output_schema: StructType

@@ -1,8 +1,10 @@
 """A routed sink, Spark side: the run's output split by its route values, each table written by
 its format's own sink, the run exactly once across them (drainer.sinks.routed says how).
 
-One run reads its ranges once: the output is kept (persisted) while one aggregate finds its
-route keys (with each key's rows and non-null columns) and each table's write reads its part.
+One run reads its ranges once: the decoded records are kept (persisted) with their route key,
+one aggregate over them finds the route keys (with each key's rows and non-null columns), and
+the bad records' staging and each table's write read the kept rows. A processor's output is
+kept and routed the same way.
 Tables commit one after another in name order; a resumed run asks each table for the run's
 proof (Delta's txn app id, Iceberg's published snapshot) and writes only those without one.
 Postgres stages every table and publishes them in the one commit transaction. Route values that
@@ -27,7 +29,7 @@ from drainer.sinks import SinkCommit
 from drainer.sinks.routed import RoutedSink, table_commits
 from drainer.store import route_tables
 from drainer.store.leases import check_fence
-from spark_jobs.decode import ERROR
+from spark_jobs.decode import ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE
 from spark_jobs.sinks.base import SparkSink
 
 log = logging.getLogger(__name__)
@@ -84,10 +86,13 @@ class RoutedSparkSink(RoutedSink, SparkSink):
     single: type[SparkSink]
     base: SparkSink
 
+    keeps_decoded = True
+
     def __init__(self, config: Any, settings: Any, drain: str = "") -> None:
         super().__init__(config, settings, drain)
-        # per (run, attempt): the routes `flag` found in the decoded records
-        self._flagged: dict[tuple[int, int], Routes] = {}
+        # per (run, attempt): the decoded records `flag` kept (with their route key) and the
+        # routes it found in them
+        self._kept: dict[tuple[int, int], tuple[DataFrame, Routes]] = {}
 
     def prepare(self, spark: SparkSession, drain: str) -> None:
         self.base.prepare(spark, drain)
@@ -117,32 +122,56 @@ class RoutedSparkSink(RoutedSink, SparkSink):
     def flag(self, spark: SparkSession, ctx: RunContext, decoded: DataFrame) -> DataFrame:
         """The decoded rows with a route that names no table as bad records (the reason in
         `ERROR`), for a drain without a processor (whose output is these records: a
-        processor's rows are routed, and checked, as it makes them)."""
+        processor's rows are routed, and checked, as it makes them).
+
+        The records are kept (persisted) with their route key: the aggregate that finds the
+        routes reads Kafka, and the bad records' staging and each table's write read the kept
+        rows. Called once per attempt (the run decodes once for a sink that `keeps_decoded`)."""
         if ctx.drain.processor is not None or not set(self.router.columns) <= set(decoded.columns):
             return decoded
-        keyed = decoded.withColumn(_KEY, _key(self.router.columns))
         run = (ctx.run.id, ctx.attempt)
-        if run not in self._flagged:  # staging the bad records and the write flag alike: once
-            self._flagged[run] = self._routes(ctx, keyed.where(F.col(ERROR).isNull()))
-        routes = self._flagged[run]
-        return keyed.withColumn(ERROR, F.coalesce(F.col(ERROR), routes.reason_of())).drop(_KEY)
-
-    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
-        keyed = out.withColumn(_KEY, _key(self.router.columns)).persist(
+        if run in self._kept:
+            raise RuntimeError(f"run {run}: the routed sink flags an attempt's records once")
+        if ctx.drain.bad_records != "dead_letter":  # only the dead letters' staging needs them
+            decoded = decoded.drop(RAW_KEY, RAW_VALUE, RAW_HEADERS)
+        keyed = decoded.withColumn(_KEY, _key(self.router.columns)).persist(
             StorageLevel.MEMORY_AND_DISK
         )
         try:
-            # the routes of the records `flag` found are the output's (a drain without a
-            # processor writes them as decoded, bad records left out); a processor's are its own
-            flagged = self._flagged.get((ctx.run.id, ctx.attempt))
-            routes = flagged if flagged is not None else self._routes(ctx, keyed)
-            if flagged is None and routes.assignment.rejected:  # a processor's rows
-                key, why = sorted(routes.assignment.rejected.items(), key=str)[0]
-                raise BadRecord(
-                    f"run {ctx.run.id} of drain '{ctx.drain.name}': rows routed by {key} have "
-                    f"no table ({why}); nothing was committed: fix the processor's route "
-                    "column, or route by a decoded column so such records are bad records"
-                )
+            routes = self._routes(ctx, keyed.where(F.col(ERROR).isNull()))
+        except BaseException:
+            keyed.unpersist()
+            raise
+        self._kept[run] = (keyed, routes)
+        return keyed.withColumn(ERROR, F.coalesce(F.col(ERROR), routes.reason_of()))
+
+    def release(self, ctx: RunContext) -> None:
+        kept = self._kept.pop((ctx.run.id, ctx.attempt), None)
+        if kept is not None:
+            kept[0].unpersist()
+
+    def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
+        kept = self._kept.get((ctx.run.id, ctx.attempt))
+        own: DataFrame | None = None
+        if kept is not None and _KEY in out.columns:
+            # the records `flag` kept, with their route key (a drain without a processor
+            # writes them as decoded, bad records left out)
+            keyed, routes = out, kept[1]
+        else:  # a processor's rows: keyed and kept here while they are routed and written
+            keyed = own = out.withColumn(_KEY, _key(self.router.columns)).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
+        try:
+            if own is not None:
+                routes = self._routes(ctx, own)
+                if routes.assignment.rejected:
+                    key, why = sorted(routes.assignment.rejected.items(), key=str)[0]
+                    raise BadRecord(
+                        f"run {ctx.run.id} of drain '{ctx.drain.name}': rows routed by {key} "
+                        f"have no table ({why}); nothing was committed: fix the processor's "
+                        "route column, or route by a decoded column so such records are bad "
+                        "records"
+                    )
             names = routes.assignment.names()
             self._register(ctx, names)
             routed = keyed.withColumn(_TABLE, routes.table_of())
@@ -152,7 +181,8 @@ class RoutedSparkSink(RoutedSink, SparkSink):
                 if i + 1 < len(names):
                     faults.crash_point(faults.BETWEEN_TABLES)
         finally:
-            keyed.unpersist()
+            if own is not None:
+                own.unpersist()
         if self.capabilities.commit != "before_postgres":
             log.info(
                 "run %d of drain %s staged rows per table: %s",

@@ -272,6 +272,61 @@ def test_a_processors_route_value_that_names_no_table_fails_the_run_naming_it(
     assert not (Path(load_settings().warehouse) / f"routes_{suffix}").exists()
 
 
+def test_a_routed_run_reads_its_records_once(lakehouse, make_drain, tmp_path, monkeypatch):
+    """The route aggregate, the dead letters' staging and every table's write share one read:
+    each record's value passes a UDF that notes it once (three reads before the decoded
+    records were kept)."""
+    from tests.processors import ROWS_SEEN_FILE, values_seen
+
+    seen = tmp_path / "rows_seen"
+    seen.touch()
+    seen.chmod(0o666)
+    monkeypatch.setenv(ROWS_SEEN_FILE, str(seen))
+    read_ranges = drain_job.read_ranges
+    monkeypatch.setattr(drain_job, "read_ranges", lambda *a, **k: values_seen(read_ranges(*a, **k)))
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        levels=2,
+        partitions=1,
+        value={"format": "json", "schema": DDL},
+        bad_records="dead_letter",
+        sink=routed_sink("delta", suffix),
+    )
+    produce(drain, FIRST, per_partition=100, extra=(BAD_NAME,))
+    result = drain_job.run(drain.name, trigger="test", settings=load_settings())
+    assert result.drained == 2 * 100 + 1
+    assert len(dead_letters_of(drain)) == 1
+    assert len(seen.read_text().splitlines()) == result.drained
+
+
+@pytest.mark.parametrize("kind", ["delta", "postgres"])
+def test_an_undecodable_record_fails_a_routed_run_before_any_table_is_written(
+    lakehouse, make_drain, kind
+):
+    """`bad_records: fail` (the default): one record that does not decode fails the run naming
+    it, though its route key names no table (each table's write filters by table, and the
+    failure must not be filtered away with the rows of no table); nothing is written."""
+    suffix = uuid.uuid4().hex[:8]
+    drain = make_drain(
+        levels=2,
+        partitions=1,
+        value={"format": "json", "schema": DDL},
+        sink=routed_sink(kind, suffix),
+    )
+    produce(drain, FIRST, per_partition=50)
+    produce_records(drain, [OutRecord(value=b"{not json", key=b"x")], level=1, partition=0)
+    with pytest.raises(BadRecord, match=r"record .*-1\[0\]@50 does not decode") as err:
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
+    assert "\n" not in str(err.value)
+    assert set(stored_offsets(drain).values()) <= {(0, "")}
+    for event_type in FIRST:
+        try:
+            rows = rows_of(kind, table_name(kind, suffix, event_type))
+        except Exception:  # no table made: the run wrote none
+            rows = []
+        assert rows == [], f"table of {event_type} got rows of a failed run"
+
+
 @pytest.mark.parametrize("kind", ["postgres", "delta"])
 def test_record_mode_routes_the_handlers_rows(lakehouse, make_drain, kind):
     """Record mode: the handler's rows are routed by its output column (`level`), each level's
