@@ -35,7 +35,6 @@ from spark_jobs.sinks.base import SparkSink
 log = logging.getLogger(__name__)
 
 _KEY = "_drainer_route_key"
-_TABLE = "_drainer_route_table"
 
 
 @dataclass(frozen=True)
@@ -47,15 +46,9 @@ class Routes:
     rows: dict[str, int]
     filled: dict[str, frozenset[str]]
 
-    def table_of(self) -> Column:
-        """Each row's table, null for a row with none."""
-        pairs = [
-            F.lit(x)
-            for text, key in self.keys.items()
-            if key in self.assignment.tables
-            for x in (text, self.assignment.tables[key])
-        ]
-        return F.element_at(F.create_map(*pairs), F.col(_KEY)) if pairs else F.lit(None)
+    def keys_of(self, table: str) -> list[str]:
+        """The key texts of the rows that go to `table`."""
+        return sorted(t for t, k in self.keys.items() if self.assignment.tables.get(k) == table)
 
     def reason_of(self) -> Column:
         """Each row's reason for being a bad record, null for a row with a table."""
@@ -134,9 +127,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             raise RuntimeError(f"run {run}: the routed sink flags an attempt's records once")
         if ctx.drain.bad_records != "dead_letter":  # only the dead letters' staging needs them
             decoded = decoded.drop(RAW_KEY, RAW_VALUE, RAW_HEADERS)
-        keyed = decoded.withColumn(_KEY, _key(self.router.columns)).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        keyed = _kept(decoded.withColumn(_KEY, _key(self.router.columns)))
         try:
             routes = self._routes(ctx, keyed.where(F.col(ERROR).isNull()))
         except BaseException:
@@ -158,9 +149,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             # writes them as decoded, bad records left out)
             keyed, routes = out, kept[1]
         else:  # a processor's rows: keyed and kept here while they are routed and written
-            keyed = own = out.withColumn(_KEY, _key(self.router.columns)).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
+            keyed = own = _kept(out.withColumn(_KEY, _key(self.router.columns)))
         try:
             if own is not None:
                 routes = self._routes(ctx, own)
@@ -174,10 +163,9 @@ class RoutedSparkSink(RoutedSink, SparkSink):
                     )
             names = routes.assignment.names()
             self._register(ctx, names)
-            routed = keyed.withColumn(_TABLE, routes.table_of())
             commits: dict[str, SinkCommit | None] = {}
             for i, name in enumerate(names):
-                commits[name] = self._write_table(spark, ctx, routed, routes, name)
+                commits[name] = self._write_table(spark, ctx, keyed, routes, name)
                 if i + 1 < len(names):
                     faults.crash_point(faults.BETWEEN_TABLES)
         finally:
@@ -208,7 +196,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         )
 
     def _write_table(
-        self, spark: SparkSession, ctx: RunContext, routed: DataFrame, routes: Routes, name: str
+        self, spark: SparkSession, ctx: RunContext, keyed: DataFrame, routes: Routes, name: str
     ) -> SinkCommit | None:
         sink = self.table(name)
         found = sink.committed(spark, ctx) if ctx.attempt > 1 else None
@@ -220,7 +208,9 @@ class RoutedSparkSink(RoutedSink, SparkSink):
                 sink.describe(),
             )
             return found
-        part = routed.where(F.col(_TABLE) == F.lit(name)).drop(_KEY, _TABLE)
+        # a filter on the kept key column itself: the cache's batch statistics skip the batches
+        # without the table's keys (`_kept` sorts them)
+        part = keyed.where(F.col(_KEY).isin(routes.keys_of(name))).drop(_KEY)
         if self.config.value_schema_per_route:
             keep = routes.columns_of(name) | set(self.router.columns)
             part = part.select(*(f"`{c}`" for c in part.columns if c.startswith("_") or c in keep))
@@ -265,6 +255,13 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             "files_added": sum(int(d.get("files_added", 0)) for d in done.values()),
             "retention_hours": retention_hours,
         }
+
+
+def _kept(keyed: DataFrame) -> DataFrame:
+    """The keyed rows persisted, sorted by route key within each partition: a cached batch then
+    holds few keys, and each table's write reads the batches of its own keys only (the min/max
+    statistics Spark keeps per cached batch), not the whole run's rows once per table."""
+    return keyed.sortWithinPartitions(_KEY).persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _values(columns: tuple[str, ...]) -> Column:
