@@ -31,6 +31,7 @@ import yaml
 from sqlalchemy import text
 
 from drainer.config import load_drains
+from drainer.services.process import with_default_signals
 from tests.support.drains import delete_topics
 from tests.support.stack import get_engine
 
@@ -249,8 +250,11 @@ def test_ctrl_c_during_a_run_is_one_line_exit_130_and_the_next_run_resumes(tmp_p
     try:
         drainer.ok("topics", "create", name)
         drainer.ok("produce", name, "--count", "12")
+        # SIGINT at its default, as a terminal starts commands: a suite started in the
+        # background (`make test &`) ignores it, and a child inherits that, so the run would
+        # sit the signal out and exit 0
         run = subprocess.Popen(
-            [*DRAINER, "run", name],
+            with_default_signals([*DRAINER, "run", name]),
             cwd=tmp_path,
             env=drainer.env,
             stdout=subprocess.PIPE,
