@@ -5,12 +5,9 @@ from __future__ import annotations
 import logging
 import re
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
-import pyspark
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DataType, StructType
 from sqlalchemy import Engine
@@ -18,14 +15,12 @@ from sqlalchemy import Engine
 from drainer import faults
 from drainer.config import DrainConfig
 from drainer.config.kafka_clients import redact
-from drainer.error_text import cause_in_text
 from drainer.errors import (
     ConfigError,
     DatabaseUnavailable,
     DrainerError,
     FencedOut,
     KafkaUnavailable,
-    ProcessorFailed,
     ServiceUnavailable,
     SparkUnavailable,
 )
@@ -42,6 +37,7 @@ from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
 from spark_jobs.decode import STRUCTURED, decode
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import Read, count_read, counted, read_ranges
+from spark_jobs.processor_errors import processor_failed
 from spark_jobs.retried import retried_records
 from spark_jobs.session import cores, describe, get_spark
 from spark_jobs.sinks import SparkSink, spark_sink_for
@@ -332,7 +328,7 @@ def _write(
             raise bad from None
         if drain.processor is None:
             raise
-        raise processor_failed(ctx, err) from err
+        raise processor_failed(ctx, err, __file__) from err
 
 
 def _decodes(drain: DrainConfig) -> bool:
@@ -367,74 +363,6 @@ def _stage_bad_records(
                 ctx.drain.name,
                 staged,
             )
-
-
-_WORKER_TRACEBACK = "Traceback (most recent call last):"
-_PYSPARK = str(Path(pyspark.__file__).parent)
-
-
-def processor_failed(ctx: RunContext, err: Exception) -> ProcessorFailed:
-    """The processor's error as one line: where in the user's code, what happens next, and
-    last the cause.
-
-    drainer's and pyspark's frames add nothing for the processor's author; `drainer -v` logs
-    the full trace (the original error is chained).
-    """
-    summary, frames = user_error(err)
-    name = ctx.drain.name
-    return ProcessorFailed(
-        redact(
-            f"processor {ctx.drain.processor} failed{_where(frames)}; run {ctx.run.id} of drain "
-            f"'{name}' stays open with its plan and the next `drainer run {name}` retries it "
-            f"with the same ranges (`drainer -v run {name}` shows the whole trace): {summary}"
-        )
-    )
-
-
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
-
-
-def _where(frames: list[str]) -> str:
-    """` at file:line in function` of the innermost of the user's frames, or nothing."""
-    found = [m for m in (_FRAME.match(line) for line in frames) if m]
-    if not found:
-        return ""
-    path, line, function = found[-1].groups()
-    return f" at {path}:{line} in {function}"
-
-
-def user_error(err: BaseException) -> tuple[str, list[str]]:
-    """`Type: message` of the processor's error, and the frames of its code (no library's).
-
-    An error raised in a Spark task (a UDF) arrives as text carrying the Python worker's
-    traceback; one raised while the processor built its DataFrame has a real traceback, whose
-    frames after drainer's call of the processor are the user's.
-    """
-    text = str(err)
-    if _WORKER_TRACEBACK in text:
-        lines = [ln for ln in text[text.rindex(_WORKER_TRACEBACK) :].splitlines() if ln.strip()]
-        return cause_in_text(text), _user_frame_lines(lines[1:-1])
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    stack = traceback.extract_tb(err.__traceback__)
-    calls = [i for i, frame in enumerate(stack) if frame.filename == __file__]
-    frames = [
-        f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n    {frame.line}'
-        for frame in stack[calls[-1] + 1 if calls else len(stack) :]
-        if not frame.filename.startswith(_PYSPARK)
-    ]
-    return f"{type(err).__name__}: {first}", "\n".join(frames).splitlines()
-
-
-def _user_frame_lines(lines: list[str]) -> list[str]:
-    """A worker traceback's frame lines without pyspark's frames and the `^^^` markers."""
-    kept: list[str] = []
-    keep = True
-    for line in lines:
-        if line.lstrip().startswith("File "):
-            keep = _PYSPARK not in line
-        if keep and line.strip(" ^~"):
-            kept.append(line)
-    return kept
 
 
 def find_commit(
