@@ -117,7 +117,12 @@ def collapse(out: DataFrame, spec: UpsertSpec, where: str) -> DataFrame:
 
 def _fill_tombstone_order(rows: DataFrame, spec: UpsertSpec, columns: Sequence[str]) -> DataFrame:
     """A delete whose order columns are all null orders as the key's row before it in the same
-    Kafka partition (offset order): a tombstone deletes the version it follows."""
+    Kafka partition (offset order): a tombstone deletes the version it follows.
+
+    The window is the key's alone, ordered by topic, partition and offset, as `collapse`'s is
+    the key's: both run on one shuffle of the rows by key (a window per (key, topic,
+    partition) shuffled every row a second time). The key's last ordered row before this one
+    is of the same Kafka partition, or that partition has none before it."""
     fillable = [c for c in spec.order if "." not in c and c not in _RECORD_ORDER]
     if not fillable or not set(_POSITION) <= set(columns):
         return rows
@@ -125,18 +130,19 @@ def _fill_tombstone_order(rows: DataFrame, spec: UpsertSpec, columns: Sequence[s
     for c in spec.order:
         all_null = all_null & path_col(c).isNull()
     before = (
-        Window.partitionBy(*[path_col(p) for p in spec.keys], "_topic", "_partition")
-        .orderBy("_offset")
+        Window.partitionBy(*[path_col(p) for p in spec.keys])
+        .orderBy(*_POSITION)
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    previous = F.last(F.when(~all_null, F.struct(*[path_col(c) for c in fillable])), True)
+    source = F.struct(*[F.col(c) for c in _POSITION[:2]], *[path_col(c) for c in fillable])
+    previous = F.last(F.when(~all_null, source), True)
     rows = rows.withColumn("_drainer_before", previous.over(before))
-    filled = {
-        c: F.when(F.col(_DELETE) & all_null, F.col("_drainer_before").getField(c)).otherwise(
-            F.col(bq(c))
-        )
-        for c in fillable
-    }
+    prior = F.col("_drainer_before")
+    same_partition = (prior.getField("_topic") == F.col("_topic")) & (
+        prior.getField("_partition") == F.col("_partition")
+    )
+    fill = F.col(_DELETE) & all_null & F.coalesce(same_partition, F.lit(False))
+    filled = {c: F.when(fill, prior.getField(c)).otherwise(F.col(bq(c))) for c in fillable}
     return rows.withColumns(filled).drop("_drainer_before")
 
 
