@@ -33,6 +33,7 @@ from spark_jobs.sinks.upsert import (
     merge_sql,
     read_once,
     recorded_key,
+    refill,
 )
 
 # Iceberg's metadata column of the same name: a table with a data column `_partition` takes no
@@ -50,14 +51,20 @@ def merge_iceberg(
 ) -> SinkCommit:
     table = sink.location()
     drain, run_id, nonce, attempt = run_of(ctx)
-    source = collapse(out, spec, table)
-    if RESERVED in source.columns:  # Iceberg refuses row-level changes to such a table
-        source = source.withColumnRenamed(RESERVED, KAFKA_PARTITION)
+    read_spec = spec  # of the output's columns; `spec` is of the table's
+    collapsed = collapse(out, spec, table, fill=False)  # `read_once` fills tombstones' order
+    renamed = RESERVED in collapsed.columns
+    if renamed:  # Iceberg refuses row-level changes to such a table
         spec = replace(
             spec,
             keys=tuple(_renamed(c) for c in spec.keys),
             order=tuple(_renamed(c) for c in spec.order),
         )
+
+    def as_stored(rows: DataFrame) -> DataFrame:
+        return rows.withColumnRenamed(RESERVED, KAFKA_PARTITION) if renamed else rows
+
+    source = as_stored(collapsed)
     existing = sink._schema(spark)
     if existing is None:
         _create(spark, table, source, spec)
@@ -67,11 +74,16 @@ def merge_iceberg(
     note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
     if added_columns(spark, table, source, existing):
         existing = spark.table(table).schema
-    source = fit_schema(source, existing, table)
+    fitted = existing
+
+    def shape(rows: DataFrame) -> DataFrame:
+        return fit_schema(as_stored(rows), fitted, table)
+
     found = sink._commit_of(spark, drain, run_id, nonce)
     if found is not None:  # an earlier attempt published the run's merge
         return found
-    with read_once(source) as (source, view):  # the counts read Kafka, the merge the cache
+    again = refill(out, read_spec, table, shape)
+    with read_once(shape(collapsed), spec, again) as (source, view):  # Kafka read once
         counts = count_changes(source, spark.table(table), spec)
         wap = wap_id(drain, run_id, nonce)
         with own_settings(spark) as merging:
