@@ -5,8 +5,9 @@ of the merge's own, `own_settings`, never on the session runs share), the MERGE'
 staged off `main` with the run's WAP id; the cherry-pick publishes it, and the run's commit is
 found by that id as an append's is (spark_jobs.sinks.iceberg). A staged snapshot whose parent
 is `main`'s head is published by fast-forward, where Iceberg does not look for the WAP id on
-`main` itself: the run looks first, right before, and a merge applied twice would change no
-row anyway (the same versions are not newer than themselves).
+`main` itself: a resumed run looks first, right before (a first attempt has nothing to find:
+its nonce is new), and a merge applied twice would change no row anyway (the same versions are
+not newer than themselves).
 """
 
 from __future__ import annotations
@@ -79,7 +80,10 @@ def merge_iceberg(
     def shape(rows: DataFrame) -> DataFrame:
         return fit_schema(as_stored(rows), fitted, table)
 
-    found = sink._commit_of(spark, drain, run_id, nonce)
+    # only an earlier attempt of the run can have published its merge: a first attempt's
+    # nonce is new (spark_jobs.drain_job looks for a resumed run's commit the same way)
+    earlier = attempt > 1
+    found = sink._commit_of(spark, drain, run_id, nonce) if earlier else None
     if found is not None:  # an earlier attempt published the run's merge
         return found
     again = refill(out, read_spec, table, shape)
@@ -100,7 +104,7 @@ def merge_iceberg(
         .limit(1)
         .collect()
     )
-    done = sink._commit_of(spark, drain, run_id, nonce)
+    done = sink._commit_of(spark, drain, run_id, nonce) if earlier else None
     if done is None and staged:
         try:
             spark.sql(
