@@ -8,6 +8,8 @@ set on a session of the merge's own (`own_settings`), never on the session runs 
 
 The run's rows are read from Kafka once: the collapsed rows are cached (`read_once`) by the
 counts' aggregation, the one action that reads them, and the MERGE takes them from that cache.
+A table the run makes is made with its key in one commit, and counted without a look at it
+(empty: each row is an insert or a delete marker).
 The counts go into the commit's marker, so a resumed run that finds the commit reports them
 as the attempt that made it counted them (spark_jobs.sinks.delta `_commit_of`).
 """
@@ -34,7 +36,11 @@ from spark_jobs.sinks.upsert import (
     merge_sql,
     read_once,
     recorded_key,
+    refill,
 )
+
+# a table made by another attempt of the run between the look and the create
+_MADE_FIRST = ("Concurrent", "concurrent", "already exists", "TABLE_OR_VIEW_ALREADY_EXISTS")
 
 
 def merge_delta(
@@ -43,26 +49,24 @@ def merge_delta(
     where = sink.location()
     table = f"delta.`{where}`"
     drain, run_id, nonce, attempt = run_of(ctx)
-    source = collapse(out, spec, where)
+    source = collapse(out, spec, where, fill=False)  # `read_once` fills tombstones' order
     existing = sink._schema(spark)
-    if existing is None:  # created with its key, before the run's one MERGE
-        try:
-            spark.createDataFrame([], source.schema).write.format("delta").save(where)
-        except Exception as err:  # another attempt of the run made it first
-            if not any(c in str(err) for c in ("Concurrent", "concurrent", "already exists")):
-                raise
-        spark.sql(
-            f"ALTER TABLE {table} SET TBLPROPERTIES ('{KEY_PROPERTY}' = '{spec.key_property()}')"
-        )
-        existing = sink._schema(spark)
-        assert existing is not None
-    else:
+    before: DataFrame | None = None  # the table as the merge finds it; None: made empty here
+    if existing is not None or not _create(spark, table, source, spec):
+        if existing is None:  # another attempt of the run made it first
+            existing = sink._schema(spark)
+            assert existing is not None
         check_key_unchanged(where, recorded_key(spark, table), spec)
-    before = spark.read.format("delta").load(where) if existing.fields else None
-    note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
-    if added_columns(spark, table, source, existing):
-        existing = sink._schema(spark)
-    with read_once(fit_schema(source, existing, where)) as (source, view):
+        before = spark.read.format("delta").load(where)
+        note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
+        if added_columns(spark, table, source, existing):
+            existing = sink._schema(spark)
+    fitted = existing if before is not None else None
+
+    def shape(rows: DataFrame) -> DataFrame:
+        return fit_schema(rows, fitted, where)
+
+    with read_once(shape(source), spec, refill(out, spec, where, shape)) as (source, view):
         counts = count_changes(source, before, spec)
         with own_settings(spark) as merging:
             merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
@@ -85,6 +89,24 @@ def merge_delta(
     if done.attempt != attempt:  # an earlier attempt's merge landed: the counts its marker has
         return done
     return replace(done, details=counts_details(counts))
+
+
+def _create(spark: SparkSession, table: str, source: DataFrame, spec: UpsertSpec) -> bool:
+    """The table, empty, made with the source's columns and its key in one commit; False when
+    another attempt of the run made it first."""
+    try:
+        (
+            spark.createDataFrame([], source.schema)
+            .writeTo(table)
+            .using("delta")
+            .tableProperty(KEY_PROPERTY, spec.key_property())
+            .create()
+        )
+    except Exception as err:
+        if not any(c in str(err) for c in _MADE_FIRST):
+            raise
+        return False
+    return True
 
 
 def counted_marker(

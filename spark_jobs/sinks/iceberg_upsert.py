@@ -5,8 +5,9 @@ of the merge's own, `own_settings`, never on the session runs share), the MERGE'
 staged off `main` with the run's WAP id; the cherry-pick publishes it, and the run's commit is
 found by that id as an append's is (spark_jobs.sinks.iceberg). A staged snapshot whose parent
 is `main`'s head is published by fast-forward, where Iceberg does not look for the WAP id on
-`main` itself: the run looks first, right before, and a merge applied twice would change no
-row anyway (the same versions are not newer than themselves).
+`main` itself: a resumed run looks first, right before (a first attempt has nothing to find:
+its nonce is new), and a merge applied twice would change no row anyway (the same versions are
+not newer than themselves).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from spark_jobs.sinks.upsert import (
     merge_sql,
     read_once,
     recorded_key,
+    refill,
 )
 
 # Iceberg's metadata column of the same name: a table with a data column `_partition` takes no
@@ -50,14 +52,20 @@ def merge_iceberg(
 ) -> SinkCommit:
     table = sink.location()
     drain, run_id, nonce, attempt = run_of(ctx)
-    source = collapse(out, spec, table)
-    if RESERVED in source.columns:  # Iceberg refuses row-level changes to such a table
-        source = source.withColumnRenamed(RESERVED, KAFKA_PARTITION)
+    read_spec = spec  # of the output's columns; `spec` is of the table's
+    collapsed = collapse(out, spec, table, fill=False)  # `read_once` fills tombstones' order
+    renamed = RESERVED in collapsed.columns
+    if renamed:  # Iceberg refuses row-level changes to such a table
         spec = replace(
             spec,
             keys=tuple(_renamed(c) for c in spec.keys),
             order=tuple(_renamed(c) for c in spec.order),
         )
+
+    def as_stored(rows: DataFrame) -> DataFrame:
+        return rows.withColumnRenamed(RESERVED, KAFKA_PARTITION) if renamed else rows
+
+    source = as_stored(collapsed)
     existing = sink._schema(spark)
     if existing is None:
         _create(spark, table, source, spec)
@@ -67,11 +75,19 @@ def merge_iceberg(
     note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
     if added_columns(spark, table, source, existing):
         existing = spark.table(table).schema
-    source = fit_schema(source, existing, table)
-    found = sink._commit_of(spark, drain, run_id, nonce)
+    fitted = existing
+
+    def shape(rows: DataFrame) -> DataFrame:
+        return fit_schema(as_stored(rows), fitted, table)
+
+    # only an earlier attempt of the run can have published its merge: a first attempt's
+    # nonce is new (spark_jobs.drain_job looks for a resumed run's commit the same way)
+    earlier = attempt > 1
+    found = sink._commit_of(spark, drain, run_id, nonce) if earlier else None
     if found is not None:  # an earlier attempt published the run's merge
         return found
-    with read_once(source) as (source, view):  # the counts read Kafka, the merge the cache
+    again = refill(out, read_spec, table, shape)
+    with read_once(shape(collapsed), spec, again) as (source, view):  # Kafka read once
         counts = count_changes(source, spark.table(table), spec)
         wap = wap_id(drain, run_id, nonce)
         with own_settings(spark) as merging:
@@ -88,7 +104,7 @@ def merge_iceberg(
         .limit(1)
         .collect()
     )
-    done = sink._commit_of(spark, drain, run_id, nonce)
+    done = sink._commit_of(spark, drain, run_id, nonce) if earlier else None
     if done is None and staged:
         try:
             spark.sql(

@@ -5,14 +5,15 @@ them to a Delta or Iceberg table (drainer.sinks.upsert states the rules).
 failed or dead-lettered per `bad_records`); `collapse` keeps each key's newest row with a
 window function; `merge_sql` is the one MERGE both table formats run, its source the collapsed
 rows. `read_once` caches those rows for the counts and the MERGE, so the run's records are read
-from Kafka once.
+from Kafka once (twice in a run whose tombstones take their order from the row before them,
+the second time for their keys only).
 """
 
 from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,6 +38,7 @@ from drainer.sinks.upsert import (
 )
 from drainer.store.upserts import markers_past_retention
 from spark_jobs.decode import ERROR, RAW_VALUE
+from spark_jobs.session import cores
 
 _DELETE = "_drainer_delete"
 _RANK = "_drainer_rank"
@@ -72,11 +74,16 @@ def flag_records(drain: DrainConfig, decoded: DataFrame) -> DataFrame:
     return decoded.withColumns({TOMBSTONE: F.col(RAW_VALUE).isNull(), ERROR: error})
 
 
-def collapse(out: DataFrame, spec: UpsertSpec, where: str) -> DataFrame:
+def collapse(out: DataFrame, spec: UpsertSpec, where: str, fill: bool = True) -> DataFrame:
     """The run's rows, one per key: the newest by `order_by`, a delete before an upsert of the
     same order, then by level, partition and offset. A delete's row carries `_deleted_at` (the
     merge's time); a tombstone without order values takes those of the key's row before it in
-    its own partition, which is what it deletes."""
+    its own partition, which is what it deletes.
+
+    `fill=False` leaves tombstones without order values, so they rank first (`read_once` then
+    collapses the keys whose newest row is one of them again): the window's first step, each
+    task's newest row per key, then runs before the shuffle, as in a hand-written dedupe. The
+    tombstones' window needs every row shuffled (5x the bytes at 10 versions a key)."""
     columns = out.columns
     check_columns(spec, columns, where)
     tomb = F.coalesce(F.col(TOMBSTONE), F.lit(False)) if TOMBSTONE in columns else F.lit(False)
@@ -100,7 +107,8 @@ def collapse(out: DataFrame, spec: UpsertSpec, where: str) -> DataFrame:
     rows = out.withColumn(_DELETE, delete).where(
         F.when(null_key, F.raise_error(message)).otherwise(F.lit(True))
     )
-    rows = _fill_tombstone_order(rows, spec, columns)
+    if fill:
+        rows = _fill_tombstone_order(rows, spec, columns)
     by_key = Window.partitionBy(*keys).orderBy(
         *[path_col(c).desc_nulls_first() for c in spec.order],
         F.col(_DELETE).desc(),
@@ -115,50 +123,118 @@ def collapse(out: DataFrame, spec: UpsertSpec, where: str) -> DataFrame:
     return newest.select(*kept, deleted_at.alias(DELETED_AT))
 
 
+def fills(spec: UpsertSpec, columns: Sequence[str]) -> bool:
+    """Whether a tombstone can take its order values from the row before it (`collapse`): an
+    order column that is not the record's own metadata, and the records' positions."""
+    fillable = [c for c in spec.order if "." not in c and c not in _RECORD_ORDER]
+    return bool(fillable) and set(_POSITION) <= set(columns)
+
+
+def unordered_delete(spec: UpsertSpec) -> Column:
+    """A collapsed row that is a delete without order values: its key's rows are collapsed
+    again with the tombstones' order filled in."""
+    found = F.col(DELETED_AT).isNotNull()
+    for c in spec.order:
+        found = found & path_col(c).isNull()
+    return found
+
+
 def _fill_tombstone_order(rows: DataFrame, spec: UpsertSpec, columns: Sequence[str]) -> DataFrame:
     """A delete whose order columns are all null orders as the key's row before it in the same
-    Kafka partition (offset order): a tombstone deletes the version it follows."""
-    fillable = [c for c in spec.order if "." not in c and c not in _RECORD_ORDER]
-    if not fillable or not set(_POSITION) <= set(columns):
+    Kafka partition (offset order): a tombstone deletes the version it follows.
+
+    The window is the key's alone, ordered by topic, partition and offset, as `collapse`'s is
+    the key's: both run on one shuffle of the rows by key (a window per (key, topic,
+    partition) shuffled every row a second time). The key's last ordered row before this one
+    is of the same Kafka partition, or that partition has none before it."""
+    if not fills(spec, columns):
         return rows
+    fillable = [c for c in spec.order if "." not in c and c not in _RECORD_ORDER]
     all_null = F.lit(True)
     for c in spec.order:
         all_null = all_null & path_col(c).isNull()
     before = (
-        Window.partitionBy(*[path_col(p) for p in spec.keys], "_topic", "_partition")
-        .orderBy("_offset")
+        Window.partitionBy(*[path_col(p) for p in spec.keys])
+        .orderBy(*_POSITION)
         .rowsBetween(Window.unboundedPreceding, -1)
     )
-    previous = F.last(F.when(~all_null, F.struct(*[path_col(c) for c in fillable])), True)
+    source = F.struct(*[F.col(c) for c in _POSITION[:2]], *[path_col(c) for c in fillable])
+    previous = F.last(F.when(~all_null, source), True)
     rows = rows.withColumn("_drainer_before", previous.over(before))
-    filled = {
-        c: F.when(F.col(_DELETE) & all_null, F.col("_drainer_before").getField(c)).otherwise(
-            F.col(bq(c))
-        )
-        for c in fillable
-    }
+    prior = F.col("_drainer_before")
+    same_partition = (prior.getField("_topic") == F.col("_topic")) & (
+        prior.getField("_partition") == F.col("_partition")
+    )
+    fill = F.col(_DELETE) & all_null & F.coalesce(same_partition, F.lit(False))
+    filled = {c: F.when(fill, prior.getField(c)).otherwise(F.col(bq(c))) for c in fillable}
     return rows.withColumns(filled).drop("_drainer_before")
 
 
+Refill = Callable[[DataFrame], DataFrame]
+
+
+def refill(
+    out: DataFrame, spec: UpsertSpec, where: str, shape: Callable[[DataFrame], DataFrame]
+) -> Refill | None:
+    """How `read_once` collapses again, tombstones' order filled in, the rows of the keys a
+    DataFrame of key columns `_drainer_k0`.. names (`shape`: what the sink does to collapsed
+    rows); None when no tombstone takes an order (`fills`)."""
+    if not fills(spec, out.columns):
+        return None
+
+    def again(keys: DataFrame) -> DataFrame:
+        same = F.lit(True)
+        for i, path in enumerate(spec.keys):
+            same = same & (path_col(path) == F.col(f"_drainer_k{i}"))
+        mine = out.join(F.broadcast(keys), same, "left_semi")  # the keys are few: no shuffle
+        return shape(collapse(mine, spec, where))
+
+    return again
+
+
 @contextmanager
-def read_once(source: DataFrame) -> Iterator[tuple[DataFrame, str]]:
+def read_once(
+    source: DataFrame, spec: UpsertSpec, again: Refill | None = None
+) -> Iterator[tuple[DataFrame, str]]:
     """The collapsed rows cached, and a global temporary view of them (its qualified name) for
     the MERGE that runs in a session of its own (`own_settings`): the first action on the
-    rows (the counts) reads Kafka and fills both the cache and the read's observation, and the
-    MERGE reads the cache. A DataFrame argument of that session's `spark.sql` (`{src}`)
-    missed the cache (the records were read and processed again); the view, shared by the
-    server's sessions, holds the very plan that was cached."""
-    cached = source.persist()
-    name = f"drainer_merge_{uuid.uuid4().hex}"  # runs share the server: one view each
-    cached.createOrReplaceGlobalTempView(name)
+    rows reads Kafka and fills both the cache and the read's observation, and the MERGE reads
+    the cache. A DataFrame argument of that session's `spark.sql` (`{src}`) missed the cache
+    (the records were read and processed again); the view, shared by the server's sessions,
+    holds the very plan that was cached.
+
+    `source` collapsed without the tombstones' order (`collapse(fill=False)`), `again`
+    (`refill`) collapses the keys whose newest row is a delete without order values once more,
+    with it: Kafka is read a second time only in a run with such a key, for its rows only.
+    The cache has one partition per core: the MERGE writes a file per partition, and Spark
+    does not coalesce a cached plan's partitions itself."""
+    spark = source.sparkSession
+    tasks = cores(spark)
+    made: list[tuple[DataFrame, str]] = []
+
+    def cached(rows: DataFrame) -> tuple[DataFrame, str]:
+        kept = (rows.coalesce(tasks) if tasks else rows).persist()
+        name = f"drainer_merge_{uuid.uuid4().hex}"  # runs share the server: one view each
+        made.append((kept, name))
+        kept.createOrReplaceGlobalTempView(name)
+        return kept, name
+
     try:
-        yield cached, f"global_temp.{name}"
+        rows, name = cached(source)
+        # the first action: it holds the read's observation (a plan of the view would not)
+        if again is not None and rows.where(unordered_delete(spec)).count():
+            first = spark.table(f"global_temp.{name}")
+            keys = first.where(unordered_delete(spec)).select(
+                *[path_col(k).alias(f"_drainer_k{i}") for i, k in enumerate(spec.keys)]
+            )
+            rows, name = cached(first.where(~unordered_delete(spec)).unionByName(again(keys)))
+        yield rows, f"global_temp.{name}"
     finally:
-        # quietly: a server lost mid-merge fails these too, and its error is the run's
-        with contextlib.suppress(Exception):
-            cached.sparkSession.catalog.dropGlobalTempView(name)
-        with contextlib.suppress(Exception):
-            cached.unpersist()
+        for kept, view in made:  # quietly: a server lost mid-merge fails these too
+            with contextlib.suppress(Exception):
+                spark.catalog.dropGlobalTempView(view)
+            with contextlib.suppress(Exception):
+                kept.unpersist()
 
 
 def merge_sql(target: str, spec: UpsertSpec, columns: Sequence[str], source: str = "{src}") -> str:
@@ -187,9 +263,11 @@ def count_changes(source: DataFrame, table: DataFrame | None, spec: UpsertSpec) 
     same condition as the MERGE, evaluated in one aggregation."""
     deleted = F.col(f"s.{bq(DELETED_AT)}").isNotNull()
     if table is None:
-        row = source.agg(
-            F.count_if(~deleted).alias("inserted"), F.count_if(deleted).alias("deleted")
-        ).first()
+        row = (
+            source.alias("s")
+            .agg(F.count_if(~deleted).alias("inserted"), F.count_if(deleted).alias("deleted"))
+            .first()
+        )
         assert row is not None
         return UpsertCounts(inserted=int(row["inserted"]), deleted=int(row["deleted"]))
     wanted = [*{top_column(p) for p in (*spec.keys, *spec.order)}, DELETED_AT]
