@@ -87,7 +87,9 @@ def merge_iceberg(
     if found is not None:  # an earlier attempt published the run's merge
         return found
     again = refill(out, read_spec, table, shape)
-    with read_once(shape(collapsed), spec, again) as (source, view):  # Kafka read once
+    # Kafka read once; twice in a run with tombstones that take their order from the row
+    # before them (`read_once`)
+    with read_once(shape(collapsed), spec, again) as (source, view):
         counts = count_changes(source, spark.table(table), spec)
         wap = wap_id(drain, run_id, nonce)
         with own_settings(spark) as merging:
