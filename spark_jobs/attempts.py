@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, nullcontext
+from typing import TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -18,6 +21,8 @@ from drainer.lifecycle.results import RunContext
 from spark_jobs.session import is_connect
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def holding_server(ctx: RunContext) -> AbstractContextManager[None]:
@@ -72,3 +77,34 @@ def stop_earlier_attempts(ctx: RunContext, spark: SparkSession, wait_s: float = 
                     f"server did not stop within {wait_s:.0f} s; nothing was committed: rerun"
                 )
             time.sleep(1.0)
+
+
+def at_once(
+    spark: SparkSession, calls: Mapping[str, Callable[[], T]], threads: int
+) -> dict[str, T]:
+    """Each call in a thread of its own (at most `threads` at a time), its Spark operations
+    tagged as the caller's are: a session's tags are per thread, and Ctrl-C and a later attempt
+    stop an attempt's operations by its tag (`stop_interrupted`, `stop_earlier_attempts`).
+
+    Waits for every call, then raises the first failure in `calls`' order, so that no call
+    outlives this one; on Ctrl-C it returns at once (the caller interrupts the tag)."""
+    tags = spark.getTags()
+
+    def tagged(call: Callable[[], T]) -> T:
+        for tag in tags:
+            spark.addTag(tag)
+        try:
+            return call()
+        finally:
+            for tag in tags:
+                spark.removeTag(tag)
+
+    pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="drainer-at-once")
+    try:
+        futures = {name: pool.submit(tagged, call) for name, call in calls.items()}
+        wait(futures.values())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return {name: future.result() for name, future in futures.items()}

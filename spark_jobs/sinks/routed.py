@@ -5,8 +5,9 @@ One run reads its ranges once: the decoded records are kept (persisted) with the
 one aggregate over them finds the route keys (with each key's rows and non-null columns), and
 the bad records' staging and each table's write read the kept rows. A processor's output is
 kept and routed the same way.
-Tables commit one after another in name order; a resumed run asks each table for the run's
-proof (Delta's txn app id, Iceberg's published snapshot) and writes only those without one.
+The first table (in name order) commits alone, then the rest at once (`_write_tables`); a
+resumed run asks each table for the run's proof (Delta's txn app id, Iceberg's published
+snapshot) and writes only those without one.
 Postgres stages every table and publishes them in the one commit transaction. Route values that
 name no valid table, or one past `max_tables`, are bad records (`flag`), never written.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pyspark import StorageLevel
@@ -29,12 +31,17 @@ from drainer.sinks import SinkCommit
 from drainer.sinks.routed import RoutedSink, table_commits
 from drainer.store import route_tables
 from drainer.store.leases import check_fence
+from spark_jobs.attempts import at_once
 from spark_jobs.decode import ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE
 from spark_jobs.sinks.base import SparkSink
 
 log = logging.getLogger(__name__)
 
 _KEY = "_drainer_route_key"
+# tables a run writes at once after its first: enough to keep a few cores busy through each
+# write's driver round trips, few enough that a run routing to many tables does not flood the
+# server's scheduler (Spark runs the jobs first come, first served)
+TABLES_AT_ONCE = 4
 
 
 @dataclass(frozen=True)
@@ -163,11 +170,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
                     )
             names = routes.assignment.names()
             self._register(ctx, names)
-            commits: dict[str, SinkCommit | None] = {}
-            for i, name in enumerate(names):
-                commits[name] = self._write_table(spark, ctx, keyed, routes, name)
-                if i + 1 < len(names):
-                    faults.crash_point(faults.BETWEEN_TABLES)
+            commits = self._write_tables(spark, ctx, keyed, routes, names)
         finally:
             if own is not None:
                 own.unpersist()
@@ -194,6 +197,33 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             attempt=ctx.attempt,
             details={"tables": table_commits(commits)},
         )
+
+    def _write_tables(
+        self,
+        spark: SparkSession,
+        ctx: RunContext,
+        keyed: DataFrame,
+        routes: Routes,
+        names: list[str],
+    ) -> dict[str, SinkCommit | None]:
+        """Each table written: the first (in name order) alone, then the rest at once.
+
+        A table's write leaves the cores idle while the driver reads its schema and, after the
+        commit, its history; written at once, one table's tasks fill another's wait. The first
+        goes alone so that a crash after it (`between_tables`) leaves exactly one table holding
+        the run. A Postgres table only stages (its commit transaction publishes them all), one
+        after another: its stages are not worth the sessions."""
+        if not names:
+            return {}
+        first, rest = names[0], names[1:]
+        commits = {first: self._write_table(spark, ctx, keyed, routes, first)}
+        if not rest:
+            return commits
+        faults.crash_point(faults.BETWEEN_TABLES)
+        calls = {n: partial(self._write_table, spark, ctx, keyed, routes, n) for n in rest}
+        if self.capabilities.commit != "before_postgres":
+            return commits | {n: call() for n, call in calls.items()}
+        return commits | at_once(spark, calls, TABLES_AT_ONCE)
 
     def _write_table(
         self, spark: SparkSession, ctx: RunContext, keyed: DataFrame, routes: Routes, name: str
