@@ -31,7 +31,6 @@ from spark_jobs.sinks.delta import RECENT_COMMITS, DeltaSparkSink, app_id
 from spark_jobs.sinks.upsert import (
     added_columns,
     collapse,
-    count_changes,
     counts_details,
     merge_sql,
     read_once,
@@ -66,16 +65,18 @@ def merge_delta(
     def shape(rows: DataFrame) -> DataFrame:
         return fit_schema(rows, fitted, where)
 
-    with read_once(shape(source), spec, refill(out, spec, where, shape)) as (source, view):
-        counts = count_changes(source, before, spec)
-        with own_settings(spark) as merging:
-            merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
-            merging.conf.set("spark.databricks.delta.write.txnVersion", str(run_id))
-            merging.conf.set(
-                "spark.databricks.delta.commitInfo.userMetadata",
-                counted_marker(drain, run_id, nonce, attempt, counts),
-            )
-            merging.sql(merge_sql(table, spec, source.columns, view)).collect()
+    again = refill(out, spec, where, shape)
+    with (
+        read_once(shape(source), spec, before, again) as (source, view, counts),
+        own_settings(spark) as merging,
+    ):
+        merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
+        merging.conf.set("spark.databricks.delta.write.txnVersion", str(run_id))
+        merging.conf.set(
+            "spark.databricks.delta.commitInfo.userMetadata",
+            counted_marker(drain, run_id, nonce, attempt, counts),
+        )
+        merging.sql(merge_sql(table, spec, source.columns, view)).collect()
     done = sink._commit_of(spark, drain, run_id, nonce, latest=RECENT_COMMITS)
     if done is None:
         done = sink._commit_of(spark, drain, run_id, nonce)
