@@ -199,7 +199,8 @@ def read_once(
 ) -> Iterator[tuple[DataFrame, str, UpsertCounts]]:
     """The collapsed rows cached, a global temporary view of them (its qualified name) for
     the MERGE that runs in a session of its own (`own_settings`), and the merge's counts
-    (`count_changes` against `table`, None: a table made empty by this run). The counts are
+    (`count_changes` against `table` as the run finds it; None: a table the run makes with
+    these rows). The counts are
     the first action on the rows: it reads Kafka and fills the cache and the read's
     observation in one job, and the MERGE reads the cache. A DataFrame argument of that
     session's `spark.sql` (`{src}`) missed the cache (the records were read and processed
@@ -266,10 +267,11 @@ def merge_sql(target: str, spec: UpsertSpec, columns: Sequence[str], source: str
 def count_changes(
     source: DataFrame, table: DataFrame | None, spec: UpsertSpec, unordered: bool = False
 ) -> tuple[UpsertCounts, int]:
-    """What the merge of `source` into `table` (as it is before the merge; None: a table this
-    run made, empty) does, per row: the same condition as the MERGE, evaluated in one
-    aggregation; with `unordered`, the same aggregation also counts the deletes without order
-    values (`read_once`), else that count is 0."""
+    """What the merge of `source` into `table` (as it is before the merge; None: a table the
+    run makes with these rows, each an insert or a delete marker) does, per row: the same
+    condition as the MERGE, evaluated in one aggregation; with `unordered`, the same
+    aggregation also counts the deletes without order values (`read_once`), else that count
+    is 0."""
     deleted = F.col(f"s.{bq(DELETED_AT)}").isNotNull()
     extra = [F.count_if(unordered_delete(spec, "s")).alias("unordered")] if unordered else []
     if table is None:
