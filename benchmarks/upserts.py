@@ -15,6 +15,13 @@ key), spread over 3 levels x 2 partitions, are produced once. Into Delta and int
   the same warm Connect server.
 - `drainer_append_<fmt>`: the same records appended (`write: append`): the merge's cost.
 
+Both upsert paths start without a table and make it inside the timed run (drainer as its run
+does, the peer with the `CREATE TABLE` a user's job runs before its stream): neither gets its
+table made for free. `--into existing` (Delta) adds the same two paths into a table that
+already holds every key (an older version, `v = -1`), made before the timed run for both
+(`<path>_existing`): there drainer merges (and counts against the table) as it does in every
+run after a table's first.
+
 Every table is read back without Spark (deltalake, pyiceberg): a state table must hold each
 key once with its newest version (drainer's: the live rows, `_deleted_at` null); the append
 table every record. A path whose table disagrees fails the benchmark (exit 1). Each path is
@@ -78,11 +85,51 @@ def location(fmt: str, sink: dict[str, Any]) -> str:
     return str(Path(load_settings().warehouse) / sink["path"])
 
 
-def run_drainer(source: Any, records: int, fmt: str, write: str) -> tuple[float, str]:
+# the columns of drainer's Delta state table of SCHEMA's records: the value's, the metadata's
+# (drainer.config.formats.METADATA_COLUMNS) and the delete marker's
+DRAINER_COLUMNS = (
+    "id string, name string, v long, _topic string, _partition int, _offset long, "
+    "_timestamp timestamp, _level int, _key string, _headers string, _deleted_at timestamp"
+)
+
+
+def filled(spark: Any, target: str, keys: int, columns: str, key: str | None = None) -> None:
+    """`target` made (Delta) with an older version (`v = -1`) of each of the `keys` keys, in
+    `columns` (SCHEMA's, or drainer's with its key recorded as `drainer.primary_key`)."""
+    from pyspark.sql import functions as F
+
+    values = {
+        "id": F.format_string("k%06d", F.col("id")),
+        "v": F.lit(-1),
+        "_key": F.format_string("k%06d", F.col("id")),
+    }
+    rows = spark.range(keys).select(
+        *[
+            values.get(n, F.concat(F.lit("old-"), F.col("id")) if n == "name" else F.lit(None))
+            .cast(t)
+            .alias(n)
+            for n, t in (c.split() for c in columns.split(", "))
+        ]
+    )
+    writer = rows.writeTo(target).using("delta")
+    if key is not None:
+        writer = writer.tableProperty("drainer.primary_key", key)
+    writer.create()
+
+
+def run_drainer(
+    source: Any, records: int, fmt: str, write: str, keys: int = 0
+) -> tuple[float, str]:
+    """drainer's run, timed whole; `keys`: into a table already holding them (made untimed)."""
     from spark_jobs import drain_job
 
     name = f"bench_up_{uuid.uuid4().hex[:8]}"
     sink = sink_of(fmt, name, write)
+    if keys:
+        from spark_jobs.session import get_spark
+
+        target = f"delta.`{location(fmt, sink)}`"
+        filled(get_spark(load_settings()), target, keys, DRAINER_COLUMNS, "_key")
     drain = fresh_drain(
         records,
         levels=LEVELS,
@@ -101,24 +148,30 @@ def run_drainer(source: Any, records: int, fmt: str, write: str) -> tuple[float,
     return wall, location(fmt, sink)
 
 
-def run_peer(spark: Any, source: Any, fmt: str) -> tuple[float, str]:
+def run_peer(spark: Any, source: Any, fmt: str, keys: int = 0) -> tuple[float, str]:
     """Structured Streaming, foreachBatch: each micro-batch deduplicated by key (newest `v`),
-    then `MERGE INTO` the table (created first, empty)."""
+    then `MERGE INTO` the table, which the job creates first, empty (timed with the stream, as
+    drainer's run makes its table); `keys`: into a table already holding them (made untimed)."""
     from pyspark.sql import functions as F
 
     name = f"bench_peer_{uuid.uuid4().hex[:8]}"
     if fmt == "delta":
         where = location("delta", {"path": f"{FOLDER}/{name}"})
-        spark.createDataFrame([], SCHEMA).write.format("delta").save(where)
         target = f"delta.`{where}`"
+        if keys:
+            filled(spark, target, keys, SCHEMA)
     else:
         where = f"bench.{name}"
+        target = f"drainer.{where}"
+    started = time.perf_counter()
+    if fmt == "delta" and not keys:
+        spark.createDataFrame([], SCHEMA).write.format("delta").save(where)
+    elif fmt == "iceberg":
         spark.sql("CREATE NAMESPACE IF NOT EXISTS drainer.bench")
         spark.sql(
             f"CREATE TABLE drainer.{where} ({SCHEMA}) USING iceberg "
             "TBLPROPERTIES ('format-version' = '2')"
         )
-        target = f"drainer.{where}"
     topics = ",".join(source.level_topic(level) for level in range(LEVELS))
     reads = fair.drainer_read_options(LEVELS * PARTITIONS, fair.spark_cores())
 
@@ -135,7 +188,6 @@ def run_peer(spark: Any, source: Any, fmt: str) -> tuple[float, str]:
         ).collect()
 
     checkpoint = location("delta", {"path": f"{FOLDER}/_checkpoints/{name}"})
-    started = time.perf_counter()
     query = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", load_settings().bootstrap_servers)
@@ -190,29 +242,44 @@ def drop(spark: Any, fmt: str, where: str) -> None:
         shutil.rmtree(where, ignore_errors=True)
 
 
-def paths(formats: list[str]) -> list[tuple[str, str, str]]:
-    """(name, kind, format) of every path of a sitting."""
+def paths(formats: list[str], into: list[str]) -> list[tuple[str, str, str, bool]]:
+    """(name, kind, format, into an existing table) of every path of a sitting."""
     out = []
     for fmt in formats:
-        out += [
-            (f"drainer_upsert_{fmt}", fair.DRAINER, fmt),
-            (f"streaming_merge_{fmt}", fair.TUNED, fmt),
-            (f"drainer_append_{fmt}", fair.LIMIT, fmt),
-        ]
+        if "new" in into:
+            out += [
+                (f"drainer_upsert_{fmt}", fair.DRAINER, fmt, False),
+                (f"streaming_merge_{fmt}", fair.TUNED, fmt, False),
+                (f"drainer_append_{fmt}", fair.LIMIT, fmt, False),
+            ]
+        if "existing" in into and fmt == "delta":  # Iceberg's table is not made here yet
+            out += [
+                (f"drainer_upsert_{fmt}_existing", fair.DRAINER, fmt, True),
+                (f"streaming_merge_{fmt}_existing", fair.TUNED, fmt, True),
+            ]
     return out
 
 
-def contender(name: str, kind: str, fmt: str) -> fair.Contender:
+def contender(name: str, kind: str, fmt: str, existing: bool) -> fair.Contender:
     reads = fair.drainer_read_options(LEVELS * PARTITIONS, fair.spark_cores())
+    table = ", into a table holding every key" if existing else ""
     if kind == fair.DRAINER:
-        return fair.Contender(name, kind, f"drainer run, {fmt} write: upsert", reads)
+        return fair.Contender(name, kind, f"drainer run, {fmt} write: upsert{table}", reads)
     if kind == fair.TUNED:
-        what = f"AvailableNow foreachBatch: row_number dedupe by key, MERGE INTO {fmt}"
+        what = f"AvailableNow foreachBatch: row_number dedupe by key, MERGE INTO {fmt}{table}"
         return fair.Contender(name, kind, what, reads)
     return fair.Contender(name, kind, f"drainer run, {fmt} write: append (the merge's cost)")
 
 
-def one_size(records: int, keys: int, formats: list[str], repeat: int, warmup: int, keep: bool):
+def one_size(
+    records: int,
+    keys: int,
+    formats: list[str],
+    into: list[str],
+    repeat: int,
+    warmup: int,
+    keep: bool,
+):
     from spark_jobs.session import get_spark
     from tests.support.drains import delete_topics
 
@@ -228,41 +295,47 @@ def one_size(records: int, keys: int, formats: list[str], repeat: int, warmup: i
     spark = get_spark(load_settings())
     made: list[tuple[str, str]] = []
 
-    def timed(name: str, kind: str, fmt: str, topics: Any, count: int, model: dict) -> float:
+    def timed(path: tuple[str, str, str, bool], topics: Any, count: int, model: dict) -> float:
+        name, kind, fmt, existing = path
+        filled_keys = len(model) if existing else 0
         if kind == fair.TUNED:
-            wall, where = run_peer(spark, topics, fmt)
+            wall, where = run_peer(spark, topics, fmt, filled_keys)
         else:
-            wall, where = run_drainer(topics, count, fmt, "upsert" if kind == fair.DRAINER else "")
+            write = "upsert" if kind == fair.DRAINER else ""
+            wall, where = run_drainer(topics, count, fmt, write, filled_keys)
         made.append((fmt, where))
         rows = read_back(fmt, where, live_only=kind == fair.DRAINER)
         check(name, rows, model, count if kind == fair.LIMIT else 0)
         return wall
 
-    sitting = paths(formats)
-    for name, kind, fmt in sitting:  # warm: classes loaded, the JIT at work
-        timed(name, kind, fmt, warm, warmup, warm_newest)
-    walls: dict[str, list[float]] = {name: [] for name, _, _ in sitting}
+    sitting = paths(formats, into)
+    for path in sitting:  # warm: classes loaded, the JIT at work
+        timed(path, warm, warmup, warm_newest)
+    walls: dict[str, list[float]] = {p[0]: [] for p in sitting}
     for round_ in range(repeat):
         shift = round_ % len(sitting)
-        for name, kind, fmt in sitting[shift:] + sitting[:shift]:
-            wall = timed(name, kind, fmt, source, records, newest)
-            walls[name].append(wall)
-            print(f"{records:,} {name}: {wall:.2f} s, read back", file=sys.stderr)
+        for path in sitting[shift:] + sitting[:shift]:
+            wall = timed(path, source, records, newest)
+            walls[path[0]].append(wall)
+            print(f"{records:,} {path[0]}: {wall:.2f} s, read back", file=sys.stderr)
     rows = []
-    for fmt in formats:  # drainer's ratio to each path of its own format
-        mine = [p for p in sitting if p[2] == fmt]
-        rows += fair.report(
-            f"state tables, {fmt}",
-            records,
-            [contender(*p) for p in mine],
-            {name: walls[name] for name, _, _ in mine},
-        )
+    for fmt in formats:  # drainer's ratio to each path of its own format and table
+        for existing in (False, True):
+            mine = [p for p in sitting if p[2] == fmt and p[3] == existing]
+            if not mine:
+                continue
+            rows += fair.report(
+                f"state tables, {fmt}, {'an existing' if existing else 'a new'} table",
+                records,
+                [contender(*p) for p in mine],
+                {p[0]: walls[p[0]] for p in mine},
+            )
     if not keep:
         for fmt, where in made:
             drop(spark, fmt, where)
         for topics in sources:
             delete_topics(topics)
-    return {"records": records, "keys": keys, "repeat": repeat, "rows": rows}
+    return {"records": records, "keys": keys, "into": into, "repeat": repeat, "rows": rows}
 
 
 def main() -> int:
@@ -270,11 +343,20 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
+    parser.add_argument(
+        "--into",
+        nargs="+",
+        choices=("new", "existing"),
+        default=["new", "existing"],
+        help="a table each run makes, and (Delta) one already holding every key",
+    )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2_000)
     parser.add_argument("--keep", action="store_true", help="leave topics and tables")
     args = parser.parse_args()
-    result = one_size(args.records, args.keys, args.formats, args.repeat, args.warmup, args.keep)
+    result = one_size(
+        args.records, args.keys, args.formats, args.into, args.repeat, args.warmup, args.keep
+    )
     fair.write_results("upserts", result)
     return 0
 

@@ -8,8 +8,9 @@ set on a session of the merge's own (`own_settings`), never on the session runs 
 
 The run's rows are read from Kafka once: the collapsed rows are cached (`read_once`) by the
 counts' aggregation, the one action that reads them, and the MERGE takes them from that cache.
-A table the run makes is made with its key in one commit, and counted without a look at it
-(empty: each row is an insert or a delete marker).
+A table the run makes is made with its key and those rows in one commit (CREATE TABLE AS
+SELECT under the same transaction settings), which is what a MERGE into it made empty would
+write; its rows are counted without a look at it (each an insert or a delete marker).
 The counts go into the commit's marker, so a resumed run that finds the commit reports them
 as the attempt that made it counted them (spark_jobs.sinks.delta `_commit_of`).
 """
@@ -17,6 +18,8 @@ as the attempt that made it counted them (spark_jobs.sinks.delta `_commit_of`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -31,7 +34,6 @@ from spark_jobs.sinks.delta import RECENT_COMMITS, DeltaSparkSink, app_id
 from spark_jobs.sinks.upsert import (
     added_columns,
     collapse,
-    count_changes,
     counts_details,
     merge_sql,
     read_once,
@@ -48,65 +50,111 @@ def merge_delta(
 ) -> SinkCommit:
     where = sink.location()
     table = f"delta.`{where}`"
-    drain, run_id, nonce, attempt = run_of(ctx)
     source = collapse(out, spec, where, fill=False)  # `read_once` fills tombstones' order
     existing = sink._schema(spark)
-    before: DataFrame | None = None  # the table as the merge finds it; None: made empty here
-    if existing is not None or not _create(spark, table, source, spec):
-        if existing is None:  # another attempt of the run made it first
-            existing = sink._schema(spark)
-            assert existing is not None
-        check_key_unchanged(where, recorded_key(spark, table), spec)
-        before = spark.read.format("delta").load(where)
-        note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
-        if added_columns(spark, table, source, existing):
-            existing = sink._schema(spark)
-    fitted = existing if before is not None else None
+    if existing is None:
+        made = _made_with_rows(sink, spark, ctx, out, source, spec)
+        if made is not None:
+            return made
+        existing = sink._schema(spark)  # another attempt of the run made it first
+        assert existing is not None
+    check_key_unchanged(where, recorded_key(spark, table), spec)
+    before = spark.read.format("delta").load(where)  # the table as the merge finds it
+    note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
+    if added_columns(spark, table, source, existing):
+        existing = sink._schema(spark)
+    fitted = existing
 
     def shape(rows: DataFrame) -> DataFrame:
         return fit_schema(rows, fitted, where)
 
-    with read_once(shape(source), spec, refill(out, spec, where, shape)) as (source, view):
-        counts = count_changes(source, before, spec)
-        with own_settings(spark) as merging:
-            merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
-            merging.conf.set("spark.databricks.delta.write.txnVersion", str(run_id))
-            merging.conf.set(
-                "spark.databricks.delta.commitInfo.userMetadata",
-                counted_marker(drain, run_id, nonce, attempt, counts),
-            )
-            merging.sql(merge_sql(table, spec, source.columns, view)).collect()
+    again = refill(out, spec, where, shape)
+    with (
+        read_once(shape(source), spec, before, again) as (rows, view, counts),
+        _merging(spark, ctx, counts) as merging,
+    ):
+        merging.sql(merge_sql(table, spec, rows.columns, view)).collect()
+    return _landed(sink, spark, ctx, counts)
+
+
+def _made_with_rows(
+    sink: DeltaSparkSink,
+    spark: SparkSession,
+    ctx: RunContext,
+    out: DataFrame,
+    source: DataFrame,
+    spec: UpsertSpec,
+) -> SinkCommit | None:
+    """A table the run makes: made with its key and the collapsed rows in one commit (CREATE
+    TABLE AS SELECT, the run's transaction and marker on it), which is what a MERGE into the
+    table made empty writes, without the MERGE's look at that empty table (its snapshot state
+    computed, its files scanned for matches). None when another attempt of the run made the
+    table first: the caller merges (Delta skips the MERGE when that attempt's commit is the
+    run's)."""
+    where = sink.location()
+
+    def shape(rows: DataFrame) -> DataFrame:
+        return fit_schema(rows, None, where)
+
+    again = refill(out, spec, where, shape)
+    with (
+        read_once(shape(source), spec, None, again) as (_, view, counts),
+        _merging(spark, ctx, counts) as merging,
+    ):
+        made = (
+            merging.table(view)  # the cache `read_once` filled
+            .writeTo(f"delta.`{where}`")
+            .using("delta")
+            .tableProperty(KEY_PROPERTY, spec.key_property())
+        )
+        try:
+            made.create()
+        except Exception as err:
+            if not any(c in str(err) for c in _MADE_FIRST):
+                raise
+            if sink._schema(spark) is not None:
+                return None
+            # a folder without a Delta table (an attempt that died writing the table left
+            # its files, or the folder was made empty) is no table to Delta's create, but
+            # is to its existence check: replaced. Another attempt of the run committing
+            # in between holds the run's transaction, so Delta skips this replace.
+            made.createOrReplace()
+    return _landed(sink, spark, ctx, counts)
+
+
+@contextmanager
+def _merging(spark: SparkSession, ctx: RunContext, counts: UpsertCounts) -> Iterator[SparkSession]:
+    """A session of the run's write of its own: the run's transaction (txnAppId/txnVersion)
+    and its marker with the counts on whatever it commits."""
+    drain, run_id, nonce, attempt = run_of(ctx)
+    with own_settings(spark) as merging:
+        merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
+        merging.conf.set("spark.databricks.delta.write.txnVersion", str(run_id))
+        merging.conf.set(
+            "spark.databricks.delta.commitInfo.userMetadata",
+            counted_marker(drain, run_id, nonce, attempt, counts),
+        )
+        yield merging
+
+
+def _landed(
+    sink: DeltaSparkSink, spark: SparkSession, ctx: RunContext, counts: UpsertCounts
+) -> SinkCommit:
+    """The run's commit, found in the table's history after its write."""
+    drain, run_id, nonce, attempt = run_of(ctx)
     done = sink._commit_of(spark, drain, run_id, nonce, latest=RECENT_COMMITS)
     if done is None:
         done = sink._commit_of(spark, drain, run_id, nonce)
     if done is None:
         raise ServiceError(
-            f"run {run_id}'s MERGE into {where} left no commit naming the run, and Delta "
-            f"skipped it as already applied (app id {app_id(drain, nonce)}): the table's "
+            f"run {run_id}'s write into {sink.location()} left no commit naming the run, and "
+            f"Delta skipped it as already applied (app id {app_id(drain, nonce)}): the table's "
             "history no longer shows the attempt that landed. Nothing was committed to "
             "Postgres: look at the table's history, then run again"
         )
-    if done.attempt != attempt:  # an earlier attempt's merge landed: the counts its marker has
+    if done.attempt != attempt:  # an earlier attempt's write landed: the counts its marker has
         return done
     return replace(done, details=counts_details(counts))
-
-
-def _create(spark: SparkSession, table: str, source: DataFrame, spec: UpsertSpec) -> bool:
-    """The table, empty, made with the source's columns and its key in one commit; False when
-    another attempt of the run made it first."""
-    try:
-        (
-            spark.createDataFrame([], source.schema)
-            .writeTo(table)
-            .using("delta")
-            .tableProperty(KEY_PROPERTY, spec.key_property())
-            .create()
-        )
-    except Exception as err:
-        if not any(c in str(err) for c in _MADE_FIRST):
-            raise
-        return False
-    return True
 
 
 def counted_marker(

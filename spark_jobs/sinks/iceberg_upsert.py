@@ -29,7 +29,6 @@ from spark_jobs.sinks.upsert import (
     added_columns,
     bq,
     collapse,
-    count_changes,
     counts_details,
     merge_sql,
     read_once,
@@ -89,8 +88,7 @@ def merge_iceberg(
     again = refill(out, read_spec, table, shape)
     # Kafka read once; twice in a run with tombstones that take their order from the row
     # before them (`read_once`)
-    with read_once(shape(collapsed), spec, again) as (source, view):
-        counts = count_changes(source, spark.table(table), spec)
+    with read_once(shape(collapsed), spec, spark.table(table), again) as (source, view, counts):
         wap = wap_id(drain, run_id, nonce)
         with own_settings(spark) as merging:
             merging.conf.set("spark.wap.id", wap)

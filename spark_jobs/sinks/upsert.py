@@ -130,12 +130,13 @@ def fills(spec: UpsertSpec, columns: Sequence[str]) -> bool:
     return bool(fillable) and set(_POSITION) <= set(columns)
 
 
-def unordered_delete(spec: UpsertSpec) -> Column:
+def unordered_delete(spec: UpsertSpec, alias: str = "") -> Column:
     """A collapsed row that is a delete without order values: its key's rows are collapsed
-    again with the tombstones' order filled in."""
-    found = F.col(DELETED_AT).isNotNull()
+    again with the tombstones' order filled in (`alias`: of the collapsed rows in a join)."""
+    at = f"{alias}." if alias else ""
+    found = path_col(f"{at}{DELETED_AT}").isNotNull()
     for c in spec.order:
-        found = found & path_col(c).isNull()
+        found = found & path_col(f"{at}{c}").isNull()
     return found
 
 
@@ -194,18 +195,21 @@ def refill(
 
 @contextmanager
 def read_once(
-    source: DataFrame, spec: UpsertSpec, again: Refill | None = None
-) -> Iterator[tuple[DataFrame, str]]:
-    """The collapsed rows cached, and a global temporary view of them (its qualified name) for
-    the MERGE that runs in a session of its own (`own_settings`): the first action on the
-    rows reads Kafka and fills both the cache and the read's observation, and the MERGE reads
-    the cache. A DataFrame argument of that session's `spark.sql` (`{src}`) missed the cache
-    (the records were read and processed again); the view, shared by the server's sessions,
-    holds the very plan that was cached.
+    source: DataFrame, spec: UpsertSpec, table: DataFrame | None, again: Refill | None = None
+) -> Iterator[tuple[DataFrame, str, UpsertCounts]]:
+    """The collapsed rows cached, a global temporary view of them (its qualified name) for
+    the MERGE that runs in a session of its own (`own_settings`), and the merge's counts
+    (`count_changes` against `table` as the run finds it; None: a table the run makes with
+    these rows). The counts are
+    the first action on the rows: it reads Kafka and fills the cache and the read's
+    observation in one job, and the MERGE reads the cache. A DataFrame argument of that
+    session's `spark.sql` (`{src}`) missed the cache (the records were read and processed
+    again); the view, shared by the server's sessions, holds the very plan that was cached.
 
     `source` collapsed without the tombstones' order (`collapse(fill=False)`), `again`
     (`refill`) collapses the keys whose newest row is a delete without order values once more,
-    with it: Kafka is read a second time only in a run with such a key, for its rows only.
+    with it: the counts' aggregation counts those rows too, and Kafka is read a second time
+    (and the rows counted again) only in a run with such a key, for its rows only.
     The cache has one partition per core: the MERGE writes a file per partition, and Spark
     does not coalesce a cached plan's partitions itself."""
     spark = source.sparkSession
@@ -222,13 +226,15 @@ def read_once(
     try:
         rows, name = cached(source)
         # the first action: it holds the read's observation (a plan of the view would not)
-        if again is not None and rows.where(unordered_delete(spec)).count():
+        counts, unordered = count_changes(rows, table, spec, unordered=again is not None)
+        if again is not None and unordered:
             first = spark.table(f"global_temp.{name}")
             keys = first.where(unordered_delete(spec)).select(
                 *[path_col(k).alias(f"_drainer_k{i}") for i, k in enumerate(spec.keys)]
             )
             rows, name = cached(first.where(~unordered_delete(spec)).unionByName(again(keys)))
-        yield rows, f"global_temp.{name}"
+            counts, _ = count_changes(rows, table, spec)
+        yield rows, f"global_temp.{name}", counts
     finally:
         for kept, view in made:  # quietly: a server lost mid-merge fails these too
             with contextlib.suppress(Exception):
@@ -258,18 +264,29 @@ def merge_sql(target: str, spec: UpsertSpec, columns: Sequence[str], source: str
     )
 
 
-def count_changes(source: DataFrame, table: DataFrame | None, spec: UpsertSpec) -> UpsertCounts:
-    """What the merge of `source` into `table` (as it is before the merge) does, per row: the
-    same condition as the MERGE, evaluated in one aggregation."""
+def count_changes(
+    source: DataFrame, table: DataFrame | None, spec: UpsertSpec, unordered: bool = False
+) -> tuple[UpsertCounts, int]:
+    """What the merge of `source` into `table` (as it is before the merge; None: a table the
+    run makes with these rows, each an insert or a delete marker) does, per row: the same
+    condition as the MERGE, evaluated in one aggregation; with `unordered`, the same
+    aggregation also counts the deletes without order values (`read_once`), else that count
+    is 0."""
     deleted = F.col(f"s.{bq(DELETED_AT)}").isNotNull()
+    extra = [F.count_if(unordered_delete(spec, "s")).alias("unordered")] if unordered else []
     if table is None:
         row = (
             source.alias("s")
-            .agg(F.count_if(~deleted).alias("inserted"), F.count_if(deleted).alias("deleted"))
+            .agg(
+                F.count_if(~deleted).alias("inserted"),
+                F.count_if(deleted).alias("deleted"),
+                *extra,
+            )
             .first()
         )
         assert row is not None
-        return UpsertCounts(inserted=int(row["inserted"]), deleted=int(row["deleted"]))
+        counts = UpsertCounts(inserted=int(row["inserted"]), deleted=int(row["deleted"]))
+        return counts, int(row["unordered"]) if unordered else 0
     wanted = [*{top_column(p) for p in (*spec.keys, *spec.order)}, DELETED_AT]
     on = [path_col(f"s.{k}") == path_col(f"t.{k}") for k in spec.keys]
     joined = source.alias("s").join(table.select(*[bq(c) for c in wanted]).alias("t"), on, "left")
@@ -281,9 +298,11 @@ def count_changes(source: DataFrame, table: DataFrame | None, spec: UpsertSpec) 
         F.count_if(applies & ~deleted & live_before).alias("updated"),
         F.count_if(applies & deleted).alias("deleted"),
         F.count_if(~applies).alias("skipped"),
+        *extra,
     ).first()
     assert row is not None
-    return UpsertCounts(*(int(row[k]) for k in ("inserted", "updated", "deleted", "skipped")))
+    counts = UpsertCounts(*(int(row[k]) for k in ("inserted", "updated", "deleted", "skipped")))
+    return counts, int(row["unordered"]) if unordered else 0
 
 
 def _any_key(spec: UpsertSpec, alias: str) -> Column:

@@ -193,6 +193,54 @@ def test_a_resumed_run_never_merges_twice(make_drain, lakehouse, fmt):
         }
 
 
+def test_a_delta_table_is_made_over_the_files_a_dead_attempt_left(make_drain, lakehouse):
+    """A run makes its Delta state table with its rows in one commit (CREATE TABLE AS SELECT):
+    an attempt that died while writing it leaves files in the folder and no Delta log, which
+    Delta's create takes for a table that exists. The next attempt makes the table over them,
+    with its key, and it holds the model."""
+    from deltalake import DeltaTable
+
+    drain = upsert_drain(make_drain, "delta", 12_000)
+    model = produce_state(drain)
+    folder = Path(load_settings().warehouse) / drain.sink.path
+    folder.mkdir(parents=True)
+    (folder / "part-00000-left-by-a-dead-attempt.c000.snappy.parquet").write_bytes(b"partial")
+    [result] = drain_until_empty(drain)
+    assert live_rows(drain) == model
+    assert result.upsert["rows_inserted"] == len(model)
+    assert merge_commits(drain) == [result.run_id]
+    assert DeltaTable(str(folder)).metadata().configuration["drainer.primary_key"] == "_key"
+
+
+def test_a_delta_table_made_after_the_runs_look_is_merged_into(make_drain, lakehouse, monkeypatch):
+    """Another attempt of the run made the table between this attempt's look for it and its
+    create: the create is refused, and the run merges into the table instead (the same
+    transaction: Delta would skip it, were that attempt's commit the run's)."""
+    from spark_jobs.sinks.delta import DeltaSparkSink
+
+    drain = upsert_drain(make_drain, "delta", 6_000)  # two runs
+    model = produce_state(drain)
+    first = drain_job_run(drain)  # makes the table
+    looked = DeltaSparkSink._schema
+    looks: list[bool] = []
+
+    def missed_once(self, spark):  # the next run's first look finds no table
+        looks.append(True)
+        return None if len(looks) == 1 else looked(self, spark)
+
+    monkeypatch.setattr(DeltaSparkSink, "_schema", missed_once)
+    results = [first, *drain_until_empty(drain)]
+    assert len(looks) > 1, "the run did not look again after its create was refused"
+    assert live_rows(drain) == model
+    assert merge_commits(drain) == [r.run_id for r in results]
+
+
+def drain_job_run(drain: DrainConfig):
+    from spark_jobs import drain_job
+
+    return drain_job.run(drain.name, trigger="test", settings=load_settings())
+
+
 @pytest.mark.parametrize("tombstones", [0, TOMBSTONES], ids=["no_tombstones", "tombstones"])
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_a_merge_reads_the_runs_records_once(
