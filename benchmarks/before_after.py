@@ -13,6 +13,9 @@ that a drifting machine load falls on both alike.
   `spark_jobs.examples:one_row_per_record`; `kafka` (the server producer) and `kafka_driver`
   with `kafka_passthrough`. A warm-up round runs first and is not counted.
 - Every output is read back (`readback.py`) and must hold each source record once.
+- Each run also records the CPU seconds its `drainer run` process and its side's Connect server
+  spent (`cpu_probe.py`): a gap in wall time with none in CPU is waiting or the machine's load,
+  not more work (the server's count includes its JIT and GC: compare warm rounds).
 
 ```bash
 git worktree add --detach ../before f2ece29 && make -C ../before .venv/.installed
@@ -23,6 +26,7 @@ git worktree add --detach ../before f2ece29 && make -C ../before .venv/.installe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -31,11 +35,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import cpu_probe
 import fair
 import readback
 import yaml
 from common import OUT, REPO, fresh_drain, produce
 
+from drainer.services.connect import ConnectPaths
 from drainer.settings import load_settings, psycopg_url
 
 PATHS = ("postgres", "delta", "iceberg", "kafka", "kafka_driver")
@@ -60,6 +66,12 @@ class Side:
             "DRAINER_CONNECT_PORT": str(self.port),
             "DRAINER_CONFIG": str(self.drains_file),
         }
+
+    def server_cpu(self) -> float | None:
+        """CPU seconds this side's local Connect server has used so far (None: not ours)."""
+        settings = dataclasses.replace(load_settings(), connect_port=self.port)
+        pid = cpu_probe.server_pid(ConnectPaths.local(settings).pid_file)
+        return cpu_probe.process_cpu(pid)
 
     def drainer(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -179,9 +191,14 @@ def main() -> None:
             for label in order:
                 side = sides[label]
                 name, sink = drains[label][(round_, path)]
+                client_cpu, server_cpu = cpu_probe.children_cpu(), side.server_cpu()
                 started = time.perf_counter()
                 done = side.drainer("run", name, "--json")
                 wall = time.perf_counter() - started
+                cpu = {
+                    "client_cpu_s": cpu_probe.spent(client_cpu, cpu_probe.children_cpu()),
+                    "server_cpu_s": cpu_probe.spent(server_cpu, side.server_cpu()),
+                }
                 if done.returncode != 0:
                     raise SystemExit(f"{label} {path}: drainer run failed: {done.stderr[-800:]}")
                 # the run's own phases (plan, Spark job, commit, ...): where a difference lies
@@ -189,7 +206,14 @@ def main() -> None:
                 if args.read_back == "all" or round_ == 1:
                     read_back(side, sink, expected, f"{label} {path} round {round_}")
                 runs.append(
-                    {"side": label, "path": path, "round": round_, "wall_s": wall, "phases": phases}
+                    {
+                        "side": label,
+                        "path": path,
+                        "round": round_,
+                        "wall_s": wall,
+                        **cpu,
+                        "phases": phases,
+                    }
                 )
                 checked = "read back ok" if args.read_back == "all" or round_ == 1 else "exit 0"
                 print(f"round {round_} {path:13} {label:6} {wall:7.2f} s  {checked}", flush=True)
@@ -230,6 +254,9 @@ def summarize(runs: list[dict[str, Any]], paths: list[str]) -> list[dict[str, An
             names = sorted({p for r in counted for p in r.get("phases", {})})
             medians = {p: fair.median([r["phases"].get(p, 0.0) for r in counted]) for p in names}
             print(f"  {label:6} " + ", ".join(f"{p} {s:.2f}" for p, s in medians.items() if s))
+        cpu = {label: cpu_medians(runs, path, label) for label in ("before", "after")}
+        for label, medians in cpu.items():  # work, not waiting: CPU seconds per run
+            print(f"  {label:6} cpu " + ", ".join(f"{k} {v:.2f}" for k, v in medians.items()))
         rows.append(
             {
                 "path": path,
@@ -238,9 +265,22 @@ def summarize(runs: list[dict[str, Any]], paths: list[str]) -> list[dict[str, An
                 "median_before_s": med["before"],
                 "median_after_s": med["after"],
                 "after_over_before": ratio,
+                "median_cpu_s": cpu,
             }
         )
     return rows
+
+
+def cpu_medians(runs: list[dict[str, Any]], path: str, label: str) -> dict[str, float]:
+    """One side's median CPU seconds per counted run of `path`: `client` (its `drainer run`)
+    and `server` (its Connect server), each where known."""
+    counted = [r for r in runs if r["path"] == path and r["side"] == label and r["round"]]
+    medians = {}
+    for key in ("client", "server"):
+        known = [r[f"{key}_cpu_s"] for r in counted if r.get(f"{key}_cpu_s") is not None]
+        if known:
+            medians[key] = fair.median(known)
+    return medians
 
 
 def head(checkout: Path) -> str:
