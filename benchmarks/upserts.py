@@ -299,7 +299,9 @@ def one_size(
         name, kind, fmt, existing = path
         filled_keys = len(model) if existing else 0
         if kind == fair.TUNED:
-            wall, where = run_peer(spark, topics, fmt, filled_keys)
+            # the session handed out last: a drainer run whose sink needs session settings
+            # (Iceberg's catalog) may have replaced the one this sitting started with
+            wall, where = run_peer(get_spark(load_settings()), topics, fmt, filled_keys)
         else:
             write = "upsert" if kind == fair.DRAINER else ""
             wall, where = run_drainer(topics, count, fmt, write, filled_keys)
