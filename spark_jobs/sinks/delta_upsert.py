@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from drainer.errors import ServiceError
 from drainer.lifecycle.results import RunContext
@@ -63,16 +64,8 @@ def merge_delta(
     note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
     if added_columns(spark, table, source, existing):
         existing = sink._schema(spark)
-    fitted = existing
-
-    def shape(rows: DataFrame) -> DataFrame:
-        return fit_schema(rows, fitted, where)
-
-    again = refill(out, spec, where, shape)
-    with (
-        read_once(shape(source), spec, before, again) as (rows, view, counts),
-        _merging(spark, ctx, counts) as merging,
-    ):
+    written = _written(spark, ctx, where, out, source, spec, existing, before)
+    with written as (rows, view, counts, merging):
         merging.sql(merge_sql(table, spec, rows.columns, view)).collect()
     return _landed(sink, spark, ctx, counts)
 
@@ -92,15 +85,7 @@ def _made_with_rows(
     table first: the caller merges (Delta skips the MERGE when that attempt's commit is the
     run's)."""
     where = sink.location()
-
-    def shape(rows: DataFrame) -> DataFrame:
-        return fit_schema(rows, None, where)
-
-    again = refill(out, spec, where, shape)
-    with (
-        read_once(shape(source), spec, None, again) as (_, view, counts),
-        _merging(spark, ctx, counts) as merging,
-    ):
+    with _written(spark, ctx, where, out, source, spec, None, None) as (_, view, counts, merging):
         made = (
             merging.table(view)  # the cache `read_once` filled
             .writeTo(f"delta.`{where}`")
@@ -123,18 +108,37 @@ def _made_with_rows(
 
 
 @contextmanager
-def _merging(spark: SparkSession, ctx: RunContext, counts: UpsertCounts) -> Iterator[SparkSession]:
-    """A session of the run's write of its own: the run's transaction (txnAppId/txnVersion)
-    and its marker with the counts on whatever it commits."""
+def _written(
+    spark: SparkSession,
+    ctx: RunContext,
+    where: str,
+    out: DataFrame,
+    source: DataFrame,
+    spec: UpsertSpec,
+    fitted: StructType | None,
+    before: DataFrame | None,
+) -> Iterator[tuple[DataFrame, str, UpsertCounts, SparkSession]]:
+    """The run's collapsed rows fitted to the table's schema and read once (`read_once`:
+    cached, their view, their counts against `before`, the table as the run finds it; None: a
+    table the run makes), and a session of the write's own: the run's transaction
+    (txnAppId/txnVersion) and its marker with the counts on whatever it commits."""
+
+    def shape(rows: DataFrame) -> DataFrame:
+        return fit_schema(rows, fitted, where)
+
     drain, run_id, nonce, attempt = run_of(ctx)
-    with own_settings(spark) as merging:
+    again = refill(out, spec, where, shape)
+    with (
+        read_once(shape(source), spec, before, again) as (rows, view, counts),
+        own_settings(spark) as merging,
+    ):
         merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
         merging.conf.set("spark.databricks.delta.write.txnVersion", str(run_id))
         merging.conf.set(
             "spark.databricks.delta.commitInfo.userMetadata",
             counted_marker(drain, run_id, nonce, attempt, counts),
         )
-        yield merging
+        yield rows, view, counts, merging
 
 
 def _landed(
