@@ -200,9 +200,8 @@ def read_once(
     """The collapsed rows cached, a global temporary view of them (its qualified name) for
     the MERGE that runs in a session of its own (`own_settings`), and the merge's counts
     (`count_changes` against `table` as the run finds it; None: a table the run makes with
-    these rows). The counts are
-    the first action on the rows: it reads Kafka and fills the cache and the read's
-    observation in one job, and the MERGE reads the cache. A DataFrame argument of that
+    these rows). The counts are the first action on the rows: it reads Kafka and fills the
+    cache and the read's observation in one job, and the MERGE reads the cache. A DataFrame argument of that
     session's `spark.sql` (`{src}`) missed the cache (the records were read and processed
     again); the view, shared by the server's sessions, holds the very plan that was cached.
 
