@@ -356,6 +356,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2_000)
     parser.add_argument("--keep", action="store_true", help="leave topics and tables")
     args = parser.parse_args()
+    from drainer import services
+
+    # every format's jars before the sitting: a server started without Iceberg's restarted when
+    # the first Iceberg drain was made, mid-sitting, and the peer's session died with it
+    formats = ("delta", "iceberg") if "iceberg" in args.formats else ("delta",)
+    services.up(load_settings(), echo=lambda *_: None, formats=formats)
     result = one_size(
         args.records, args.keys, args.formats, args.into, args.repeat, args.warmup, args.keep
     )
