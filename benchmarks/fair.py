@@ -12,6 +12,9 @@
   non-zero when a read-back disagrees.
 - `write_results`: the JSON under `benchmarks/results/` that `charts.py` draws, with the date,
   the machine and the commit.
+- `limit_noop`: the limit every Spark path shares, Spark reading a drain's ranges (`bounded_read`:
+  `assign` + numeric offsets, drainer's read options) into `noop`, the values decoded where
+  every path of the benchmark decodes them (`value_schema`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +34,7 @@ from typing import Any
 from drainer.settings import load_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
+Offsets = dict[str, dict[str, int]]  # topic -> partition (as a string, Spark's JSON) -> offset
 TUNED, DEFAULT, LIMIT, DRAINER = "tuned", "default", "limit", "drainer"
 
 
@@ -75,6 +80,81 @@ def spark_cores() -> int | None:
     from spark_jobs.session import cores, get_spark
 
     return cores(get_spark(load_settings()))
+
+
+def drain_read_options(drain: Any) -> dict[str, str]:
+    """`drainer_read_options` for a drain's ranges: one per level and partition, read by the
+    cores of the Connect server's session."""
+    return drainer_read_options(drain.levels * drain.partitions, spark_cores())
+
+
+def kafka_ranges(drain: Any) -> tuple[dict[str, list[int]], Offsets, Offsets]:
+    """The drain's ranges now (its level topics' watermarks: what a run whose budget covers
+    the backlog reads) as Spark's Kafka source takes them (`Expected.spark_offsets`)."""
+    return Expected.of_drain(drain).spark_offsets()
+
+
+def bounded_read(spark: Any, drain: Any, options: dict[str, str]) -> Any:
+    """The drain's whole backlog as Spark reads it (`assign` + numeric offsets and headers, as
+    drainer reads), with `options` (drainer's read options, or none: Spark's defaults)."""
+    assign, start, end = kafka_ranges(drain)
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", load_settings().bootstrap_servers)
+        .option("assign", json.dumps(assign))
+        .option("startingOffsets", json.dumps(start))
+        .option("endingOffsets", json.dumps(end))
+        .option("includeHeaders", "true")
+        .options(**options)
+        .load()
+    )
+
+
+def decoded(read: Any, value_schema: str) -> Any:
+    """Kafka source rows as typed rows: the JSON value decoded with `value_schema`
+    (`from_json`, as the peers decode it), beside the source coordinates."""
+    from pyspark.sql import functions as F
+
+    value = F.from_json(F.col("value").cast("string"), value_schema).alias("v")
+    return read.select(value, "topic", "partition", "offset").select(
+        "v.*", "topic", "partition", "offset"
+    )
+
+
+LIMIT_NOOP = "limit_spark_noop"
+
+
+def limit_noop(
+    spark: Any, drain: Any, records: int, value_schema: str | None = None
+) -> dict[str, float]:
+    """The limit of every Spark path: the drain's ranges read with drainer's read options into
+    `noop`, the values decoded with `value_schema` where the benchmark's paths all decode
+    them. The rows are counted on the way (an observed metric): a limit that read fewer
+    records than the backlog would be a false floor, so it fails the benchmark."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    read = bounded_read(spark, drain, drain_read_options(drain))
+    rows = decoded(read, value_schema) if value_schema else read
+    seen = Observation("limit_noop")
+    counted = rows.observe(seen, F.count(F.lit(1)).alias("rows"))
+    started = time.perf_counter()
+    counted.write.format("noop").mode("overwrite").save()
+    wall = time.perf_counter() - started
+    if seen.get["rows"] != records:
+        sys.exit(f"{LIMIT_NOOP}: read {seen.get['rows']} rows, expected {records}")
+    return {"wall_s": wall}
+
+
+def noop_contender(drain: Any, value_schema: str | None = None) -> Contender:
+    """`limit_noop`'s line in a report, with the read options it ran with."""
+    what = "Spark reading the ranges into noop"
+    settings: dict[str, Any] = dict(drain_read_options(drain))
+    if value_schema:
+        # decoding is part of what every path of such a benchmark does, so the limit does it
+        what += ", values decoded (from_json, the benchmark's schema: every path decodes)"
+        settings["from_json"] = value_schema
+    return Contender(LIMIT_NOOP, LIMIT, what, settings)
 
 
 @dataclass
@@ -160,6 +240,18 @@ class Expected:
     @property
     def records(self) -> int:
         return sum(high - low for low, high in self.ranges.values())
+
+    def spark_offsets(self) -> tuple[dict[str, list[int]], Offsets, Offsets]:
+        """The ranges as Spark's Kafka source options take them: `assign` (topic ->
+        partitions), `startingOffsets` and `endingOffsets` (topic -> partition -> offset)."""
+        assign: dict[str, list[int]] = {}
+        start: Offsets = {}
+        end: Offsets = {}
+        for (topic, partition), (low, high) in sorted(self.ranges.items()):
+            assign.setdefault(topic, []).append(partition)
+            start.setdefault(topic, {})[str(partition)] = low
+            end.setdefault(topic, {})[str(partition)] = high
+        return assign, start, end
 
     @classmethod
     def of_drain(cls, drain: Any) -> Expected:

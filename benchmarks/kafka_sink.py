@@ -36,7 +36,6 @@ the order. Results: `benchmarks/results/kafka_sink-<N>.json` (charts.py draws th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import uuid
@@ -101,27 +100,9 @@ def run_drainer_driver(src: Any, records: int) -> dict[str, Any]:
     return run_drainer(src, records, producer="driver")
 
 
-def ranges_of(src: Any) -> tuple[dict[str, list[int]], dict[str, dict[str, int]], dict]:
-    from drainer.kafka.session import KafkaSession
-
-    with KafkaSession(src, load_settings()) as kafka:
-        marks = kafka.watermarks(kafka.partitions(range(src.levels)))
-    assign: dict[str, list[int]] = {}
-    start: dict[str, dict[str, int]] = {}
-    end: dict[str, dict[str, int]] = {}
-    for (level, partition), w in marks.items():
-        topic = src.level_topic(level)
-        assign.setdefault(topic, []).append(partition)
-        start.setdefault(topic, {})[str(partition)] = w.low
-        end.setdefault(topic, {})[str(partition)] = w.high
-    return assign, start, end
-
-
 def read_options(src: Any, tuned: bool) -> dict[str, str]:
     """drainer's read options for the source's ranges, or none (Spark's defaults)."""
-    if not tuned:
-        return {}
-    return fair.drainer_read_options(src.levels * src.partitions, fair.spark_cores())
+    return fair.drain_read_options(src) if tuned else {}
 
 
 def producer_options(tuned: bool) -> dict[str, str]:
@@ -129,22 +110,6 @@ def producer_options(tuned: bool) -> dict[str, str]:
     if not tuned:
         return {}
     return {f"kafka.{k}": v for k, v in fair.drainer_java_producer_settings().items()}
-
-
-def bounded_read(spark: Any, src: Any, options: dict[str, str]) -> Any:
-    """The source's whole backlog as Spark reads it (`assign` + numeric offsets, as drainer
-    reads), with `options` (drainer's read options, or none)."""
-    assign, start, end = ranges_of(src)
-    return (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", _bootstrap())
-        .option("assign", json.dumps(assign))
-        .option("startingOffsets", json.dumps(start))
-        .option("endingOffsets", json.dumps(end))
-        .option("includeHeaders", "true")
-        .options(**options)
-        .load()
-    )
 
 
 def with_source_header(read: Any) -> Any:
@@ -168,7 +133,7 @@ def spark_sink(src: Any, tuned: bool) -> dict[str, Any]:
 
     spark = get_spark(load_settings())
     out = create_topic()
-    read = bounded_read(spark, src, read_options(src, tuned))  # planned before the clock
+    read = fair.bounded_read(spark, src, read_options(src, tuned))  # planned before the clock
     started = time.perf_counter()
     (
         with_source_header(read)
@@ -261,18 +226,14 @@ def limit_spark_noop(src: Any, records: int) -> dict[str, Any]:
     """Spark reading the same ranges, with drainer's read options, into `noop`."""
     from spark_jobs.session import get_spark
 
-    spark = get_spark(load_settings())
-    read = bounded_read(spark, src, read_options(src, tuned=True))
-    started = time.perf_counter()
-    read.write.format("noop").mode("overwrite").save()
-    return {"wall_s": time.perf_counter() - started}
+    return fair.limit_noop(get_spark(load_settings()), src, records)
 
 
 def limit_consumer(src: Any, records: int) -> dict[str, Any]:
     """A bare confluent-kafka consumer taking the same records (assigned, to their ends)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    assign, start, end = ranges_of(src)
+    assign, start, end = fair.kafka_ranges(src)
     consumer = Consumer(
         {
             "bootstrap.servers": _bootstrap(),
@@ -309,7 +270,7 @@ def limit_spark_from_memory(src: Any, records: int) -> dict[str, Any]:
 
     spark = get_spark(load_settings())
     out = create_topic()
-    rows = with_source_header(bounded_read(spark, src, read_options(src, tuned=True))).cache()
+    rows = with_source_header(fair.bounded_read(spark, src, read_options(src, tuned=True))).cache()
     try:
         assert rows.count() == records  # materialized before the clock starts
         started = time.perf_counter()
@@ -382,7 +343,7 @@ def run_server_task(src: Any, records: int) -> dict[str, Any]:
         producer.commit_transaction(120)
         yield pa.RecordBatch.from_pydict({"n": [n]})
 
-    read = bounded_read(spark, src, read_options(src, tuned=True))
+    read = fair.bounded_read(spark, src, read_options(src, tuned=True))
     started = time.perf_counter()
     rows = read.select(
         "value",
@@ -431,10 +392,7 @@ def contenders(src: Any) -> dict[str, tuple[fair.Contender, Any]]:
             C("txn_loop", fair.DEFAULT, "confluent-kafka transactional loop"),
             run_txn_loop,
         ),
-        "limit_spark_noop": (
-            C("limit_spark_noop", fair.LIMIT, "Spark reading the ranges into noop", reads),
-            limit_spark_noop,
-        ),
+        "limit_spark_noop": (fair.noop_contender(src), limit_spark_noop),
         "limit_consumer": (
             C(
                 "limit_consumer",

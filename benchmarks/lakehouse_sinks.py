@@ -180,9 +180,7 @@ def projection(records: Any) -> Any:
 
 
 def read_options(source: Any, tuned: bool) -> dict[str, str]:
-    if not tuned:
-        return {}
-    return fair.drainer_read_options(source.levels * source.partitions, fair.spark_cores())
+    return fair.drain_read_options(source) if tuned else {}
 
 
 def run_streaming(
@@ -304,23 +302,10 @@ def jdbc_append(table: str) -> Any:
     return append
 
 
-def bounded_read(spark: Any, source: Any) -> Any:
-    """The source's ranges, read as drainer reads them (kafka_sink.bounded_read)."""
-    from kafka_sink import bounded_read as read
-
-    return read(spark, source, read_options(source, tuned=True))
-
-
-def limit_noop(spark: Any, source: Any) -> dict[str, Any]:
-    read = bounded_read(spark, source)
-    started = time.perf_counter()
-    read.write.format("noop").mode("overwrite").save()
-    return {"wall_s": time.perf_counter() - started}
-
-
 def limit_from_memory(spark: Any, source: Any, into: str, table: str, count: int) -> dict:
     """Spark writing the rows, cached in memory first, into a fresh table of kind `into`."""
-    rows = projection(bounded_read(spark, source)).cache()
+    rows = projection(fair.bounded_read(spark, source, read_options(source, tuned=True)))
+    rows = rows.cache()
     try:
         assert rows.count() == count  # materialized before the clock starts
         if into == "postgres":
@@ -371,7 +356,7 @@ def clean_up(
 
 def plan(sinks: list[str]) -> list[tuple[str, str, str]]:
     """Every path of a sitting: (name, kind, sink it writes or "" for a shared limit)."""
-    paths = [("limit_spark_noop", fair.LIMIT, ""), ("limit_consumer", fair.LIMIT, "")]
+    paths = [(fair.LIMIT_NOOP, fair.LIMIT, ""), ("limit_consumer", fair.LIMIT, "")]
     for sink in sinks:
         paths += [
             (sink, fair.DRAINER, sink),
@@ -384,8 +369,8 @@ def plan(sinks: list[str]) -> list[tuple[str, str, str]]:
 
 def contender(name: str, kind: str, sink: str, source: Any) -> fair.Contender:
     reads = read_options(source, tuned=True)
-    if name == "limit_spark_noop":
-        return fair.Contender(name, kind, "Spark reading the ranges into noop", reads)
+    if name == fair.LIMIT_NOOP:
+        return fair.noop_contender(source)
     if name == "limit_consumer":
         what = "a bare confluent-kafka consumer taking the records"
         return fair.Contender(name, kind, what, fair.drainer_consumer_settings())
@@ -423,8 +408,8 @@ def one_size(records: int, sinks: list[str], repeat: int, warmup: int, keep: boo
 
     def timed(name: str, kind: str, sink: str, topics: Any, count: int, memory: Jvm) -> dict:
         """One run of a path; its table read back (exit 1 when it disagrees)."""
-        if name == "limit_spark_noop":
-            return limit_noop(spark, topics)
+        if name == fair.LIMIT_NOOP:
+            return fair.limit_noop(spark, topics, count)
         if name == "limit_consumer":
             return limit_consumer(topics, count)
         table = f"bench_{uuid.uuid4().hex[:8]}"

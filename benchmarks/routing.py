@@ -17,6 +17,10 @@ produced once. Each path writes every type into its own Delta table:
   drainer's read options (`fair.drainer_read_options`), `from_json` with the same schema, and a
   `foreachBatch` that persists the micro-batch and appends each type's rows to its table,
   `trigger(availableNow=True)`, timed from building the query to `awaitTermination()`.
+- `limit_spark_noop` (the limit of this machine, same sitting): Spark reading the same ranges
+  (the topics, partitions and offsets drainer's run reads) with drainer's read options into
+  `noop`, the values decoded with `from_json` and the same schema, since every path decodes
+  them (`fair.limit_noop`); its rows are counted, not read back (it writes no table).
 
 All on the same warm Spark Connect server (the session drainer's runs use). Every path's 5 tables
 are read back without Spark (`readback.delta`), and together must hold each source record exactly
@@ -42,7 +46,7 @@ from drainer.settings import load_settings
 from tests.support.event_types import DDL, FIELDS, TYPES
 
 FOLDER = "bench_routing"
-PATHS = ("drainer_routed", "drainer_5_drains", "foreachbatch_5_tables")
+PATHS = ("drainer_routed", "drainer_5_drains", "foreachbatch_5_tables", fair.LIMIT_NOOP)
 SERIAL = "drainer_routed_serial"  # --serial: the gain of writing the tables at once
 
 
@@ -150,7 +154,7 @@ def run_foreach_batch(source: Any, records: int) -> tuple[float, list[str]]:
     root = warehouse(f"fb_{uuid.uuid4().hex[:6]}")
     tables = {t: str(root / t) for t in TYPES}
     topics = ",".join(source.level_topic(level) for level in range(source.levels))
-    options = fair.drainer_read_options(source.levels * source.partitions, fair.spark_cores())
+    options = fair.drain_read_options(source)
 
     def write_tables(batch: Any, batch_id: int) -> None:
         batch.persist()
@@ -193,6 +197,13 @@ def run_foreach_batch(source: Any, records: int) -> tuple[float, list[str]]:
     return wall, list(tables.values())
 
 
+def limit_noop(source: Any, records: int) -> tuple[float, list[str]]:
+    """The limit: the ranges read into `noop`, decoded with the peers' schema; no tables."""
+    from spark_jobs.session import get_spark
+
+    return fair.limit_noop(get_spark(load_settings()), source, records, DDL)["wall_s"], []
+
+
 def read_back(locations: list[str]) -> readback.Found:
     """The 5 tables' source coordinates together: rows and distinct offsets add up (a record
     in two tables counts twice, and fails the check)."""
@@ -212,11 +223,12 @@ RUNNERS = {
     SERIAL: run_routed_serial,
     "drainer_5_drains": run_five_drains,
     "foreachbatch_5_tables": run_foreach_batch,
+    fair.LIMIT_NOOP: limit_noop,
 }
 
 
 def contenders(source: Any, paths: tuple[str, ...]) -> list[fair.Contender]:
-    read = fair.drainer_read_options(source.levels * source.partitions, fair.spark_cores())
+    read = fair.drain_read_options(source)
     serial = fair.Contender(SERIAL, fair.DRAINER, "drainer_routed, its tables one after another")
     return [
         fair.Contender(
@@ -234,6 +246,7 @@ def contenders(source: Any, paths: tuple[str, ...]) -> list[fair.Contender]:
             "readStream (availableNow) + from_json + foreachBatch: persist, 5 Delta appends",
             {f"option.{k}": v for k, v in read.items()},
         ),
+        fair.noop_contender(source, DDL),
     ]
 
 
@@ -259,7 +272,8 @@ def main() -> int:
         order = paths[round_ % len(paths) :] + paths[: round_ % len(paths)]
         for path in order:
             wall, tables = RUNNERS[path](source, args.records)
-            expected.check(path, read_back(tables))
+            if path != fair.LIMIT_NOOP:  # the limit writes no table: it counts its rows
+                expected.check(path, read_back(tables))
             walls[path].append(wall)
             print(f"round {round_ + 1}: {path} {wall:.2f} s")
             if not args.keep:  # each path's folder whole (the peer's holds its checkpoint)
@@ -269,10 +283,15 @@ def main() -> int:
         "routing: 5 types into 5 Delta tables", args.records, contenders(source, paths), walls
     )
     ours = next(r for r in rows if r["path"] == "drainer_routed")
-    peers = [r for r in rows if r["path"] not in ("drainer_routed", SERIAL)]
+    peers = [
+        r for r in rows if r["path"] not in ("drainer_routed", SERIAL) and r["kind"] != fair.LIMIT
+    ]
     fastest_peer = min(r["wall_s"] for r in peers)
     ratio = round(ours["wall_s"] / fastest_peer, 2)
+    limit = next(r for r in rows if r["path"] == fair.LIMIT_NOOP)
+    over_limit = round(ours["wall_s"] / limit["wall_s"], 2)
     print(f"drainer_routed over the faster peer: {ratio:.2f}x (the issue asks at most 1.0x)")
+    print(f"drainer_routed over the limit ({fair.LIMIT_NOOP}): {over_limit:.2f}x")
     fair.write_results(
         "routing",
         {
@@ -280,6 +299,7 @@ def main() -> int:
             "repeat": args.repeat,
             "rows": rows,
             "routed_over_fastest_peer": ratio,
+            "routed_over_limit": over_limit,
         },
     )
     return 0

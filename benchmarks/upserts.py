@@ -14,6 +14,11 @@ key), spread over 3 levels x 2 partitions, are produced once. Into Delta and int
   `v` replaces, a new key is inserted), `trigger(availableNow=True)`, on the same session of
   the same warm Connect server.
 - `drainer_append_<fmt>`: the same records appended (`write: append`): the merge's cost.
+- `limit_spark_noop`, once a round and shown in every table (the limit of this machine, same
+  sitting): Spark reading the same ranges (the topics, partitions and offsets drainer's runs
+  read) with drainer's read options into `noop`, the values decoded with `from_json` and
+  SCHEMA, since every path decodes them (`fair.limit_noop`); its rows are counted, as it
+  writes no table.
 
 Both upsert paths start without a table and make it inside the timed run (drainer as its run
 does, the peer with the `CREATE TABLE` a user's job runs before its stream): neither gets its
@@ -173,7 +178,7 @@ def run_peer(spark: Any, source: Any, fmt: str, keys: int = 0) -> tuple[float, s
             "TBLPROPERTIES ('format-version' = '2')"
         )
     topics = ",".join(source.level_topic(level) for level in range(LEVELS))
-    reads = fair.drainer_read_options(LEVELS * PARTITIONS, fair.spark_cores())
+    reads = fair.drain_read_options(source)
 
     def merge_batch(batch: Any, batch_id: int) -> None:  # runs on the server's Python worker
         from pyspark.sql import Window
@@ -243,8 +248,9 @@ def drop(spark: Any, fmt: str, where: str) -> None:
 
 
 def paths(formats: list[str], into: list[str]) -> list[tuple[str, str, str, bool]]:
-    """(name, kind, format, into an existing table) of every path of a sitting."""
-    out = []
+    """(name, kind, format, into an existing table) of every path of a sitting; the limit's
+    format is "": it reads the ranges, the same for every table."""
+    out = [(fair.LIMIT_NOOP, fair.LIMIT, "", False)]
     for fmt in formats:
         if "new" in into:
             out += [
@@ -298,9 +304,11 @@ def one_size(
     def timed(path: tuple[str, str, str, bool], topics: Any, count: int, model: dict) -> float:
         name, kind, fmt, existing = path
         filled_keys = len(model) if existing else 0
+        # the session handed out last: a drainer run whose sink needs session settings
+        # (Iceberg's catalog) may have replaced the one this sitting started with
+        if name == fair.LIMIT_NOOP:  # no table: it counts the rows it read and decoded
+            return fair.limit_noop(get_spark(load_settings()), topics, count, SCHEMA)["wall_s"]
         if kind == fair.TUNED:
-            # the session handed out last: a drainer run whose sink needs session settings
-            # (Iceberg's catalog) may have replaced the one this sitting started with
             wall, where = run_peer(get_spark(load_settings()), topics, fmt, filled_keys)
         else:
             write = "upsert" if kind == fair.DRAINER else ""
@@ -319,19 +327,28 @@ def one_size(
         for path in sitting[shift:] + sitting[:shift]:
             wall = timed(path, source, records, newest)
             walls[path[0]].append(wall)
-            print(f"{records:,} {path[0]}: {wall:.2f} s, read back", file=sys.stderr)
+            checked = "rows counted" if path[0] == fair.LIMIT_NOOP else "read back"
+            print(f"{records:,} {path[0]}: {wall:.2f} s, {checked}", file=sys.stderr)
     rows = []
-    for fmt in formats:  # drainer's ratio to each path of its own format and table
+    for fmt in formats:  # drainer's ratio to each path of its own format and table, the limit
         for existing in (False, True):
             mine = [p for p in sitting if p[2] == fmt and p[3] == existing]
             if not mine:
                 continue
-            rows += fair.report(
-                f"state tables, {fmt}, {'an existing' if existing else 'a new'} table",
+            table = f"{fmt}, {'an existing' if existing else 'a new'} table"
+            shown = [*mine, *(p for p in sitting if p[0] == fair.LIMIT_NOOP)]
+            found = fair.report(
+                f"state tables, {table}",
                 records,
-                [contender(*p) for p in mine],
-                {p[0]: walls[p[0]] for p in mine},
+                [
+                    fair.noop_contender(source, SCHEMA)
+                    if p[0] == fair.LIMIT_NOOP
+                    else contender(*p)
+                    for p in shown
+                ],
+                {p[0]: walls[p[0]] for p in shown},
             )
+            rows += [{**row, "table": table} for row in found]  # the limit's row in each
     if not keep:
         for fmt, where in made:
             drop(spark, fmt, where)
@@ -356,6 +373,12 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2_000)
     parser.add_argument("--keep", action="store_true", help="leave topics and tables")
     args = parser.parse_args()
+    from drainer import services
+
+    # every format's jars before the sitting: a server started without Iceberg's restarted when
+    # the first Iceberg drain was made, mid-sitting, and the peer's session died with it
+    formats = ("delta", "iceberg") if "iceberg" in args.formats else ("delta",)
+    services.up(load_settings(), echo=lambda *_: None, formats=formats)
     result = one_size(
         args.records, args.keys, args.formats, args.into, args.repeat, args.warmup, args.keep
     )
