@@ -131,8 +131,8 @@ def limit_noop(
     `noop`, the values decoded with `value_schema` where the benchmark's paths all decode
     them. The rows are counted after the clock stops, by a read of their own: a limit that
     read fewer records than the backlog would be a false floor, so it fails the benchmark,
-    and a count inside the timed read (an observed metric costs ~0.3 s per 1M rows here)
-    would raise the floor it measures."""
+    and a count inside the timed read (an observed metric, up to 0.3 s per 1M rows measured
+    here) would raise the floor it measures."""
     read = bounded_read(spark, drain, drain_read_options(drain))
     rows = decoded(read, value_schema) if value_schema else read
     started = time.perf_counter()
