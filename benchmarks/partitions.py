@@ -14,6 +14,11 @@ is not exactly the N records, each once, fails the benchmark (exit 1).
 Printed: per count the median wall time, the Spark job's and the ratio to the smallest count
 (issue 51 asks 192 partitions within 1.5x of 12). Results:
 `benchmarks/results/partitions-<N>.json` (charts.py draws `partitions.png`).
+
+`--rerun`: one drain run again instead, as a schedule runs it: before each run N / (repeat + 1)
+new records are produced, and the same drain drains them (its Spark reads keep the drain's group
+id, so the Connect server's pooled consumers of its partitions can serve it again); its table is
+read back once, at the end. Results: `benchmarks/results/partitions_rerun-<N>.json`.
 """
 
 from __future__ import annotations
@@ -108,6 +113,39 @@ def one_count(per_level: int, records: int, repeat: int) -> dict[str, Any]:
     }
 
 
+def one_count_rerun(per_level: int, records: int, repeat: int) -> dict[str, Any]:
+    """The same drain run `repeat` times (after a warm-up run), each on N / (repeat + 1) new
+    records: what a scheduled drain pays per run at this partition count."""
+    source = fresh_drain(records, levels=LEVELS, partitions=per_level, processor=PROCESSOR)
+    drain, config = reader(source, records)
+    per_run = records // (repeat + 1)
+    walls: list[float] = []
+    phases: list[dict[str, float]] = []
+    for i in range(repeat + 1):
+        produce(source, per_run)
+        wall, result = drainer_run(drain, config)
+        assert result["drained"] == per_run, result
+        if i == 0:
+            continue  # the warm-up: the session, the drain's first offsets
+        walls.append(wall)
+        phases.append(result["phases"])
+        print(f"{LEVELS} x {per_level}, run {i}: {wall:.2f} s", flush=True)
+    expected = fair.Expected.of_drain(source)
+    expected.check(f"{LEVELS}x{per_level} rerun", readback.postgres(drain.sink.table))
+    drop_table(drain.sink.table)
+    (OUT / f"{drain.name}.yaml").unlink(missing_ok=True)
+    delete_at_exit(source)
+    return {
+        "partitions_per_level": per_level,
+        "partitions_total": LEVELS * per_level,
+        "records": per_run,
+        "wall_s": fair.median(walls),
+        "runs_s": [round(w, 3) for w in walls],
+        "spark_job_s": fair.median([p.get("spark_job", 0.0) for p in phases]),
+        "phases": {k: fair.median([p.get(k, 0.0) for p in phases]) for k in phases[0]},
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=192_000)
@@ -119,10 +157,15 @@ def main() -> int:
         default=[4, 16, 64, 256],
         help="partitions per level (3 levels)",
     )
+    parser.add_argument(
+        "--rerun", action="store_true", help="one drain run again on new records each time"
+    )
     args = parser.parse_args()
-    rows = [one_count(p, args.records, args.repeat) for p in args.partitions]
+    count = one_count_rerun if args.rerun else one_count
+    rows = [count(p, args.records, args.repeat) for p in args.partitions]
     base = rows[0]
-    print(f"\n{args.records:,} records, whole `drainer run`, medians of {args.repeat}")
+    what = f"{rows[0]['records']:,} new records a run, one drain" if args.rerun else "records"
+    print(f"\n{args.records:,} {what}, whole `drainer run`, medians of {args.repeat}")
     print("| partitions | wall (s) | Spark job (s) | x the fewest partitions |")
     print("|---:|---:|---:|---:|")
     for row in rows:
@@ -135,7 +178,8 @@ def main() -> int:
         "settings: drainer's defaults (kafka.fetch.max.wait.ms=10, kafka.max.poll.records="
         "10000), sink postgres, one_row_per_record"
     )
-    fair.write_results("partitions", {"records": args.records, "repeat": args.repeat, "rows": rows})
+    name = "partitions_rerun" if args.rerun else "partitions"
+    fair.write_results(name, {"records": args.records, "repeat": args.repeat, "rows": rows})
     return 0
 
 
