@@ -102,15 +102,7 @@ def one_count(per_level: int, records: int, repeat: int) -> dict[str, Any]:
         print(f"{LEVELS} x {per_level}: {wall:.2f} s, read back", flush=True)
     (OUT / f"{warm.name}.yaml").unlink(missing_ok=True)
     delete_at_exit(source)
-    return {
-        "partitions_per_level": per_level,
-        "partitions_total": LEVELS * per_level,
-        "records": records,
-        "wall_s": fair.median(walls),
-        "runs_s": [round(w, 3) for w in walls],
-        "spark_job_s": fair.median([p.get("spark_job", 0.0) for p in phases]),
-        "phases": {k: fair.median([p.get(k, 0.0) for p in phases]) for k in phases[0]},
-    }
+    return _row(per_level, records, walls, phases)
 
 
 def one_count_rerun(per_level: int, records: int, repeat: int) -> dict[str, Any]:
@@ -135,10 +127,17 @@ def one_count_rerun(per_level: int, records: int, repeat: int) -> dict[str, Any]
     drop_table(drain.sink.table)
     (OUT / f"{drain.name}.yaml").unlink(missing_ok=True)
     delete_at_exit(source)
+    return _row(per_level, per_run, walls, phases)
+
+
+def _row(
+    per_level: int, records: int, walls: list[float], phases: list[dict[str, float]]
+) -> dict[str, Any]:
+    """One partition count's result: medians of the runs' wall times and phases."""
     return {
         "partitions_per_level": per_level,
         "partitions_total": LEVELS * per_level,
-        "records": per_run,
+        "records": records,
         "wall_s": fair.median(walls),
         "runs_s": [round(w, 3) for w in walls],
         "spark_job_s": fair.median([p.get("spark_job", 0.0) for p in phases]),
