@@ -113,13 +113,11 @@ def run_routed(source: Any, records: int) -> tuple[float, list[str]]:
 
 def run_routed_serial(source: Any, records: int) -> tuple[float, list[str]]:
     """`drainer_routed` with its tables written one after another, as before they were written
-    at once (`spark_jobs.sinks.routed.TABLES_AT_ONCE`): what writing them at once gains."""
+    at once: `spark_jobs.sinks.routed.TABLES_AT_ONCE` at 1, one thread taking them in turn.
+    What writing them at once gains."""
     from unittest import mock
 
-    def one_after_another(spark: Any, calls: dict[str, Any], threads: int) -> dict[str, Any]:
-        return {name: call() for name, call in calls.items()}
-
-    with mock.patch("spark_jobs.sinks.routed.at_once", one_after_another):
+    with mock.patch("spark_jobs.sinks.routed.TABLES_AT_ONCE", 1):
         return run_routed(source, records)
 
 

@@ -201,9 +201,10 @@ def read_once(
     the MERGE that runs in a session of its own (`own_settings`), and the merge's counts
     (`count_changes` against `table` as the run finds it; None: a table the run makes with
     these rows). The counts are the first action on the rows: it reads Kafka and fills the
-    cache and the read's observation in one job, and the MERGE reads the cache. A DataFrame argument of that
-    session's `spark.sql` (`{src}`) missed the cache (the records were read and processed
-    again); the view, shared by the server's sessions, holds the very plan that was cached.
+    cache and the read's observation in one job, and the MERGE reads the cache. A DataFrame
+    argument of that session's `spark.sql` (`{src}`) missed the cache (the records were read
+    and processed again); the view, shared by the server's sessions, holds the very plan that
+    was cached.
 
     `source` collapsed without the tombstones' order (`collapse(fill=False)`), `again`
     (`refill`) collapses the keys whose newest row is a delete without order values once more,
