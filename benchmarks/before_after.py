@@ -249,6 +249,9 @@ def summarize(runs: list[dict[str, Any]], paths: list[str]) -> list[dict[str, An
         ratio = med["after"] / med["before"]
         cells = {k: f"{med[k]:.2f} [{w[0]:.2f}-{w[-1]:.2f}]" for k, w in walls.items()}
         print(f"{path:13} {cells['before']:>22} {cells['after']:>22} {ratio:12.2f}x")
+        paired = paired_ratios(runs, path)
+        print(f"  paired after/before by round: {', '.join(f'{r:.2f}' for r in paired)}")
+        print(f"  {fair.noise_verdict(paired)}")
         for label in ("before", "after"):  # each side's phases, medians over the same rounds
             counted = [r for r in runs if r["path"] == path and r["side"] == label and r["round"]]
             names = sorted({p for r in counted for p in r.get("phases", {})})
@@ -265,10 +268,22 @@ def summarize(runs: list[dict[str, Any]], paths: list[str]) -> list[dict[str, An
                 "median_before_s": med["before"],
                 "median_after_s": med["after"],
                 "after_over_before": ratio,
+                "paired_after_over_before": paired,
+                "verdict": fair.noise_verdict(paired),
                 "median_cpu_s": cpu,
             }
         )
     return rows
+
+
+def paired_ratios(runs: list[dict[str, Any]], path: str) -> list[float]:
+    """after / before of `path` in each counted round, in round order: the two sides of one
+    round ran back to back, so a drifting load falls on both and cancels in the ratio."""
+    wall = {(r["side"], r["round"]): r["wall_s"] for r in runs if r["path"] == path}
+    rounds = sorted(
+        {r for side, r in wall if r > 0 and ("before", r) in wall and ("after", r) in wall}
+    )
+    return [wall[("after", r)] / wall[("before", r)] for r in rounds]
 
 
 def cpu_medians(runs: list[dict[str, Any]], path: str, label: str) -> dict[str, float]:

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -172,6 +173,38 @@ class Contender:
 
 def median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
+
+
+def median_interval(values: list[float], confidence: float = 0.9) -> tuple[float, float, float]:
+    """The k-th smallest and k-th largest of `values`, k as large as keeps the median inside
+    them with at least `confidence`, whatever the noise's distribution (the sign test's
+    interval: each value falls below the median with probability 1/2), and that confidence.
+    Five values give the smallest and the largest, at 94%."""
+    n = len(values)
+    ordered = sorted(values)
+
+    def covered(k: int) -> float:  # P(k-th smallest <= median <= k-th largest)
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2**n
+
+    k = 1
+    while k + 1 <= n // 2 and covered(k + 1) >= confidence:
+        k += 1
+    return ordered[k - 1], ordered[n - k], covered(k)
+
+
+def noise_verdict(paired: list[float]) -> str:
+    """Whether after differs from before beyond the rounds' noise: when the interval that holds
+    the paired ratios' median (`median_interval`) lies wholly above 1, or wholly below. The
+    medians' ratio alone does not say so: each side's median may come from another round."""
+    low, high, confidence = median_interval(paired) if paired else (0.0, 0.0, 0.0)
+    if confidence < 0.9:
+        return f"too few counted rounds ({len(paired)}) to tell: 5 or more give a 90% interval"
+    span = f"paired median {median(paired):.2f}x, {confidence:.0%} interval {low:.2f}-{high:.2f}"
+    if low > 1:
+        return f"slower beyond noise ({span})"
+    if high < 1:
+        return f"faster beyond noise ({span})"
+    return f"within noise ({span})"
 
 
 def report(
