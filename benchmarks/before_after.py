@@ -16,10 +16,14 @@ that a drifting machine load falls on both alike.
 - Each run also records the CPU seconds its `drainer run` process and its side's Connect server
   spent (`cpu_probe.py`): a gap in wall time with none in CPU is waiting or the machine's load,
   not more work (the server's count includes its JIT and GC: compare warm rounds).
+- The verdict per path is on the paired ratios, after / before within each round: a
+  regression beyond noise only when the interval that holds their median (the sign test's,
+  `fair.median_interval`) lies wholly above 1. `--pool` gives it over several sittings' results.
 
 ```bash
 git worktree add --detach ../before f2ece29 && make -C ../before .venv/.installed
 .venv/bin/python benchmarks/before_after.py --before ../before --records 1000000 --repeat 5
+.venv/bin/python benchmarks/before_after.py --pool benchmarks/results/before_after-1000000*.json
 ```
 """
 
@@ -150,7 +154,7 @@ def read_back(side: Side, sink: dict[str, Any], expected: fair.Expected, label: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", type=Path, required=True, help="the older checkout")
+    parser.add_argument("--before", type=Path, help="the older checkout")
     parser.add_argument("--after", type=Path, default=REPO, help="default: this checkout")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
@@ -164,7 +168,19 @@ def main() -> None:
         help="`first`: read back only each path's first counted round (at 10M a Kafka read-back "
         "takes longer than the run; the later rounds are the same drain on the same backlog)",
     )
+    parser.add_argument(
+        "--pool",
+        type=Path,
+        nargs="+",
+        help="run nothing: the verdict per path over the paired rounds of these results files "
+        "together (several sittings: a narrower interval than one sitting's five rounds)",
+    )
     args = parser.parse_args()
+    if args.pool:
+        pooled(args.pool)
+        return
+    if args.before is None:
+        parser.error("--before is required (or --pool)")
 
     database = f"bench_ba_{uuid.uuid4().hex[:6]}"
     sides = {
@@ -284,6 +300,18 @@ def paired_ratios(runs: list[dict[str, Any]], path: str) -> list[float]:
         {r for side, r in wall if r > 0 and ("before", r) in wall and ("after", r) in wall}
     )
     return [wall[("after", r)] / wall[("before", r)] for r in rounds]
+
+
+def pooled(files: list[Path]) -> None:
+    """Per path, the verdict over every counted round of `files` (results of this script)."""
+    ratios: dict[str, list[float]] = {}
+    for file in files:
+        runs = json.loads(file.read_text())["runs"]
+        for path in dict.fromkeys(r["path"] for r in runs):
+            ratios.setdefault(path, []).extend(paired_ratios(runs, path))
+    print(f"{len(files)} sittings pooled: " + ", ".join(str(f) for f in files))
+    for path, paired in ratios.items():
+        print(f"{path:13} {len(paired):3} rounds  {fair.noise_verdict(paired)}")
 
 
 def cpu_medians(runs: list[dict[str, Any]], path: str, label: str) -> dict[str, float]:
