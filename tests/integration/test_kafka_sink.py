@@ -116,6 +116,38 @@ def test_each_source_record_is_produced_once_and_names_its_run(make_drain, spark
         assert sum(last.phases[k] for k in driver) <= last.phases["spark_job"] + 0.001 * len(driver)
 
 
+def test_a_large_run_of_the_driver_producer_streams_in_parts_each_record_once(
+    make_drain, spark, monkeypatch
+):
+    """A run past `STAGE_RECORDS` is staged and streamed in parts, each its own Spark job (one
+    job's results past the server's `spark.driver.maxResultSize` failed 10M-record runs). The
+    thresholds are lowered so that this backlog's runs stream in several parts each."""
+    from spark_jobs.sinks import kafka as kafka_sink
+    from spark_jobs.sinks.kafka import stream
+
+    streams = []
+    real_stream = stream._arrow_stream
+
+    def counted(rows):
+        streams.append(rows)
+        return real_stream(rows)
+
+    monkeypatch.setattr(kafka_sink, "STAGE_RECORDS", 10)
+    monkeypatch.setattr(stream, "PART_BYTES", 1)  # every Spark partition a part of its own
+    monkeypatch.setattr(stream, "_arrow_stream", counted)
+    with output_topic() as out:
+        sink = {"type": "kafka", "topic": out, "producer": "driver"}
+        drain = make_drain(sink=sink, budget=BUDGET, **MODES["dataframe"])
+        total = sum(produce_backlog(drain, PER_PARTITION).values())
+        results = drain_until_empty(drain)
+        assert sum(r.drained for r in results) == total and len(results) == 2
+        assert len(streams) > len(results)  # the parts happened: more streams than runs
+        high = high_watermarks(drain)
+        assert_each_source_once(out, high)
+        assert stored_offsets(drain) == {k: (end, "") for k, end in high.items()}
+        assert {r.table_commit["details"]["producer"] for r in results} == {"driver"}
+
+
 def test_rows_route_themselves_to_other_topics_and_partitions(make_drain, spark):
     """A processor's `topic` and `partition` columns route each row (Spark's Kafka sink
     schema); a row without them goes to the sink's topic. Only the columns the output has

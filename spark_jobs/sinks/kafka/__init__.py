@@ -10,7 +10,9 @@ transactional producer sends the tables already there. So computing, streaming a
 overlap, each row is computed once, and driver memory stays bounded by a few tables
 (`stream`). The broker's transaction starts with the first record sent, so it spans the job's streaming tail, not its whole run. An attempt after a
 failed one computes and caches every row first (the run's stage) and produces from that: a job
-too slow to stream within one transaction timeout still completes on its retry.
+too slow to stream within one transaction timeout still completes on its retry. So does a run of
+more than `stream.STAGE_RECORDS` records, whose stage is then streamed in parts: on Connect one
+stream is one Spark job, whose results may not pass the server's `spark.driver.maxResultSize`.
 
 A resumed run first fences every older attempt (`init_transactions`) and then looks for its
 marker `read_committed`: found, the run is committed in Kafka and is not produced again.
@@ -43,7 +45,14 @@ from drainer.store.leases import check_fence
 from spark_jobs.session import is_connect
 from spark_jobs.sinks.base import SparkSink
 from spark_jobs.sinks.kafka.server import produce_on_server, producer_settings, why_not_on_server
-from spark_jobs.sinks.kafka.stream import crash_at_first, out_batches, read_ahead
+from spark_jobs.sinks.kafka.stream import (
+    STAGE_RECORDS,
+    crash_at_first,
+    in_parts,
+    out_batches,
+    partition_bytes,
+    read_ahead,
+)
 from spark_jobs.sinks.upsert import collapse
 
 SOURCE_COLUMN = "_drainer_source"
@@ -96,11 +105,17 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         # classic session: its `toLocalIterator` never reports the read's observation (the
         # run's count then waited forever), the staging count does
         classic = not is_connect(rows.sparkSession)
-        staged = rows.persist() if ctx.attempt > 1 or classic else None
+        on_server = self._on_server(rows, columns)
+        # a large run's stream is staged too, to go in parts (`stream.in_parts`)
+        large = not on_server and sum(ctx.readable_records().values()) > STAGE_RECORDS
+        staged = rows.persist() if ctx.attempt > 1 or classic or large else None
+        sizes: dict[int, int] | None = None
         took = self._took = {}
         try:
-            if staged is not None:
+            if staged is not None and classic:
                 staged.count()
+            elif staged is not None:
+                sizes = partition_bytes(staged)
 
             def still_ours() -> None:
                 with ctx.engine.connect() as conn:
@@ -120,7 +135,7 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                     raise not_compacted(self.topic, policy)
             took["checks"] = time.monotonic() - started
             source = rows if staged is None else staged
-            if self._on_server(source, columns):
+            if on_server:
                 marker = produce_on_server(
                     self._txn(ctx),
                     source,
@@ -135,7 +150,10 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                 )
                 return self._commit(marker, "server")
             # the stream starts now: Spark computes while the producer is fenced in
-            streamed = out_batches(rows if staged is None else staged)
+            if staged is None:
+                streamed = out_batches(rows)
+            else:
+                streamed = out_batches(staged) if sizes is None else in_parts(staged, sizes)
             if self._crash_in_spark:
                 streamed = crash_at_first(streamed)
             started = time.monotonic()

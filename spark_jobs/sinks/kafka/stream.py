@@ -4,6 +4,7 @@ On Spark Connect the rows arrive as the Arrow tables the server streams (its own
 stream), converted column by column; on a classic session as Rows from `toLocalIterator`, in
 chunks. `read_ahead` reads them on a thread of its own, a few tables ahead of the producer, so
 computing, streaming and producing overlap and driver memory stays bounded by a few tables.
+A staged run's rows go in parts (`in_parts`), each part one Spark job of a bounded size.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StringType
 
 from drainer import faults
 from drainer.sinks.kafka.out_batches import OutBatch
@@ -25,6 +28,12 @@ from spark_jobs.session import is_connect
 READ_AHEAD = 4  # Arrow tables between the stream and the producer (Connect's are <= 4 MB)
 JOIN_S = 2.0  # what leaving `read_ahead` waits for its reader thread
 CHUNK_ROWS = 10_000  # rows per batch off a classic session's iterator
+# On Connect a stream is one Spark job, and a job whose results pass the server's
+# spark.driver.maxResultSize (1 GiB by default) fails: 10M 100-byte records made 1,088 MiB. A
+# run planning more records than this is staged first and streamed in parts (`in_parts`).
+STAGE_RECORDS = 2_000_000
+PART_BYTES = 256 * 2**20  # a part's rows, estimated: a quarter of that default
+ROW_BYTES = 32  # a row's fixed-width columns and Arrow offsets, beside its text and bytes
 
 
 @contextmanager
@@ -97,6 +106,50 @@ def out_batches(rows: DataFrame) -> Iterator[OutBatch]:
     for table in tables:
         if table.num_rows:
             yield _arrow_batch(table)
+
+
+def partition_bytes(staged: DataFrame) -> dict[int, int]:
+    """The staged rows' estimated Arrow bytes per Spark partition (those with rows): the
+    first action on them, which fills the stage."""
+    sized = [
+        F.coalesce(F.length(f.name), F.lit(0))
+        for f in staged.schema.fields
+        if isinstance(f.dataType, (BinaryType, StringType))
+    ]
+    if "headers" in staged.columns:  # a header's key, value and offsets, roughly
+        sized.append(F.greatest(F.size("headers"), F.lit(0)) * 64)
+    row = F.lit(ROW_BYTES)
+    for size in sized:
+        row = row + size
+    found = staged.groupBy(F.spark_partition_id().alias("p")).agg(F.sum(row).alias("b")).collect()
+    return {int(r["p"]): int(r["b"]) for r in found}
+
+
+def parts(sizes: dict[int, int], most: int) -> list[tuple[int, int]]:
+    """Consecutive partitions packed into parts of at most `most` bytes each (a partition
+    larger than that is a part alone), as (first, last) partition ids, in order: streamed one
+    after another, the parts keep the rows' order."""
+    packed: list[tuple[int, int]] = []
+    total = 0
+    for partition in sorted(sizes):
+        if packed and total + sizes[partition] <= most:
+            packed[-1] = (packed[-1][0], partition)
+            total += sizes[partition]
+        else:
+            packed.append((partition, partition))
+            total = sizes[partition]
+    return packed
+
+
+def in_parts(staged: DataFrame, sizes: dict[int, int]) -> Iterator[OutBatch]:
+    """The staged rows streamed one part after another (`parts`), each its own Spark job
+    whose results stay below the server's limit; each part reads the stage, not Kafka."""
+    packed = parts(sizes, PART_BYTES)
+    if len(packed) <= 1:
+        yield from out_batches(staged)
+        return
+    for first, last in packed:
+        yield from out_batches(staged.where(F.spark_partition_id().between(first, last)))
 
 
 def _arrow_batch(table: pa.Table) -> OutBatch:
