@@ -10,8 +10,8 @@ transactional producer sends the tables already there. So computing, streaming a
 overlap, each row is computed once, and driver memory stays bounded by a few tables
 (`stream`). The broker's transaction starts with the first record sent, so it spans the job's streaming tail, not its whole run. An attempt after a
 failed one computes and caches every row first (the run's stage) and produces from that: a job
-too slow to stream within one transaction timeout still completes on its retry. So does a run of
-more than `stream.STAGE_RECORDS` records, whose stage is then streamed in parts: on Connect one
+too slow to stream within one transaction timeout still completes on its retry. A run of more
+than `stream.STAGE_RECORDS` records is staged on disk and streamed in parts: on Connect one
 stream is one Spark job, whose results may not pass the server's `spark.driver.maxResultSize`.
 
 A resumed run first fences every older attempt (`init_transactions`) and then looks for its
@@ -49,6 +49,7 @@ from spark_jobs.sinks.kafka.stream import (
     STAGE_RECORDS,
     crash_at_first,
     in_parts,
+    numbered_stage,
     out_batches,
     partition_bytes,
     read_ahead,
@@ -106,16 +107,21 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         # run's count then waited forever), the staging count does
         classic = not is_connect(rows.sparkSession)
         on_server = self._on_server(rows, columns)
-        # a large run's stream is staged too, to go in parts (`stream.in_parts`)
+        # a large run's driver stream is staged too, to go in parts (`stream.in_parts`)
         large = not on_server and sum(ctx.readable_records().values()) > STAGE_RECORDS
-        staged = rows.persist() if ctx.attempt > 1 or classic or large else None
+        parted = not (classic or on_server) and (large or ctx.attempt > 1)
+        staged: DataFrame | None = None
+        if parted:
+            staged = numbered_stage(rows, on_disk=large)
+        elif ctx.attempt > 1 or classic:
+            staged = rows.persist()
         sizes: dict[int, int] | None = None
         took = self._took = {}
         try:
-            if staged is not None and classic:
-                staged.count()
-            elif staged is not None:
+            if parted and staged is not None:
                 sizes = partition_bytes(staged)
+            elif staged is not None:
+                staged.count()
 
             def still_ours() -> None:
                 with ctx.engine.connect() as conn:
@@ -150,10 +156,10 @@ class KafkaSparkSink(KafkaSink, SparkSink):
                 )
                 return self._commit(marker, "server")
             # the stream starts now: Spark computes while the producer is fenced in
-            if staged is None:
-                streamed = out_batches(rows)
+            if sizes is not None and staged is not None:
+                streamed = in_parts(staged, sizes)
             else:
-                streamed = out_batches(staged) if sizes is None else in_parts(staged, sizes)
+                streamed = out_batches(rows if staged is None else staged)
             if self._crash_in_spark:
                 streamed = crash_at_first(streamed)
             started = time.monotonic()

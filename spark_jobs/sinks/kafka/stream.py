@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType
@@ -32,8 +33,11 @@ CHUNK_ROWS = 10_000  # rows per batch off a classic session's iterator
 # spark.driver.maxResultSize (1 GiB by default) fails: 10M 100-byte records made 1,088 MiB. A
 # run planning more records than this is staged first and streamed in parts (`in_parts`).
 STAGE_RECORDS = 2_000_000
-PART_BYTES = 256 * 2**20  # a part's rows, estimated: a quarter of that default
+PART_BYTES = (
+    128 * 2**20
+)  # a part's rows, estimated: what the server holds until the driver takes it
 ROW_BYTES = 32  # a row's fixed-width columns and Arrow offsets, beside its text and bytes
+PART = "_drainer_part"  # a staged row's Spark partition, kept with it (`numbered_stage`)
 
 
 @contextmanager
@@ -108,9 +112,19 @@ def out_batches(rows: DataFrame) -> Iterator[OutBatch]:
             yield _arrow_batch(table)
 
 
+def numbered_stage(rows: DataFrame, on_disk: bool) -> DataFrame:
+    """`rows` persisted with their Spark partition in a column (`PART`): a part's filter on it
+    skips the other partitions' cached batches by their statistics, where a filter on
+    `spark_partition_id()` decoded every row of the stage once per part. `on_disk`: a large
+    run's stage, which held in the server's heap left no room there for the parts' results
+    (at 10M, out of memory fetching a task's)."""
+    level = StorageLevel.DISK_ONLY if on_disk else StorageLevel.MEMORY_AND_DISK
+    return rows.withColumn(PART, F.spark_partition_id()).persist(level)
+
+
 def partition_bytes(staged: DataFrame) -> dict[int, int]:
-    """The staged rows' estimated Arrow bytes per Spark partition (those with rows): the
-    first action on them, which fills the stage."""
+    """The staged rows' (`numbered_stage`) estimated Arrow bytes per Spark partition (those
+    with rows): the first action on them, which fills the stage."""
     sized = [
         F.coalesce(F.length(f.name), F.lit(0))
         for f in staged.schema.fields
@@ -121,8 +135,8 @@ def partition_bytes(staged: DataFrame) -> dict[int, int]:
     row = F.lit(ROW_BYTES)
     for size in sized:
         row = row + size
-    found = staged.groupBy(F.spark_partition_id().alias("p")).agg(F.sum(row).alias("b")).collect()
-    return {int(r["p"]): int(r["b"]) for r in found}
+    found = staged.groupBy(PART).agg(F.sum(row).alias("b")).collect()
+    return {int(r[PART]): int(r["b"]) for r in found}
 
 
 def parts(sizes: dict[int, int], most: int) -> list[tuple[int, int]]:
@@ -146,10 +160,10 @@ def in_parts(staged: DataFrame, sizes: dict[int, int]) -> Iterator[OutBatch]:
     whose results stay below the server's limit; each part reads the stage, not Kafka."""
     packed = parts(sizes, PART_BYTES)
     if len(packed) <= 1:
-        yield from out_batches(staged)
+        yield from out_batches(staged.drop(PART))
         return
     for first, last in packed:
-        yield from out_batches(staged.where(F.spark_partition_id().between(first, last)))
+        yield from out_batches(staged.where(F.col(PART).between(first, last)).drop(PART))
 
 
 def _arrow_batch(table: pa.Table) -> OutBatch:
