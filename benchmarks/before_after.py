@@ -23,7 +23,7 @@ that a drifting machine load falls on both alike.
 ```bash
 git worktree add --detach ../before f2ece29 && make -C ../before .venv/.installed
 .venv/bin/python benchmarks/before_after.py --before ../before --records 1000000 --repeat 5
-.venv/bin/python benchmarks/before_after.py --pool benchmarks/results/before_after-1000000*.json
+.venv/bin/python benchmarks/before_after.py --pool benchmarks/results/before_after-1000000{,-????}.json
 ```
 """
 
