@@ -146,6 +146,7 @@ def test_a_large_run_of_the_driver_producer_streams_in_parts_each_record_once(
         assert_each_source_once(out, high)
         assert stored_offsets(drain) == {k: (end, "") for k, end in high.items()}
         assert {r.table_commit["details"]["producer"] for r in results} == {"driver"}
+        assert all(r.phases["sink.stage"] > 0 for r in results)  # the stage is its own phase
 
 
 def test_rows_route_themselves_to_other_topics_and_partitions(make_drain, spark):
