@@ -266,8 +266,9 @@ def summarize(runs: list[dict[str, Any]], paths: list[str]) -> list[dict[str, An
         cells = {k: f"{med[k]:.2f} [{w[0]:.2f}-{w[-1]:.2f}]" for k, w in walls.items()}
         print(f"{path:13} {cells['before']:>22} {cells['after']:>22} {ratio:12.2f}x")
         paired = paired_ratios(runs, path)
+        verdict = fair.noise_verdict(paired)
         print(f"  paired after/before by round: {', '.join(f'{r:.2f}' for r in paired)}")
-        print(f"  {fair.noise_verdict(paired)}")
+        print(f"  {verdict}")
         for label in ("before", "after"):  # each side's phases, medians over the same rounds
             counted = [r for r in runs if r["path"] == path and r["side"] == label and r["round"]]
             names = sorted({p for r in counted for p in r.get("phases", {})})
@@ -285,7 +286,7 @@ def summarize(runs: list[dict[str, Any]], paths: list[str]) -> list[dict[str, An
                 "median_after_s": med["after"],
                 "after_over_before": ratio,
                 "paired_after_over_before": paired,
-                "verdict": fair.noise_verdict(paired),
+                "verdict": verdict,
                 "median_cpu_s": cpu,
             }
         )

@@ -33,9 +33,8 @@ CHUNK_ROWS = 10_000  # rows per batch off a classic session's iterator
 # spark.driver.maxResultSize (1 GiB by default) fails: 10M 100-byte records made 1,088 MiB. A
 # run planning more records than this is staged first and streamed in parts (`in_parts`).
 STAGE_RECORDS = 2_000_000
-PART_BYTES = (
-    128 * 2**20
-)  # a part's rows, estimated: what the server holds until the driver takes it
+# a part's rows, estimated: the server holds a part's results until the driver takes them
+PART_BYTES = 128 * 2**20
 ROW_BYTES = 32  # a row's fixed-width columns and Arrow offsets, beside its text and bytes
 PART = "_drainer_part"  # a staged row's Spark partition, kept with it (`numbered_stage`)
 
