@@ -22,7 +22,7 @@ key), spread over 3 levels x 2 partitions, are produced once. Into Delta and int
 
 Both upsert paths start without a table and make it inside the timed run (drainer as its run
 does, the peer with the `CREATE TABLE` a user's job runs before its stream): neither gets its
-table made for free. `--into existing` (Delta) adds the same two paths into a table that
+table made for free. `--into existing` adds the same two paths into a table that
 already holds every key (an older version, `v = -1`), made before the timed run for both
 (`<path>_existing`): there drainer merges (and counts against the table) as it does in every
 run after a table's first.
@@ -90,17 +90,18 @@ def location(fmt: str, sink: dict[str, Any]) -> str:
     return str(Path(load_settings().warehouse) / sink["path"])
 
 
-# the columns of drainer's Delta state table of SCHEMA's records: the value's, the metadata's
-# (drainer.config.formats.METADATA_COLUMNS) and the delete marker's
+# the columns of drainer's state table of SCHEMA's records: the value's, the metadata's
+# (drainer.config.formats.METADATA_COLUMNS) and the delete marker's; an Iceberg state table
+# keeps the Kafka partition as `_kafka_partition` (spark_jobs.sinks.iceberg_upsert)
 DRAINER_COLUMNS = (
     "id string, name string, v long, _topic string, _partition int, _offset long, "
     "_timestamp timestamp, _level int, _key string, _headers string, _deleted_at timestamp"
 )
+ICEBERG_COLUMNS = DRAINER_COLUMNS.replace("_partition int", "_kafka_partition int")
 
 
-def filled(spark: Any, target: str, keys: int, columns: str, key: str | None = None) -> None:
-    """`target` made (Delta) with an older version (`v = -1`) of each of the `keys` keys, in
-    `columns` (SCHEMA's, or drainer's with its key recorded as `drainer.primary_key`)."""
+def older_versions(spark: Any, keys: int, columns: str) -> Any:
+    """An older version (`v = -1`) of each of the `keys` keys, in `columns`."""
     from pyspark.sql import functions as F
 
     values = {
@@ -108,7 +109,7 @@ def filled(spark: Any, target: str, keys: int, columns: str, key: str | None = N
         "v": F.lit(-1),
         "_key": F.format_string("k%06d", F.col("id")),
     }
-    rows = spark.range(keys).select(
+    return spark.range(keys).select(
         *[
             values.get(n, F.concat(F.lit("old-"), F.col("id")) if n == "name" else F.lit(None))
             .cast(t)
@@ -116,10 +117,34 @@ def filled(spark: Any, target: str, keys: int, columns: str, key: str | None = N
             for n, t in (c.split() for c in columns.split(", "))
         ]
     )
-    writer = rows.writeTo(target).using("delta")
-    if key is not None:
-        writer = writer.tableProperty("drainer.primary_key", key)
-    writer.create()
+
+
+def filled(spark: Any, fmt: str, target: str, keys: int, drain: Any = None) -> None:
+    """`target` made with an older version of each of the `keys` keys: the peer's table in
+    SCHEMA's columns; with `drain`, drainer's state table as its first run makes it (its
+    columns, its key recorded; Iceberg's with drainer's own DDL and properties)."""
+    if fmt == "iceberg":
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS drainer.bench")
+    if drain is None:
+        rows = older_versions(spark, keys, SCHEMA)
+        made = rows.writeTo(target).using(fmt)
+        made = made.tableProperty("format-version", "2") if fmt == "iceberg" else made
+        made.create()
+        return
+    from drainer.sinks.upsert import KEY_PROPERTY, upsert_spec
+
+    spec = upsert_spec(drain.sink)
+    if fmt == "delta":
+        rows = older_versions(spark, keys, DRAINER_COLUMNS)
+        rows.writeTo(target).using("delta").tableProperty(
+            KEY_PROPERTY, spec.key_property()
+        ).create()
+        return
+    from spark_jobs.sinks.iceberg_upsert import _create
+
+    rows = older_versions(spark, keys, ICEBERG_COLUMNS)
+    _create(spark, target, rows, spec)
+    rows.writeTo(target).append()
 
 
 def run_drainer(
@@ -127,14 +152,11 @@ def run_drainer(
 ) -> tuple[float, str]:
     """drainer's run, timed whole; `keys`: into a table already holding them (made untimed)."""
     from spark_jobs import drain_job
+    from spark_jobs.session import get_spark
+    from spark_jobs.sinks import spark_sink_for
 
     name = f"bench_up_{uuid.uuid4().hex[:8]}"
     sink = sink_of(fmt, name, write)
-    if keys:
-        from spark_jobs.session import get_spark
-
-        target = f"delta.`{location(fmt, sink)}`"
-        filled(get_spark(load_settings()), target, keys, DRAINER_COLUMNS, "_key")
     drain = fresh_drain(
         records,
         levels=LEVELS,
@@ -145,6 +167,11 @@ def run_drainer(
         key={"format": "string"},
         sink=sink,
     )
+    if keys:  # the session the run gets: with the sink's catalog
+        settings = load_settings()
+        conf = spark_sink_for(drain.sink, settings, drain.name).session_conf()
+        target = f"delta.`{location(fmt, sink)}`" if fmt == "delta" else f"drainer.{sink['table']}"
+        filled(get_spark(settings, sink_conf=conf), fmt, target, keys, drain)
     started = time.perf_counter()
     result = drain_job.run(drain, trigger="bench", settings=load_settings())
     wall = time.perf_counter() - started
@@ -163,15 +190,15 @@ def run_peer(spark: Any, source: Any, fmt: str, keys: int = 0) -> tuple[float, s
     if fmt == "delta":
         where = location("delta", {"path": f"{FOLDER}/{name}"})
         target = f"delta.`{where}`"
-        if keys:
-            filled(spark, target, keys, SCHEMA)
     else:
         where = f"bench.{name}"
         target = f"drainer.{where}"
+    if keys:
+        filled(spark, fmt, target, keys)
     started = time.perf_counter()
     if fmt == "delta" and not keys:
         spark.createDataFrame([], SCHEMA).write.format("delta").save(where)
-    elif fmt == "iceberg":
+    elif fmt == "iceberg" and not keys:
         spark.sql("CREATE NAMESPACE IF NOT EXISTS drainer.bench")
         spark.sql(
             f"CREATE TABLE drainer.{where} ({SCHEMA}) USING iceberg "
@@ -258,7 +285,7 @@ def paths(formats: list[str], into: list[str]) -> list[tuple[str, str, str, bool
                 (f"streaming_merge_{fmt}", fair.TUNED, fmt, False),
                 (f"drainer_append_{fmt}", fair.LIMIT, fmt, False),
             ]
-        if "existing" in into and fmt == "delta":  # Iceberg's table is not made here yet
+        if "existing" in into:
             out += [
                 (f"drainer_upsert_{fmt}_existing", fair.DRAINER, fmt, True),
                 (f"streaming_merge_{fmt}_existing", fair.TUNED, fmt, True),
@@ -367,7 +394,7 @@ def main() -> int:
         nargs="+",
         choices=("new", "existing"),
         default=["new", "existing"],
-        help="a table each run makes, and (Delta) one already holding every key",
+        help="a table each run makes, and one already holding every key",
     )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2_000)
