@@ -12,12 +12,13 @@ not newer than themselves).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from drainer.errors import ServiceError
+from drainer.errors import ConfigError, ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.upsert import KEY_PROPERTY, UpsertSpec, check_key_unchanged
@@ -71,6 +72,7 @@ def merge_iceberg(
         existing = spark.table(table).schema
     else:
         check_key_unchanged(table, recorded_key(spark, table), spec)
+        _check_no_reserved_column(table, existing.fieldNames())
     note_columns_added(ctx, [n for n in source.columns if n not in existing.fieldNames()])
     if added_columns(spark, table, source, existing):
         existing = spark.table(table).schema
@@ -119,6 +121,18 @@ def merge_iceberg(
         if done is not None:
             return replace(done, attempt=attempt, details=counts_details(counts))
     return done or _lost(table, run_id)
+
+
+def _check_no_reserved_column(table: str, columns: Sequence[str]) -> None:
+    """A table with a data column named as Iceberg's metadata column takes no MERGE (Iceberg
+    refuses it with a Java stack trace deep in the write): a one-line error before any work."""
+    if RESERVED in columns:
+        raise ConfigError(
+            f"sink.write is upsert, but the Iceberg table {table} has a column {RESERVED}, the "
+            "name of Iceberg's metadata column, and Iceberg takes no MERGE into such a table "
+            f"(drainer's state tables keep the Kafka partition as {KAFKA_PARTITION}): rename "
+            "the column, or write the upserts to a new table. Nothing was committed"
+        )
 
 
 def _lost(table: str, run_id: int) -> SinkCommit:
