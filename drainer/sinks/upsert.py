@@ -17,7 +17,7 @@ The rules, the same in Postgres, Delta and Iceberg:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,48 @@ def check_columns(spec: UpsertSpec, columns: Sequence[str], where: str) -> None:
         )
 
 
+@dataclass(frozen=True)
+class MergeMetered:
+    """A Delta merge's counts, to be read from the merge's own commit: a run without deletes
+    whose rows `revived` keys the table held as delete markers (newer versions of them).
+
+    Delta's MERGE records in its commit the rows it inserted (source rows matching no table
+    row), the rows its WHEN MATCHED clause updated (a newer version: drainer's updates, plus
+    the revived markers, which drainer counts as inserts) and its source rows. With no delete
+    in the run, those and `revived` give every count, exactly, without the join against the
+    whole table that a run with deletes needs (a delete of a live row and of a marker look
+    alike to Delta's metrics)."""
+
+    revived: int
+
+    def details(self) -> dict[str, int]:
+        """What the commit's marker holds of it (`counts_of_merge` reads it back)."""
+        return {MERGE_METRICS: self.revived}
+
+    def counts(self, metrics: Mapping[str, Any]) -> UpsertCounts:
+        """The counts, from the operation metrics of the merge's commit."""
+        inserted = int(metrics["numTargetRowsInserted"])
+        matched = int(metrics["numTargetRowsMatchedUpdated"])
+        rows = int(metrics["numSourceRows"])
+        return UpsertCounts(
+            inserted=inserted + self.revived,
+            updated=matched - self.revived,
+            deleted=0,
+            skipped=rows - inserted - matched,
+        )
+
+
+MERGE_METRICS = "revived_then_merge_metrics"  # the marker's key: counts from the commit
+
+
+def counts_of_merge(marked: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, int]:
+    """The counts a Delta merge commit's marker holds (`upsert`): as counted before the merge,
+    or to be completed from the commit's operation metrics (`MergeMetered`)."""
+    if MERGE_METRICS in marked:
+        return MergeMetered(int(marked[MERGE_METRICS])).counts(metrics).as_dict()
+    return dict(marked)
+
+
 def check_key_unchanged(where: str, recorded: Sequence[str] | None, spec: UpsertSpec) -> None:
     """A table made with another key: a one-line ConfigError (its rows are keyed by that)."""
     if recorded is not None and tuple(recorded) == spec.keys:
@@ -124,6 +166,8 @@ __all__ = [
     "TIE_BREAKERS",
     "TOMBSTONE",
     "UpsertCounts",
+    "MergeMetered",
+    "counts_of_merge",
     "UpsertSpec",
     "check_columns",
     "check_key_unchanged",

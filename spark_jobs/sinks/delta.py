@@ -20,7 +20,7 @@ from drainer.errors import CommitProofLost, ConfigError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.delta import DeltaSink
-from drainer.sinks.upsert import upsert_spec
+from drainer.sinks.upsert import counts_of_merge, upsert_spec
 from spark_jobs.session import own_settings
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
@@ -205,7 +205,11 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             bytes=int(metrics.get("numOutputBytes", 0) or 0),
             files=int(metrics.get("numFiles", 0) or 0),
             attempt=int(row["attempt"] or 0),
-            details={"upsert": json.loads(row["upsert"])} if row["upsert"] else {},
+            details=(
+                {"upsert": counts_of_merge(json.loads(row["upsert"]), metrics)}
+                if row["upsert"]
+                else {}
+            ),
         )
 
     def _schema(self, spark: SparkSession) -> StructType | None:

@@ -28,11 +28,12 @@ from pyspark.sql.types import StructType
 from drainer.errors import ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
-from drainer.sinks.upsert import KEY_PROPERTY, UpsertCounts, UpsertSpec, check_key_unchanged
+from drainer.sinks.upsert import KEY_PROPERTY, MergeMetered, UpsertSpec, check_key_unchanged
 from spark_jobs.session import own_settings
 from spark_jobs.sinks.base import fit_schema, marker, note_columns_added, run_of
 from spark_jobs.sinks.delta import RECENT_COMMITS, DeltaSparkSink, app_id
 from spark_jobs.sinks.upsert import (
+    Counted,
     added_columns,
     collapse,
     counts_details,
@@ -117,11 +118,13 @@ def _written(
     spec: UpsertSpec,
     fitted: StructType | None,
     before: DataFrame | None,
-) -> Iterator[tuple[DataFrame, str, UpsertCounts, SparkSession]]:
+) -> Iterator[tuple[DataFrame, str, Counted, SparkSession]]:
     """The run's collapsed rows fitted to the table's schema and read once (`read_once`:
     cached, their view, their counts against `before`, the table as the run finds it; None: a
     table the run makes), and a session of the write's own: the run's transaction
-    (txnAppId/txnVersion) and its marker with the counts on whatever it commits."""
+    (txnAppId/txnVersion) and its marker with the counts on whatever it commits. A MERGE's
+    commit records its metrics: a run without deletes leaves most of its counts to them
+    (`MergeMetered`)."""
 
     def shape(rows: DataFrame) -> DataFrame:
         return fit_schema(rows, fitted, where)
@@ -129,7 +132,11 @@ def _written(
     drain, run_id, nonce, attempt = run_of(ctx)
     again = refill(out, spec, where, shape)
     with (
-        read_once(shape(source), spec, before, again) as (rows, view, counts),
+        read_once(shape(source), spec, before, again, metered=before is not None) as (
+            rows,
+            view,
+            counts,
+        ),
         own_settings(spark) as merging,
     ):
         merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
@@ -142,9 +149,10 @@ def _written(
 
 
 def _landed(
-    sink: DeltaSparkSink, spark: SparkSession, ctx: RunContext, counts: UpsertCounts
+    sink: DeltaSparkSink, spark: SparkSession, ctx: RunContext, counts: Counted
 ) -> SinkCommit:
-    """The run's commit, found in the table's history after its write."""
+    """The run's commit, found in the table's history after its write (with the counts of a
+    metered merge completed from the commit's metrics)."""
     drain, run_id, nonce, attempt = run_of(ctx)
     done = sink._commit_of(spark, drain, run_id, nonce, latest=RECENT_COMMITS)
     if done is None:
@@ -156,13 +164,13 @@ def _landed(
             "history no longer shows the attempt that landed. Nothing was committed to "
             "Postgres: look at the table's history, then run again"
         )
-    if done.attempt != attempt:  # an earlier attempt's write landed: the counts its marker has
-        return done
+    if done.attempt != attempt or isinstance(counts, MergeMetered):
+        return done  # the counts its marker has (an earlier attempt's write landed), or its metrics
     return replace(done, details=counts_details(counts))
 
 
 def counted_marker(
-    drain: str, run_id: int, nonce: str | None, attempt: int, counts: UpsertCounts
+    drain: str, run_id: int, nonce: str | None, attempt: int, counts: Counted
 ) -> str:
     """The run's marker with its merge's counts: the commit carries them for a resumed run."""
     data = json.loads(marker(drain, run_id, nonce, attempt)) | counts_details(counts)

@@ -27,6 +27,7 @@ from drainer.sinks.upsert import (
     DELETED_AT,
     KEY_PROPERTY,
     TOMBSTONE,
+    MergeMetered,
     UpsertCounts,
     UpsertSpec,
     check_columns,
@@ -195,8 +196,12 @@ def refill(
 
 @contextmanager
 def read_once(
-    source: DataFrame, spec: UpsertSpec, table: DataFrame | None, again: Refill | None = None
-) -> Iterator[tuple[DataFrame, str, UpsertCounts]]:
+    source: DataFrame,
+    spec: UpsertSpec,
+    table: DataFrame | None,
+    again: Refill | None = None,
+    metered: bool = False,
+) -> Iterator[tuple[DataFrame, str, Counted]]:
     """The collapsed rows cached, a global temporary view of them (its qualified name) for
     the MERGE that runs in a session of its own (`own_settings`), and the merge's counts
     (`count_changes` against `table` as the run finds it; None: a table the run makes with
@@ -211,7 +216,8 @@ def read_once(
     with it: the counts' aggregation counts those rows too, and Kafka is read a second time
     (and the rows counted again) only in a run with such a key, for its rows only.
     The cache has one partition per core: the MERGE writes a file per partition, and Spark
-    does not coalesce a cached plan's partitions itself."""
+    does not coalesce a cached plan's partitions itself. `metered`: a merge whose commit
+    records its metrics (Delta's), for `count_changes`."""
     spark = source.sparkSession
     tasks = cores(spark)
     made: list[tuple[DataFrame, str]] = []
@@ -226,14 +232,16 @@ def read_once(
     try:
         rows, name = cached(source)
         # the first action: it holds the read's observation (a plan of the view would not)
-        counts, unordered = count_changes(rows, table, spec, unordered=again is not None)
+        counts, unordered = count_changes(
+            rows, table, spec, unordered=again is not None, metered=metered
+        )
         if again is not None and unordered:
             first = spark.table(f"global_temp.{name}")
             keys = first.where(unordered_delete(spec)).select(
                 *[path_col(k).alias(f"_drainer_k{i}") for i, k in enumerate(spec.keys)]
             )
             rows, name = cached(first.where(~unordered_delete(spec)).unionByName(again(keys)))
-            counts, _ = count_changes(rows, table, spec)
+            counts, _ = count_changes(rows, table, spec, metered=metered)
         yield rows, f"global_temp.{name}", counts
     finally:
         for kept, view in made:  # quietly: a server lost mid-merge fails these too
@@ -264,16 +272,30 @@ def merge_sql(target: str, spec: UpsertSpec, columns: Sequence[str], source: str
     )
 
 
+Counted = UpsertCounts | MergeMetered
+
+
 def count_changes(
-    source: DataFrame, table: DataFrame | None, spec: UpsertSpec, unordered: bool = False
-) -> tuple[UpsertCounts, int]:
+    source: DataFrame,
+    table: DataFrame | None,
+    spec: UpsertSpec,
+    unordered: bool = False,
+    metered: bool = False,
+) -> tuple[Counted, int]:
     """What the merge of `source` into `table` (as it is before the merge; None: a table the
     run makes with these rows, each an insert or a delete marker) does, per row: the same
     condition as the MERGE, evaluated in one aggregation; with `unordered`, the same
     aggregation also counts the deletes without order values (`read_once`), else that count
-    is 0."""
+    is 0.
+
+    `metered` (a merge whose commit records its metrics): the first aggregation joins the
+    rows with the table's delete markers only (Delta's file statistics skip every file
+    without one); a run without deletes counts there the keys it revives from markers and
+    leaves the rest to the commit's metrics (`MergeMetered`); a run with deletes then joins
+    the cached rows with the whole table, as an unmetered merge does."""
     deleted = F.col(f"s.{bq(DELETED_AT)}").isNotNull()
     extra = [F.count_if(unordered_delete(spec, "s")).alias("unordered")] if unordered else []
+    newer_than_t = F.coalesce(F.expr(newer("s", "t", spec.order, bq)), F.lit(False))
     if table is None:
         row = (
             source.alias("s")
@@ -287,11 +309,20 @@ def count_changes(
         assert row is not None
         counts = UpsertCounts(inserted=int(row["inserted"]), deleted=int(row["deleted"]))
         return counts, int(row["unordered"]) if unordered else 0
-    wanted = [*{top_column(p) for p in (*spec.keys, *spec.order)}, DELETED_AT]
-    on = [path_col(f"s.{k}") == path_col(f"t.{k}") for k in spec.keys]
-    joined = source.alias("s").join(table.select(*[bq(c) for c in wanted]).alias("t"), on, "left")
+    if metered:  # the table's delete markers only: its files without any are skipped
+        markers = _compared(table, spec).where(F.col(bq(DELETED_AT)).isNotNull())
+        on_marker = source.alias("s").join(markers.alias("t"), _same_key(spec), "left")
+        revives = F.col(f"t.{bq(DELETED_AT)}").isNotNull() & ~deleted & newer_than_t
+        row = on_marker.agg(
+            F.count_if(deleted).alias("deleted"), F.count_if(revives).alias("revived"), *extra
+        ).first()
+        assert row is not None
+        if int(row["deleted"]) == 0:
+            found = int(row["unordered"]) if unordered else 0
+            return MergeMetered(revived=int(row["revived"])), found
+    joined = source.alias("s").join(_compared(table, spec).alias("t"), _same_key(spec), "left")
     matched = F.col(f"t.{bq(DELETED_AT)}").isNotNull() | _any_key(spec, "t")
-    applies = ~matched | F.coalesce(F.expr(newer("s", "t", spec.order, bq)), F.lit(False))
+    applies = ~matched | newer_than_t
     live_before = matched & F.col(f"t.{bq(DELETED_AT)}").isNull()
     row = joined.agg(
         F.count_if(applies & ~deleted & ~live_before).alias("inserted"),
@@ -305,6 +336,17 @@ def count_changes(
     return counts, int(row["unordered"]) if unordered else 0
 
 
+def _compared(table: DataFrame, spec: UpsertSpec) -> DataFrame:
+    """The table's columns a merge compares a row with: key, order, delete marker."""
+    wanted = [*{top_column(p) for p in (*spec.keys, *spec.order)}, DELETED_AT]
+    return table.select(*[bq(c) for c in wanted])
+
+
+def _same_key(spec: UpsertSpec) -> list[Column]:
+    """The join of the rows (`s`) with the table (`t`) on the key."""
+    return [path_col(f"s.{k}") == path_col(f"t.{k}") for k in spec.keys]
+
+
 def _any_key(spec: UpsertSpec, alias: str) -> Column:
     found = F.lit(False)
     for k in spec.keys:
@@ -312,9 +354,10 @@ def _any_key(spec: UpsertSpec, alias: str) -> Column:
     return found
 
 
-def counts_details(counts: UpsertCounts) -> dict[str, Any]:
-    """The counts as a table commit's details (status, Dagster metadata)."""
-    return {"upsert": counts.as_dict()}
+def counts_details(counts: Counted) -> dict[str, Any]:
+    """The counts as a table commit's details (status, Dagster metadata), or what a metered
+    merge's marker holds of them (`MergeMetered`)."""
+    return {"upsert": counts.details() if isinstance(counts, MergeMetered) else counts.as_dict()}
 
 
 def table_ddl(schema: Any) -> str:

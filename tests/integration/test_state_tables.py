@@ -169,6 +169,33 @@ def test_a_changed_primary_key_is_refused_in_one_line(make_drain, stack):
     assert "Traceback" not in done.stderr
 
 
+def test_an_iceberg_table_with_a_partition_column_is_refused_in_one_line(make_drain, lakehouse):
+    """A state table made outside drainer with a `_partition` column (Iceberg's metadata
+    column's name; drainer's own keep `_kafka_partition`): Iceberg would refuse the MERGE deep
+    in the write with a Java stack trace; the run says so in one line first."""
+    from spark_jobs.session import get_spark
+    from spark_jobs.sinks import spark_sink_for
+
+    drain = upsert_drain(make_drain, "iceberg", 12_000)
+    produce_state(drain)
+    settings = load_settings()
+    conf = spark_sink_for(drain.sink, settings, drain.name).session_conf()
+    spark = get_spark(settings, sink_conf=conf)
+    table = f"drainer.{drain.sink.table}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.rsplit('.', 1)[0]}")
+    spark.sql(
+        f"CREATE TABLE {table} (id string, name string, v long, op string, _partition int, "
+        "_key string, _deleted_at timestamp) USING iceberg "
+        "TBLPROPERTIES ('format-version' = '2', 'drainer.primary_key' = '_key')"
+    )
+    done = cli_run(drain)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"{table} has a column _partition" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert "committed" not in [r.status for r in runs_of(drain)]
+    assert spark.table(table).count() == 0  # nothing written
+
+
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
 def test_a_resumed_run_never_merges_twice(make_drain, lakehouse, fmt):
     drain = upsert_drain(make_drain, fmt, 12_000)
@@ -191,6 +218,44 @@ def test_a_resumed_run_never_merges_twice(make_drain, lakehouse, fmt):
             "rows_deleted": OP_DELETES + TOMBSTONES,
             "rows_skipped_older": 0,
         }
+
+
+def test_a_delta_merge_without_deletes_counts_from_its_commit(make_drain, lakehouse):
+    """A Delta run without deletes into a table it did not make takes its counts from its
+    MERGE commit's metrics (`MergeMetered`) and the keys it revives from delete markers: each
+    count as the join against the table gives it, in a run and in a resumed run that finds
+    the commit."""
+    from drainer.observe.status import drain_status
+
+    drain = make_drain(
+        sink=sink_of("delta"), budget=1_000, value=VALUE, key={"format": "string"}, processor=None
+    )
+
+    def produce(values: list[tuple[str, int, str]]) -> None:
+        producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+        for key, v, op in values:
+            value = json.dumps({"id": key, "name": f"{key}-v{v}", "v": v, "op": op})
+            producer.produce(drain.level_topic(0), key=key.encode(), value=value.encode())
+        assert producer.flush(30) == 0
+
+    # the table, made by the first run: k0-k9 at v=5, k0-k2 then deleted (markers at v=6)
+    produce([(f"k{i}", 5, "c") for i in range(10)] + [(f"k{i}", 6, "d") for i in range(3)])
+    assert cli_run(drain).returncode == 0
+    # no deletes: k0 revived (newer than its marker), k1 older than its marker, k3 updated,
+    # k4 older than its row, k20 and k21 new
+    produce([("k0", 7, "u"), ("k1", 4, "u"), ("k3", 8, "u"), ("k4", 1, "u")])
+    produce([("k20", 1, "c"), ("k21", 1, "c")])
+    crashed = cli_run(drain, "after_table_commit")
+    assert crashed.returncode == 86, crashed.stderr[-2000:]
+    assert cli_run(drain).returncode == 0  # resumed: the counts from the commit it finds
+    expected = {"rows_inserted": 3, "rows_updated": 1, "rows_deleted": 0, "rows_skipped_older": 2}
+    # and a run that lands at once: k5 updated, k22 new, k6 older
+    produce([("k5", 9, "u"), ("k22", 1, "c"), ("k6", 2, "u")])
+    assert cli_run(drain).returncode == 0
+    runs = sorted(drain_status(drain, load_settings())["runs"], key=lambda r: r["id"])
+    landed = {"rows_inserted": 1, "rows_updated": 1, "rows_deleted": 0, "rows_skipped_older": 1}
+    assert [r["upsert"] for r in runs[-2:]] == [expected, landed], runs
+    assert set(live_rows(drain)) == {f"k{i}" for i in (0, *range(3, 10), 20, 21, 22)}
 
 
 def test_a_delta_table_is_made_over_the_files_a_dead_attempt_left(make_drain, lakehouse):
