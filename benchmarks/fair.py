@@ -232,6 +232,8 @@ def report(
                 "records_per_s": round(records / wall) if wall else None,
                 # drainer's time over this path's: below 1.0 drainer is faster
                 "drainer_over_this": round(mine / wall, 2) if mine and wall else None,
+                # the same, round by round (`paired`): its median and the interval holding it
+                "drainer_over_this_paired": paired(walls, ours[0], path.name) if ours else None,
             }
         )
     print(f"\n{title}: {records:,} records, medians of {max(map(len, walls.values()))}")
@@ -248,7 +250,30 @@ def report(
         print(f"  {path.line()}")
     for name in ours:
         print(verdict(name, rows))
+        for row in rows:
+            found = row["drainer_over_this_paired"]
+            if row["path"] != name and row["kind"] != LIMIT and found:
+                print(f"{name} / {row['path']}, round by round: {found['verdict']}")
     return rows
+
+
+def paired(walls: dict[str, list[float]], drainer: str, other: str) -> dict[str, Any] | None:
+    """drainer's time over `other`'s within each round (the benchmarks run every path once a
+    round, back to back, so a load that drifts between rounds falls on both): the median of
+    those ratios, the interval that holds it (`median_interval`) and `noise_verdict`'s
+    reading. None for drainer itself or when the two ran a different number of rounds."""
+    mine, theirs = walls.get(drainer, []), walls.get(other, [])
+    if other == drainer or not mine or len(mine) != len(theirs) or not all(theirs):
+        return None
+    ratios = [a / b for a, b in zip(mine, theirs, strict=True)]
+    low, high, confidence = median_interval(ratios)
+    return {
+        "median": round(median(ratios), 3),
+        "low": round(low, 3),
+        "high": round(high, 3),
+        "confidence": round(confidence, 3),
+        "verdict": noise_verdict(ratios),
+    }
 
 
 def verdict(drainer: str, rows: list[dict[str, Any]]) -> str:
