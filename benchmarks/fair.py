@@ -251,8 +251,8 @@ def report(
     for name in ours:
         print(verdict(name, rows))
         for row in rows:
-            found = row["drainer_over_this_paired"]
-            if row["path"] != name and row["kind"] != LIMIT and found:
+            found = paired(walls, name, row["path"])
+            if row["kind"] not in (LIMIT, DRAINER) and found:
                 print(f"{name} / {row['path']}, round by round: {found['verdict']}")
     return rows
 

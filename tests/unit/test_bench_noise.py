@@ -41,3 +41,26 @@ def test_slower_only_when_slower_in_every_one_of_five_rounds():
 def test_too_few_rounds_say_so():
     assert noise_verdict([1.5, 1.6, 1.7]).startswith("too few counted rounds (3)")
     assert noise_verdict([]).startswith("too few counted rounds (0)")
+
+
+def test_a_report_pairs_drainer_with_each_peer_round_by_round():
+    from benchmarks.fair import DRAINER, LIMIT, TUNED, Contender, paired, report
+
+    walls = {
+        "ours": [1.0, 2.0, 1.1, 1.9, 1.05],
+        "peer": [1.25, 2.5, 1.3, 2.2, 1.2],  # every round slower than ours, the rounds drift
+        "limit": [0.5, 0.5, 0.5, 0.5, 0.5],
+        "short": [1.0, 1.0],  # fewer rounds: nothing to pair
+    }
+    paths = [
+        Contender("ours", DRAINER, "drainer"),
+        Contender("peer", TUNED, "a peer"),
+        Contender("limit", LIMIT, "the limit"),
+        Contender("short", TUNED, "a peer with fewer rounds"),
+    ]
+    rows = {r["path"]: r for r in report("test", 1000, paths, walls)}
+    found = rows["peer"]["drainer_over_this_paired"]
+    assert found == paired(walls, "ours", "peer")
+    assert found["verdict"].startswith("faster beyond noise") and found["high"] < 1
+    assert rows["ours"]["drainer_over_this_paired"] is None
+    assert rows["short"]["drainer_over_this_paired"] is None
