@@ -131,12 +131,9 @@ def _written(
 
     drain, run_id, nonce, attempt = run_of(ctx)
     again = refill(out, spec, where, shape)
+    metered = before is not None  # a MERGE's commit: its metrics complete the counts
     with (
-        read_once(shape(source), spec, before, again, metered=before is not None) as (
-            rows,
-            view,
-            counts,
-        ),
+        read_once(shape(source), spec, before, again, metered) as (rows, view, counts),
         own_settings(spark) as merging,
     ):
         merging.conf.set("spark.databricks.delta.write.txnAppId", app_id(drain, nonce))
