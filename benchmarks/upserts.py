@@ -167,13 +167,13 @@ def run_drainer(
         key={"format": "string"},
         sink=sink,
     )
+    settings = load_settings()
     if keys:  # the session the run gets: with the sink's catalog
-        settings = load_settings()
         conf = spark_sink_for(drain.sink, settings, drain.name).session_conf()
         target = f"delta.`{location(fmt, sink)}`" if fmt == "delta" else f"drainer.{sink['table']}"
         filled(get_spark(settings, sink_conf=conf), fmt, target, keys, drain)
     started = time.perf_counter()
-    result = drain_job.run(drain, trigger="bench", settings=load_settings())
+    result = drain_job.run(drain, trigger="bench", settings=settings)
     wall = time.perf_counter() - started
     assert result.drained == records, f"{name} drained {result.drained} of {records}"
     (OUT / f"{name}.yaml").unlink(missing_ok=True)

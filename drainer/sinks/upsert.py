@@ -97,6 +97,9 @@ def check_columns(spec: UpsertSpec, columns: Sequence[str], where: str) -> None:
         )
 
 
+MERGE_METRICS = "revived_then_merge_metrics"  # the marker's key: counts from the commit
+
+
 @dataclass(frozen=True)
 class MergeMetered:
     """A Delta merge's counts, to be read from the merge's own commit: a run without deletes
@@ -126,9 +129,6 @@ class MergeMetered:
             deleted=0,
             skipped=rows - inserted - matched,
         )
-
-
-MERGE_METRICS = "revived_then_merge_metrics"  # the marker's key: counts from the commit
 
 
 def counts_of_merge(marked: Mapping[str, Any], metrics: Mapping[str, Any]) -> dict[str, int]:
