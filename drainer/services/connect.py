@@ -60,6 +60,9 @@ SESSION_DEFAULTS = {
     "spark.redaction.regex": SPARK_REDACTION_REGEX,
     "spark.sql.redaction.options.regex": SPARK_REDACTION_REGEX,
     "spark.kafka.consumer.cache.capacity": "1024",  # pooled per partition; Spark has 64
+    # each read partition's last poll held 10 s, not 5 minutes (docs/operations.md, why)
+    "spark.kafka.consumer.fetchedData.cache.timeout": "10s",
+    "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "5s",
 }
 
 Echo = Callable[[str], None]
@@ -245,8 +248,7 @@ def start(
         "spark.local.dir": str(paths.scratch),
         **(conf or {}),
     }
-    if sinks_code.classpath:  # on the JVM's own class path: a session's class loader would not
-        # share it between tasks
+    if sinks_code.classpath:  # the JVM's class path: a session's loader won't share it across tasks
         settings_conf["spark.driver.extraClassPath"] = ":".join(map(str, sinks_code.classpath))
         settings_conf.update(sinks_code.conf)
     home = spark_home()
