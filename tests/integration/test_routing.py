@@ -357,8 +357,16 @@ def test_record_mode_routes_the_handlers_rows(lakehouse, make_drain, kind):
 
 
 def test_a_route_map_sends_mapped_values_to_their_table_and_the_rest_to_the_default(
-    lakehouse, make_drain
+    lakehouse, make_drain, monkeypatch
 ):
+    """Also the write of a run of many tables: its kept rows sorted by route key first (from
+    3 tables here, `SORTED_FROM`), each table reading only its own cached batches."""
+    from spark_jobs.sinks import routed
+
+    sorts = []
+    monkeypatch.setattr(routed, "SORTED_FROM", 3)
+    sort = routed._sorted
+    monkeypatch.setattr(routed, "_sorted", lambda keyed: sorts.append(1) or sort(keyed))
     suffix = uuid.uuid4().hex[:8]
     drain = make_drain(
         levels=1,
@@ -386,3 +394,4 @@ def test_a_route_map_sends_mapped_values_to_their_table_and_the_rest_to_the_defa
     ]:
         rows = rows_of("iceberg", name)
         assert len(rows) == 10 and {r["event_type"] for r in rows} == {event_type}
+    assert sorts == [1]
