@@ -13,6 +13,11 @@ key), spread over 3 levels x 2 partitions, are produced once. Into Delta and int
   keeps each key's newest row (`row_number` over the key by `v`) and runs `MERGE INTO` (newer
   `v` replaces, a new key is inserted), `trigger(availableNow=True)`, on the same session of
   the same warm Connect server.
+- `drainer_upsert_<fmt>_value_columns` (with `--value-columns`): drainer's run writing the
+  peer's columns (a processor keeps the value's `id, name, v`, keyed by `id`; the delete
+  marker `_deleted_at` stays): what the 7 columns of provenance (topic, partition, offset,
+  timestamp, level, key, headers) that drainer's default run adds, and the peer does not
+  write, cost.
 - `drainer_append_<fmt>`: the same records appended (`write: append`): the merge's cost.
 - `limit_spark_noop`, once a round and shown in every table (the limit of this machine, same
   sitting): Spark reading the same ranges (the topics, partitions and offsets drainer's runs
@@ -98,6 +103,19 @@ DRAINER_COLUMNS = (
     "_timestamp timestamp, _level int, _key string, _headers string, _deleted_at timestamp"
 )
 ICEBERG_COLUMNS = DRAINER_COLUMNS.replace("_partition int", "_kafka_partition int")
+# drainer's state table of the value's columns only (`value_columns`)
+VALUE_COLUMNS = f"{SCHEMA}, _deleted_at timestamp"
+PROCESSOR = "upserts:value_columns"
+LEAN = "_value_columns"  # the name's end of a path whose drainer run writes VALUE_COLUMNS
+
+
+def value_columns(df: Any) -> Any:
+    """drainer's processor for the `_value_columns` paths: the value's columns, and the
+    tombstone flag a state table's deletes need, without the metadata columns."""
+    from drainer.sinks.upsert import TOMBSTONE
+
+    kept = [c.split()[0] for c in SCHEMA.split(", ")]
+    return df.select(*kept, *(c for c in df.columns if c == TOMBSTONE))
 
 
 def older_versions(spark: Any, keys: int, columns: str) -> Any:
@@ -134,23 +152,25 @@ def filled(spark: Any, fmt: str, target: str, keys: int, drain: Any = None) -> N
     from drainer.sinks.upsert import KEY_PROPERTY, upsert_spec
 
     spec = upsert_spec(drain.sink)
+    lean = drain.processor == PROCESSOR
     if fmt == "delta":
-        rows = older_versions(spark, keys, DRAINER_COLUMNS)
+        rows = older_versions(spark, keys, VALUE_COLUMNS if lean else DRAINER_COLUMNS)
         rows.writeTo(target).using("delta").tableProperty(
             KEY_PROPERTY, spec.key_property()
         ).create()
         return
     from spark_jobs.sinks.iceberg_upsert import _create
 
-    rows = older_versions(spark, keys, ICEBERG_COLUMNS)
+    rows = older_versions(spark, keys, VALUE_COLUMNS if lean else ICEBERG_COLUMNS)
     _create(spark, target, rows, spec)
     rows.writeTo(target).append()
 
 
 def run_drainer(
-    source: Any, records: int, fmt: str, write: str, keys: int = 0
+    source: Any, records: int, fmt: str, write: str, keys: int = 0, lean: bool = False
 ) -> tuple[float, str]:
-    """drainer's run, timed whole; `keys`: into a table already holding them (made untimed)."""
+    """drainer's run, timed whole; `keys`: into a table already holding them (made untimed);
+    `lean`: the value's columns only (`value_columns`)."""
     from spark_jobs import drain_job
     from spark_jobs.session import get_spark
     from spark_jobs.sinks import spark_sink_for
@@ -165,7 +185,9 @@ def run_drainer(
         topic=source.topic,
         value={"format": "json", "schema": SCHEMA},
         key={"format": "string"},
-        sink=sink,
+        # the value's columns: keyed by `id`, the peer's key (drainer's `_key` default is gone)
+        sink={**sink, "primary_key": ["id"]} if lean else sink,
+        **({"processor": PROCESSOR} if lean else {}),
     )
     settings = load_settings()
     if keys:  # the session the run gets: with the sink's catalog
@@ -274,22 +296,24 @@ def drop(spark: Any, fmt: str, where: str) -> None:
         shutil.rmtree(where, ignore_errors=True)
 
 
-def paths(formats: list[str], into: list[str]) -> list[tuple[str, str, str, bool]]:
+def paths(
+    formats: list[str], into: list[str], value_columns: bool = False
+) -> list[tuple[str, str, str, bool]]:
     """(name, kind, format, into an existing table) of every path of a sitting; the limit's
-    format is "": it reads the ranges, the same for every table."""
+    format is "": it reads the ranges, the same for every table. A `_value_columns` path is
+    drainer's run writing the peer's columns (`value_columns`)."""
     out = [(fair.LIMIT_NOOP, fair.LIMIT, "", False)]
     for fmt in formats:
-        if "new" in into:
-            out += [
-                (f"drainer_upsert_{fmt}", fair.DRAINER, fmt, False),
-                (f"streaming_merge_{fmt}", fair.TUNED, fmt, False),
-                (f"drainer_append_{fmt}", fair.LIMIT, fmt, False),
-            ]
-        if "existing" in into:
-            out += [
-                (f"drainer_upsert_{fmt}_existing", fair.DRAINER, fmt, True),
-                (f"streaming_merge_{fmt}_existing", fair.TUNED, fmt, True),
-            ]
+        for existing in (False, True):
+            if ("existing" if existing else "new") not in into:
+                continue
+            at = "_existing" if existing else ""
+            out.append((f"drainer_upsert_{fmt}{at}", fair.DRAINER, fmt, existing))
+            if value_columns:
+                out.append((f"drainer_upsert_{fmt}{at}{LEAN}", fair.DRAINER, fmt, existing))
+            out.append((f"streaming_merge_{fmt}{at}", fair.TUNED, fmt, existing))
+            if not existing:
+                out.append((f"drainer_append_{fmt}", fair.LIMIT, fmt, False))
     return out
 
 
@@ -297,7 +321,9 @@ def contender(name: str, kind: str, fmt: str, existing: bool) -> fair.Contender:
     reads = fair.drainer_read_options(LEVELS * PARTITIONS, fair.spark_cores())
     table = ", into a table holding every key" if existing else ""
     if kind == fair.DRAINER:
-        return fair.Contender(name, kind, f"drainer run, {fmt} write: upsert{table}", reads)
+        columns = ", the value's columns only (a processor)" if name.endswith(LEAN) else ""
+        what = f"drainer run, {fmt} write: upsert{table}{columns}"
+        return fair.Contender(name, kind, what, reads)
     if kind == fair.TUNED:
         what = f"AvailableNow foreachBatch: row_number dedupe by key, MERGE INTO {fmt}{table}"
         return fair.Contender(name, kind, what, reads)
@@ -312,6 +338,7 @@ def one_size(
     repeat: int,
     warmup: int,
     keep: bool,
+    value_columns: bool = False,
 ):
     from spark_jobs.session import get_spark
     from tests.support.drains import delete_topics
@@ -339,13 +366,14 @@ def one_size(
             wall, where = run_peer(get_spark(load_settings()), topics, fmt, filled_keys)
         else:
             write = "upsert" if kind == fair.DRAINER else ""
-            wall, where = run_drainer(topics, count, fmt, write, filled_keys)
+            lean = name.endswith(LEAN)
+            wall, where = run_drainer(topics, count, fmt, write, filled_keys, lean)
         made.append((fmt, where))
         rows = read_back(fmt, where, live_only=kind == fair.DRAINER)
         check(name, rows, model, count if kind == fair.LIMIT else 0)
         return wall
 
-    sitting = paths(formats, into)
+    sitting = paths(formats, into, value_columns)
     for path in sitting:  # warm: classes loaded, the JIT at work
         timed(path, warm, warmup, warm_newest)
     walls: dict[str, list[float]] = {p[0]: [] for p in sitting}
@@ -399,6 +427,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2_000)
     parser.add_argument("--keep", action="store_true", help="leave topics and tables")
+    parser.add_argument(
+        "--value-columns",
+        action="store_true",
+        help="also drainer's run writing only the peer's columns (what provenance costs)",
+    )
     args = parser.parse_args()
     from drainer import services
 
@@ -407,7 +440,14 @@ def main() -> int:
     formats = ("delta", "iceberg") if "iceberg" in args.formats else ("delta",)
     services.up(load_settings(), echo=lambda *_: None, formats=formats)
     result = one_size(
-        args.records, args.keys, args.formats, args.into, args.repeat, args.warmup, args.keep
+        args.records,
+        args.keys,
+        args.formats,
+        args.into,
+        args.repeat,
+        args.warmup,
+        args.keep,
+        args.value_columns,
     )
     fair.write_results("upserts", result)
     return 0
