@@ -96,9 +96,9 @@ class RoutedSparkSink(RoutedSink, SparkSink):
 
     def __init__(self, config: Any, settings: Any, drain: str = "") -> None:
         super().__init__(config, settings, drain)
-        # per (run, attempt): the decoded records `flag` kept (with their route key) and the
-        # routes it found in them
-        self._kept: dict[tuple[int, int], tuple[DataFrame, Routes]] = {}
+        # per (run, attempt): the decoded records `flag` kept (with their route key), the
+        # routes it found in them, and whether it kept them sorted by route key (`_kept`)
+        self._kept: dict[tuple[int, int], tuple[DataFrame, Routes, bool]] = {}
 
     def prepare(self, spark: SparkSession, drain: str) -> None:
         self.base.prepare(spark, drain)
@@ -140,13 +140,15 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             raise RuntimeError(f"run {run}: the routed sink flags an attempt's records once")
         if ctx.drain.bad_records != "dead_letter":  # only the dead letters' staging needs them
             decoded = decoded.drop(RAW_KEY, RAW_VALUE, RAW_HEADERS)
-        keyed = _kept(decoded.withColumn(_KEY, _key(self.router.columns)))
+        known = self._known(ctx)
+        by_key = len(known) >= SORTED_FROM
+        keyed = _kept(decoded.withColumn(_KEY, _key(self.router.columns)), by_key)
         try:
-            routes = self._routes(ctx, keyed.where(F.col(ERROR).isNull()))
+            routes = self._routes(ctx, keyed.where(F.col(ERROR).isNull()), known)
         except BaseException:
             keyed.unpersist()
             raise
-        self._kept[run] = (keyed, routes)
+        self._kept[run] = (keyed, routes, by_key)
         return keyed.withColumn(ERROR, F.coalesce(F.col(ERROR), routes.reason_of()))
 
     def release(self, ctx: RunContext) -> None:
@@ -161,12 +163,14 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         if kept is not None and _KEY in out.columns:
             # the records `flag` kept, with their route key (a drain without a processor
             # writes them as decoded, bad records left out)
-            keyed, routes = out, kept[1]
+            keyed, routes, by_key = out, kept[1], kept[2]
         else:  # a processor's rows: keyed and kept here while they are routed and written
-            keyed = own = _kept(out.withColumn(_KEY, _key(self.router.columns)))
+            known = self._known(ctx)
+            by_key = len(known) >= SORTED_FROM
+            keyed = own = _kept(out.withColumn(_KEY, _key(self.router.columns)), by_key)
         try:
             if own is not None:
-                routes = self._routes(ctx, own)
+                routes = self._routes(ctx, own, known)
                 if routes.assignment.rejected:
                     key, why = sorted(routes.assignment.rejected.items(), key=str)[0]
                     raise BadRecord(
@@ -177,7 +181,10 @@ class RoutedSparkSink(RoutedSink, SparkSink):
                     )
             names = routes.assignment.names()
             self._register(ctx, names)
-            if len(names) >= SORTED_FROM:
+            if len(names) >= SORTED_FROM and not by_key:
+                # the drain's first run of many tables (or its first past SORTED_FROM): its
+                # rows were kept unsorted, so they are kept a second time, sorted, for this
+                # run only; the next runs keep them sorted once (`_known` in `flag`)
                 keyed = resorted = _sorted(keyed)
             commits = self._write_tables(spark, ctx, keyed, routes, names)
         finally:
@@ -256,15 +263,19 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             part = part.select(*(f"`{c}`" for c in part.columns if c.startswith("_") or c in keep))
         return sink.write(spark, ctx, part)
 
-    def _routes(self, ctx: RunContext, keyed: DataFrame) -> Routes:
-        """The run's route keys, each key's rows and non-null columns: one aggregate."""
+    def _known(self, ctx: RunContext) -> list[str]:
+        """The tables the drain's runs routed to so far (on record: `_register`)."""
+        with ctx.engine.connect() as conn:
+            return route_tables.registered(conn, ctx.drain.name)
+
+    def _routes(self, ctx: RunContext, keyed: DataFrame, known: list[str]) -> Routes:
+        """The run's route keys, each key's rows and non-null columns: one aggregate; `known`:
+        the drain's tables so far (`_known`)."""
         values = [c for c in keyed.columns if c != _KEY and c != ERROR and not c.startswith("_")]
         aggs = [F.count(F.lit(1)).alias("_rows"), F.first(_values(self.router.columns)).alias("_k")]
         aggs += [F.max(F.col(f"`{c}`").isNotNull()).alias(f"_f{i}") for i, c in enumerate(values)]
         found = keyed.groupBy(_KEY).agg(*aggs).collect()
         keys = {r[_KEY]: tuple(r["_k"]) for r in found}
-        with ctx.engine.connect() as conn:
-            known = route_tables.registered(conn, ctx.drain.name)
         return Routes(
             self.router.assign(keys.values(), known),
             keys,
@@ -297,18 +308,21 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         }
 
 
-def _kept(keyed: DataFrame) -> DataFrame:
+def _kept(keyed: DataFrame, by_key: bool) -> DataFrame:
     """The keyed rows persisted: the routes' aggregate fills the cache, and the bad records'
-    staging and each table's write read it."""
-    return keyed.persist(StorageLevel.MEMORY_AND_DISK)
+    staging and each table's write read it. `by_key`: sorted by route key within each
+    partition first (`_sorted` says why), for a drain whose runs route to `SORTED_FROM` tables
+    or more: what its last runs routed to is the best guess of this run's tables before its
+    rows are read."""
+    return _sorted(keyed) if by_key else keyed.persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def _sorted(keyed: DataFrame) -> DataFrame:
-    """The kept rows again, persisted sorted by route key within each partition (a run of
+    """The keyed rows persisted sorted by route key within each partition (a run of
     `SORTED_FROM` tables or more): a cached batch then holds few keys, and each table's write
     reads the batches of its own keys only (the min/max statistics Spark keeps per cached
-    batch), not the whole run's rows once per table. The first table's write, which runs
-    alone, sorts them from the first cache."""
+    batch), not the whole run's rows once per table. Sorted again from the first cache (a
+    drain's first run of many tables), the first table's write, which runs alone, sorts them."""
     return keyed.sortWithinPartitions(_KEY).persist(StorageLevel.MEMORY_AND_DISK)
 
 

@@ -359,14 +359,19 @@ def test_record_mode_routes_the_handlers_rows(lakehouse, make_drain, kind):
 def test_a_route_map_sends_mapped_values_to_their_table_and_the_rest_to_the_default(
     lakehouse, make_drain, monkeypatch
 ):
-    """Also the write of a run of many tables: its kept rows sorted by route key first (from
-    3 tables here, `SORTED_FROM`), each table reading only its own cached batches."""
+    """Also the write of a run of many tables: its kept rows sorted by route key (from 3 tables
+    here, `SORTED_FROM`), each table reading only its own cached batches. The drain's first
+    such run sorts a second copy of the rows it kept unsorted; its next run keeps them sorted
+    from the start, one copy."""
     from spark_jobs.sinks import routed
 
-    sorts = []
+    sorts, kept = [], []
     monkeypatch.setattr(routed, "SORTED_FROM", 3)
-    sort = routed._sorted
+    sort, keep = routed._sorted, routed._kept
     monkeypatch.setattr(routed, "_sorted", lambda keyed: sorts.append(1) or sort(keyed))
+    monkeypatch.setattr(
+        routed, "_kept", lambda keyed, by_key: kept.append(by_key) or keep(keyed, by_key)
+    )
     suffix = uuid.uuid4().hex[:8]
     drain = make_drain(
         levels=1,
@@ -385,13 +390,17 @@ def test_a_route_map_sends_mapped_values_to_their_table_and_the_rest_to_the_defa
     records = [
         OutRecord(value=json.dumps({"event_type": t, **FIELDS[t]}).encode()) for t in types * 10
     ]
-    produce_records(drain, records, level=0, partition=0)
-    drain_job.run(drain.name, trigger="test", settings=load_settings())
-    for name, event_type in [
-        (f"r{suffix}.all_orders", "orders"),
-        (f"r{suffix}.other_clicks", "clicks"),
-        (f"r{suffix}.other_views", "views"),
-    ]:
-        rows = rows_of("iceberg", name)
-        assert len(rows) == 10 and {r["event_type"] for r in rows} == {event_type}
-    assert sorts == [1]
+    for run in (1, 2):
+        produce_records(drain, records, level=0, partition=0)
+        drain_job.run(drain.name, trigger="test", settings=load_settings())
+        for name, event_type in [
+            (f"r{suffix}.all_orders", "orders"),
+            (f"r{suffix}.other_clicks", "clicks"),
+            (f"r{suffix}.other_views", "views"),
+        ]:
+            rows = rows_of("iceberg", name)
+            assert len(rows) == 10 * run and {r["event_type"] for r in rows} == {event_type}
+    # run 1 kept its rows unsorted (no table known yet) and sorted them again for its 3
+    # tables; run 2 kept them sorted at once, and only that copy
+    assert kept == [False, True]
+    assert sorts == [1, 1]
