@@ -30,6 +30,7 @@ from drainer.errors import ServiceError
 from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
 from drainer.services import connect_users, process
 from drainer.services.connect_logging import log4j2, redact_log, roll_console_log
+from drainer.services.kafka_pools import KAFKA_POOLS
 from drainer.services.status import ServiceStatus
 from drainer.settings import DEFAULT_CONNECT_PORT, Settings
 from drainer.sinks import ServerCode, configured_formats, server_code, server_conf
@@ -59,10 +60,7 @@ SESSION_DEFAULTS = {
     # SASL's generated JAAS line and inline PEM keys are secrets too (plan text, UI, logs)
     "spark.redaction.regex": SPARK_REDACTION_REGEX,
     "spark.sql.redaction.options.regex": SPARK_REDACTION_REGEX,
-    "spark.kafka.consumer.cache.capacity": "1024",  # pooled per partition; Spark has 64
-    # each read partition's last poll held 10 s, not 5 minutes (docs/operations.md, why)
-    "spark.kafka.consumer.fetchedData.cache.timeout": "10s",
-    "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "5s",
+    **KAFKA_POOLS,
 }
 
 Echo = Callable[[str], None]

@@ -89,6 +89,19 @@ def test_connect_server_keeps_its_temp_dirs_out_of_tmp(settings: Settings, first
     assert list(scratch.glob("blockmgr-*"))
 
 
+def test_connect_server_runs_with_drainers_kafka_pool_limits(settings: Settings, first_up) -> None:
+    """The server's executors pool Kafka consumers and fetched polls with drainer's limits
+    (drainer/services/kafka_pools.py), not Spark's, which kept idle consumers open long
+    after their timeout."""
+    if not settings.local_spark_connect:
+        pytest.skip("SPARK_REMOTE or SPARK_MASTER is set: no local Connect server")
+    from drainer.services.kafka_pools import KAFKA_POOLS
+    from spark_jobs.session import get_spark
+
+    spark = get_spark(settings)
+    assert {key: spark.conf.get(key, None) for key in KAFKA_POOLS} == KAFKA_POOLS
+
+
 def test_kafka_answers(settings: Settings, first_up: dict[str, ServiceStatus]) -> None:
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
     metadata = admin.list_topics(timeout=10)
