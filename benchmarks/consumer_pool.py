@@ -30,7 +30,7 @@ import fair
 from common import fresh_drain, produce
 
 from drainer.services import connect, process
-from drainer.settings import load_settings
+from drainer.settings import Settings, load_settings
 from drainer.spark.net import port_open
 
 RESULTS = fair.RESULTS
@@ -45,10 +45,9 @@ POOL_DEFAULTS = {
 }
 
 
-def restart_server(conf: dict[str, str]) -> None:
+def restart_server(settings: Settings, conf: dict[str, str]) -> None:
     """The local Connect server stopped, then started with drainer's settings and `conf` over
     them (`up` keeps a running server whose settings differ)."""
-    settings = load_settings()
     paths = connect.ConnectPaths.local(settings)
     pid = process.our_pid(paths.pid_file, connect.MARKER)
     if pid is not None:
@@ -58,9 +57,9 @@ def restart_server(conf: dict[str, str]) -> None:
     connect.start(settings, paths, settings.connect_port, "local[*]", print, conf)
 
 
-def server_heap() -> dict[str, float]:
+def server_heap(settings: Settings) -> dict[str, float]:
     """The local server's pooled consumers and live heap (MB), after the full GC `jcmd` runs."""
-    pid = connect.ConnectPaths.local(load_settings()).pid_file.read_text().strip()
+    pid = connect.ConnectPaths.local(settings).pid_file.read_text().strip()
     text = subprocess.run(
         ["jcmd", pid, "GC.class_histogram"], capture_output=True, text=True, check=True
     ).stdout
@@ -77,25 +76,15 @@ def server_heap() -> dict[str, float]:
 
 def read_halves(spark: Any, source: Any, reads: int) -> list[float]:
     """`reads` queries of the first half of every partition into noop; their wall times."""
-    assign, start, end = fair.kafka_ranges(source)
+    _, start, end = fair.kafka_ranges(source)
     half = {
         t: {p: start[t][p] + (end[t][p] - start[t][p]) // 2 for p in ps} for t, ps in end.items()
     }
+    read = fair.bounded_read(spark, source, fair.drain_read_options(source), end=half)
     walls = []
-    for i in range(reads):
+    for i in range(reads):  # each save a query of its own: Spark's own group id, new consumers
         started = time.perf_counter()
-        (
-            spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", load_settings().bootstrap_servers)
-            .option("assign", json.dumps(assign))
-            .option("startingOffsets", json.dumps(start))
-            .option("endingOffsets", json.dumps(half))
-            .options(**fair.drain_read_options(source))
-            .load()
-            .write.format("noop")
-            .mode("overwrite")
-            .save()
-        )
+        read.write.format("noop").mode("overwrite").save()
         walls.append(round(time.perf_counter() - started, 2))
         print(f"read {i + 1}/{reads}: {walls[-1]:.2f} s", flush=True)
     return walls
@@ -113,34 +102,35 @@ def main() -> int:
     conf = dict(item.split("=", 1) for item in args.server_conf)
     from spark_jobs.session import get_spark
 
+    settings = load_settings()
     if conf:
-        restart_server(conf)
+        restart_server(settings, conf)
     try:
         source = fresh_drain(args.records, levels=3, partitions=16)
         produce(source, args.records)
-        spark = get_spark(load_settings())
-        heap = {"before": server_heap()}
+        spark = get_spark(settings)
+        heap = {"before": server_heap(settings)}
         walls = read_halves(spark, source, args.reads)
-        heap["after_reads"] = server_heap()
+        heap["after_reads"] = server_heap(settings)
         idle_from = time.monotonic()
         for seconds in sorted(args.idle):
             time.sleep(max(0.0, idle_from + seconds - time.monotonic()))
-            heap[f"after_{seconds}_s_idle"] = server_heap()
-        settings = {k: spark.conf.get(k, None) or v for k, v in POOL_DEFAULTS.items()}
+            heap[f"after_{seconds}_s_idle"] = server_heap(settings)
+        pools = {k: spark.conf.get(k, None) or v for k, v in POOL_DEFAULTS.items()}
     finally:
         if conf:
-            restart_server({})
+            restart_server(settings, {})
     for when, seen in heap.items():
         print(
             f"{when:>22}: {seen['consumers']:5d} consumers, live heap {seen['live_mb']:7.1f} MB "
             f"(byte arrays {seen['byte_arrays_mb']:.1f} MB)"
         )
-    print("server's pool settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    print("server's pool settings: " + ", ".join(f"{k}={v}" for k, v in pools.items()))
     # a sitting on other settings keeps its own file: `-server_conf`
     out = RESULTS / f"consumer_pool-{args.records}{'-server_conf' if conf else ''}.json"
     out.write_text(
         json.dumps(
-            {"reads": args.reads, "read_s": walls, "heap": heap, "settings": settings}, indent=2
+            {"reads": args.reads, "read_s": walls, "heap": heap, "settings": pools}, indent=2
         )
         + "\n"
     )

@@ -95,10 +95,14 @@ def kafka_ranges(drain: Any) -> tuple[dict[str, list[int]], Offsets, Offsets]:
     return Expected.of_drain(drain).spark_offsets()
 
 
-def bounded_read(spark: Any, drain: Any, options: dict[str, str]) -> Any:
+def bounded_read(
+    spark: Any, drain: Any, options: dict[str, str], end: Offsets | None = None
+) -> Any:
     """The drain's whole backlog as Spark reads it (`assign` + numeric offsets and headers, as
-    drainer reads), with `options` (drainer's read options, or none: Spark's defaults)."""
-    assign, start, end = kafka_ranges(drain)
+    drainer reads), with `options` (drainer's read options, or none: Spark's defaults); `end`:
+    other ending offsets than the watermarks."""
+    assign, start, ends = kafka_ranges(drain)
+    end = ends if end is None else end
     return (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", load_settings().bootstrap_servers)

@@ -140,9 +140,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             raise RuntimeError(f"run {run}: the routed sink flags an attempt's records once")
         if ctx.drain.bad_records != "dead_letter":  # only the dead letters' staging needs them
             decoded = decoded.drop(RAW_KEY, RAW_VALUE, RAW_HEADERS)
-        known = self._known(ctx)
-        by_key = len(known) >= SORTED_FROM
-        keyed = _kept(decoded.withColumn(_KEY, _key(self.router.columns)), by_key)
+        keyed, known, by_key = self._keep(ctx, decoded)
         try:
             routes = self._routes(ctx, keyed.where(F.col(ERROR).isNull()), known)
         except BaseException:
@@ -165,9 +163,8 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             # writes them as decoded, bad records left out)
             keyed, routes, by_key = out, kept[1], kept[2]
         else:  # a processor's rows: keyed and kept here while they are routed and written
-            known = self._known(ctx)
-            by_key = len(known) >= SORTED_FROM
-            keyed = own = _kept(out.withColumn(_KEY, _key(self.router.columns)), by_key)
+            keyed, known, by_key = self._keep(ctx, out)
+            own = keyed
         try:
             if own is not None:
                 routes = self._routes(ctx, own, known)
@@ -184,7 +181,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             if len(names) >= SORTED_FROM and not by_key:
                 # the drain's first run of many tables (or its first past SORTED_FROM): its
                 # rows were kept unsorted, so they are kept a second time, sorted, for this
-                # run only; the next runs keep them sorted once (`_known` in `flag`)
+                # run only; the next runs keep them sorted once (`_keep`)
                 keyed = resorted = _sorted(keyed)
             commits = self._write_tables(spark, ctx, keyed, routes, names)
         finally:
@@ -263,14 +260,18 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             part = part.select(*(f"`{c}`" for c in part.columns if c.startswith("_") or c in keep))
         return sink.write(spark, ctx, part)
 
-    def _known(self, ctx: RunContext) -> list[str]:
-        """The tables the drain's runs routed to so far (on record: `_register`)."""
+    def _keep(self, ctx: RunContext, rows: DataFrame) -> tuple[DataFrame, list[str], bool]:
+        """`rows` with their route key, kept (`_kept`): sorted by it when the tables the
+        drain's runs routed to so far (on record: `_register`) number `SORTED_FROM` or more.
+        Returns the kept rows, those tables, and whether the rows were sorted."""
         with ctx.engine.connect() as conn:
-            return route_tables.registered(conn, ctx.drain.name)
+            known = route_tables.registered(conn, ctx.drain.name)
+        by_key = len(known) >= SORTED_FROM
+        return _kept(rows.withColumn(_KEY, _key(self.router.columns)), by_key), known, by_key
 
     def _routes(self, ctx: RunContext, keyed: DataFrame, known: list[str]) -> Routes:
         """The run's route keys, each key's rows and non-null columns: one aggregate; `known`:
-        the drain's tables so far (`_known`)."""
+        the drain's tables so far (`_keep`)."""
         values = [c for c in keyed.columns if c != _KEY and c != ERROR and not c.startswith("_")]
         aggs = [F.count(F.lit(1)).alias("_rows"), F.first(_values(self.router.columns)).alias("_k")]
         aggs += [F.max(F.col(f"`{c}`").isNotNull()).alias(f"_f{i}") for i, c in enumerate(values)]
