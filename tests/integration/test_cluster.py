@@ -6,6 +6,11 @@ Spark Connect server attached to the cluster (SPARK_REMOTE). Each checks exact c
 sink, and that the cluster's master saw the application (the work did not run elsewhere).
 The cluster comes up once per session; the classic runs go first, because a Connect server
 holds the worker's cores for as long as it runs.
+
+Issues 48's and 49's end-to-end cases run into Postgres through an in-process driver and into
+Delta and Iceberg through the Connect server on the cluster: the executors are the cluster's
+either way, and a cold driver JVM per run cost those cases 1-2.5 minutes each in the suite
+(the routing case 97-141 s per format, where the server takes 23-37 s).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from drainer.services import connect, process
 from drainer.settings import load_settings
 from drainer.spark.endpoint import client_url
 from spark_jobs.examples import RECORD_ECHO_SCHEMA
+from tests.support.drains import STACK_FORMATS
 from tests.support.stack import get_engine, produce_records
 from tests.support.user_modules import HANDLER_OUTPUT, write_user_handler
 
@@ -133,6 +139,7 @@ def connect_on_cluster(cluster, tmp_path_factory) -> Iterator[str]:
         port,
         cluster.master_url,
         echo=lambda _: None,
+        formats=STACK_FORMATS,  # the routing and state-table cases write Delta and Iceberg
         conf={"spark.executor.memory": "768m"},
     )
     try:
@@ -187,11 +194,19 @@ def test_dataframe_mode_on_a_standalone_cluster(make_drain, cluster):
         assert _scalar(f'SELECT sum(records) FROM "{table}" WHERE level = {level}') == count
 
 
-@pytest.mark.parametrize("kind", ["postgres", "delta", "iceberg"])
-def test_routing_on_a_standalone_cluster(make_drain, lakehouse, cluster, kind):
-    """Issue 49's end-to-end case (tests/integration/test_routing.py) with the run's driver on
-    the cluster, per sink: each type in its own table once (read back without Spark), one type
-    new in the second run, the bad route value and the one past max_tables dead letters."""
+def test_routing_on_a_standalone_cluster(make_drain, lakehouse, cluster):
+    """Issue 49's end-to-end case (tests/integration/test_routing.py) with the run's driver in
+    the `drainer run` process and its executors on the cluster, into Postgres tables; the
+    lakehouse formats take the same case through the Connect server attached to the cluster
+    (below): the same executors, without a cold driver JVM per run."""
+    result = _route(make_drain, "postgres", SPARK_MASTER=cluster.master_url)
+    assert f"on {cluster.master_url}" in result["spark"]
+
+
+def _route(make_drain, kind: str, **spark_env: str) -> dict:
+    """Issue 49's case on the cluster: each type in its own table once (read back without
+    Spark), one type new in the second run, the bad route value and the one past max_tables
+    dead letters. The first run's result."""
     import uuid
 
     from test_routing import (
@@ -214,14 +229,14 @@ def test_routing_on_a_standalone_cluster(make_drain, lakehouse, cluster, kind):
         sink=routed_sink(kind, suffix),
     )
     produce(drain, FIRST, extra=(BAD_NAME,))
-    first = _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
-    assert f"on {cluster.master_url}" in first["spark"]
+    first = _drain_in_process(drain, **spark_env)
     assert first["drained"] >= 3 * 2 * PER_PARTITION
     assert_each_table_holds_exactly_its_records(drain, kind, suffix, FIRST, dead=1)
     produce(drain, [*FIRST, "signups"], extra=(PAST_CAP,))
-    _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
+    _drain_in_process(drain, **spark_env)
     assert_each_table_holds_exactly_its_records(drain, kind, suffix, [*FIRST, "signups"], dead=2)
     assert any("max_tables" in d["error"] for d in dead_letters_of(drain))
+    return first
 
 
 def test_record_mode_on_a_standalone_cluster(make_drain, cluster):
@@ -270,11 +285,20 @@ def test_a_kafka_sink_on_a_standalone_cluster_produces_from_the_driver(make_drai
     _kafka_sink_from_the_driver(make_drain, SPARK_MASTER=cluster.master_url)
 
 
-@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
-def test_state_tables_on_a_standalone_cluster(make_drain, lakehouse, cluster, fmt):
-    """Issue 48's model case (test_state_tables) with the driver's executors on the cluster:
-    the collapse's window and the MERGE run in the worker's JVMs, the table read back without
-    Spark equals the model, and the merge's counts are on the run's record."""
+def test_state_tables_on_a_standalone_cluster(make_drain, lakehouse, cluster):
+    """Issue 48's model case (test_state_tables) with the driver in the `drainer run` process
+    and its executors on the cluster, into Postgres; the lakehouse formats take it through the
+    Connect server attached to the cluster (below)."""
+    before = cluster.app_names().count("drainer")
+    result = _state_table(make_drain, "postgres", SPARK_MASTER=cluster.master_url)
+    assert f"on {cluster.master_url}" in result["spark"]
+    assert cluster.app_names().count("drainer") == before + 1
+
+
+def _state_table(make_drain, fmt: str, **spark_env: str) -> dict:
+    """Issue 48's case on the cluster: the collapse's window and the MERGE run in the worker's
+    JVMs, the table read back without Spark equals the model, and the merge's counts are on
+    the run's record. The run's result."""
     from test_state_tables import KEYS, OP_DELETES, TOMBSTONES, live_rows, produce_state
     from test_state_tables import upsert_drain as state_drain
 
@@ -282,10 +306,7 @@ def test_state_tables_on_a_standalone_cluster(make_drain, lakehouse, cluster, fm
 
     drain = state_drain(make_drain, fmt, 12_000)
     model = produce_state(drain)
-    before = cluster.app_names().count("drainer")
-    result = _drain_in_process(drain, SPARK_MASTER=cluster.master_url)
-    assert f"on {cluster.master_url}" in result["spark"]
-    assert cluster.app_names().count("drainer") == before + 1
+    result = _drain_in_process(drain, **spark_env)
     assert live_rows(drain) == model
     assert len(model) == KEYS - OP_DELETES - TOMBSTONES
     (run,) = drain_status(drain, load_settings())["runs"]
@@ -295,6 +316,7 @@ def test_state_tables_on_a_standalone_cluster(make_drain, lakehouse, cluster, fm
         "rows_deleted": OP_DELETES + TOMBSTONES,
         "rows_skipped_older": 0,
     }
+    return result
 
 
 @pytest.mark.parametrize("mode", ["dataframe", "record"])
@@ -350,3 +372,21 @@ def test_a_users_own_handler_module_reaches_the_clusters_executors_through_conne
     assert f"server master {cluster.master_url}" in result["spark"]
     table = drain.sink.table
     assert _scalar(f"SELECT count(*) FROM \"{table}\" WHERE who = 'a user''s module'") == 20
+
+
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_routing_through_a_connect_server_on_the_cluster(
+    make_drain, lakehouse, cluster, connect_on_cluster, kind
+):
+    remote = client_url(connect_on_cluster, load_settings().connect_token)
+    result = _route(make_drain, kind, SPARK_REMOTE=remote)
+    assert f"server master {cluster.master_url}" in result["spark"]
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_state_tables_through_a_connect_server_on_the_cluster(
+    make_drain, lakehouse, cluster, connect_on_cluster, fmt
+):
+    remote = client_url(connect_on_cluster, load_settings().connect_token)
+    result = _state_table(make_drain, fmt, SPARK_REMOTE=remote)
+    assert f"server master {cluster.master_url}" in result["spark"]
