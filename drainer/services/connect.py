@@ -30,7 +30,7 @@ from drainer.errors import ServiceError
 from drainer.local_secrets import CONNECT_TOKEN, ensure_secret
 from drainer.services import connect_users, process
 from drainer.services.connect_logging import log4j2, redact_log, roll_console_log
-from drainer.services.kafka_pools import KAFKA_POOLS
+from drainer.services.kafka_pools import KAFKA_POOLS, POOLS_MARK
 from drainer.services.status import ServiceStatus
 from drainer.settings import DEFAULT_CONNECT_PORT, Settings
 from drainer.sinks import ServerCode, configured_formats, server_code, server_conf
@@ -327,7 +327,7 @@ def started_with(
     return (
         f"master={master} pyspark={pyspark_version()} python={sys.executable} "
         f"lakehouse={','.join(formats) or '-'} auth=token {NO_PLANS_LOGGED} {ROLLING_LOG} "
-        f"{OWN_SCRATCH} {jars}{_code_of(settings)}"
+        f"{OWN_SCRATCH} {POOLS_MARK} {jars}{_code_of(settings)}"
     )
 
 
@@ -362,6 +362,8 @@ def restart_reason(
         return "its log never rolls over"
     if OWN_SCRATCH not in words:
         return "it keeps its temp files in /tmp, where a kill leaves them"
+    if POOLS_MARK not in words:  # e.g. Spark's evictor: idle consumers held for hours
+        return "its Kafka pools are not this drainer's (docs/operations.md)"
     for kind, jar in (sink_jars or {}).items():
         if jar != "-" and f"{kind}_sink={jar}" not in words:
             return f"it lacks this version of the {kind} sink's code for the server's JVM"

@@ -6,6 +6,8 @@ the server's memory (docs/operations.md, "The Connect server's Kafka pools").
 
 from __future__ import annotations
 
+import hashlib
+
 KAFKA_POOLS = {
     # consumers, pooled per (group id, partition): a drain's next run reuses its own (its
     # reads keep one group id, spark_jobs.kafka_source.spark_group). Spark keeps 64, which
@@ -24,3 +26,9 @@ KAFKA_POOLS = {
     "spark.kafka.consumer.fetchedData.cache.timeout": "10s",
     "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "5s",
 }
+
+# on a server's `started_with` line: the pools it runs with. A server started with others (an
+# older drainer's, Spark's evictor among them) is restarted by `drainer services up`
+POOLS_MARK = (
+    "kafka_pools=" + hashlib.sha256(repr(sorted(KAFKA_POOLS.items())).encode()).hexdigest()[:8]
+)

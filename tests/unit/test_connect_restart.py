@@ -88,7 +88,8 @@ def test_a_run_holds_the_server_and_a_restart_waits_or_names_it(tmp_path) -> Non
 
 
 @pytest.mark.parametrize(
-    "dropped", ["auth=token", "logs=no-plans", connect.ROLLING_LOG, connect.OWN_SCRATCH]
+    "dropped",
+    ["auth=token", "logs=no-plans", connect.ROLLING_LOG, connect.OWN_SCRATCH, connect.POOLS_MARK],
 )
 def test_a_server_an_older_drainer_started_is_restarted(paths, settings, dropped) -> None:
     line = connect.started_with("local[*]", ("delta",), settings)
