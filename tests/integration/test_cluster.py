@@ -374,19 +374,14 @@ def test_a_users_own_handler_module_reaches_the_clusters_executors_through_conne
     assert _scalar(f"SELECT count(*) FROM \"{table}\" WHERE who = 'a user''s module'") == 20
 
 
-@pytest.mark.parametrize("kind", ["delta", "iceberg"])
-def test_routing_through_a_connect_server_on_the_cluster(
-    make_drain, lakehouse, cluster, connect_on_cluster, kind
-):
-    remote = client_url(connect_on_cluster, load_settings().connect_token)
-    result = _route(make_drain, kind, SPARK_REMOTE=remote)
-    assert f"server master {cluster.master_url}" in result["spark"]
-
-
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
-def test_state_tables_through_a_connect_server_on_the_cluster(
-    make_drain, lakehouse, cluster, connect_on_cluster, fmt
+@pytest.mark.parametrize("case", ["routing", "state_tables"])
+def test_lakehouse_cases_through_a_connect_server_on_the_cluster(
+    make_drain, lakehouse, cluster, connect_on_cluster, case, fmt
 ):
+    """Issue 49's routing case and issue 48's state-table case into Delta and Iceberg, the
+    runs' driver in the Connect server attached to the cluster, their executors the cluster's."""
     remote = client_url(connect_on_cluster, load_settings().connect_token)
-    result = _state_table(make_drain, fmt, SPARK_REMOTE=remote)
+    drain_case = _route if case == "routing" else _state_table
+    result = drain_case(make_drain, fmt, SPARK_REMOTE=remote)
     assert f"server master {cluster.master_url}" in result["spark"]
