@@ -300,6 +300,7 @@ def _phase_of_kill(drain: DrainConfig, before: StoredRun | None) -> str:
 
 def _maintain(drain: DrainConfig) -> None:
     """What an operator's maintenance does between runs: zero retention, forced."""
+    started = time.monotonic()
     done = subprocess.run(
         [*CLI, "maintain", drain.name, "--retention-hours", "0", "--force"],
         capture_output=True,
@@ -307,6 +308,7 @@ def _maintain(drain: DrainConfig) -> None:
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    print(f"maintained in {time.monotonic() - started:.1f} s")
 
 
 def _lose_service_mid_run(
@@ -422,6 +424,7 @@ def test_kill_minus_9_at_random_moments_loses_and_duplicates_nothing(
             while kills < KILLS or pending or set(wanted) - set(phases):
                 assert _backlog(drain) > 0, "the backlog ran out before the kills: lower BUDGET"
                 round_ += 1
+                print(f"round {round_} at {time.monotonic() - t0:.1f} s")  # where the time goes
                 if round_ % MAINTAIN_EVERY == 0:
                     _maintain(drain)  # between kills: what an open plan committed must stay
                 before = _latest_run(drain)
