@@ -29,9 +29,8 @@ from typing import Any
 import fair
 from common import fresh_drain, produce
 
-from drainer.services import connect, process
+from drainer.services import connect
 from drainer.settings import Settings, load_settings
-from drainer.spark.net import port_open
 
 RESULTS = fair.RESULTS
 CONSUMER = "org.apache.kafka.clients.consumer.internals.ClassicKafkaConsumer"
@@ -49,11 +48,7 @@ def restart_server(settings: Settings, conf: dict[str, str]) -> None:
     """The local Connect server stopped, then started with drainer's settings and `conf` over
     them (`up` keeps a running server whose settings differ)."""
     paths = connect.ConnectPaths.local(settings)
-    pid = process.our_pid(paths.pid_file, connect.MARKER)
-    if pid is not None:
-        process.terminate(pid)
-    while port_open(connect.HOST, settings.connect_port):
-        time.sleep(0.2)
+    connect.stop(settings, print, paths)  # waits for the port to be free
     connect.start(settings, paths, settings.connect_port, "local[*]", print, conf)
 
 
