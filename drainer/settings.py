@@ -21,7 +21,8 @@ from drainer.local_secrets import CONNECT_TOKEN, POSTGRES_PASSWORD, read_secret
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_KAFKA_PORT = 9092
-DEFAULT_DATABASE_URL = "postgresql+psycopg://drainer@127.0.0.1:55432/drainer"
+DEFAULT_POSTGRES_PORT = 55432
+DEFAULT_DATABASE_URL = f"postgresql+psycopg://drainer@127.0.0.1:{DEFAULT_POSTGRES_PORT}/drainer"
 LOCAL_ROLE = "drainer"
 DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_CONNECT_PORT = 15002
@@ -115,7 +116,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         # the local broker listens on DRAINER_KAFKA_PORT (PLAINTEXT) and the three ports after it
         bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS")
         or f"127.0.0.1:{int(env.get('DRAINER_KAFKA_PORT') or DEFAULT_KAFKA_PORT)}",
-        database_url=_sqlalchemy_url(url) if url else local_database_url(home),
+        # the local server listens on DRAINER_POSTGRES_PORT when no URL is given
+        database_url=_sqlalchemy_url(url)
+        if url
+        else local_database_url(
+            home, int(env.get("DRAINER_POSTGRES_PORT") or DEFAULT_POSTGRES_PORT)
+        ),
         database_url_from_env=bool(url),
         spark_master=master or DEFAULT_SPARK_MASTER,
         home=home,
@@ -178,13 +184,15 @@ def _secrets_of(sources: tuple[str | None, ...]) -> frozenset[str]:
     return frozenset(found)
 
 
-def local_database_url(home: Path) -> str:
-    """The local server's URL, with the password `drainer services up` generated (SCRAM)."""
+def local_database_url(home: Path, port: int = DEFAULT_POSTGRES_PORT) -> str:
+    """The local server's URL at `port`, with the password `drainer services up` generated
+    (SCRAM)."""
+    url = DEFAULT_DATABASE_URL.replace(f":{DEFAULT_POSTGRES_PORT}/", f":{port}/", 1)
     password = read_secret(home, POSTGRES_PASSWORD)
     if password is None:
-        return DEFAULT_DATABASE_URL
+        return url
     user = f"{LOCAL_ROLE}:{quote(password, safe='')}"
-    return DEFAULT_DATABASE_URL.replace(f"//{LOCAL_ROLE}@", f"//{user}@", 1)
+    return url.replace(f"//{LOCAL_ROLE}@", f"//{user}@", 1)
 
 
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

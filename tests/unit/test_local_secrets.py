@@ -14,7 +14,7 @@ from drainer.local_secrets import (
     secret_path,
 )
 from drainer.services.postgres import AUTH, TRUST_RULE
-from drainer.settings import DEFAULT_DATABASE_URL, local_database_url
+from drainer.settings import DEFAULT_DATABASE_URL, load_settings, local_database_url
 from drainer.spark.endpoint import client_url, redacted
 
 
@@ -112,3 +112,13 @@ def test_a_secret_file_made_after_the_first_redact_is_redacted(tmp_path: Path, m
     assert redact("nothing secret here") == "nothing secret here"
     token = ensure_secret(tmp_path, CONNECT_TOKEN)
     assert redact(f"token={token}") == "token=***"
+
+
+def test_the_local_server_listens_where_drainer_postgres_port_says(tmp_path: Path) -> None:
+    """A second local stack (the suite's serial part runs on one) needs its own port."""
+    env = {"DRAINER_HOME": str(tmp_path), "DRAINER_POSTGRES_PORT": "55433"}
+    assert load_settings(env).database_url == DEFAULT_DATABASE_URL.replace(":55432/", ":55433/")
+    password = ensure_secret(tmp_path, POSTGRES_PASSWORD)
+    assert f"//drainer:{password}@127.0.0.1:55433/drainer" in load_settings(env).database_url
+    given = {**env, "DRAINER_DATABASE_URL": "postgresql://u:p@db:5432/x"}
+    assert ":5432/x" in load_settings(given).database_url  # a URL given wins
