@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -35,11 +36,12 @@ from drainer.store.runs import StoredRun
 from spark_jobs.attempts import attempt_tag, holding_server, stop_earlier_attempts, stop_interrupted
 from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
 from spark_jobs.decode import STRUCTURED, decode
+from spark_jobs.driver_read import DRIVER_READS
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import Read, count_read, counted, read_ranges
 from spark_jobs.processor_errors import processor_failed
 from spark_jobs.retried import retried_records
-from spark_jobs.session import cores, describe, get_spark
+from spark_jobs.session import cores, describe, get_spark, shares_files
 from spark_jobs.sinks import SparkSink, spark_sink_for
 from spark_jobs.sinks.upsert import flag_records
 
@@ -200,6 +202,11 @@ def _execute(ctx: RunContext) -> ExecutionResult:
     # API, so it works on Connect as well as in-process
     tag = attempt_tag(ctx, ctx.attempt)
     spark.addTag(tag)
+    # where the driver stages a small read of many partitions (spark_jobs.driver_read), if Spark
+    # reads this machine's files; removed with the attempt's job
+    stage = None
+    if drain.mode == "dataframe" and shares_files(spark, settings):
+        stage = settings.home / DRIVER_READS / tag
     try:
         # a run of retried dead letters has no ranges: its records come from Postgres
         df = (
@@ -213,6 +220,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
                 ctx.read_from,
                 cores=cores(spark) if drain.mode == "dataframe" else None,
                 home=settings.home,
+                stage=stage,
             )
         )
         if landed is not None:
@@ -268,6 +276,8 @@ def _execute(ctx: RunContext) -> ExecutionResult:
     finally:
         sink.release(ctx)
         spark.removeTag(tag)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _counted(

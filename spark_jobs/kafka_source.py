@@ -7,6 +7,7 @@ import hmac
 import inspect
 import json
 import logging
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from drainer.config.kafka_clients import java_settings
 from drainer.level_topics import topic_level
 from drainer.local_secrets import KAFKA_GROUP_KEY, ensure_secret
 from drainer.store.runs import StoredRange
+from spark_jobs.driver_read import driver_read, reads_in_driver
 from spark_jobs.session import KAFKA_SOURCE
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ def read_ranges(
     cores: int | None = None,
     *,
     home: Path,
+    stage: Path | None = None,
 ) -> DataFrame:
     """`assign` plus numeric starting and ending offsets: Spark reads [start, end) and no more.
 
@@ -68,7 +71,9 @@ def read_ranges(
     exactly the plan's. A read of more ranges than cores whose ranges are small runs in fewer
     tasks than ranges (`coalesced_tasks`), each reading its ranges one after another. Record
     mode passes no `cores`: a partition's records go through one task, in order, and one task
-    per partition.
+    per partition. A dataframe read of many small ranges is read by the driver's own consumer
+    instead (`spark_jobs.driver_read`), the same records as the same columns, staged as files
+    in `stage` (None: Spark does not read this machine's files, and reads them all itself).
 
     `home` (the run's `Settings.home`) holds the key of the read's group id (`spark_group`).
     """
@@ -85,6 +90,23 @@ def read_ranges(
         starting[rng.topic][str(rng.partition)] = start
         ending[rng.topic][str(rng.partition)] = rng.end
         records += rng.end - start
+    tasks = sum(len(p) for p in assign.values())
+    if stage is not None and cores is not None and reads_in_driver(tasks, records, cores):
+        bounds = {
+            (topic, int(p)): (start, ending[topic][p])
+            for topic, starts in starting.items()
+            for p, start in starts.items()
+        }
+        started = time.monotonic()
+        read = driver_read(spark, drain, bootstrap, bounds, stage, files=cores)
+        log.info(
+            "%d ranges (%d offsets) read in the driver in %.2f s: many small ranges, which "
+            "Spark's source reads one partition at a time (spark_jobs.driver_read)",
+            tasks,
+            records,
+            time.monotonic() - started,
+        )
+        return _levelled(spark, read, ranges)
     reader = (
         spark.read.format(KAFKA_SOURCE)  # through its V2 scan (spark_jobs.session.v2_reads)
         .option("assign", json.dumps(assign))
@@ -98,13 +120,17 @@ def read_ranges(
     # the session redacts secret option values from plan text (spark_jobs.session)
     for key, value in consumer_settings(drain, bootstrap, home).items():
         reader = reader.option(f"kafka.{key}", value)
-    tasks = sum(len(p) for p in assign.values())
     if cores is not None and cores > tasks:
         reader = reader.option("minPartitions", str(cores))
     df = reader.load()
     coalesced = coalesced_tasks(tasks, records, cores)
     if coalesced is not None:
         df = df.coalesce(coalesced)
+    return _levelled(spark, df, ranges)
+
+
+def _levelled(spark: SparkSession, df: DataFrame, ranges: list[StoredRange]) -> DataFrame:
+    """The read with its `level` column, without the offsets its ranges already did."""
     # the suffix after the topic's last "-" (substring_index stays on Spark's bytes, where
     # split made a Java string and ran a regex per record)
     df = df.withColumn("level", F.substring_index(F.col("topic"), "-", -1).cast("int"))

@@ -243,6 +243,15 @@ def cores(spark: SparkSession) -> int | None:
     return None
 
 
+def shares_files(spark: SparkSession, settings: Settings) -> bool:
+    """Whether Spark's tasks read this machine's files: the local Connect server, or an
+    in-process session, on a `local` master (a cluster's executors, or a server elsewhere, have
+    files of their own)."""
+    if is_connect(spark) and not settings.local_spark_connect:
+        return False
+    return str(spark.conf.get("spark.master", "")).startswith("local")
+
+
 def is_connect(spark: SparkSession) -> bool:
     """True for a Spark Connect client session (no SparkContext, no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
