@@ -151,26 +151,31 @@ def test_a_small_read_of_more_ranges_than_cores_runs_in_as_many_tasks_as_cores(m
 
 
 def test_many_small_ranges_are_read_together_in_few_tasks_exactly_once(make_drain, spark):
-    """48 ranges of 2,500 records (more records than a read of one task per core held before):
-    the read runs in `coalesced_tasks` tasks, not one per range; every record lands once and
-    the counts per partition stay exact."""
+    """48 ranges of 6,000 records (more records than a read of one task per core held before,
+    and than the driver reads itself: `DRIVER_READ_MAX_RECORDS`): Spark's read runs in
+    `coalesced_tasks` tasks, not one per range; every record lands once and the counts per
+    partition stay exact."""
     from spark_jobs import drain_job
+    from spark_jobs.driver_read import DRIVER_READ_MAX_RECORDS
     from spark_jobs.kafka_source import coalesced_tasks
     from spark_jobs.session import cores
 
+    per_range = 6_000
+    assert 48 * per_range > DRIVER_READ_MAX_RECORDS
+
     drain = make_drain(
-        levels=3, partitions=16, processor="tests.processors:with_read_task", budget=200_000
+        levels=3, partitions=16, processor="tests.processors:with_read_task", budget=500_000
     )
     for level in range(3):
         for partition in range(16):
-            records = synthetic_records(2_500, keys=7, seed=partition)
+            records = synthetic_records(per_range, keys=7, seed=partition)
             produce_records(drain, records, level=level, partition=partition)
     n = cores(spark) or 1
-    expected = coalesced_tasks(48, 120_000, n)
+    expected = coalesced_tasks(48, 48 * per_range, n)
     if expected is None:
-        pytest.skip(f"{n} cores: 48 ranges of 2,500 records are read one task each")
+        pytest.skip(f"{n} cores: 48 ranges of {per_range:,} records are read one task each")
     result = drain_job.run(drain, settings=load_settings())
-    assert result.drained == 120_000
+    assert result.drained == 48 * per_range
     assert_each_record_once(drain, high_watermarks(drain))
     with get_engine().connect() as conn:
         tasks = conn.execute(
