@@ -62,6 +62,7 @@ test: services chromium
 	$(BIN)/python scripts/test_stacks.py $(SERIAL_ENV)
 	@echo "the serial tests run beside these, on their own stack: tail -f $(SERIAL_LOG)"
 	env $(SERIAL_ENV) $(BIN)/pytest -m serial > $(SERIAL_LOG) 2>&1 & serial_pid=$$!; \
+	  trap 'kill $$serial_pid 2>/dev/null' INT TERM; \
 	  $(BIN)/pytest -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
 	  wait $$serial_pid; serial=$$?; \
 	  echo "=== the serial part ($(SERIAL_LOG)) ==="; cat $(SERIAL_LOG); \
@@ -96,8 +97,10 @@ AIRFLOW_PORT ?= 8080
 airflow: services
 	$(BIN)/python scripts/airflow_home.py --port $(AIRFLOW_PORT)
 
+# both stacks: yours, and the one `make test` starts for its serial part, if it did
 services-down: $(STAMP)
 	$(BIN)/drainer services down
+	@if [ -d $(SERIAL_HOME) ]; then env $(SERIAL_ENV) $(BIN)/drainer services down; fi
 
 # every fair-fight benchmark (benchmarks/README.md), then the charts from benchmarks/results/.
 # Numbers are only worth keeping from an idle machine. BENCH_SIZES: the records of the sink
