@@ -49,6 +49,9 @@ _HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 # through the driver's memory and this machine's disk)
 DRIVER_READ_MIN_RANGES = 32
 DRIVER_READ_MAX_RECORDS = 250_000
+# and at most this many key and value bytes: the plan counts records, not their sizes, so a read
+# of larger records stops here and is left to Spark (`driver_read` returns None)
+DRIVER_READ_MAX_BYTES = 256 << 20
 POLL_RECORDS = 10_000
 # how long a consume waits for POLL_RECORDS: librdkafka returns early only when that many came,
 # and a run's last records are fewer, so a long wait was the read's own cost (0.5 s of 0.51 s
@@ -78,11 +81,15 @@ def driver_read(
     bounds: Bounds,
     stage: Path,
     files: int,
-) -> DataFrame:
+) -> DataFrame | None:
     """The records of `bounds`, read by one consumer here and staged in `stage` as `files`
-    Parquet files, as a DataFrame of `KAFKA_COLUMNS`."""
+    Parquet files, as a DataFrame of `KAFKA_COLUMNS`; None when they hold more than
+    `DRIVER_READ_MAX_BYTES` (Spark's reader is then the one to take them)."""
     sweep(stage.parent)
-    table = read_records(drain, bootstrap, bounds)
+    try:
+        table = read_records(drain, bootstrap, bounds)
+    except _TooLarge:
+        return None
     stage.mkdir(parents=True, exist_ok=True)
     step = max(1, -(-table.num_rows // max(1, files)))
     for i, start in enumerate(range(0, max(1, table.num_rows), step)):
@@ -130,11 +137,16 @@ def read_records(drain: DrainConfig, bootstrap: str, bounds: Bounds) -> pa.Table
 _NAMES = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
+class _TooLarge(Exception):
+    """The read holds more bytes than the driver takes (`DRIVER_READ_MAX_BYTES`)."""
+
+
 def _consume(consumer: Consumer, bounds: Bounds, columns: dict[str, list[Any]]) -> None:
     """Append each range's records to `columns` until every range reached its end."""
     left = {key for key, (start, end) in bounds.items() if start < end}
     add = {name: columns[name].append for name in _NAMES}
     idle_since = time.monotonic()
+    size = 0
     while left:
         messages = consumer.consume(POLL_RECORDS, POLL_WAIT_S)
         for message in messages:
@@ -149,8 +161,12 @@ def _consume(consumer: Consumer, bounds: Bounds, columns: dict[str, list[Any]]) 
                 continue
             kind, stamp = message.timestamp()
             headers = message.headers()
-            add["key"](message.key())
-            add["value"](message.value())
+            key_bytes, value_bytes = message.key(), message.value()
+            size += len(key_bytes or b"") + len(value_bytes or b"")
+            if size > DRIVER_READ_MAX_BYTES:
+                raise _TooLarge
+            add["key"](key_bytes)
+            add["value"](value_bytes)
             add["topic"](key[0])
             add["partition"](key[1])
             add["offset"](offset)

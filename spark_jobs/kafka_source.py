@@ -99,14 +99,16 @@ def read_ranges(
         }
         started = time.monotonic()
         read = driver_read(spark, drain, bootstrap, bounds, stage, files=cores)
-        log.info(
-            "%d ranges (%d offsets) read in the driver in %.2f s: many small ranges, which "
-            "Spark's source reads one partition at a time (spark_jobs.driver_read)",
-            tasks,
-            records,
-            time.monotonic() - started,
-        )
-        return _levelled(spark, read, ranges)
+        if read is not None:
+            log.info(
+                "%d ranges (%d offsets) read in the driver in %.2f s: many small ranges, which "
+                "Spark's source reads one partition at a time (spark_jobs.driver_read)",
+                tasks,
+                records,
+                time.monotonic() - started,
+            )
+            return _levelled(spark, read, ranges)
+        log.info("%d ranges hold records too large for the driver's read: Spark reads them", tasks)
     reader = (
         spark.read.format(KAFKA_SOURCE)  # through its V2 scan (spark_jobs.session.v2_reads)
         .option("assign", json.dumps(assign))

@@ -133,3 +133,32 @@ def test_a_run_of_many_small_ranges_reads_them_in_the_driver_once(make_drain, ca
     assert bytes(one["_key"]) == b"k2-5-1" and (one["lvl"], one["p"], one["i"]) == (2, 5, 1)
     assert "trace" in str(one["_headers"]) and "empty" in str(one["_headers"])
     assert by_offset[(drain.level_topic(1), 0, 3)]["_key"] is None
+
+
+def test_small_ranges_of_large_records_are_left_to_sparks_reader(make_drain, caplog, monkeypatch):
+    """The plan counts records, not bytes: past the driver's byte cap the run reads the same
+    ranges with Spark's source instead, and still drains each record once."""
+    from test_exactly_once import drain_until_empty
+    from test_record_formats import assert_each_offset_once, rows_of
+
+    from spark_jobs import driver_read as module
+
+    monkeypatch.setattr(module, "DRIVER_READ_MAX_BYTES", 1_000)  # ~40 records of these
+    drain = make_drain(
+        levels=LEVELS,
+        partitions=PARTITIONS,
+        mode="dataframe",
+        budget=100_000,
+        value={"format": "json", "schema": "lvl int, p int, i int"},
+    )
+    with KafkaSession(drain, load_settings()) as kafka:
+        for level in range(LEVELS):
+            for partition in range(PARTITIONS):
+                records = _records(level, partition, tombstone=False)
+                produce_records(drain, records, level, partition=partition, kafka=kafka)
+    with caplog.at_level(logging.INFO, logger="spark_jobs.kafka_source"):
+        results = drain_until_empty(drain)
+    assert "too large for the driver's read: Spark reads them" in caplog.text
+    assert "read in the driver" not in caplog.text
+    assert sum(r.drained for r in results) == LEVELS * PARTITIONS * 7
+    assert_each_offset_once(drain, rows_of(drain))

@@ -154,3 +154,12 @@ def test_a_killed_runs_staged_read_is_swept_a_day_later(tmp_path):
     os.utime(old, (0, 0))
     driver_read.sweep(tmp_path)
     assert not old.exists() and new.exists()
+
+
+def test_a_read_of_large_records_is_left_to_spark(monkeypatch):
+    """The plan counts records, not bytes: past DRIVER_READ_MAX_BYTES the driver stops reading
+    (`driver_read` then returns None and Spark's reader takes the ranges)."""
+    monkeypatch.setattr(driver_read, "DRIVER_READ_MAX_BYTES", 5)  # each record is 3 bytes
+    consumer = _Consumer([[_Message("t-0", 0, 0), _Message("t-0", 0, 1)]])
+    with pytest.raises(driver_read._TooLarge):
+        _consume(consumer, {("t-0", 0): (0, 2)}, _columns())  # type: ignore[arg-type]
