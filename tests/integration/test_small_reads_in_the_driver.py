@@ -104,9 +104,10 @@ def test_the_driver_reads_what_sparks_kafka_source_reads(make_drain, spark):
     shutil.rmtree(stage)
 
 
-def test_a_run_of_many_small_ranges_reads_them_in_the_driver_once(make_drain, caplog):
+def _drained_backlog(make_drain: Any, caplog: Any) -> tuple[Any, list[Any]]:
+    """A drain of JSON values over the 36 ranges, its records produced (no tombstones: an
+    append sink), drained until empty with the read's log captured; the drain and its runs."""
     from test_exactly_once import drain_until_empty
-    from test_record_formats import assert_each_offset_once, rows_of
 
     drain = make_drain(
         levels=LEVELS,
@@ -121,7 +122,13 @@ def test_a_run_of_many_small_ranges_reads_them_in_the_driver_once(make_drain, ca
                 records = _records(level, partition, tombstone=False)
                 produce_records(drain, records, level, partition=partition, kafka=kafka)
     with caplog.at_level(logging.INFO, logger="spark_jobs.kafka_source"):
-        results = drain_until_empty(drain)
+        return drain, drain_until_empty(drain)
+
+
+def test_a_run_of_many_small_ranges_reads_them_in_the_driver_once(make_drain, caplog):
+    from test_record_formats import assert_each_offset_once, rows_of
+
+    drain, results = _drained_backlog(make_drain, caplog)
     assert len(results) == 1 and results[0].drained == LEVELS * PARTITIONS * 7
     assert "read in the driver" in caplog.text  # the path under test was the one taken
     staged = load_settings().home / DRIVER_READS
@@ -138,26 +145,12 @@ def test_a_run_of_many_small_ranges_reads_them_in_the_driver_once(make_drain, ca
 def test_small_ranges_of_large_records_are_left_to_sparks_reader(make_drain, caplog, monkeypatch):
     """The plan counts records, not bytes: past the driver's byte cap the run reads the same
     ranges with Spark's source instead, and still drains each record once."""
-    from test_exactly_once import drain_until_empty
     from test_record_formats import assert_each_offset_once, rows_of
 
     from spark_jobs import driver_read as module
 
     monkeypatch.setattr(module, "DRIVER_READ_MAX_BYTES", 1_000)  # ~40 records of these
-    drain = make_drain(
-        levels=LEVELS,
-        partitions=PARTITIONS,
-        mode="dataframe",
-        budget=100_000,
-        value={"format": "json", "schema": "lvl int, p int, i int"},
-    )
-    with KafkaSession(drain, load_settings()) as kafka:
-        for level in range(LEVELS):
-            for partition in range(PARTITIONS):
-                records = _records(level, partition, tombstone=False)
-                produce_records(drain, records, level, partition=partition, kafka=kafka)
-    with caplog.at_level(logging.INFO, logger="spark_jobs.kafka_source"):
-        results = drain_until_empty(drain)
+    drain, results = _drained_backlog(make_drain, caplog)
     assert "too large for the driver's read: Spark reads them" in caplog.text
     assert "read in the driver" not in caplog.text
     assert sum(r.drained for r in results) == LEVELS * PARTITIONS * 7
