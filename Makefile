@@ -47,25 +47,14 @@ chromium:
 	    { apt-get update && apt-get install -y chromium chromium-driver; }; \
 	  else echo "the browser test needs Chromium: sudo apt-get install chromium chromium-driver"; exit 1; fi; }
 
-# the suite in two parts, side by side: all but the `serial` tests on TEST_WORKERS workers at
-# once (its tests mostly wait on Spark, the broker and Dagster: 2 cores run 3 workers well), and
-# the `serial` ones, which kill, restart or rewind their stack's services, one at a time on a
-# stack of their own (SERIAL_ENV: another home and ports; scripts/test_stacks.py starts both).
-# The serial part's output goes to SERIAL_LOG (`tail -f` it to watch) and is printed when both
-# parts have ended; each part runs to its end, so one `make test` reports every failure
+# the suite in two parts: all but the `serial` tests on TEST_WORKERS workers at once (its tests
+# mostly wait on Spark, the broker and Dagster: 2 cores run 3 workers well), then the `serial`
+# ones alone (they kill, restart or rewind what the others share); the second part runs even if
+# the first failed, so one `make test` reports every failure
 TEST_WORKERS ?= 3
-SERIAL_HOME ?= $(or $(DRAINER_HOME),$(HOME)/.cache/drainer)-serial
-SERIAL_ENV ?= DRAINER_HOME=$(SERIAL_HOME) DRAINER_KAFKA_PORT=29092 DRAINER_POSTGRES_PORT=55433 \
-  DRAINER_CONNECT_PORT=15003
-SERIAL_LOG ?= .pytest-serial.log
 test: services chromium
-	$(BIN)/python scripts/test_stacks.py $(SERIAL_ENV)
-	@echo "the serial tests run beside these, on their own stack: tail -f $(SERIAL_LOG)"
-	env $(SERIAL_ENV) $(BIN)/pytest -m serial > $(SERIAL_LOG) 2>&1 & serial_pid=$$!; \
-	  trap 'kill $$serial_pid 2>/dev/null' INT TERM; \
-	  $(BIN)/pytest -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
-	  wait $$serial_pid; serial=$$?; \
-	  echo "=== the serial part ($(SERIAL_LOG)) ==="; cat $(SERIAL_LOG); \
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "not serial"; parallel=$$?; \
+	  $(BIN)/pytest -m serial; serial=$$?; \
 	  test $$parallel = 0 && test $$serial = 0
 
 # the unit and property tests use the CPU alone: one worker per core (26.8 s instead of 40.4 s
@@ -97,10 +86,8 @@ AIRFLOW_PORT ?= 8080
 airflow: services
 	$(BIN)/python scripts/airflow_home.py --port $(AIRFLOW_PORT)
 
-# both stacks: yours, and the one `make test` starts for its serial part, if it did
 services-down: $(STAMP)
 	$(BIN)/drainer services down
-	@if [ -d $(SERIAL_HOME) ]; then env $(SERIAL_ENV) $(BIN)/drainer services down; fi
 
 # every fair-fight benchmark (benchmarks/README.md), then the charts from benchmarks/results/.
 # Numbers are only worth keeping from an idle machine. BENCH_SIZES: the records of the sink
