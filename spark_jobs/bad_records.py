@@ -10,8 +10,10 @@ leaves them out.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -24,8 +26,18 @@ from drainer.lifecycle.results import RunContext
 from drainer.processing.headers import encode_headers
 from drainer.store import dead_letters
 from drainer.store.leases import check_fence
-from spark_jobs.decode import BARRIER, ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE, barrier
+from spark_jobs.decode import (
+    BARRIER,
+    ERROR,
+    QUICK_ERROR,
+    RAW_HEADERS,
+    RAW_KEY,
+    RAW_VALUE,
+    barrier,
+)
+from spark_jobs.decode_errors import UNTOLD
 
+log = logging.getLogger(__name__)
 _PREFIX = "drainer bad record "
 _RAISED = re.compile(re.escape(_PREFIX) + r"([^\s\[]+)\[(\d+)\]@(\d+): ([^\n\"]*)")
 # Spark ends its error's message with the error class's SQL state (`raise_error`: P0001): not
@@ -35,8 +47,10 @@ _SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
 
 def guarded(decoded: DataFrame, mode: str) -> DataFrame:
     """The decoded rows the sink gets: without `ERROR` and the raw columns; a bad record
-    fails the job (`fail`) or is left out (`dead_letter`, staged by `stage_bad_records`)."""
-    error = F.col(ERROR)
+    fails the job (`fail`) or is left out (`dead_letter`, staged by `stage_bad_records`).
+    Both test `QUICK_ERROR`, which Spark evaluates in the stage's generated code: a JSON
+    record's reason is then read again by `known_bad_record`."""
+    error = F.col(QUICK_ERROR)
     if mode == "dead_letter":
         kept = decoded.where(error.isNull() & barrier())
     else:
@@ -51,16 +65,25 @@ def guarded(decoded: DataFrame, mode: str) -> DataFrame:
             error,
         )
         kept = decoded.where(F.when(error.isNotNull(), F.raise_error(message)).otherwise(barrier()))
-    return kept.drop(ERROR, RAW_KEY, RAW_VALUE, RAW_HEADERS, BARRIER)
+    return kept.drop(ERROR, QUICK_ERROR, RAW_KEY, RAW_VALUE, RAW_HEADERS, BARRIER)
 
 
-def known_bad_record(err: BaseException, drain: str, run_id: int) -> BadRecord | None:
-    """A Spark error raised by `guarded` as one line naming the record; else None."""
+# reads the record at (topic, partition, offset) again: why it does not decode (`ERROR`)
+ReasonOf = Callable[[str, int, int], "str | None"]
+
+
+def known_bad_record(
+    err: BaseException, drain: str, run_id: int, reason_of: ReasonOf | None = None
+) -> BadRecord | None:
+    """A Spark error raised by `guarded` as one line naming the record; else None. A JSON
+    record's reason, untold in the job (`decode.QUICK_ERROR`), is `reason_of` it."""
     found = _RAISED.search(str(err))
     if found is None:
         return None
     topic, partition, offset, why = found.groups()
     why = _SQLSTATE.sub("", why)
+    if why.startswith(UNTOLD) and reason_of is not None:
+        why = _told(reason_of, topic, int(partition), int(offset)) or why
     return BadRecord(
         redact(
             f"record {topic}[{partition}]@{offset} does not decode ({why.strip()}); run "
@@ -71,12 +94,24 @@ def known_bad_record(err: BaseException, drain: str, run_id: int) -> BadRecord |
     )
 
 
+def _told(reason_of: ReasonOf, topic: str, partition: int, offset: int) -> str | None:
+    """The record's reason read again, or None (the record is gone, or Spark with it): the
+    run fails on the record either way, and says so with the reason it has."""
+    try:
+        return reason_of(topic, partition, offset)
+    except Exception as err:  # noqa: BLE001 - the bad record is the error to report
+        log.warning(
+            "the reason of bad record %s[%d]@%d was not read: %s", topic, partition, offset, err
+        )
+        return None
+
+
 def stage_bad_records(ctx: RunContext, decoded: DataFrame, attempt: int) -> int:
     """Stage the run's bad records as failures of `attempt` (the one whose write lands or
     landed), replacing the bad records staged for it before; returns how many. One Spark job
     that brings only the bad records to the driver."""
     rows = (
-        decoded.where(F.col(ERROR).isNotNull() & barrier())
+        decoded.where(F.col(QUICK_ERROR).isNotNull() & barrier())
         .select(
             "_topic", "_partition", "_offset", RAW_KEY, RAW_VALUE, RAW_HEADERS, "_timestamp", ERROR
         )

@@ -35,14 +35,19 @@ from pyspark.sql.types import (
 from drainer.config import DrainConfig
 from drainer.config.formats import METADATA_COLUMNS, RecordFormat
 from drainer.errors import ConfigError
-from drainer.records.json_schema import ddl_of_file
 from drainer.records.registry import HEADER_BYTES, writer_schemas
+from spark_jobs.decode_errors import CORRUPT, error_of, json_schema
 
 ERROR = "_drainer_error"  # why a record did not decode; dropped before the sink
+# `ERROR` with a JSON value's or key's reason left untold (`decode_errors.untold_json`): null exactly where
+# `ERROR` is. The filters every record passes test this one: the JSON reason parses the
+# record again with `from_json`, which Spark evaluates without generated code, and it took
+# the whole filter out of the stage's generated code (~0.25 s per 1M records, measured on
+# the upsert benchmark's read); that reason is built for the bad records alone
+QUICK_ERROR = "_drainer_quick_error"
 # the record as read, for the dead letters of `bad_records: dead_letter`; dropped likewise
 RAW_KEY, RAW_VALUE, RAW_HEADERS = "_drainer_raw_key", "_drainer_raw_value", "_drainer_raw_headers"
 _DECODED = "_drainer_decoded"
-_CORRUPT = "_drainer_corrupt"
 BARRIER = "_drainer_task_partition"
 _WHOLE = 2_147_483_647  # substring length: the rest of the bytes
 
@@ -76,7 +81,7 @@ def decode(drain: DrainConfig, raw: DataFrame) -> DataFrame:
         return raw.select(
             value.value.alias("value"),
             *_metadata(drain, None),
-            *_raw(value.why),
+            *_raw(value.why, value.why),
             F.lit(0).alias(BARRIER),
         )
     fields = value.fields or []
@@ -95,22 +100,35 @@ def decode(drain: DrainConfig, raw: DataFrame) -> DataFrame:
     if key is not None:
         structs[_decoded("key")] = key.value
     staged = raw.withColumns({**structs, BARRIER: F.spark_partition_id()})
+    decoded = F.col(_decoded("value"))
+    decoded_key = F.col(_decoded("key"))
+
+    def error(reason: bool) -> Column:
+        """Why the record did not decode; `reason=False`: a JSON reason untold."""
+        found = value.why
+        if value.fields is not None:
+            found = error_of(fmt, decoded, value.why, "value", reason)
+        if key is not None:
+            assert drain.key is not None
+            key_error = error_of(drain.key, decoded_key, key.why, "key", reason)
+            found = F.coalesce(found, F.concat(F.lit("key: "), key_error))
+        return found
+
     if value.fields is None:
-        columns, error = [value.value.alias("value")], value.why
+        columns = [value.value.alias("value")]
     else:
-        decoded = F.col(_decoded("value"))
         columns = [decoded.getField(name).alias(name) for name in fields]
-        error = _error_of(fmt, decoded, value.why, "value")
     key_column = None
     if key is not None:
-        assert drain.key is not None
-        decoded_key = F.col(_decoded("key"))
-        key_error = _error_of(drain.key, decoded_key, key.why, "key")
         # the key's declared fields only (JSON's struct also holds its corrupt-record text)
         key_fields = [decoded_key.getField(name).alias(name) for name in key.fields or []]
         key_column = F.when(decoded_key.isNotNull(), F.struct(*key_fields))
-        error = F.coalesce(error, F.concat(F.lit("key: "), key_error))
-    return staged.select(*columns, *_metadata(drain, key_column), *_raw(error), F.col(BARRIER))
+    return staged.select(
+        *columns,
+        *_metadata(drain, key_column),
+        *_raw(error(reason=True), error(reason=False)),
+        F.col(BARRIER),
+    )
 
 
 def _decoded(side: str) -> str:
@@ -119,16 +137,18 @@ def _decoded(side: str) -> str:
 
 
 def barrier() -> Column:
-    """Always true, and part of every filter on `ERROR`: it reads a nondeterministic column of
+    """Always true, and part of every filter on `ERROR` or `QUICK_ERROR`: it reads a nondeterministic column of
     the projection that decodes, so the optimizer cannot push the filter below that projection
     (which would inline `from_avro` once per reference in the filter: measured, 1M Avro records
     took 35 s instead of 19 s)."""
     return F.col(BARRIER) >= 0
 
 
-def _raw(error: Column) -> list[Column]:
+def _raw(error: Column, quick: Column) -> list[Column]:
+    """`ERROR`, `QUICK_ERROR` and the record as read."""
     return [
         error.alias(ERROR),
+        quick.alias(QUICK_ERROR),
         F.col("key").alias(RAW_KEY),
         F.col("value").alias(RAW_VALUE),
         F.col("headers").alias(RAW_HEADERS),
@@ -177,27 +197,15 @@ def _protobuf(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:
     return Decoding(F.col(struct), F.col(error), merged.fieldNames(), frame=frame)
 
 
-def _json_schema(fmt: RecordFormat, side: str) -> StructType:
-    path = fmt.schema_path(Path.cwd())
-    ddl = ddl_of_file(path) if path is not None else fmt.schema_ or ""
-    try:
-        schema = DataType.fromDDL(ddl)
-    except Exception as err:
-        raise ConfigError(f"{side}.schema {ddl!r} is not a Spark DDL struct: {err}") from None
-    if not isinstance(schema, StructType):
-        raise ConfigError(f"{side}.schema {ddl!r} must list columns, e.g. 'id string'")
-    return schema
-
-
 def _json(fmt: RecordFormat, side: str) -> Decoding:
-    schema = _json_schema(fmt, side)
+    schema = json_schema(fmt, side)
     if fmt.envelope == "debezium":
         return _debezium(schema, side)
-    with_corrupt = StructType([*schema.fields, StructField(_CORRUPT, StringType())])
+    with_corrupt = StructType([*schema.fields, StructField(CORRUPT, StringType())])
     parsed = F.from_json(
         F.col(side).cast("string"),
         with_corrupt,
-        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
     )
     return Decoding(parsed, F.lit(None).cast("string"), schema.fieldNames())
 
@@ -225,9 +233,9 @@ def _debezium(row: StructType, side: str) -> Decoding:
     parsed = F.from_json(
         F.col(side).cast("string"),
         StructType(
-            [*event.fields, StructField("payload", event), StructField(_CORRUPT, StringType())]
+            [*event.fields, StructField("payload", event), StructField(CORRUPT, StringType())]
         ),
-        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
+        {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT},
     )
     wrapped = F.col(side).cast("string").contains('"payload"')
     plain = F.struct(*[parsed.getField(f.name).alias(f.name) for f in event.fields])
@@ -245,9 +253,7 @@ def _debezium(row: StructType, side: str) -> Decoding:
     else:
         columns = [chosen.getField(f.name).alias(f.name) for f in row.fields]
         names = row.fieldNames()
-    value = F.when(
-        parsed.isNotNull(), F.struct(*columns, parsed.getField(_CORRUPT).alias(_CORRUPT))
-    )
+    value = F.when(parsed.isNotNull(), F.struct(*columns, parsed.getField(CORRUPT).alias(CORRUPT)))
     return Decoding(value, F.lit(None).cast("string"), names)
 
 
@@ -333,58 +339,6 @@ def _struct_fields(raw: DataFrame, decoded: Column, where: str) -> list[str]:
     if not isinstance(kind, StructType):
         raise ConfigError(f"Avro schema {where} is not a record: declare a record schema")
     return kind.fieldNames()
-
-
-def _error_of(fmt: RecordFormat, decoded: Column, first: Column, side: str) -> Column:
-    """Why a record's `side` did not decode; null when it did (a null value is a tombstone,
-    a null key no key)."""
-    value = F.col(side)
-    if fmt.format != "json":  # avro, protobuf: `first` says it
-        return F.when(value.isNotNull(), first)
-    bad = decoded.isNull() | decoded.getField(_CORRUPT).isNotNull()
-    return F.when(value.isNull(), F.lit(None).cast("string")).otherwise(
-        F.when(bad, _json_error(fmt, decoded, side)).otherwise(_missing(fmt, decoded, side))
-    )
-
-
-def _missing(fmt: RecordFormat, decoded: Column, side: str) -> Column:
-    """The required (`NOT NULL`) fields a well-formed record lacks, named; null when none."""
-    required = [f.name for f in _json_schema(fmt, side).fields if not f.nullable]
-    if not required:
-        return F.lit(None).cast("string")
-    names = F.concat_ws(
-        ", ", *[F.when(decoded.getField(name).isNull(), F.lit(name)) for name in required]
-    )
-    return F.when(names != "", F.concat(F.lit(f"the {side} lacks required "), names))
-
-
-def _json_error(fmt: RecordFormat, decoded: Column, side: str) -> Column:
-    """Malformed JSON, or JSON whose fields do not fit the schema's types, told apart.
-
-    `from_json` keeps the fields that fit (partial results) and the record's text as corrupt
-    either way; parsed again as a map of texts, a field that has a value there but none in the
-    struct is one whose value does not fit its type: named with its value and type (a record
-    `{"order_id": "abc"}` into `order_id bigint` is not malformed JSON).
-    """
-    schema = _json_schema(fmt, side)
-    texts = F.from_json(F.col(side).cast("string"), "map<string,string>")
-    misfits = [
-        F.when(
-            texts.getItem(field.name).isNotNull() & decoded.getField(field.name).isNull(),
-            F.concat(
-                F.lit(f"{field.name} = "),
-                F.substring(texts.getItem(field.name), 1, 100),
-                F.lit(f" is not {field.dataType.simpleString()}"),
-            ),
-        )
-        for field in schema.fields
-    ]
-    found = F.concat_ws("; ", *misfits) if misfits else F.lit("")
-    return (
-        F.when(texts.isNull(), F.lit(f"malformed JSON: the {side} is not a JSON object"))
-        .when(found != "", F.concat(F.lit(f"the {side}'s JSON does not fit its schema: "), found))
-        .otherwise(F.lit(f"malformed JSON for the {side}'s schema"))
-    )
 
 
 def _wire_avro(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:

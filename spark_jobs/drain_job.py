@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 from sqlalchemy import Engine
 
@@ -25,6 +26,7 @@ from drainer.errors import (
     ServiceUnavailable,
     SparkUnavailable,
 )
+from drainer.level_topics import topic_level
 from drainer.lifecycle.results import ExecutionResult, RunContext, RunResult
 from drainer.lifecycle.run import drain_once
 from drainer.processing.callables import load_callable
@@ -32,10 +34,10 @@ from drainer.settings import Settings
 from drainer.sinks import SinkCommit
 from drainer.store import runs, throughput
 from drainer.store.leases import check_fence
-from drainer.store.runs import StoredRun
+from drainer.store.runs import StoredRange, StoredRun
 from spark_jobs.attempts import attempt_tag, holding_server, stop_earlier_attempts, stop_interrupted
-from spark_jobs.bad_records import guarded, known_bad_record, stage_bad_records
-from spark_jobs.decode import STRUCTURED, decode
+from spark_jobs.bad_records import ReasonOf, guarded, known_bad_record, stage_bad_records
+from spark_jobs.decode import ERROR, STRUCTURED, decode
 from spark_jobs.driver_read import DRIVER_READS
 from spark_jobs.imports import import_failed_in_tasks
 from spark_jobs.kafka_source import Read, count_read, counted, read_ranges
@@ -332,13 +334,28 @@ def _write(
             or known_failure(err, drain, ctx.settings, sink) is not None
         ):
             raise
-        bad = known_bad_record(err, drain.name, ctx.run.id)
+        bad = known_bad_record(err, drain.name, ctx.run.id, _reason_of(ctx, spark))
         if bad is not None:
             log.debug("run %d: %s; the Spark error was:", ctx.run.id, bad, exc_info=True)
             raise bad from None
         if drain.processor is None:
             raise
         raise processor_failed(ctx, err, __file__) from err
+
+
+def _reason_of(ctx: RunContext, spark: SparkSession) -> ReasonOf:
+    """A bad record's reason read again: the record alone, read and decoded as the run's
+    read decodes it (`known_bad_record`: the run's job leaves a JSON reason untold)."""
+
+    def reason(topic: str, partition: int, offset: int) -> str | None:
+        one = StoredRange(topic, topic_level(topic), partition, offset, offset + 1, "", 1)
+        settings = ctx.settings
+        read = read_ranges(spark, ctx.drain, settings.bootstrap_servers, [one], home=settings.home)
+        found = flag_records(ctx.drain, decode(ctx.drain, read)).where(F.col(ERROR).isNotNull())
+        row = found.select(ERROR).first()
+        return None if row is None else str(row[0])
+
+    return reason
 
 
 def _decodes(drain: DrainConfig) -> bool:

@@ -32,7 +32,7 @@ from drainer.sinks.routed import RoutedSink, table_commits
 from drainer.store import route_tables
 from drainer.store.leases import check_fence
 from spark_jobs.attempts import at_once
-from spark_jobs.decode import ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE
+from spark_jobs.decode import ERROR, QUICK_ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE
 from spark_jobs.sinks.base import SparkSink
 
 log = logging.getLogger(__name__)
@@ -139,15 +139,17 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         if run in self._kept:
             raise RuntimeError(f"run {run}: the routed sink flags an attempt's records once")
         if ctx.drain.bad_records != "dead_letter":  # only the dead letters' staging needs them
-            decoded = decoded.drop(RAW_KEY, RAW_VALUE, RAW_HEADERS)
+            decoded = decoded.drop(ERROR, RAW_KEY, RAW_VALUE, RAW_HEADERS)
         keyed, known, by_key = self._keep(ctx, decoded)
         try:
-            routes = self._routes(ctx, keyed.where(F.col(ERROR).isNull()), known)
+            routes = self._routes(ctx, keyed.where(F.col(QUICK_ERROR).isNull()), known)
         except BaseException:
             keyed.unpersist()
             raise
         self._kept[run] = (keyed, routes, by_key)
-        return keyed.withColumn(ERROR, F.coalesce(F.col(ERROR), routes.reason_of()))
+        reason = routes.reason_of()
+        errors = [c for c in (ERROR, QUICK_ERROR) if c in keyed.columns]
+        return keyed.withColumns({c: F.coalesce(F.col(c), reason) for c in errors})
 
     def release(self, ctx: RunContext) -> None:
         kept = self._kept.pop((ctx.run.id, ctx.attempt), None)

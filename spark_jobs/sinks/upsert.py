@@ -38,7 +38,7 @@ from drainer.sinks.upsert import (
     upsert_spec,
 )
 from drainer.store.upserts import markers_past_retention
-from spark_jobs.decode import ERROR, RAW_VALUE
+from spark_jobs.decode import ERROR, QUICK_ERROR, RAW_VALUE
 from spark_jobs.session import cores
 
 _DELETE = "_drainer_delete"
@@ -66,13 +66,15 @@ def flag_records(drain: DrainConfig, decoded: DataFrame) -> DataFrame:
     if spec is None:
         return decoded
     columns = set(decoded.columns)
-    error = F.col(ERROR)
+    reason = None
     for path in spec.keys:
         if top_column(path) in columns:  # else the processor makes it: `collapse` checks
-            error = F.coalesce(
-                error, F.when(path_col(path).isNull(), F.lit(f"primary key {path} is null"))
-            )
-    return decoded.withColumns({TOMBSTONE: F.col(RAW_VALUE).isNull(), ERROR: error})
+            null_key = F.when(path_col(path).isNull(), F.lit(f"primary key {path} is null"))
+            reason = null_key if reason is None else F.coalesce(reason, null_key)
+    flagged = {TOMBSTONE: F.col(RAW_VALUE).isNull()}
+    if reason is not None:
+        flagged |= {c: F.coalesce(F.col(c), reason) for c in (ERROR, QUICK_ERROR)}
+    return decoded.withColumns(flagged)
 
 
 def collapse(out: DataFrame, spec: UpsertSpec, where: str, fill: bool = True) -> DataFrame:

@@ -229,3 +229,31 @@ def test_a_bad_record_line_ends_with_its_reason_not_sparks_sql_state():
     assert err is not None
     assert "(malformed JSON: the value is not a JSON object); run 4" in str(err)
     assert "SQLSTATE" not in str(err)
+
+
+def test_an_untold_json_reason_is_read_again_for_the_bad_record_line():
+    """The run's job leaves a JSON record's reason untold (`decode.QUICK_ERROR`, kept in
+    generated code); the line asks for the record's own reason, and keeps the untold one
+    when it cannot be read."""
+    from spark_jobs.bad_records import known_bad_record
+    from spark_jobs.decode_errors import UNTOLD
+
+    spark_said = (
+        f"[USER_RAISED_EXCEPTION] drainer bad record orders-1[2]@7: {UNTOLD} the value "
+        "SQLSTATE: P0001\nJVM stacktrace: ..."
+    )
+    asked: list[tuple[str, int, int]] = []
+
+    def reason_of(topic: str, partition: int, offset: int) -> str:
+        asked.append((topic, partition, offset))
+        return "the value's JSON does not fit its schema: qty = two is not int"
+
+    told = known_bad_record(RuntimeError(spark_said), "orders", 4, reason_of)
+    assert asked == [("orders-1", 2, 7)]
+    assert "(the value's JSON does not fit its schema: qty = two is not int); run 4" in str(told)
+
+    def gone(topic: str, partition: int, offset: int) -> str:
+        raise RuntimeError("the broker is down")
+
+    untold = known_bad_record(RuntimeError(spark_said), "orders", 4, gone)
+    assert f"({UNTOLD} the value); run 4" in str(untold)
