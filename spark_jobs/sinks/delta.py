@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from drainer.errors import CommitProofLost, ConfigError
+from drainer.errors import CommitProofLost, ConfigError, DrainBusy
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.delta import DeltaSink
@@ -39,6 +40,7 @@ from spark_jobs.sinks.upsert import drop_old_markers
 log = logging.getLogger(__name__)
 
 DELTA_RETRIES = 3
+MAINTAIN_BACKOFF_S = 2.0  # a killed run's write on the server takes seconds to finish
 # a concurrent writer's commit came first: the same write again is safe (txnAppId/txnVersion);
 # the second is the message of Delta's protocol and metadata conflicts, as when two writers
 # create the table in an empty folder (a resumed run and its crashed attempt's write)
@@ -46,11 +48,37 @@ _DELTA_CONFLICTS = ("Concurrent", "concurrent update")
 # commits looked through for the write a run just made before its whole history is: 300
 # versions took 0.24-0.32 s to list whole, 0.15 s for the latest 5 (benchmarks/README.md)
 RECENT_COMMITS = 10
+T = TypeVar("T")
 # Delta's VACUUM lists the table's folders in this many tasks (Spark's default: 10,000), however
 # few the folders are: on a local master that is 10,000 tasks on this machine's cores, ~40 s for
 # a table of 8 files. A local master lists in as many tasks as it shuffles into (drainer's
 # local default: 8); a cluster keeps its own setting.
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+
+
+def retried_on_conflict(what: str, where: str, call: Callable[[], T]) -> T:
+    """`call` (table maintenance) again when another writer's commit conflicts with it: a
+    killed run's write that the Spark server still finishes, which commits under `drainer
+    maintain` (its lease is the drain's; the server finishes the write of a client that
+    died). Each try starts from the table's latest version. After `DELTA_RETRIES` tries, one
+    line; nothing of it landed."""
+    for attempt in range(1, DELTA_RETRIES + 1):
+        try:
+            return call()
+        except Exception as err:
+            if not any(c in str(err) for c in _DELTA_CONFLICTS):
+                raise
+            if attempt == DELTA_RETRIES:
+                raise DrainBusy(
+                    f"{what} of {where} conflicted with other writes to the table "
+                    f"{DELTA_RETRIES} times (a run's write still finishing on the Spark "
+                    "server?); nothing of it landed: run `drainer maintain` again"
+                ) from None
+            log.warning(
+                "%s of %s conflicted with another write (try %d): retrying", what, where, attempt
+            )
+            time.sleep(MAINTAIN_BACKOFF_S * attempt)
+    raise AssertionError("unreachable")
 
 
 def app_id(drain: str, nonce: str | None = None) -> str:
@@ -130,8 +158,14 @@ class DeltaSparkSink(DeltaSink, SparkSink):
     ) -> dict[str, Any]:
         """OPTIMIZE (compaction), then VACUUM of files unreferenced for longer than the retention."""
         where = self.location()
-        markers = drop_old_markers(spark, f"delta.`{where}`", self.config)
-        optimized = spark.sql(f"OPTIMIZE delta.`{where}`").collect()
+        markers = retried_on_conflict(
+            "the delete markers' clean-up",
+            where,
+            lambda: drop_old_markers(spark, f"delta.`{where}`", self.config),
+        )
+        optimized = retried_on_conflict(
+            "OPTIMIZE", where, lambda: spark.sql(f"OPTIMIZE delta.`{where}`").collect()
+        )
         metrics = optimized[0]["metrics"] if optimized else None
         local = str(spark.conf.get("spark.master", "")).startswith("local")
         with own_settings(spark) as vacuum:  # `spark` is shared by runs and other maintains
