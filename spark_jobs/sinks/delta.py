@@ -110,7 +110,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             have = existing.fieldNames()
             note_columns_added(ctx, [n for n in out.schema.fieldNames() if n not in have])
         out = fit_schema(out, existing, where)
-        for attempt in range(1, DELTA_RETRIES + 1):
+        for try_ in range(1, DELTA_RETRIES + 1):  # not `attempt`: the run's, in the marker
             try:
                 (
                     out.write.format("delta")
@@ -123,10 +123,10 @@ class DeltaSparkSink(DeltaSink, SparkSink):
                 )
                 break
             except Exception as err:
-                if attempt == DELTA_RETRIES or not any(c in str(err) for c in _DELTA_CONFLICTS):
+                if try_ == DELTA_RETRIES or not any(c in str(err) for c in _DELTA_CONFLICTS):
                     raise
-                log.warning("Delta conflict writing %s (attempt %d): retrying", where, attempt)
-                time.sleep(0.5 * attempt)
+                log.warning("Delta conflict writing %s (try %d): retrying", where, try_)
+                time.sleep(0.5 * try_)
         # the write just made is among the latest commits unless Delta skipped it (an earlier
         # attempt's landed) or other writers came after: only then is the whole history read
         done = self._commit_of(spark, drain, run_id, nonce, latest=RECENT_COMMITS)

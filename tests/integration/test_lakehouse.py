@@ -236,6 +236,27 @@ def test_two_attempts_writing_one_run_at_once_land_once(make_drain, lakehouse, f
     assert sink.committed(spark, ctx) == commits[0]
 
 
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_later_attempts_commit_names_that_attempt(make_drain, lakehouse, fmt):
+    """The commit of a run's third attempt says attempt 3: the run's dead letters are the
+    failures its landed attempt staged (`failures_attempt`). Before: a Delta append's retry
+    loop reused the name `attempt`, and its commit said attempt 1 on a first try."""
+    from drainer.sinks import sink_for
+    from spark_jobs.session import get_spark
+
+    drain = make_drain(sink=sink_of(fmt), budget=BUDGET, **DATAFRAME_MODE)
+    settings = load_settings()
+    sink = spark_sink_for(drain.sink, settings)
+    spark = get_spark(settings, check=True, sink_conf=sink_for(drain.sink, settings).session_conf())
+    sink.prepare(spark, drain.name)
+    run = SimpleNamespace(id=20_000_000 + uuid.uuid4().int % 1_000_000, nonce=uuid.uuid4().hex)
+    ctx: Any = SimpleNamespace(drain=drain, run=run, attempt=3)
+    rows = spark.range(10).selectExpr("'t' AS topic", "0 AS partition", "id AS offset")
+    commit = sink.write(spark, ctx, rows)
+    assert commit.attempt == 3
+    assert sink.committed(spark, ctx).attempt == 3
+
+
 def table_exists(drain: DrainConfig) -> bool:
     settings = load_settings()
     if drain.sink.type == "delta":
