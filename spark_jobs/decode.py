@@ -39,11 +39,11 @@ from drainer.records.registry import HEADER_BYTES, writer_schemas
 from spark_jobs.decode_errors import CORRUPT, error_of, json_schema
 
 ERROR = "_drainer_error"  # why a record did not decode; dropped before the sink
-# `ERROR` with a JSON value's or key's reason left untold (`decode_errors.untold_json`): null exactly where
-# `ERROR` is. The filters every record passes test this one: the JSON reason parses the
-# record again with `from_json`, which Spark evaluates without generated code, and it took
-# the whole filter out of the stage's generated code (~0.25 s per 1M records, measured on
-# the upsert benchmark's read); that reason is built for the bad records alone
+# `ERROR` with a JSON value's or key's reason left untold (`decode_errors.untold_json`): null
+# exactly where `ERROR` is. The filters every record passes test this one: the JSON reason
+# parses the record again with `from_json`, which Spark evaluates without generated code, and
+# it took the whole filter out of the stage's generated code (~0.25 s per 1M records, measured
+# on the upsert benchmark's read); that reason is built for the bad records alone
 QUICK_ERROR = "_drainer_quick_error"
 # the record as read, for the dead letters of `bad_records: dead_letter`; dropped likewise
 RAW_KEY, RAW_VALUE, RAW_HEADERS = "_drainer_raw_key", "_drainer_raw_value", "_drainer_raw_headers"
@@ -137,10 +137,10 @@ def _decoded(side: str) -> str:
 
 
 def barrier() -> Column:
-    """Always true, and part of every filter on `ERROR` or `QUICK_ERROR`: it reads a nondeterministic column of
-    the projection that decodes, so the optimizer cannot push the filter below that projection
-    (which would inline `from_avro` once per reference in the filter: measured, 1M Avro records
-    took 35 s instead of 19 s)."""
+    """Always true, and part of every filter on `ERROR` or `QUICK_ERROR`: it reads a
+    nondeterministic column of the projection that decodes, so the optimizer cannot push the
+    filter below that projection (which would inline `from_avro` once per reference in the
+    filter: measured, 1M Avro records took 35 s instead of 19 s)."""
     return F.col(BARRIER) >= 0
 
 

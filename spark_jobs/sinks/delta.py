@@ -40,7 +40,10 @@ from spark_jobs.sinks.upsert import drop_old_markers
 log = logging.getLogger(__name__)
 
 DELTA_RETRIES = 3
-MAINTAIN_BACKOFF_S = 2.0  # a killed run's write on the server takes seconds to finish
+# the waits between tries, times the try's number: an append retries at once; maintenance
+# waits for a killed run's write, which the Spark server takes seconds to finish
+APPEND_BACKOFF_S = 0.5
+MAINTAIN_BACKOFF_S = 2.0
 # a concurrent writer's commit came first: the same write again is safe (txnAppId/txnVersion);
 # the second is the message of Delta's protocol and metadata conflicts, as when two writers
 # create the table in an empty folder (a resumed run and its crashed attempt's write)
@@ -48,36 +51,46 @@ _DELTA_CONFLICTS = ("Concurrent", "concurrent update")
 # commits looked through for the write a run just made before its whole history is: 300
 # versions took 0.24-0.32 s to list whole, 0.15 s for the latest 5 (benchmarks/README.md)
 RECENT_COMMITS = 10
-T = TypeVar("T")
 # Delta's VACUUM lists the table's folders in this many tasks (Spark's default: 10,000), however
 # few the folders are: on a local master that is 10,000 tasks on this machine's cores, ~40 s for
 # a table of 8 files. A local master lists in as many tasks as it shuffles into (drainer's
 # local default: 8); a cluster keeps its own setting.
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
+T = TypeVar("T")
 
-def retried_on_conflict(what: str, where: str, call: Callable[[], T]) -> T:
-    """`call` (table maintenance) again when another writer's commit conflicts with it: a
-    killed run's write that the Spark server still finishes, which commits under `drainer
-    maintain` (its lease is the drain's; the server finishes the write of a client that
-    died). Each try starts from the table's latest version. After `DELTA_RETRIES` tries, one
-    line; nothing of it landed."""
-    for attempt in range(1, DELTA_RETRIES + 1):
+
+def retried_on_conflict(
+    what: str, where: str, call: Callable[[], T], backoff_s: float | None = None
+) -> T:
+    """`call` again when another writer's commit conflicts with it; each try starts from the
+    table's latest version.
+
+    Table maintenance (the default, `MAINTAIN_BACKOFF_S`): the other writer is a killed run's
+    write that the Spark server still finishes, which commits under `drainer maintain` (its
+    lease is the drain's; the server finishes the write of a client that died); after
+    `DELTA_RETRIES` tries, one line: nothing of it landed. A run's append (`backoff_s`): the
+    same write again is safe (txnAppId/txnVersion), and past its tries the conflict itself
+    fails the attempt."""
+    maintenance = backoff_s is None
+    for try_ in range(1, DELTA_RETRIES + 1):
         try:
             return call()
         except Exception as err:
             if not any(c in str(err) for c in _DELTA_CONFLICTS):
                 raise
-            if attempt == DELTA_RETRIES:
+            if try_ == DELTA_RETRIES:
+                if not maintenance:
+                    raise
                 raise DrainBusy(
                     f"{what} of {where} conflicted with other writes to the table "
                     f"{DELTA_RETRIES} times (a run's write still finishing on the Spark "
                     "server?); nothing of it landed: run `drainer maintain` again"
                 ) from None
             log.warning(
-                "%s of %s conflicted with another write (try %d): retrying", what, where, attempt
+                "%s of %s conflicted with another write (try %d): retrying", what, where, try_
             )
-            time.sleep(MAINTAIN_BACKOFF_S * attempt)
+            time.sleep((MAINTAIN_BACKOFF_S if backoff_s is None else backoff_s) * try_)
     raise AssertionError("unreachable")
 
 
@@ -110,23 +123,15 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             have = existing.fieldNames()
             note_columns_added(ctx, [n for n in out.schema.fieldNames() if n not in have])
         out = fit_schema(out, existing, where)
-        for try_ in range(1, DELTA_RETRIES + 1):  # not `attempt`: the run's, in the marker
-            try:
-                (
-                    out.write.format("delta")
-                    .mode("append")
-                    .option("mergeSchema", "true")
-                    .option("txnAppId", app_id(drain, nonce))
-                    .option("txnVersion", str(run_id))
-                    .option("userMetadata", marker(drain, run_id, nonce, attempt))
-                    .save(where)
-                )
-                break
-            except Exception as err:
-                if try_ == DELTA_RETRIES or not any(c in str(err) for c in _DELTA_CONFLICTS):
-                    raise
-                log.warning("Delta conflict writing %s (try %d): retrying", where, try_)
-                time.sleep(0.5 * try_)
+        append = (
+            out.write.format("delta")
+            .mode("append")
+            .option("mergeSchema", "true")
+            .option("txnAppId", app_id(drain, nonce))
+            .option("txnVersion", str(run_id))
+            .option("userMetadata", marker(drain, run_id, nonce, attempt))
+        )
+        retried_on_conflict("the run's append", where, lambda: append.save(where), APPEND_BACKOFF_S)
         # the write just made is among the latest commits unless Delta skipped it (an earlier
         # attempt's landed) or other writers came after: only then is the whole history read
         done = self._commit_of(spark, drain, run_id, nonce, latest=RECENT_COMMITS)

@@ -138,7 +138,8 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         run = (ctx.run.id, ctx.attempt)
         if run in self._kept:
             raise RuntimeError(f"run {run}: the routed sink flags an attempt's records once")
-        if ctx.drain.bad_records != "dead_letter":  # only the dead letters' staging needs them
+        dead_letters = ctx.drain.bad_records == "dead_letter"
+        if not dead_letters:  # only the dead letters' staging needs them
             decoded = decoded.drop(ERROR, RAW_KEY, RAW_VALUE, RAW_HEADERS)
         keyed, known, by_key = self._keep(ctx, decoded)
         try:
@@ -148,7 +149,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             raise
         self._kept[run] = (keyed, routes, by_key)
         reason = routes.reason_of()
-        errors = [c for c in (ERROR, QUICK_ERROR) if c in keyed.columns]
+        errors = (ERROR, QUICK_ERROR) if dead_letters else (QUICK_ERROR,)
         return keyed.withColumns({c: F.coalesce(F.col(c), reason) for c in errors})
 
     def release(self, ctx: RunContext) -> None:
