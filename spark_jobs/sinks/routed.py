@@ -14,6 +14,7 @@ name no valid table, or one past `max_tables`, are bad records (`flag`), never w
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from functools import partial
@@ -33,6 +34,7 @@ from drainer.store import route_tables
 from drainer.store.leases import check_fence
 from spark_jobs.attempts import at_once
 from spark_jobs.decode import ERROR, QUICK_ERROR, RAW_HEADERS, RAW_KEY, RAW_VALUE
+from spark_jobs.session import cores
 from spark_jobs.sinks.base import SparkSink
 
 log = logging.getLogger(__name__)
@@ -232,19 +234,28 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         after another: its stages are not worth the sessions."""
         if not names:
             return {}
+        tasks = cores(spark)
         first, rest = names[0], names[1:]
-        commits = {first: self._write_table(spark, ctx, keyed, routes, first)}
+        commits = {first: self._write_table(spark, ctx, keyed, routes, first, tasks)}
         if not rest:
             return commits
         faults.crash_point(faults.BETWEEN_TABLES)
-        calls = {n: partial(self._write_table, spark, ctx, keyed, routes, n) for n in rest}
+        calls = {n: partial(self._write_table, spark, ctx, keyed, routes, n, tasks) for n in rest}
         if self.capabilities.commit != "before_postgres":
             return commits | {n: call() for n, call in calls.items()}
         return commits | at_once(spark, calls, TABLES_AT_ONCE)
 
     def _write_table(
-        self, spark: SparkSession, ctx: RunContext, keyed: DataFrame, routes: Routes, name: str
+        self,
+        spark: SparkSession,
+        ctx: RunContext,
+        keyed: DataFrame,
+        routes: Routes,
+        name: str,
+        tasks: int | None,
     ) -> SinkCommit | None:
+        """`name`'s rows written by its format's sink, in `tasks` tasks (the session's cores;
+        None: one per kept partition, on a cluster that does not say its cores)."""
         sink = self.table(name)
         found = sink.committed(spark, ctx) if ctx.attempt > 1 else None
         if found is not None:
@@ -261,6 +272,12 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         if self.config.value_schema_per_route:
             keep = routes.columns_of(name) | set(self.router.columns)
             part = part.select(*(f"`{c}`" for c in part.columns if c.startswith("_") or c in keep))
+        if tasks:
+            # one task per core, not one per partition of the read: a table gets a share of
+            # the rows, and each task's start, file and statistics cost as much for a share as
+            # for the whole (1M records into 5 Delta tables: 8.97 -> 7.50 s on 2 cores, 60 ->
+            # 10 files). The kept rows are in memory: a task reading more of them costs little
+            part = part.coalesce(tasks)
         return sink.write(spark, ctx, part)
 
     def _keep(self, ctx: RunContext, rows: DataFrame) -> tuple[DataFrame, list[str], bool]:
@@ -274,12 +291,16 @@ class RoutedSparkSink(RoutedSink, SparkSink):
 
     def _routes(self, ctx: RunContext, keyed: DataFrame, known: list[str]) -> Routes:
         """The run's route keys, each key's rows and non-null columns: one aggregate; `known`:
-        the drain's tables so far (`_keep`)."""
+        the drain's tables so far (`_keep`).
+
+        A key's values are read back from its text (`_key`), not taken with `first`: every
+        buffer is then a count, which Spark keeps in a hash table, where a `first` of an array
+        had it sort the run's rows by key (0.7 s of a 1M-record run of 9 s, on 2 cores)."""
         values = [c for c in keyed.columns if c != _KEY and c != ERROR and not c.startswith("_")]
-        aggs = [F.count(F.lit(1)).alias("_rows"), F.first(_values(self.router.columns)).alias("_k")]
-        aggs += [F.max(F.col(f"`{c}`").isNotNull()).alias(f"_f{i}") for i, c in enumerate(values)]
+        aggs = [F.count(F.lit(1)).alias("_rows")]
+        aggs += [F.count(F.col(f"`{c}`")).alias(f"_f{i}") for i, c in enumerate(values)]
         found = keyed.groupBy(_KEY).agg(*aggs).collect()
-        keys = {r[_KEY]: tuple(r["_k"]) for r in found}
+        keys = {r[_KEY]: tuple(json.loads(r[_KEY])) for r in found}
         return Routes(
             self.router.assign(keys.values(), known),
             keys,
