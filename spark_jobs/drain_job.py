@@ -6,7 +6,8 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -251,7 +252,8 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             # decoded once, from the counted read: the sink keeps the records, so its staging
             # and its write read (and count) Kafka once
             df, measure = _counted(ctx, df)
-            decoded = _flagged(ctx, spark, sink, df)
+            with _failures_named(ctx, spark, sink, processed=False):  # a sink may fail one here
+                decoded = _flagged(ctx, spark, sink, df)
             _stage_bad_records(ctx, spark, sink, df, ctx.attempt, decoded)
         else:
             # staged from the read before it is counted: the count rides on the write's job
@@ -325,9 +327,21 @@ def _write(
     if _decodes(drain):  # records as typed rows: the processor (if any) gets them decoded
         flagged = decoded if decoded is not None else _flagged(ctx, spark, sink, df)
         df = guarded(flagged, drain.bad_records)
-    try:
+    with _failures_named(ctx, spark, sink, processed=True):
         out = df if drain.processor is None else load_callable(drain.processor, "processor")(df)
         return sink.write(spark, ctx, out)
+
+
+@contextmanager
+def _failures_named(
+    ctx: RunContext, spark: SparkSession, sink: SparkSink, processed: bool
+) -> Iterator[None]:
+    """A failure of the run's Spark work as drainer's own error where it is one: a bad record
+    named (`known_bad_record`), a processor's failure (`processed`: the work ran the drain's
+    processor); any other as it came."""
+    drain = ctx.drain
+    try:
+        yield
     except Exception as err:
         if (
             isinstance(err, DrainerError)
@@ -338,7 +352,7 @@ def _write(
         if bad is not None:
             log.debug("run %d: %s; the Spark error was:", ctx.run.id, bad, exc_info=True)
             raise bad from None
-        if drain.processor is None:
+        if drain.processor is None or not processed:
             raise
         raise processor_failed(ctx, err, __file__) from err
 

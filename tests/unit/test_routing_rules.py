@@ -10,6 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 from drainer.config.routing import Router, RouteSpec, check_template, parse_template, router_of
 from drainer.config.sink_models import SinkConfig
 from drainer.sinks.routed import router
+from spark_jobs.sinks.routed import key_values
 
 SINK = TypeAdapter(SinkConfig)
 
@@ -245,3 +246,19 @@ def test_a_routed_run_shows_one_row_per_table_and_another_run_none() -> None:
     ]
     assert rows_per_table({}, {"details": {"produced": {"t": 1}}}) == {}
     assert table_rows(7, None, {}) == []
+
+
+def _key_text(values: tuple[str | None, ...]) -> str:
+    """The key text spark_jobs.sinks.routed `_key` has Spark make, made here in Python."""
+    return "".join("-" if v is None else f"{len(v)}:{v}" for v in values)
+
+
+@given(st.lists(st.one_of(st.none(), st.text()), min_size=1, max_size=4).map(tuple))
+def test_a_route_keys_text_gives_back_its_values(values: tuple[str | None, ...]) -> None:
+    assert key_values(_key_text(values)) == values
+
+
+def test_route_key_texts_of_different_values_differ() -> None:
+    """Values holding the separators still make texts that tell them apart."""
+    cases = [("a", None), (None, "a"), ("1:a",), ("1", "a"), ("-",), (None,), ("",), ("", "")]
+    assert len({_key_text(v) for v in cases}) == len(cases)
