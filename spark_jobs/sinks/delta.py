@@ -40,7 +40,7 @@ from spark_jobs.sinks.upsert import drop_old_markers
 log = logging.getLogger(__name__)
 
 DELTA_RETRIES = 3
-# the waits between tries, times the try's number: an append retries at once; maintenance
+# the waits between tries, times the try's number: an append tries again soon; maintenance
 # waits for a killed run's write, which the Spark server takes seconds to finish
 APPEND_BACKOFF_S = 0.5
 MAINTAIN_BACKOFF_S = 2.0
@@ -60,38 +60,42 @@ LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 T = TypeVar("T")
 
 
-def retried_on_conflict(
-    what: str, where: str, call: Callable[[], T], backoff_s: float | None = None
-) -> T:
-    """`call` again when another writer's commit conflicts with it; each try starts from the
-    table's latest version.
+def retried_on_conflict(what: str, where: str, call: Callable[[], T]) -> T:
+    """Table maintenance's `call`, tried again when another writer's commit conflicts with it:
+    a killed run's write that the Spark server still finishes, which commits under `drainer
+    maintain` (its lease is the drain's; the server finishes the write of a client that
+    died). After `DELTA_RETRIES` tries, one line; nothing of it landed."""
+    try:
+        return conflicts_retried(what, where, call, MAINTAIN_BACKOFF_S)
+    except Exception as err:
+        if not _conflict(err):
+            raise
+        raise DrainBusy(
+            f"{what} of {where} conflicted with other writes to the table {DELTA_RETRIES} "
+            "times (a run's write still finishing on the Spark server?); nothing of it "
+            "landed: run `drainer maintain` again"
+        ) from None
 
-    Table maintenance (the default, `MAINTAIN_BACKOFF_S`): the other writer is a killed run's
-    write that the Spark server still finishes, which commits under `drainer maintain` (its
-    lease is the drain's; the server finishes the write of a client that died); after
-    `DELTA_RETRIES` tries, one line: nothing of it landed. A run's append (`backoff_s`): the
-    same write again is safe (txnAppId/txnVersion), and past its tries the conflict itself
-    fails the attempt."""
-    maintenance = backoff_s is None
+
+def conflicts_retried(what: str, where: str, call: Callable[[], T], backoff_s: float) -> T:
+    """`call`, tried up to `DELTA_RETRIES` times while another writer's commit conflicts with
+    it, waiting `backoff_s` times the try's number between tries; each try starts from the
+    table's latest version. The last conflict is raised as it came."""
     for try_ in range(1, DELTA_RETRIES + 1):
         try:
             return call()
         except Exception as err:
-            if not any(c in str(err) for c in _DELTA_CONFLICTS):
+            if try_ == DELTA_RETRIES or not _conflict(err):
                 raise
-            if try_ == DELTA_RETRIES:
-                if not maintenance:
-                    raise
-                raise DrainBusy(
-                    f"{what} of {where} conflicted with other writes to the table "
-                    f"{DELTA_RETRIES} times (a run's write still finishing on the Spark "
-                    "server?); nothing of it landed: run `drainer maintain` again"
-                ) from None
             log.warning(
                 "%s of %s conflicted with another write (try %d): retrying", what, where, try_
             )
-            time.sleep((MAINTAIN_BACKOFF_S if backoff_s is None else backoff_s) * try_)
+            time.sleep(backoff_s * try_)
     raise AssertionError("unreachable")
+
+
+def _conflict(err: BaseException) -> bool:
+    return any(c in str(err) for c in _DELTA_CONFLICTS)
 
 
 def app_id(drain: str, nonce: str | None = None) -> str:
@@ -131,7 +135,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             .option("txnVersion", str(run_id))
             .option("userMetadata", marker(drain, run_id, nonce, attempt))
         )
-        retried_on_conflict("the run's append", where, lambda: append.save(where), APPEND_BACKOFF_S)
+        conflicts_retried("the run's append", where, lambda: append.save(where), APPEND_BACKOFF_S)
         # the write just made is among the latest commits unless Delta skipped it (an earlier
         # attempt's landed) or other writers came after: only then is the whole history read
         done = self._commit_of(spark, drain, run_id, nonce, latest=RECENT_COMMITS)
