@@ -30,8 +30,10 @@ from spark_jobs.decode import (
     BARRIER,
     ERROR,
     QUICK_ERROR,
+    RAW_COLUMNS,
     RAW_HEADERS,
     RAW_KEY,
+    RAW_TIMESTAMP,
     RAW_VALUE,
     barrier,
 )
@@ -65,7 +67,7 @@ def guarded(decoded: DataFrame, mode: str) -> DataFrame:
             error,
         )
         kept = decoded.where(F.when(error.isNotNull(), F.raise_error(message)).otherwise(barrier()))
-    return kept.drop(ERROR, QUICK_ERROR, RAW_KEY, RAW_VALUE, RAW_HEADERS, BARRIER)
+    return kept.drop(ERROR, QUICK_ERROR, *RAW_COLUMNS, BARRIER)
 
 
 # reads the record at (topic, partition, offset) again: why it does not decode (`ERROR`)
@@ -113,13 +115,13 @@ def stage_bad_records(ctx: RunContext, decoded: DataFrame, attempt: int) -> int:
     rows = (
         decoded.where(F.col(QUICK_ERROR).isNotNull() & barrier())
         .select(
-            "_topic", "_partition", "_offset", RAW_KEY, RAW_VALUE, RAW_HEADERS, "_timestamp", ERROR
+            "_topic", "_partition", "_offset", RAW_KEY, RAW_VALUE, RAW_HEADERS, RAW_TIMESTAMP, ERROR
         )
         .collect()
     )
     by_partition: dict[tuple[str, int], list[tuple[Any, ...]]] = defaultdict(list)
     for row in rows:
-        ts = row["_timestamp"]
+        ts = row[RAW_TIMESTAMP]
         by_partition[(row["_topic"], row["_partition"])].append(
             (
                 row["_offset"],

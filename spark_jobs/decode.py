@@ -47,6 +47,8 @@ ERROR = "_drainer_error"  # why a record did not decode; dropped before the sink
 QUICK_ERROR = "_drainer_quick_error"
 # the record as read, for the dead letters of `bad_records: dead_letter`; dropped likewise
 RAW_KEY, RAW_VALUE, RAW_HEADERS = "_drainer_raw_key", "_drainer_raw_value", "_drainer_raw_headers"
+RAW_TIMESTAMP = "_drainer_raw_timestamp"  # a dead letter's, kept when `_timestamp` is not
+RAW_COLUMNS = (RAW_KEY, RAW_VALUE, RAW_HEADERS, RAW_TIMESTAMP)
 _DECODED = "_drainer_decoded"
 BARRIER = "_drainer_task_partition"
 _WHOLE = 2_147_483_647  # substring length: the rest of the bytes
@@ -152,23 +154,27 @@ def _raw(error: Column, quick: Column) -> list[Column]:
         F.col("key").alias(RAW_KEY),
         F.col("value").alias(RAW_VALUE),
         F.col("headers").alias(RAW_HEADERS),
+        F.col("timestamp").alias(RAW_TIMESTAMP),
     ]
 
 
 def _metadata(drain: DrainConfig, decoded_key: Column | None) -> list[Column]:
+    """The metadata columns the drain keeps (`DrainConfig.metadata`): one left out is not
+    computed, since the decode's projection keeps what it makes (`barrier`), and not written."""
     key = F.col("key").cast("string") if drain.key and drain.key.format == "string" else "key"
     if decoded_key is not None:
         key = decoded_key
-    return [
-        F.col("topic").alias("_topic"),
-        F.col("partition").alias("_partition"),
-        F.col("offset").alias("_offset"),
-        F.col("timestamp").alias("_timestamp"),
-        F.col("level").alias("_level"),
-        F.col(key).alias("_key") if isinstance(key, str) else key.alias("_key"),
+    columns = {
+        "_topic": F.col("topic"),
+        "_partition": F.col("partition"),
+        "_offset": F.col("offset"),
+        "_timestamp": F.col("timestamp"),
+        "_level": F.col("level"),
+        "_key": F.col(key) if isinstance(key, str) else key,
         # key and base64 value pairs, as JSON: a text column every sink stores
-        F.when(F.size("headers") > 0, F.to_json("headers")).alias("_headers"),
-    ]
+        "_headers": F.when(F.size("headers") > 0, F.to_json("headers")),
+    }
+    return [columns[name].alias(name) for name in drain.metadata()]
 
 
 def _value(fmt: RecordFormat, raw: DataFrame, side: str) -> Decoding:

@@ -26,6 +26,9 @@ METADATA_COLUMNS = (
     "_key",
     "_headers",
 )
+# the metadata columns every decoded row keeps (`metadata_columns` cannot leave them out): a
+# record's coordinates, which name it in errors and dead letters and prove it written once
+COORDINATES = ("_topic", "_partition", "_offset")
 
 # the jars Spark needs to decode a format, resolved (drainer.spark.jars) only when a drain
 # declares it; spark-avro 4.1.1 is the newest on Maven Central for Spark 4.1 (no 4.1.3)

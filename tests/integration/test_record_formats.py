@@ -464,3 +464,25 @@ def test_json_schema_dates_are_typed_and_a_record_lacking_a_required_field_is_ba
     assert row["at"] == datetime(2026, 11, 28, 12, 30, tzinfo=UTC), row["at"]
     [dead] = dead_letters_of(drain)
     assert dead["error"] == "undecodable: the value lacks required id", dead
+
+
+def test_a_drain_keeping_only_the_coordinates_writes_no_other_metadata(lakehouse, make_drain):
+    """`metadata_columns` leaves `_timestamp`, `_level`, `_key` and `_headers` out of the rows;
+    a dead letter still keeps its record's timestamp (read from the record, not the row)."""
+    drain = make_drain(
+        value={"format": "json", "schema": ORDER_DDL},
+        metadata_columns=["_topic", "_partition", "_offset"],
+        bad_records="dead_letter",
+        sink=sink_for("delta"),
+    )
+    total, offsets = produce_with_bad(drain, lambda o: json.dumps(o).encode(), {"bad": b"{"})
+    drain_until_empty(drain)
+    rows, dead = rows_of(drain), dead_letters_of(drain)
+    assert set(rows[0]) == {"id", "amount", "qty", "_topic", "_partition", "_offset"}, rows[0]
+    assert len(rows) + len(dead) == total
+    assert_each_offset_once(drain, rows, dead)
+    with get_engine().connect() as conn:
+        [stamp] = conn.execute(
+            text("SELECT ts FROM dead_letters WHERE drain = :d"), {"d": drain.name}
+        ).scalars()
+    assert [d["offset"] for d in dead] == [offsets["bad"]] and stamp is not None

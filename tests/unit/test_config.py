@@ -161,3 +161,48 @@ def test_misspelt_keys_elsewhere_are_named_too(tmp_path):
         ConfigError, match=r"unknown key `zzz` in the drain; docs/configuration.md lists"
     ):
         load(tmp_path, zzz=1)
+
+
+COORDS = ["_topic", "_partition", "_offset"]
+JSON_VALUE = {"format": "json", "schema": "id long, event_type string"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"metadata_columns": ["_topic", "_offset"]}, "leaves out _partition: every row keeps"),
+        ({"metadata_columns": [*COORDS, "_lag"]}, "names '_lag', which is no metadata column"),
+        (
+            {"metadata_columns": COORDS, "processor": "m:f", "value": None},
+            "drop it, or declare `value`",
+        ),
+        (
+            {"metadata_columns": COORDS, "sink": {"table": "out", "write": "upsert"}},
+            "leaves out _level, which `write: upsert` (ties between levels) reads",
+        ),
+        (
+            {
+                "metadata_columns": [*COORDS, "_level", "_timestamp"],
+                "sink": {"table": "out", "write": "upsert"},
+            },
+            "leaves out _key, which sink.primary_key reads",
+        ),
+        (
+            {"metadata_columns": COORDS, "sink": {"table": "out_{_level}"}},
+            "leaves out _level, which the sink's route reads",
+        ),
+    ],
+)
+def test_metadata_columns_that_drop_what_the_drain_needs_fail_at_load(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match="orders") as err:
+        load(tmp_path, **{"value": JSON_VALUE, **overrides})
+    assert message in str(err.value)
+
+
+def test_metadata_columns_keep_their_fixed_order_and_default_to_all(tmp_path):
+    chosen = ["_key", "_offset", "_topic", "_partition"]
+    drain = load(tmp_path, value=JSON_VALUE, metadata_columns=chosen)["orders"]
+    assert drain.metadata() == ("_topic", "_partition", "_offset", "_key")
+    assert len(load(tmp_path, value=JSON_VALUE)["orders"].metadata()) == 7
+    routed = {"table": "out_{_topic}"}
+    assert load(tmp_path, value=JSON_VALUE, metadata_columns=COORDS, sink=routed)["orders"]
