@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import json
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -75,6 +76,16 @@ class SparkSink(Sink[Any]):
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
         """Write the run's output once; a table sink returns the commit it made. Columns it
         adds to an existing table go on record first (`note_columns_added`)."""
+
+    def write_signalled(
+        self, spark: SparkSession, ctx: RunContext, out: DataFrame, landed: Callable[[], None]
+    ) -> SinkCommit | None:
+        """`write`, calling `landed` once the table holds the run's commit, before the sink
+        reads its proof back: a routed run starts its other tables' writes then
+        (spark_jobs.sinks.routed). By default, when `write` returns."""
+        done = self.write(spark, ctx, out)
+        landed()
+        return done
 
     # True: `flag` keeps the run's decoded records (persisted) and the run decodes them once
     # for the bad records' staging and the write alike, so its aggregate, the staging and the

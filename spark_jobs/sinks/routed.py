@@ -5,7 +5,8 @@ One run reads its ranges once: the decoded records are kept (persisted) with the
 one aggregate over them finds the route keys (with each key's rows and non-null columns), and
 the bad records' staging and each table's write read the kept rows. A processor's output is
 kept and routed the same way.
-The first table (in name order) commits alone, then the rest at once (`_write_tables`); a
+The first table (in name order) commits alone, then the rest at once, started as soon as the
+first's commit is in (`_write_tables`); a
 resumed run asks each table for the run's proof (Delta's txn app id, Iceberg's published
 snapshot) and writes only those without one.
 Postgres stages every table and publishes them in the one commit transaction. Route values that
@@ -15,6 +16,8 @@ name no valid table, or one past `max_tables`, are bad records (`flag`), never w
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -230,25 +233,51 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         routes: Routes,
         names: list[str],
     ) -> dict[str, SinkCommit | None]:
-        """Each table written: the first (in name order) alone, then the rest at once.
+        """Each table written: the first (in name order) alone until its commit is in, then
+        the rest at once.
 
         A table's write leaves the cores idle while the driver reads its schema and, after the
         commit, its history; written at once, one table's tasks fill another's wait. The first
-        goes alone so that a crash after it (`between_tables`) leaves exactly one table holding
-        the run. A Postgres table only stages (its commit transaction publishes them all), one
-        after another: its stages are not worth the sessions."""
+        goes alone so that a crash after its commit (`between_tables`) leaves exactly one table
+        holding the run; the rest start as soon as its commit is in, while it reads its proof
+        back (`write_signalled`). A Postgres table only stages (its commit transaction
+        publishes them all), one after another: its stages are not worth the sessions."""
         if not names:
             return {}
         tasks = cores(spark)
         first, rest = names[0], names[1:]
-        commits = {first: self._write_table(spark, ctx, keyed, routes, first, tasks)}
-        if not rest:
-            return commits
-        faults.crash_point(faults.BETWEEN_TABLES)
-        calls = {n: partial(self._write_table, spark, ctx, keyed, routes, n, tasks) for n in rest}
+        write = partial(self._write_table, spark, ctx, keyed, routes, tasks=tasks)
         if self.capabilities.commit != "before_postgres":
-            return commits | {n: call() for n, call in calls.items()}
-        return commits | at_once(spark, calls, TABLES_AT_ONCE)
+            commits = {first: write(first)}
+            if rest:
+                faults.crash_point(faults.BETWEEN_TABLES)
+            return commits | {n: write(n) for n in rest}
+        if not rest:
+            return {first: write(first)}
+        landed, first_in = threading.Event(), threading.Event()
+
+        def first_landed() -> None:
+            if not first_in.is_set():
+                faults.crash_point(faults.BETWEEN_TABLES)
+                first_in.set()
+                landed.set()
+
+        def first_table() -> SinkCommit | None:
+            try:
+                return write(first, landed=first_landed)
+            finally:
+                landed.set()  # failed too: the others stop waiting, and do not write
+
+        def after_first(name: str) -> SinkCommit | None:
+            landed.wait()
+            if not first_in.is_set():
+                # never reported: `at_once` raises the first table's failure, listed first
+                raise RuntimeError(f"{name} not written: the first table's write failed")
+            return write(name)
+
+        calls = {first: first_table} | {n: partial(after_first, n) for n in rest}
+        # one thread more than the tables written at once: the first's, reading its proof back
+        return at_once(spark, calls, TABLES_AT_ONCE + 1)
 
     def _write_table(
         self,
@@ -258,9 +287,11 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         routes: Routes,
         name: str,
         tasks: int | None,
+        landed: Callable[[], None] = lambda: None,
     ) -> SinkCommit | None:
         """`name`'s rows written by its format's sink, in `tasks` tasks (the session's cores;
-        None: one per kept partition, on a cluster that does not say its cores)."""
+        None: one per kept partition, on a cluster that does not say its cores); `landed` is
+        called once the table holds the run's commit (`write_signalled`)."""
         sink = self.table(name)
         found = sink.committed(spark, ctx) if ctx.attempt > 1 else None
         if found is not None:
@@ -270,6 +301,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
                 ctx.drain.name,
                 sink.describe(),
             )
+            landed()
             return found
         # a filter on the kept key column itself: the cache's batch statistics skip the batches
         # without the table's keys (`_sorted`, in a run of many tables)
@@ -283,7 +315,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
             # for the whole (1M records into 5 Delta tables: 8.97 -> 7.50 s on 2 cores, 60 ->
             # 10 files). The kept rows are in memory: a task reading more of them costs little
             part = part.coalesce(tasks)
-        return sink.write(spark, ctx, part)
+        return sink.write_signalled(spark, ctx, part, landed)
 
     def _keep(self, ctx: RunContext, rows: DataFrame) -> tuple[DataFrame, list[str], bool]:
         """`rows` with their route key, kept (`_kept`): sorted by it when the tables the
