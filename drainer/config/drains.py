@@ -22,9 +22,10 @@ from pydantic import (
 )
 
 from drainer.allocation import reserved_shares
-from drainer.config.formats import COORDINATES, METADATA_COLUMNS, RecordFormat, check_schema_files
+from drainer.config.formats import METADATA_COLUMNS, RecordFormat, check_schema_files
 from drainer.config.kafka_clients import check_blocks
 from drainer.config.keys import KnownKeys
+from drainer.config.metadata import check_metadata
 from drainer.config.sink_models import SINK_MODELS, SinkConfig
 from drainer.config.units import duration_ms, size_bytes
 from drainer.errors import ConfigError
@@ -277,7 +278,7 @@ class DrainConfig(KnownKeys):
         check_blocks(self.kafka, self.kafka_librdkafka, self.kafka_java)
         self._check_formats()
         self._cdc_defaults()
-        self._check_metadata()
+        check_metadata(self)
         if isinstance(self.max_wait, dict):
             unknown = sorted(level for level in self.max_wait if not 0 <= level < self.levels)
             if unknown:
@@ -327,53 +328,6 @@ class DrainConfig(KnownKeys):
         """The metadata columns the decoded rows carry, in their fixed order."""
         chosen = set(self.metadata_columns or METADATA_COLUMNS)
         return tuple(c for c in METADATA_COLUMNS if c in chosen)
-
-    def _check_metadata(self) -> None:
-        """`metadata_columns` names metadata columns, keeps the coordinates, applies to decoded
-        rows, and keeps what the sink reads (an upsert's key, order and level; a route)."""
-        chosen = self.metadata_columns
-        if chosen is None:
-            return
-        unknown = [c for c in chosen if c not in METADATA_COLUMNS]
-        if unknown:
-            raise ValueError(
-                f"metadata_columns names {unknown[0]!r}, which is no metadata column: name "
-                f"some of {', '.join(METADATA_COLUMNS)}"
-            )
-        missing = [c for c in COORDINATES if c not in chosen]
-        if missing:
-            raise ValueError(
-                f"metadata_columns leaves out {missing[0]}: every row keeps its record's "
-                f"coordinates ({', '.join(COORDINATES)}), which name it in errors and dead "
-                "letters: add it"
-            )
-        if self.mode == "record" or (self.processor is not None and self.value is None):
-            raise ValueError(
-                "metadata_columns shapes the decoded rows, which this drain has none of (record "
-                "mode, or a processor given the raw read): drop it, or declare `value`"
-            )
-        for column, needs in self._metadata_needs().items():
-            if column not in chosen:
-                raise ValueError(
-                    f"metadata_columns leaves out {column}, which {needs} reads: add it"
-                )
-
-    def _metadata_needs(self) -> dict[str, str]:
-        """The metadata columns the sink reads, each with the setting that reads it."""
-        from drainer.sinks.routed import router
-        from drainer.sinks.upsert import top_column, upsert_spec
-
-        needs: dict[str, str] = {}
-        spec = upsert_spec(self.sink)
-        if spec is not None:
-            needs["_level"] = "`write: upsert` (ties between levels)"
-            for setting, paths in (("primary_key", spec.keys), ("order_by", spec.order)):
-                for path in paths:
-                    needs.setdefault(top_column(path), f"sink.{setting}")
-        routing = router(self.sink)
-        for column in routing.columns if routing is not None else ():
-            needs.setdefault(column, "the sink's route")
-        return {c: why for c, why in needs.items() if c in METADATA_COLUMNS}
 
     def level_topic(self, level: int) -> str:
         return level_topic(self.topic, level)

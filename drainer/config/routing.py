@@ -23,8 +23,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from drainer.config.route_models import NAME_FIELDS
 from drainer.store.sink_names import check_table_name
 
 Kind = Literal["postgres", "delta", "iceberg"]
@@ -197,6 +198,17 @@ class Assignment:
     def new_names(self, known: Iterable[str]) -> list[str]:
         have = set(known)
         return [n for n in self.names() if n not in have]
+
+
+def router(config: Any) -> Router | None:
+    """The router of a sink's configuration; None for a sink that writes one table."""
+    field = NAME_FIELDS.get(config.type)
+    if field is None or not getattr(config, "routed", False):
+        return None
+    route = config.route
+    spec = None if route is None else RouteSpec(route.by, dict(route.tables), route.default)
+    kind: Kind = config.type
+    return router_of(kind, getattr(config, field) or None, spec, config.max_tables)
 
 
 def router_of(

@@ -31,6 +31,11 @@ _ICEBERG_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+
 _KAFKA_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 DEFAULT_SINK_TYPE = "postgres"
 UPSERT_KEYS = ("write", "primary_key", "order_by", "delete_when", "delete_retention")
+# an upsert's defaults (drainer.sinks.upsert resolves them): the record key, then the record's
+# own order, ties broken by level, partition and offset
+DEFAULT_KEY = ("_key",)
+DEFAULT_ORDER = ("_timestamp", "_level", "_partition", "_offset")
+TIE_BREAKERS = ("_level", "_partition", "_offset")
 
 
 class CatalogConfig(BaseModel):

@@ -23,22 +23,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from drainer.config.route_models import NAME_FIELDS
-from drainer.config.routing import Kind, Router, RouteSpec, router_of
+from drainer.config.routing import router
 from drainer.settings import Settings
 from drainer.sinks.base import Sink, SinkCommit, UpkeepReport
 from drainer.store import route_tables
 from drainer.store.runs import StoredRun
-
-
-def router(config: Any) -> Router | None:
-    """The router of a sink's configuration; None for a sink that writes one table."""
-    field = NAME_FIELDS.get(config.type)
-    if field is None or not getattr(config, "routed", False):
-        return None
-    route = config.route
-    spec = None if route is None else RouteSpec(route.by, dict(route.tables), route.default)
-    kind: Kind = config.type
-    return router_of(kind, getattr(config, field) or None, spec, config.max_tables)
 
 
 class RoutedSink(Sink[Any]):

@@ -21,16 +21,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from drainer.config.sink_models import DEFAULT_KEY, DEFAULT_ORDER, TIE_BREAKERS
 from drainer.config.units import duration_ms
 from drainer.errors import ConfigError
 from drainer.store.upserts import DELETED_AT, UpsertCounts, kept_order, newer, ref
 
 TOMBSTONE = "_drainer_tombstone"  # the record's value was null: the row deletes its key
 DELETE = "_drainer_delete"  # the collapsed row is a delete (tombstone or `delete_when`)
-DEFAULT_KEY = ("_key",)
 KAFKA_KEY = ("key",)  # the Kafka sink's output column its records are keyed by
-DEFAULT_ORDER = ("_timestamp", "_level", "_partition", "_offset")
-TIE_BREAKERS = ("_level", "_partition", "_offset")
 KEY_PROPERTY = "drainer.primary_key"  # Delta / Iceberg table property naming the key
 
 
