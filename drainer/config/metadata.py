@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from drainer.config.formats import COORDINATES, METADATA_COLUMNS
 from drainer.config.routing import router
-from drainer.config.sink_models import DEFAULT_KEY, DEFAULT_ORDER
+from drainer.config.sink_models import DEFAULT_KEY, DEFAULT_ORDER, top_column
 
 if TYPE_CHECKING:
     from drainer.config.drains import DrainConfig
@@ -53,7 +53,7 @@ def sink_needs(sink: Any) -> dict[str, str]:
         keys = () if sink.type == "kafka" else (sink.primary_key or DEFAULT_KEY)
         for setting, paths in (("primary_key", keys), ("order_by", sink.order_by or DEFAULT_ORDER)):
             for path in paths:
-                needs.setdefault(path.split(".", 1)[0], f"sink.{setting}")
+                needs.setdefault(top_column(path), f"sink.{setting}")
     routing = router(sink)
     for column in routing.columns if routing is not None else ():
         needs.setdefault(column, "the sink's route")

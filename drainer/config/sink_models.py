@@ -38,6 +38,11 @@ DEFAULT_ORDER = ("_timestamp", "_level", "_partition", "_offset")
 TIE_BREAKERS = ("_level", "_partition", "_offset")
 
 
+def top_column(path: str) -> str:
+    """`_key.id` -> `_key`: the output column a key or order path reads."""
+    return path.split(".", 1)[0]
+
+
 class CatalogConfig(BaseModel):
     """An Iceberg catalog of your own (production: a REST catalog), instead of the embedded one.
 

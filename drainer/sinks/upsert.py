@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drainer.config.sink_models import DEFAULT_KEY, DEFAULT_ORDER, TIE_BREAKERS
+from drainer.config.sink_models import DEFAULT_KEY, DEFAULT_ORDER, TIE_BREAKERS, top_column
 from drainer.config.units import duration_ms
 from drainer.errors import ConfigError
 from drainer.store.upserts import DELETED_AT, UpsertCounts, kept_order, newer, ref
@@ -70,11 +70,6 @@ def upsert_spec(config: Any) -> UpsertSpec | None:
         delete_when=config.delete_when,
         retention_ms=duration_ms(config.delete_retention),
     )
-
-
-def top_column(path: str) -> str:
-    """`_key.id` -> `_key`: the output column a key or order path reads."""
-    return path.split(".", 1)[0]
 
 
 def check_columns(spec: UpsertSpec, columns: Sequence[str], where: str) -> None:

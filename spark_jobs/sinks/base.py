@@ -50,6 +50,10 @@ _WIDENINGS: set[tuple[type[DataType], type[DataType]]] = {
 }
 
 
+def no_signal() -> None:
+    """A `landed` callback for a write no one waits on (`SparkSink.write_signalled`)."""
+
+
 class SparkSink(Sink[Any]):
     """A sink that Spark can write: the driver side plus the Spark steps of a run."""
 

@@ -31,6 +31,7 @@ from spark_jobs.sinks.base import (
     fit_schema,
     marker,
     missing_table,
+    no_signal,
     note_columns_added,
     run_of,
 )
@@ -98,10 +99,6 @@ def _conflict(err: BaseException) -> bool:
     return any(c in str(err) for c in _DELTA_CONFLICTS)
 
 
-def _nothing() -> None:
-    """No one waits for the commit."""
-
-
 def app_id(drain: str, nonce: str | None = None) -> str:
     """Delta's transaction app id: per run (its nonce), so the table's own record of the run's
     transaction, which log clean-up keeps in every checkpoint, proves that run alone."""
@@ -117,7 +114,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         return self._commit_of(spark, *run_of(ctx)[:3])
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
-        return self.write_signalled(spark, ctx, out, _nothing)
+        return self.write_signalled(spark, ctx, out, no_signal)
 
     def write_signalled(
         self, spark: SparkSession, ctx: RunContext, out: DataFrame, landed: Callable[[], None]

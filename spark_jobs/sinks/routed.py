@@ -38,7 +38,7 @@ from spark_jobs.attempts import at_once
 from spark_jobs.bad_records import guarded
 from spark_jobs.decode import BARRIER, ERROR, QUICK_ERROR
 from spark_jobs.session import cores
-from spark_jobs.sinks.base import SparkSink
+from spark_jobs.sinks.base import SparkSink, no_signal
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ class RoutedSparkSink(RoutedSink, SparkSink):
         routes: Routes,
         name: str,
         tasks: int | None,
-        landed: Callable[[], None] = lambda: None,
+        landed: Callable[[], None] = no_signal,
     ) -> SinkCommit | None:
         """`name`'s rows written by its format's sink, in `tasks` tasks (the session's cores;
         None: one per kept partition, on a cluster that does not say its cores); `landed` is

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from drainer.config import DrainConfig
+from drainer.config.sink_models import top_column
 from drainer.sinks.upsert import (
     DELETED_AT,
     KEY_PROPERTY,
@@ -34,7 +35,6 @@ from drainer.sinks.upsert import (
     kept_order,
     newer,
     ref,
-    top_column,
     upsert_spec,
 )
 from drainer.store.upserts import markers_past_retention
