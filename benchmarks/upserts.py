@@ -13,11 +13,12 @@ key), spread over 3 levels x 2 partitions, are produced once. Into Delta and int
   keeps each key's newest row (`row_number` over the key by `v`) and runs `MERGE INTO` (newer
   `v` replaces, a new key is inserted), `trigger(availableNow=True)`, on the same session of
   the same warm Connect server.
-- `drainer_upsert_<fmt>_value_columns` (with `--value-columns`): drainer's run writing the
-  peer's columns (a processor keeps the value's `id, name, v`, keyed by `id`; the delete
-  marker `_deleted_at` stays): what the 7 columns of provenance (topic, partition, offset,
-  timestamp, level, key, headers) that drainer's default run adds, and the peer does not
-  write, cost.
+- `drainer_upsert_<fmt>_peer_columns`: drainer's run writing the peer's table, the value's
+  `id, name, v` keyed by `id` (`metadata_columns: []`, `primary_key: [id]`; the run still
+  reads the records' level, partition and offset to break ties), plus the delete marker
+  `_deleted_at`: the two paths' tables equal. The default run, `drainer_upsert_<fmt>`,
+  writes the 7 columns of provenance (topic, partition, offset, timestamp, level, key,
+  headers) besides, which the peer does not.
 - `drainer_append_<fmt>`: the same records appended (`write: append`): the merge's cost.
 - `limit_spark_noop`, once a round and shown in every table (the limit of this machine, same
   sitting): Spark reading the same ranges (the topics, partitions and offsets drainer's runs
@@ -103,19 +104,9 @@ DRAINER_COLUMNS = (
     "_timestamp timestamp, _level int, _key string, _headers string, _deleted_at timestamp"
 )
 ICEBERG_COLUMNS = DRAINER_COLUMNS.replace("_partition int", "_kafka_partition int")
-# drainer's state table of the value's columns only (`value_columns`)
+# drainer's state table of the peer's columns (`metadata_columns: []`)
 VALUE_COLUMNS = f"{SCHEMA}, _deleted_at timestamp"
-PROCESSOR = "upserts:value_columns"
-LEAN = "_value_columns"  # the name's end of a path whose drainer run writes VALUE_COLUMNS
-
-
-def value_columns(df: Any) -> Any:
-    """drainer's processor for the `_value_columns` paths: the value's columns, and the
-    tombstone flag a state table's deletes need, without the metadata columns."""
-    from drainer.sinks.upsert import TOMBSTONE
-
-    kept = [c.split()[0] for c in SCHEMA.split(", ")]
-    return df.select(*kept, *(c for c in df.columns if c == TOMBSTONE))
+LEAN = "_peer_columns"  # the name's end of a path whose drainer run writes VALUE_COLUMNS
 
 
 def older_versions(spark: Any, keys: int, columns: str) -> Any:
@@ -152,7 +143,7 @@ def filled(spark: Any, fmt: str, target: str, keys: int, drain: Any = None) -> N
     from drainer.sinks.upsert import KEY_PROPERTY, upsert_spec
 
     spec = upsert_spec(drain.sink)
-    lean = drain.processor == PROCESSOR
+    lean = drain.metadata_columns == []
     if fmt == "delta":
         rows = older_versions(spark, keys, VALUE_COLUMNS if lean else DRAINER_COLUMNS)
         rows.writeTo(target).using("delta").tableProperty(
@@ -170,7 +161,7 @@ def run_drainer(
     source: Any, records: int, fmt: str, write: str, keys: int = 0, lean: bool = False
 ) -> tuple[float, str]:
     """drainer's run, timed whole; `keys`: into a table already holding them (made untimed);
-    `lean`: the value's columns only (`value_columns`)."""
+    `lean`: the peer's columns only (VALUE_COLUMNS)."""
     from spark_jobs import drain_job
     from spark_jobs.session import get_spark
     from spark_jobs.sinks import spark_sink_for
@@ -187,7 +178,7 @@ def run_drainer(
         key={"format": "string"},
         # the value's columns: keyed by `id`, the peer's key (drainer's `_key` default is gone)
         sink={**sink, "primary_key": ["id"]} if lean else sink,
-        **({"processor": PROCESSOR} if lean else {}),
+        **({"metadata_columns": []} if lean else {}),
     )
     settings = load_settings()
     if keys:  # the session the run gets: with the sink's catalog
@@ -296,12 +287,10 @@ def drop(spark: Any, fmt: str, where: str) -> None:
         shutil.rmtree(where, ignore_errors=True)
 
 
-def paths(
-    formats: list[str], into: list[str], value_columns: bool = False
-) -> list[tuple[str, str, str, bool]]:
+def paths(formats: list[str], into: list[str]) -> list[tuple[str, str, str, bool]]:
     """(name, kind, format, into an existing table) of every path of a sitting; the limit's
-    format is "": it reads the ranges, the same for every table. A `_value_columns` path is
-    drainer's run writing the peer's columns (`value_columns`)."""
+    format is "": it reads the ranges, the same for every table. A `_peer_columns` path is
+    drainer's run writing the peer's columns."""
     out = [(fair.LIMIT_NOOP, fair.LIMIT, "", False)]
     for fmt in formats:
         for existing in (False, True):
@@ -309,8 +298,7 @@ def paths(
                 continue
             at = "_existing" if existing else ""
             out.append((f"drainer_upsert_{fmt}{at}", fair.DRAINER, fmt, existing))
-            if value_columns:
-                out.append((f"drainer_upsert_{fmt}{at}{LEAN}", fair.DRAINER, fmt, existing))
+            out.append((f"drainer_upsert_{fmt}{at}{LEAN}", fair.DRAINER, fmt, existing))
             out.append((f"streaming_merge_{fmt}{at}", fair.TUNED, fmt, existing))
             if not existing:
                 out.append((f"drainer_append_{fmt}", fair.LIMIT, fmt, False))
@@ -321,7 +309,11 @@ def contender(name: str, kind: str, fmt: str, existing: bool) -> fair.Contender:
     reads = fair.drainer_read_options(LEVELS * PARTITIONS, fair.spark_cores())
     table = ", into a table holding every key" if existing else ""
     if kind == fair.DRAINER:
-        columns = ", the value's columns only (a processor)" if name.endswith(LEAN) else ""
+        columns = (
+            ", the peer's columns (metadata_columns: [], primary_key: [id])"
+            if name.endswith(LEAN)
+            else ", drainer's 7 metadata columns besides"
+        )
         what = f"drainer run, {fmt} write: upsert{table}{columns}"
         return fair.Contender(name, kind, what, reads)
     if kind == fair.TUNED:
@@ -338,7 +330,6 @@ def one_size(
     repeat: int,
     warmup: int,
     keep: bool,
-    value_columns: bool = False,
 ):
     from spark_jobs.session import get_spark
     from tests.support.drains import delete_topics
@@ -373,7 +364,7 @@ def one_size(
         check(name, rows, model, count if kind == fair.LIMIT else 0)
         return wall
 
-    sitting = paths(formats, into, value_columns)
+    sitting = paths(formats, into)
     for path in sitting:  # warm: classes loaded, the JIT at work
         timed(path, warm, warmup, warm_newest)
     walls: dict[str, list[float]] = {p[0]: [] for p in sitting}
@@ -427,11 +418,6 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2_000)
     parser.add_argument("--keep", action="store_true", help="leave topics and tables")
-    parser.add_argument(
-        "--value-columns",
-        action="store_true",
-        help="also drainer's run writing only the peer's columns (what provenance costs)",
-    )
     args = parser.parse_args()
     from drainer import services
 
@@ -447,7 +433,6 @@ def main() -> int:
         args.repeat,
         args.warmup,
         args.keep,
-        args.value_columns,
     )
     fair.write_results("upserts", result)
     return 0

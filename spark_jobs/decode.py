@@ -159,8 +159,9 @@ def _raw(error: Column, quick: Column) -> list[Column]:
 
 
 def _metadata(drain: DrainConfig, decoded_key: Column | None) -> list[Column]:
-    """The metadata columns the drain keeps (`DrainConfig.metadata`): one left out is not
-    computed, since the decode's projection keeps what it makes (`barrier`), and not written."""
+    """The metadata columns the rows carry (`DrainConfig.metadata`: those the sink writes and
+    those the run reads): one left out is not computed, since the decode's projection keeps
+    what it makes (`barrier`)."""
     key = F.col("key").cast("string") if drain.key and drain.key.format == "string" else "key"
     if decoded_key is not None:
         key = decoded_key

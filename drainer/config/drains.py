@@ -25,7 +25,7 @@ from drainer.allocation import reserved_shares
 from drainer.config.formats import METADATA_COLUMNS, RecordFormat, check_schema_files
 from drainer.config.kafka_clients import check_blocks
 from drainer.config.keys import KnownKeys
-from drainer.config.metadata import check_metadata
+from drainer.config.metadata import check_metadata, run_metadata
 from drainer.config.sink_models import SINK_MODELS, SinkConfig
 from drainer.config.units import duration_ms, size_bytes
 from drainer.errors import ConfigError
@@ -166,9 +166,10 @@ class DrainConfig(KnownKeys):
     )
     metadata_columns: list[str] | None = Field(
         default=None,
-        description="the metadata columns the decoded rows carry, of `_topic`, `_partition`, "
-        "`_offset` (always kept), `_timestamp`, `_level`, `_key`, `_headers`; default all "
-        "seven. Columns a drain leaves out are neither computed nor written",
+        description="the metadata columns the sink writes, of `_topic`, `_partition`, "
+        "`_offset`, `_timestamp`, `_level`, `_key`, `_headers`; default all seven, `[]` none. "
+        "A record's coordinates (and an upsert's `_level`) are still read for errors, dead "
+        "letters and ties; the other columns left out are not computed",
     )
     bad_records: Literal["fail", "dead_letter"] = Field(
         default="fail",
@@ -325,9 +326,21 @@ class DrainConfig(KnownKeys):
                 check_schema_files(fmt, Path.cwd())
 
     def metadata(self) -> tuple[str, ...]:
-        """The metadata columns the decoded rows carry, in their fixed order."""
-        chosen = set(self.metadata_columns or METADATA_COLUMNS)
-        return tuple(c for c in METADATA_COLUMNS if c in chosen)
+        """The metadata columns the decoded rows carry, in their fixed order: those the sink
+        writes, plus what the run itself reads (`run_metadata`)."""
+        carried = set(self.written_metadata()) | set(run_metadata(self.sink))
+        return tuple(c for c in METADATA_COLUMNS if c in carried)
+
+    def written_metadata(self) -> tuple[str, ...]:
+        """The metadata columns the sink writes (`metadata_columns`), in their fixed order."""
+        chosen = METADATA_COLUMNS if self.metadata_columns is None else self.metadata_columns
+        return tuple(c for c in METADATA_COLUMNS if c in set(chosen))
+
+    def unwritten_metadata(self) -> tuple[str, ...]:
+        """The metadata columns the rows carry for the run alone: dropped before the write
+        (after an upsert's collapse, whose ties they break)."""
+        written = set(self.written_metadata())
+        return tuple(c for c in self.metadata() if c not in written)
 
     def level_topic(self, level: int) -> str:
         return level_topic(self.topic, level)

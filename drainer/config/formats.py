@@ -26,8 +26,8 @@ METADATA_COLUMNS = (
     "_key",
     "_headers",
 )
-# the metadata columns every decoded row keeps (`metadata_columns` cannot leave them out): a
-# record's coordinates, which name it in errors and dead letters and prove it written once
+# the metadata columns every decoded row carries, written or not (`metadata_columns`): a
+# record's coordinates, which name it in errors and dead letters and break an upsert's ties
 COORDINATES = ("_topic", "_partition", "_offset")
 
 # the jars Spark needs to decode a format, resolved (drainer.spark.jars) only when a drain

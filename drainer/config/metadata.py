@@ -1,5 +1,6 @@
-"""`metadata_columns`: which of the reserved metadata columns a drain's decoded rows carry
-(docs/configuration.md, "Record formats"), checked at load against what the drain needs."""
+"""`metadata_columns`: which of the reserved metadata columns a drain's sink writes
+(docs/configuration.md, "Record formats"), checked at load against what the sink reads; the
+columns the run itself reads (`run_metadata`) are carried whether written or not."""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from drainer.config.formats import COORDINATES, METADATA_COLUMNS
 from drainer.config.routing import router
-from drainer.config.sink_models import DEFAULT_KEY, DEFAULT_ORDER, top_column
+from drainer.config.sink_models import DEFAULT_KEY, DEFAULT_ORDER, TIE_BREAKERS, top_column
 
 if TYPE_CHECKING:
     from drainer.config.drains import DrainConfig
 
 
 def check_metadata(drain: DrainConfig) -> None:
-    """`metadata_columns` names metadata columns, keeps the coordinates, applies to decoded
-    rows, and keeps what the sink reads (an upsert's key, order and level; a route): else a
+    """`metadata_columns` names metadata columns, applies to decoded rows, and keeps what the
+    table holds for the sink (an upsert's key and order; a route's columns): else a
     ValueError the drains file's loader reports in one line."""
     chosen = drain.metadata_columns
     if chosen is None:
@@ -25,13 +26,6 @@ def check_metadata(drain: DrainConfig) -> None:
         raise ValueError(
             f"metadata_columns names {unknown[0]!r}, which is no metadata column: name "
             f"some of {', '.join(METADATA_COLUMNS)}"
-        )
-    missing = [c for c in COORDINATES if c not in chosen]
-    if missing:
-        raise ValueError(
-            f"metadata_columns leaves out {missing[0]}: every row keeps its record's "
-            f"coordinates ({', '.join(COORDINATES)}), which name it in errors and dead "
-            "letters: add it"
         )
     if drain.mode == "record" or (drain.processor is not None and drain.value is None):
         raise ValueError(
@@ -43,13 +37,20 @@ def check_metadata(drain: DrainConfig) -> None:
             raise ValueError(f"metadata_columns leaves out {column}, which {needs} reads: add it")
 
 
+def run_metadata(sink: Any) -> tuple[str, ...]:
+    """The metadata columns a run reads whether its sink writes them or not: the record's
+    coordinates (errors, dead letters, the order of a tombstone) and, for an upsert, the
+    tie-breakers between versions of equal order (`_level`, then partition and offset)."""
+    upsert = getattr(sink, "write", "append") == "upsert"
+    return (*COORDINATES, *TIE_BREAKERS) if upsert else COORDINATES
+
+
 def sink_needs(sink: Any) -> dict[str, str]:
-    """The metadata columns a sink's configuration reads, each with the setting that reads
-    it: an upsert's key and order (their defaults included) and `_level`, its tie-breaker
-    between levels; a route's columns."""
+    """The metadata columns a sink's table must hold, each with the setting that reads it:
+    an upsert's key and order (their defaults included), compared with the table's rows by
+    later runs; a route's columns."""
     needs: dict[str, str] = {}
     if getattr(sink, "write", "append") == "upsert":
-        needs["_level"] = "`write: upsert` (ties between levels)"
         keys = () if sink.type == "kafka" else (sink.primary_key or DEFAULT_KEY)
         for setting, paths in (("primary_key", keys), ("order_by", sink.order_by or DEFAULT_ORDER)):
             for path in paths:

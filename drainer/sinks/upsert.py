@@ -34,12 +34,15 @@ KEY_PROPERTY = "drainer.primary_key"  # Delta / Iceberg table property naming th
 
 @dataclass(frozen=True)
 class UpsertSpec:
-    """An upsert sink's settings, resolved: key and order columns, delete rule, retention."""
+    """An upsert sink's settings, resolved: key and order columns, delete rule, retention;
+    `unwritten`, the metadata columns the run's rows carry to break ties but the table does
+    not keep (`DrainConfig.unwritten_metadata`), dropped once the rows are collapsed."""
 
     keys: tuple[str, ...]
     order: tuple[str, ...]
     delete_when: str | None
     retention_ms: int
+    unwritten: tuple[str, ...] = ()
 
     def tie_breakers(self, columns: Iterable[str]) -> tuple[str, ...]:
         """The tie-breaking columns the output has and `order` does not name already."""
@@ -51,8 +54,9 @@ class UpsertSpec:
         return ",".join(self.keys)
 
 
-def upsert_spec(config: Any) -> UpsertSpec | None:
-    """The upsert settings of a sink's configuration, or None for an append sink."""
+def upsert_spec(config: Any, unwritten: Sequence[str] = ()) -> UpsertSpec | None:
+    """The upsert settings of a sink's configuration, or None for an append sink;
+    `unwritten`: the run's metadata columns its table does not keep."""
     if getattr(config, "write", "append") != "upsert":
         return None
     if getattr(config, "type", None) == "kafka":
@@ -63,12 +67,14 @@ def upsert_spec(config: Any) -> UpsertSpec | None:
             order=tuple(config.order_by or DEFAULT_ORDER),
             delete_when=config.delete_when,
             retention_ms=0,
+            unwritten=tuple(unwritten),
         )
     return UpsertSpec(
         keys=tuple(config.primary_key or DEFAULT_KEY),
         order=tuple(config.order_by or DEFAULT_ORDER),
         delete_when=config.delete_when,
         retention_ms=duration_ms(config.delete_retention),
+        unwritten=tuple(unwritten),
     )
 
 

@@ -122,7 +122,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         """The append, `landed` called as soon as it is committed: the history lookup that
         proves it (0.1-0.2 s, more while other tables write) need not hold up a routed run's
         other tables."""
-        spec = upsert_spec(self.config)
+        spec = upsert_spec(self.config, ctx.drain.unwritten_metadata())
         if spec is not None:  # a state table: one MERGE per run
             from spark_jobs.sinks.delta_upsert import merge_delta
 

@@ -113,7 +113,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             )
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
-        spec = upsert_spec(self.config)
+        spec = upsert_spec(self.config, ctx.drain.unwritten_metadata())
         if spec is not None:  # a state table: one MERGE per run
             from spark_jobs.sinks.iceberg_upsert import merge_iceberg
 

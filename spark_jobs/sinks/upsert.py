@@ -81,7 +81,8 @@ def collapse(out: DataFrame, spec: UpsertSpec, where: str, fill: bool = True) ->
     """The run's rows, one per key: the newest by `order_by`, a delete before an upsert of the
     same order, then by level, partition and offset. A delete's row carries `_deleted_at` (the
     merge's time); a tombstone without order values takes those of the key's row before it in
-    its own partition, which is what it deletes.
+    its own partition, which is what it deletes. The metadata columns the table does not keep
+    (`spec.unwritten`, which broke the ties) are left out.
 
     `fill=False` leaves tombstones without order values, so they rank first (`read_once` then
     collapses the keys whose newest row is one of them again): the window's first step, each
@@ -118,7 +119,7 @@ def collapse(out: DataFrame, spec: UpsertSpec, where: str, fill: bool = True) ->
         *[F.col(c).desc() for c in spec.tie_breakers(columns)],
     )
     newest = rows.withColumn(_RANK, F.row_number().over(by_key)).where(F.col(_RANK) == 1)
-    kept = [bq(c) for c in columns if c != TOMBSTONE]
+    kept = [bq(c) for c in columns if c != TOMBSTONE and c not in spec.unwritten]
     # the merge's time as a literal, not `current_timestamp()`: a plan holding that expression
     # never matches the cache `read_once` makes, and the MERGE would read Kafka again
     merged_at = F.lit(datetime.now(UTC))

@@ -220,6 +220,76 @@ def test_a_resumed_run_never_merges_twice(make_drain, lakehouse, fmt):
         }
 
 
+def table_rows(drain: DrainConfig) -> tuple[set[str], list[dict[str, Any]]]:
+    """The state table's columns and rows, read without Spark (psycopg, deltalake, pyiceberg)."""
+    settings, sink = load_settings(), drain.sink
+    if sink.type == "postgres":
+        with get_engine().connect() as conn:
+            found = conn.execute(text(f'SELECT * FROM "{sink.table}"')).mappings().all()
+        rows = [dict(r) for r in found]
+        # less the run id a Postgres table keeps for its own bookkeeping (`drainer.sinks`)
+        return {c for c in rows[0] if c != "_drainer_run_id"}, rows
+    if sink.type == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(Path(settings.warehouse) / sink.path)).to_pyarrow_table()
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        catalog = SqlCatalog("drainer", uri=settings.database_url)
+        table = catalog.load_table(sink.table).scan().to_arrow()
+    return set(table.column_names), table.to_pylist()
+
+
+@pytest.mark.parametrize("fmt", ["postgres", "delta", "iceberg"])
+def test_a_state_table_writing_no_metadata_still_breaks_ties_by_level(make_drain, lakehouse, fmt):
+    """`metadata_columns: []`: the table holds the value's columns and its delete marker only,
+    while the run still breaks a tie of equal `order_by` by level (read, not written), and a
+    bad record's dead letter still names its topic, partition and offset."""
+    drain = make_drain(
+        sink={**sink_of(fmt), "primary_key": ["id"]},
+        budget=1_000,
+        value=VALUE,
+        metadata_columns=[],
+        bad_records="dead_letter",
+        processor=None,
+    )
+    producer = Producer({"bootstrap.servers": load_settings().bootstrap_servers})
+
+    def send(level: int, key: str, v: int, name: str, op: str = "u") -> None:
+        value = json.dumps({"id": key, "name": name, "v": v, "op": op}).encode()
+        producer.produce(drain.level_topic(level), key=key.encode(), value=value, partition=0)
+
+    model: dict[str, tuple[str, int]] = {}
+    for i in range(30):  # first on the lowest level: its tied versions get the higher offsets
+        send(0, f"f{i:02d}", 1, "filler")
+        model[f"f{i:02d}"] = ("filler", 1)
+    for i in range(30):  # each key's v=1 on the lowest and on the top level: the top one wins
+        key = f"k{i:02d}"
+        send(0, key, 1, "low")
+        send(drain.levels - 1, key, 1, "high")
+        model[key] = ("high", 1)
+    for i in range(5):  # newer on the lowest level: the order wins over the level
+        send(0, f"k{i:02d}", 2, "newer")
+        model[f"k{i:02d}"] = ("newer", 2)
+    for i in range(25, 30):  # deleted
+        send(1, f"k{i:02d}", 3, "gone", op="d")
+        del model[f"k{i:02d}"]
+    producer.produce(drain.level_topic(1), key=b"bad", value=b"{", partition=0)
+    assert producer.flush(30) == 0
+    drain_until_empty(drain)
+    columns, rows = table_rows(drain)
+    assert columns == {"id", "name", "v", "op", "_deleted_at"}, columns
+    live = {r["id"]: (r["name"], r["v"]) for r in rows if r["_deleted_at"] is None}
+    assert live == model
+    with get_engine().connect() as conn:
+        dead = conn.execute(
+            text('SELECT topic, partition, "offset" FROM dead_letters WHERE drain = :d'),
+            {"d": drain.name},
+        ).all()
+    assert [tuple(d) for d in dead] == [(drain.level_topic(1), 0, 5)], dead
+
+
 def test_a_delta_merge_without_deletes_counts_from_its_commit(make_drain, lakehouse):
     """A Delta run without deletes into a table it did not make takes its counts from its
     MERGE commit's metrics (`MergeMetered`) and the keys it revives from delete markers: each

@@ -170,7 +170,6 @@ JSON_VALUE = {"format": "json", "schema": "id long, event_type string"}
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"metadata_columns": ["_topic", "_offset"]}, "leaves out _partition: every row keeps"),
         ({"metadata_columns": [*COORDS, "_lag"]}, "names '_lag', which is no metadata column"),
         (
             {"metadata_columns": COORDS, "processor": "m:f", "value": None},
@@ -178,14 +177,14 @@ JSON_VALUE = {"format": "json", "schema": "id long, event_type string"}
         ),
         (
             {"metadata_columns": COORDS, "sink": {"table": "out", "write": "upsert"}},
-            "leaves out _level, which `write: upsert` (ties between levels) reads",
+            "leaves out _key, which sink.primary_key reads",
         ),
         (
             {
-                "metadata_columns": [*COORDS, "_level", "_timestamp"],
+                "metadata_columns": ["_key", "_level"],
                 "sink": {"table": "out", "write": "upsert"},
             },
-            "leaves out _key, which sink.primary_key reads",
+            "leaves out _timestamp, which sink.order_by reads",
         ),
         (
             {"metadata_columns": COORDS, "sink": {"table": "out_{_level}"}},
@@ -203,6 +202,21 @@ def test_metadata_columns_keep_their_fixed_order_and_default_to_all(tmp_path):
     chosen = ["_key", "_offset", "_topic", "_partition"]
     drain = load(tmp_path, value=JSON_VALUE, metadata_columns=chosen)["orders"]
     assert drain.metadata() == ("_topic", "_partition", "_offset", "_key")
-    assert len(load(tmp_path, value=JSON_VALUE)["orders"].metadata()) == 7
+    assert drain.unwritten_metadata() == ()
+    every = load(tmp_path, value=JSON_VALUE)["orders"]
+    assert len(every.metadata()) == len(every.written_metadata()) == 7
     routed = {"table": "out_{_topic}"}
     assert load(tmp_path, value=JSON_VALUE, metadata_columns=COORDS, sink=routed)["orders"]
+
+
+def test_metadata_columns_may_write_none_while_the_run_reads_what_it_needs(tmp_path):
+    """`[]` writes no metadata column; the coordinates are still carried (errors, dead
+    letters), and an upsert's tie-breakers too, then left out of what is written."""
+    appended = load(tmp_path, value=JSON_VALUE, metadata_columns=[])["orders"]
+    assert appended.written_metadata() == ()
+    assert appended.metadata() == appended.unwritten_metadata() == tuple(COORDS)
+    state = {"table": "out", "write": "upsert", "primary_key": ["id"], "order_by": ["id"]}
+    upsert = load(tmp_path, value=JSON_VALUE, metadata_columns=["_key"], sink=state)["orders"]
+    assert upsert.written_metadata() == ("_key",)
+    assert upsert.metadata() == ("_topic", "_partition", "_offset", "_level", "_key")
+    assert upsert.unwritten_metadata() == ("_topic", "_partition", "_offset", "_level")

@@ -83,7 +83,7 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         return None if marker is None else self._commit(marker)
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
-        spec = upsert_spec(self.config)
+        spec = upsert_spec(self.config, ctx.drain.unwritten_metadata())
         if spec is not None:
             out = kafka_upserts(out, spec, self.topic)
         return self._produce(ctx, *named_kafka_rows(out))
