@@ -466,6 +466,25 @@ def test_json_schema_dates_are_typed_and_a_record_lacking_a_required_field_is_ba
     assert dead["error"] == "undecodable: the value lacks required id", dead
 
 
+def test_a_drain_writing_no_metadata_column_still_names_its_bad_records(make_drain):
+    """`metadata_columns: []`: a Postgres table of the value's columns alone; the run still
+    reads each record's coordinates, so a bad record's dead letter names it."""
+    drain = make_drain(
+        value={"format": "json", "schema": ORDER_DDL},
+        metadata_columns=[],
+        bad_records="dead_letter",
+    )
+    total, offsets = produce_with_bad(drain, lambda o: json.dumps(o).encode(), {"bad": b"{"})
+    drain_until_empty(drain)
+    rows, dead = rows_of(drain), dead_letters_of(drain)
+    # less the run id a Postgres table keeps for its own bookkeeping (`drainer.sinks`)
+    assert set(rows[0]) - {"_drainer_run_id"} == {"id", "amount", "qty"}, rows[0]
+    assert len(rows) + len(dead) == total
+    assert [(d["topic"], d["partition"], d["offset"]) for d in dead] == [
+        (drain.level_topic(1), 0, offsets["bad"])
+    ], dead
+
+
 def test_a_drain_keeping_only_the_coordinates_writes_no_other_metadata(lakehouse, make_drain):
     """`metadata_columns` leaves `_timestamp`, `_level`, `_key` and `_headers` out of the rows;
     a dead letter still keeps its record's timestamp (read from the record, not the row)."""
