@@ -33,7 +33,6 @@ from drainer.lifecycle.run import drain_once
 from drainer.processing.callables import load_callable
 from drainer.settings import Settings
 from drainer.sinks import SinkCommit
-from drainer.sinks.upsert import upsert_spec
 from drainer.store import runs, throughput
 from drainer.store.leases import check_fence
 from drainer.store.runs import StoredRange, StoredRun
@@ -330,7 +329,7 @@ def _write(
         df = guarded(flagged, drain.bad_records)
     with _failures_named(ctx, spark, sink, processed=True):
         out = df if drain.processor is None else load_callable(drain.processor, "processor")(df)
-        if upsert_spec(drain.sink) is None:  # an upsert's collapse drops them, after its ties
+        if sink.state_spec(ctx) is None:  # an upsert's collapse drops them, after its ties
             out = out.drop(*drain.unwritten_metadata())
         return sink.write(spark, ctx, out)
 

@@ -31,6 +31,7 @@ from pyspark.sql.types import (
 from drainer.errors import ConfigError, DrainerError, ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import Sink, SinkCommit
+from drainer.sinks.upsert import UpsertSpec, upsert_spec
 from drainer.store import runs
 from drainer.store.leases import check_fence
 
@@ -61,6 +62,11 @@ class SparkSink(Sink[Any]):
         """Seconds of the steps of the sink's last write that it times (its commit's parts),
         for the run's phases; none by default."""
         return {}
+
+    def state_spec(self, ctx: RunContext) -> UpsertSpec | None:
+        """The run's upsert settings (None: an append), with the metadata columns its rows
+        carry but its table does not keep, which the collapse drops after breaking ties."""
+        return upsert_spec(self.config, ctx.drain.unwritten_metadata())
 
     def prepare(self, spark: SparkSession, drain: str) -> None:  # noqa: B027  (Postgres: nothing)
         """Check that the session can write this sink (jars, extension), define its catalog."""

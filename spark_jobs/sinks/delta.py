@@ -21,7 +21,7 @@ from drainer.errors import CommitProofLost, ConfigError, DrainBusy
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.delta import DeltaSink
-from drainer.sinks.upsert import counts_of_merge, upsert_spec
+from drainer.sinks.upsert import counts_of_merge
 from spark_jobs.session import own_settings
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
@@ -122,7 +122,7 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         """The append, `landed` called as soon as it is committed: the history lookup that
         proves it (0.1-0.2 s, more while other tables write) need not hold up a routed run's
         other tables."""
-        spec = upsert_spec(self.config, ctx.drain.unwritten_metadata())
+        spec = self.state_spec(ctx)
         if spec is not None:  # a state table: one MERGE per run
             from spark_jobs.sinks.delta_upsert import merge_delta
 

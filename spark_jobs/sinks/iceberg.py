@@ -25,7 +25,6 @@ from drainer.errors import CatalogUnavailable, CommitProofLost, ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.iceberg import IcebergSink
-from drainer.sinks.upsert import upsert_spec
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
     DRAIN_PROPERTY,
@@ -113,7 +112,7 @@ class IcebergSparkSink(IcebergSink, SparkSink):
             )
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
-        spec = upsert_spec(self.config, ctx.drain.unwritten_metadata())
+        spec = self.state_spec(ctx)
         if spec is not None:  # a state table: one MERGE per run
             from spark_jobs.sinks.iceberg_upsert import merge_iceberg
 

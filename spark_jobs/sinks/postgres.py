@@ -109,7 +109,7 @@ class PostgresSparkSink(PostgresSink, SparkSink):
         return None
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit | None:
-        spec = upsert_spec(self.config, ctx.drain.unwritten_metadata())
+        spec = self.state_spec(ctx)
         if spec is not None:  # a state table: one row per key staged, merged by the commit
             out = collapse(out, spec, self.table)
         columns = pg_columns(out.schema)

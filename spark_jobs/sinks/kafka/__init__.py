@@ -39,7 +39,7 @@ from drainer.sinks.kafka import KafkaSink, protocol
 from drainer.sinks.kafka.errors import missing_topic, not_compacted
 from drainer.sinks.kafka.protocol import RunMarker
 from drainer.sinks.kafka.transactions import DeadLetterJoin, RunTransaction
-from drainer.sinks.upsert import DELETED_AT, TOMBSTONE, UpsertSpec, upsert_spec
+from drainer.sinks.upsert import DELETED_AT, TOMBSTONE, UpsertSpec
 from drainer.store import dead_letters, runs
 from drainer.store.leases import check_fence
 from spark_jobs.session import is_connect
@@ -83,7 +83,7 @@ class KafkaSparkSink(KafkaSink, SparkSink):
         return None if marker is None else self._commit(marker)
 
     def write(self, spark: SparkSession, ctx: RunContext, out: DataFrame) -> SinkCommit:
-        spec = upsert_spec(self.config, ctx.drain.unwritten_metadata())
+        spec = self.state_spec(ctx)
         if spec is not None:
             out = kafka_upserts(out, spec, self.topic)
         return self._produce(ctx, *named_kafka_rows(out))
