@@ -21,8 +21,9 @@ from drainer.errors import CommitProofLost, ConfigError, DrainBusy
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.delta import DeltaSink
+from drainer.sinks.delta_log import CommitInfo, latest_commits
 from drainer.sinks.upsert import counts_of_merge
-from spark_jobs.session import own_settings
+from spark_jobs.session import own_settings, shares_files
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
     NONCE_PROPERTY,
@@ -229,42 +230,51 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         nonce: str | None = None,
         latest: int | None = None,
     ) -> SinkCommit | None:
+        """The run's commit, newest first, among the table's `latest` commits (None: its whole
+        history); None when no commit names the run. The latest few of a table whose files
+        Spark shares with this machine are read from its log folder (`delta_log`)."""
+        folder = self.data_folder()
+        if latest is not None and folder is not None and shares_files(spark, self.settings):
+            try:
+                commits = list(latest_commits(folder, latest))
+            except OSError as err:  # unreadable here: Spark reads it
+                log.debug("the log of %s is not readable here (%s): asking Spark", folder, err)
+            else:
+                mine = (c for c in commits if _names_run(c.user_metadata, drain, run_id, nonce))
+                found = next(mine, None)
+                return None if found is None else self._sink_commit(found)
         history = self._history(spark, latest)
         if history is None:
             return None
         meta = F.col("userMetadata")
         if nonce is None:  # planned before nonces: its commit's marker names drain and run
-            found = meta == marker(drain, run_id)
+            wanted = meta == marker(drain, run_id)
         else:
-            found = F.get_json_object(meta, f"$['{NONCE_PROPERTY}']") == nonce
-        rows = (
-            history.where(found)
-            .select(
-                "version",
-                "operationMetrics",
-                F.get_json_object(meta, f"$['{ATTEMPT_PROPERTY}']").alias("attempt"),
-                # a state table's merge: its counts, in the marker (spark_jobs.sinks.delta_upsert)
-                F.get_json_object(meta, "$['upsert']").alias("upsert"),
-            )
-            .collect()
-        )
+            wanted = F.get_json_object(meta, f"$['{NONCE_PROPERTY}']") == nonce
+        rows = history.where(wanted).select("version", "operationMetrics", "userMetadata").collect()
         if not rows:
             return None
         row = rows[0]
-        metrics: dict[str, Any] = row["operationMetrics"] or {}
+        return self._sink_commit(
+            CommitInfo(int(row["version"]), row["operationMetrics"] or {}, row["userMetadata"])
+        )
+
+    def _sink_commit(self, commit: CommitInfo) -> SinkCommit:
+        """The run's commit as drainer records it: its version, what it wrote, the attempt its
+        marker names and, for a state table's merge, the counts the marker carries
+        (spark_jobs.sinks.delta_upsert) completed from the commit's metrics."""
+        metrics = commit.metrics
+        meta = _marker_of(commit.user_metadata)
+        upsert = meta.get("upsert")
         return SinkCommit(
             "delta",
             self.location(),
-            id=int(row["version"]),
+            id=commit.version,
             rows=int(metrics.get("numOutputRows", 0) or 0),
             bytes=int(metrics.get("numOutputBytes", 0) or 0),
             files=int(metrics.get("numFiles", 0) or 0),
-            attempt=int(row["attempt"] or 0),
-            details=(
-                {"upsert": counts_of_merge(json.loads(row["upsert"]), metrics)}
-                if row["upsert"]
-                else {}
-            ),
+            attempt=int(meta.get(ATTEMPT_PROPERTY) or 0),
+            details={"upsert": counts_of_merge(upsert, metrics)} if upsert else {},
         )
 
     def _schema(self, spark: SparkSession) -> StructType | None:
@@ -275,3 +285,19 @@ class DeltaSparkSink(DeltaSink, SparkSink):
             if missing_table(err):
                 return None
             raise
+
+
+def _marker_of(user_metadata: str | None) -> dict[str, Any]:
+    """A commit's `userMetadata` as the marker it holds ({} when it holds none)."""
+    try:
+        found = json.loads(user_metadata or "")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _names_run(user_metadata: str | None, drain: str, run_id: int, nonce: str | None) -> bool:
+    """Whether a commit's `userMetadata` is the run's marker (`_commit_of`'s condition)."""
+    if nonce is None:  # planned before nonces: its commit's marker names drain and run
+        return user_metadata == marker(drain, run_id)
+    return _marker_of(user_metadata).get(NONCE_PROPERTY) == nonce

@@ -6,6 +6,7 @@ the table holds the run and Postgres does not) and proves every offset lands exa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -26,7 +27,9 @@ from test_lakehouse import (
 
 from drainer import faults
 from drainer.settings import load_settings
+from drainer.sinks.delta_log import latest_commits
 from spark_jobs import drain_job
+from spark_jobs.sinks.delta import RECENT_COMMITS
 from tests.support.stack import get_engine
 
 
@@ -255,3 +258,51 @@ def test_abandon_right_after_a_client_died_mid_write_writes_nothing_twice(
     assert sum(high.values()) == total
     assert not {k: n for k, n in seen.items() if n > 1}, "records written twice"
     assert set(seen) == {(t, p, o) for (t, p), end in high.items() for o in range(end)}
+
+
+def test_a_delta_runs_commit_read_from_its_log_is_the_one_spark_shows(
+    make_drain, lakehouse, monkeypatch
+):
+    """A run on a Spark that shares this machine's files finds its commit in the table's log
+    folder (drainer.sinks.delta_log), not through `DESCRIBE HISTORY`: for each run both ways
+    find the same commit, the one on record in Postgres as the run's proof."""
+    import spark_jobs.sinks.delta as delta_sink
+    from drainer.sinks import SinkCommit
+    from drainer.store import runs
+    from spark_jobs.session import get_spark, shares_files
+    from spark_jobs.sinks import spark_sink_for
+
+    drain = make_drain(sink=sink_of("delta"), budget=BUDGET, **DATAFRAME_MODE)
+    produce_backlog(drain, PER_PARTITION)
+    drain_until_empty(drain)
+    settings = load_settings()
+    sink = spark_sink_for(drain.sink, settings, drain.name)
+    spark = get_spark(settings, sink_conf=sink.session_conf())
+    assert shares_files(spark, settings)  # else both ways below would be Spark's
+    with get_engine().connect() as conn:
+        done = conn.execute(
+            text("SELECT id, nonce FROM runs WHERE drain = :d AND status = 'committed'"),
+            {"d": drain.name},
+        ).all()
+        proofs = {r.id: runs.table_proof(conn, r.id) for r in done}
+    assert len(done) >= 2
+
+    def found(via_log: bool) -> dict[int, SinkCommit | None]:
+        reads = []
+        monkeypatch.setattr(delta_sink, "shares_files", lambda *_: via_log)
+        monkeypatch.setattr(
+            delta_sink, "latest_commits", lambda *a: reads.append(a) or latest_commits(*a)
+        )
+        commits = {
+            r.id: sink._commit_of(spark, drain.name, r.id, r.nonce, latest=RECENT_COMMITS)
+            for r in done
+        }
+        assert bool(reads) == via_log
+        return commits
+
+    from_log, from_spark = found(via_log=True), found(via_log=False)
+    assert from_log == from_spark
+    for run_id, commit in from_log.items():
+        attempt, recorded = proofs[run_id]
+        assert commit is not None and commit.id == recorded["version"]
+        assert commit == dataclasses.replace(SinkCommit.from_dict(recorded), attempt=attempt)
