@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
 # the tasks Delta replays its log in (OPTIMIZE, VACUUM, the checkpoint after a commit, loading
 # a snapshot): Delta's default, 50, is for clusters; on two cores it made a small run 1.9 s
-# instead of 1.14 s (benchmarks/README.md, "Delta's log replay"). As many as the shuffle's.
+# instead of 1.14 s (benchmarks/README.md, "Delta's log replay"). A run's: as many as the
+# shuffle's, at most the cores (`snapshot_partitions`); maintenance's: the shuffle's.
 DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 # ids of closed sessions walked past before giving up (a new home starts at the first one)
 MAX_CLOSED = 100
@@ -234,13 +235,27 @@ def cores(spark: SparkSession) -> int | None:
     parallelism = spark.conf.get("spark.default.parallelism", None)
     if parallelism:
         return int(parallelism)
-    master = str(spark.conf.get("spark.master", ""))
+    return local_cores(str(spark.conf.get("spark.master", "")))
+
+
+def local_cores(master: str) -> int | None:
+    """The cores of a `local`, `local[N]` or `local[*]` master; None for any other."""
     if master == "local":
         return 1
     if master.startswith("local[") and master.endswith("]"):
         threads = master[len("local[") : -1].split(",")[0]
         return os.cpu_count() if threads == "*" else int(threads) if threads.isdigit() else None
     return None
+
+
+def snapshot_partitions(settings: Settings, cores: int | None) -> str:
+    """The tasks a run's Delta log replay runs in: the shuffle's, but no more than the cores
+    that run them (a snapshot's state, its files with their statistics, is computed in a job
+    of this many tasks before a run reads a table, and again in a MERGE: on two cores 8 tasks
+    took 0.24-0.28 s, 2 tasks 0.08-0.12 s, issue 48). Maintenance replays long logs with the
+    shuffle's (`maintenance_partitions`)."""
+    shuffle = int(settings.shuffle_partitions)
+    return str(min(shuffle, cores) if cores else shuffle)
 
 
 def shares_files(spark: SparkSession, settings: Settings) -> bool:
@@ -296,7 +311,7 @@ def _connect(
         spark: SparkSession = SparkSession.builder.remote(url).create()
         try:
             spark.conf.set("spark.sql.shuffle.partitions", settings.shuffle_partitions)
-            spark.conf.set(DELTA_SNAPSHOT_PARTITIONS, settings.shuffle_partitions)
+            spark.conf.set(DELTA_SNAPSHOT_PARTITIONS, snapshot_partitions(settings, cores(spark)))
         except Exception as err:
             replaced += 1
             if session_id is None or replaced > MAX_CLOSED or SESSION_CLOSED not in str(err):
@@ -440,7 +455,10 @@ def _in_process(settings: Settings, made_with: dict[str, str]) -> SparkSession:
         .config("spark.jars", jars)
         .config("spark.driver.memory", settings.spark_driver_memory)
         .config("spark.sql.shuffle.partitions", settings.shuffle_partitions)
-        .config(DELTA_SNAPSHOT_PARTITIONS, settings.shuffle_partitions)
+        .config(
+            DELTA_SNAPSHOT_PARTITIONS,
+            snapshot_partitions(settings, local_cores(settings.spark_master)),
+        )
         .config("spark.ui.enabled", str(settings.spark_ui).lower())
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.python.worker.reuse", "true")

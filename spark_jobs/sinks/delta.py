@@ -23,7 +23,7 @@ from drainer.sinks import SinkCommit
 from drainer.sinks.delta import DeltaSink
 from drainer.sinks.delta_log import CommitInfo, latest_commits
 from drainer.sinks.upsert import counts_of_merge
-from spark_jobs.session import own_settings, shares_files
+from spark_jobs.session import DELTA_SNAPSHOT_PARTITIONS, own_settings, shares_files
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
     NONCE_PROPERTY,
@@ -180,23 +180,27 @@ class DeltaSparkSink(DeltaSink, SparkSink):
     ) -> dict[str, Any]:
         """OPTIMIZE (compaction), then VACUUM of files unreferenced for longer than the retention."""
         where = self.location()
-        markers = retried_on_conflict(
-            "the delete markers' clean-up",
-            where,
-            lambda: drop_old_markers(spark, f"delta.`{where}`", self.config),
-        )
-        optimized = retried_on_conflict(
-            "OPTIMIZE", where, lambda: spark.sql(f"OPTIMIZE delta.`{where}`").collect()
-        )
-        metrics = optimized[0]["metrics"] if optimized else None
         local = str(spark.conf.get("spark.master", "")).startswith("local")
-        with own_settings(spark) as vacuum:  # `spark` is shared by runs and other maintains
+        with own_settings(spark) as upkeep:  # `spark` is shared by runs and other maintains
+            # a long log replays faster in the shuffle's tasks than in a run's (at most the
+            # cores): OPTIMIZE and VACUUM on two cores, 2.78 s with 8, 3.14 s with 2
+            # (benchmarks/README.md, `delta_log_replay`)
+            shuffle = self.settings.shuffle_partitions
+            upkeep.conf.set(DELTA_SNAPSHOT_PARTITIONS, shuffle)
+            markers = retried_on_conflict(
+                "the delete markers' clean-up",
+                where,
+                lambda: drop_old_markers(upkeep, f"delta.`{where}`", self.config),
+            )
+            optimized = retried_on_conflict(
+                "OPTIMIZE", where, lambda: upkeep.sql(f"OPTIMIZE delta.`{where}`").collect()
+            )
+            metrics = optimized[0]["metrics"] if optimized else None
             if force:  # Delta itself refuses a retention below its default (7 days) otherwise
-                vacuum.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+                upkeep.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
             if local:
-                shuffle = str(spark.conf.get("spark.sql.shuffle.partitions"))
-                vacuum.conf.set(LISTING_PARALLELISM, shuffle)
-            vacuum.sql(f"VACUUM delta.`{where}` RETAIN {retention_hours:g} HOURS").collect()
+                upkeep.conf.set(LISTING_PARALLELISM, shuffle)
+            upkeep.sql(f"VACUUM delta.`{where}` RETAIN {retention_hours:g} HOURS").collect()
         return {
             "format": "delta",
             "location": where,
