@@ -239,13 +239,12 @@ class DeltaSparkSink(DeltaSink, SparkSink):
         Spark shares with this machine are read from its log folder (`delta_log`)."""
         folder = self.data_folder()
         if latest is not None and folder is not None and shares_files(spark, self.settings):
+            commits = latest_commits(folder, latest)  # newest first: read until the run's
             try:
-                commits = list(latest_commits(folder, latest))
+                found = next((c for c in commits if _names_run(c, drain, run_id, nonce)), None)
             except OSError as err:  # unreadable here: Spark reads it
                 log.debug("the log of %s is not readable here (%s): asking Spark", folder, err)
             else:
-                mine = (c for c in commits if _names_run(c.user_metadata, drain, run_id, nonce))
-                found = next(mine, None)
                 return None if found is None else self._sink_commit(found)
         history = self._history(spark, latest)
         if history is None:
@@ -300,8 +299,8 @@ def _marker_of(user_metadata: str | None) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _names_run(user_metadata: str | None, drain: str, run_id: int, nonce: str | None) -> bool:
+def _names_run(commit: CommitInfo, drain: str, run_id: int, nonce: str | None) -> bool:
     """Whether a commit's `userMetadata` is the run's marker (`_commit_of`'s condition)."""
     if nonce is None:  # planned before nonces: its commit's marker names drain and run
-        return user_metadata == marker(drain, run_id)
-    return _marker_of(user_metadata).get(NONCE_PROPERTY) == nonce
+        return commit.user_metadata == marker(drain, run_id)
+    return _marker_of(commit.user_metadata).get(NONCE_PROPERTY) == nonce

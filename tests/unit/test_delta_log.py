@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,3 +66,16 @@ def test_the_latest_are_the_highest_versions(tmp_path_factory, versions, latest)
     found = list(latest_commits(table, latest))
     assert [c.version for c in found] == sorted(versions, reverse=True)[:latest]
     assert all(c.user_metadata == str(c.version) for c in found)
+
+
+def test_commits_are_read_one_at_a_time_newest_first(tmp_path):
+    """A run finds its commit among the newest: older files are not opened before they are
+    asked for (a MERGE's commit file can be megabytes)."""
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    (log / f"{0:020d}.json").mkdir()  # opening it fails: it must not be opened
+    _commit(log, 1, "mine")
+    commits = latest_commits(tmp_path, 10)
+    assert next(commits).user_metadata == "mine"
+    with pytest.raises(OSError):
+        next(commits)
