@@ -42,6 +42,7 @@ from drainer.spark.connect_session import (
 from drainer.spark.endpoint import client_url, endpoint_port, redacted
 from drainer.spark.jars import lakehouse_jars, spark_kafka_jars
 from drainer.spark.net import port_open
+from drainer.spark.parallelism import local_cores, snapshot_partitions
 from drainer.spark.shipped_modules import Bundle, bundle, to_ship, top_level
 
 if TYPE_CHECKING:
@@ -236,26 +237,6 @@ def cores(spark: SparkSession) -> int | None:
     if parallelism:
         return int(parallelism)
     return local_cores(str(spark.conf.get("spark.master", "")))
-
-
-def local_cores(master: str) -> int | None:
-    """The cores of a `local`, `local[N]` or `local[*]` master; None for any other."""
-    if master == "local":
-        return 1
-    if master.startswith("local[") and master.endswith("]"):
-        threads = master[len("local[") : -1].split(",")[0]
-        return os.cpu_count() if threads == "*" else int(threads) if threads.isdigit() else None
-    return None
-
-
-def snapshot_partitions(settings: Settings, cores: int | None) -> str:
-    """The tasks a run's Delta log replay runs in: the shuffle's, but no more than the cores
-    that run them (a snapshot's state, its files with their statistics, is computed in a job
-    of this many tasks before a run reads a table, and again in a MERGE: on two cores 8 tasks
-    took 0.24-0.28 s, 2 tasks 0.08-0.12 s, issue 48). Maintenance replays long logs with the
-    shuffle's (`maintenance_partitions`)."""
-    shuffle = int(settings.shuffle_partitions)
-    return str(min(shuffle, cores) if cores else shuffle)
 
 
 def shares_files(spark: SparkSession, settings: Settings) -> bool:

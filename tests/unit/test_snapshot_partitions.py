@@ -8,7 +8,7 @@ import os
 import pytest
 
 from drainer.settings import load_settings
-from spark_jobs.session import local_cores, snapshot_partitions
+from drainer.spark.parallelism import local_cores, snapshot_partitions
 
 
 @pytest.mark.parametrize(
