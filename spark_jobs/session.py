@@ -21,7 +21,9 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import SparkSession
@@ -63,6 +65,20 @@ V1_SOURCES = "spark.sql.sources.useV1SourceList"
 KAFKA_SOURCE = "kafka"  # Spark's Kafka source, as reads name it (spark_jobs.kafka_source)
 
 _sessions: dict[str, SparkSession] = {}
+
+
+@dataclass(frozen=True)
+class MadeAt:
+    """Where drainer opened a Connect session: its server's address (with the token, no
+    session id), and the folder and endpoint its kept sessions' ids are derived under."""
+
+    address: str
+    directory: Path
+    endpoint: str
+
+
+# the Connect sessions `_connect` opened, by id(): `spark_jobs.own_session` opens others there
+_made_at: dict[int, MadeAt] = {}
 _lock = threading.Lock()
 
 
@@ -200,24 +216,9 @@ def drop_client(spark: SparkSession) -> None:
     _dropped.append(spark)
 
 
-@contextlib.contextmanager
-def own_settings(spark: SparkSession) -> Iterator[SparkSession]:
-    """A copy of `spark` whose settings are its own, for work that must change them (VACUUM's
-    retention check and listing tasks). Runs and other drains' maintenance share `spark`: a
-    setting changed there and set back raced them (a second maintain read the first's value as
-    the one to restore, or found the check on again under its VACUUM)."""
-    if not is_connect(spark):
-        yield spark.newSession()  # the same SparkContext, SQL settings of its own
-        return
-    clone = cast("ConnectSession", spark).cloneSession()
-    clone.release_session_on_close = True  # a clone skips the __init__ that sets it
-    own = cast(SparkSession, clone)
-    try:
-        yield own
-    finally:
-        with contextlib.suppress(Exception):
-            own.stop()  # released on the server: it ran no Python, so it leaves no daemon
-        _dropped.append(own)  # stopped: never closed again by the collector (see _dropped)
+def made_at(spark: SparkSession) -> MadeAt | None:
+    """Where drainer opened this Connect session; None for one it did not open."""
+    return _made_at.get(id(spark))
 
 
 def describe(spark: SparkSession) -> str:
@@ -323,6 +324,7 @@ def _connect(
                 continue
         if shipped is not None:
             _add_modules(spark, shipped)
+        _made_at[id(spark)] = MadeAt(authenticated, directory, endpoint)
         return spark
 
 

@@ -23,7 +23,8 @@ from drainer.sinks import SinkCommit
 from drainer.sinks.delta import DeltaSink
 from drainer.sinks.delta_log import CommitInfo, latest_commits
 from drainer.sinks.upsert import counts_of_merge
-from spark_jobs.session import DELTA_SNAPSHOT_PARTITIONS, own_settings, shares_files
+from spark_jobs.own_session import own_settings
+from spark_jobs.session import DELTA_SNAPSHOT_PARTITIONS, shares_files
 from spark_jobs.sinks.base import (
     ATTEMPT_PROPERTY,
     NONCE_PROPERTY,

@@ -29,7 +29,7 @@ from drainer.errors import ServiceError
 from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.upsert import KEY_PROPERTY, MergeMetered, UpsertSpec, check_key_unchanged
-from spark_jobs.session import own_settings
+from spark_jobs.own_session import own_settings
 from spark_jobs.sinks.base import fit_schema, marker, note_columns_added, run_of
 from spark_jobs.sinks.delta import RECENT_COMMITS, DeltaSparkSink, app_id
 from spark_jobs.sinks.upsert import (
@@ -134,7 +134,7 @@ def _written(
     metered = before is not None  # a MERGE's commit: its metrics complete the counts
     with (
         read_once(shape(source), spec, before, again, metered) as (rows, view, counts),
-        own_settings(spark) as merging,
+        own_settings(spark, keep_for="merge") as merging,
     ):
         if before is not None:
             # a MERGE, whose source is the cache `read_once` filled. Delta copies a source

@@ -23,7 +23,7 @@ from drainer.lifecycle.results import RunContext
 from drainer.sinks import SinkCommit
 from drainer.sinks.upsert import KEY_PROPERTY, UpsertSpec, check_key_unchanged
 from drainer.store.upserts import iceberg_state_table
-from spark_jobs.session import own_settings
+from spark_jobs.own_session import own_settings
 from spark_jobs.sinks.base import fit_schema, note_columns_added, run_of
 from spark_jobs.sinks.iceberg import WAP_ID, IcebergSparkSink, wap_id
 from spark_jobs.sinks.upsert import (
@@ -92,7 +92,7 @@ def merge_iceberg(
     # before them (`read_once`)
     with read_once(shape(collapsed), spec, spark.table(table), again) as (source, view, counts):
         wap = wap_id(drain, run_id, nonce)
-        with own_settings(spark) as merging:
+        with own_settings(spark, keep_for="merge") as merging:
             merging.conf.set("spark.wap.id", wap)
             # Iceberg's row-level MERGE takes a deterministic source only (the Kafka read and the
             # decoding's partition barrier are not): the collapsed rows, checkpointed from the cache

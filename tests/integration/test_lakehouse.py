@@ -348,7 +348,7 @@ def test_maintain_removes_an_interrupted_writes_orphan_files_past_a_safe_age(mak
 def test_settings_changed_in_a_session_of_its_own_stay_there(spark):
     """What maintenance changes for its VACUUM (the retention check) stays in a clone of the
     session: the shared one is never changed and set back, which raced a concurrent maintain."""
-    from spark_jobs.session import own_settings
+    from spark_jobs.own_session import own_settings
 
     key = "spark.databricks.delta.retentionDurationCheck.enabled"
     shared = spark.conf.get(key, None)
@@ -357,6 +357,36 @@ def test_settings_changed_in_a_session_of_its_own_stay_there(spark):
         assert own.conf.get(key) == "false" and own.range(3).count() == 3
         assert spark.conf.get(key, None) == shared
     assert own.is_stopped and spark.range(2).count() == 2  # released; the shared one goes on
+
+
+def test_a_kept_session_goes_from_lease_to_lease_with_only_the_run_sessions_settings(spark):
+    """A MERGE's session (`own_settings(keep_for=...)`) stays on the server from one lease to
+    the next, so the server compiles its queries' code once, not once per run. What a lease
+    set (a run's Delta transaction) stays in it and is gone at the next lease; concurrent
+    leases never share one; a lease that raised leaves its session to whatever it still runs."""
+    from spark_jobs.own_session import own_settings
+
+    key = "spark.databricks.delta.write.txnAppId"
+    with own_settings(spark, keep_for="a test's work") as first:
+        first.conf.set(key, "run 1")
+        kept = first.session_id
+        assert kept != spark.session_id and spark.conf.get(key, None) is None
+        with own_settings(spark, keep_for="a test's work") as meanwhile:
+            assert meanwhile.session_id not in (kept, spark.session_id)
+            assert meanwhile.conf.get(key, None) is None
+        assert first.range(3).count() == 3
+    with own_settings(spark, keep_for="a test's work") as second:
+        assert second.session_id == kept  # the same server session: its compiled code
+        assert second.conf.get(key, None) is None  # run 1's transaction stayed behind
+        for shared in ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone"):
+            assert second.conf.get(shared) == spark.conf.get(shared)
+    with pytest.raises(ZeroDivisionError), own_settings(spark, keep_for="a test's work") as lost:
+        raised_in = lost.session_id
+        lost.range(1).collect()
+        _ = 1 / 0
+    with own_settings(spark, keep_for="a test's work") as after:
+        assert after.session_id != raised_in and after.range(2).count() == 2
+    assert spark.range(2).count() == 2
 
 
 def live_files(drain: DrainConfig) -> int:
