@@ -28,16 +28,14 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import SparkSession
 
 from drainer.spark.connect_session import (
-    UNUSED_SESSION_DAYS,
+    prune,
     shared_session_id,
     with_session_id,
 )
@@ -102,7 +100,7 @@ def _slot(where: MadeAt, work: str) -> Iterator[_Slot | None]:
     raised, or whose process died, leaves it unclean."""
     digest = hashlib.sha256(work.encode()).hexdigest()[:16]
     where.directory.mkdir(parents=True, exist_ok=True)
-    _prune(where.directory)
+    prune(where.directory, "own-*.lock")  # every new run session makes its own
     for n in range(SLOTS):
         fd = os.open(where.directory / f"own-{digest}-{n}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -119,15 +117,6 @@ def _slot(where: MadeAt, work: str) -> Iterator[_Slot | None]:
             os.close(fd)  # the lock goes with it; a killed process's goes with the process
         return
     yield None
-
-
-def _prune(directory: Path) -> None:
-    """Forget slots no lease used for a while (every new run session makes its own)."""
-    cutoff = time.time() - UNUSED_SESSION_DAYS * 86_400
-    for old in directory.glob("own-*.lock"):
-        with contextlib.suppress(OSError):
-            if old.stat().st_mtime < cutoff:
-                old.unlink()
 
 
 def _kept(spark: SparkSession, where: MadeAt, slot: _Slot) -> SparkSession:

@@ -68,7 +68,7 @@ def shared_session_id(directory: Path, endpoint: str, code: str, closed: str | N
     tmp = path.with_name(f"{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps({"code": code, "generation": generation}))
     os.replace(tmp, path)  # concurrent writers agree: the id follows from what they write
-    _prune(directory)
+    prune(directory)
     return session_id
 
 
@@ -97,10 +97,11 @@ def _server_code_file(directory: Path, endpoint: str) -> Path:
     return directory / f"server-{key}.json"
 
 
-def _prune(directory: Path) -> None:
-    """Forget the ids of code versions no run has used for a while (every edit makes one)."""
+def prune(directory: Path, pattern: str = "session-*.json") -> None:
+    """Forget the files of `pattern` no run has used for a while: the ids of code versions
+    (every edit makes one), or the slots of kept sessions (spark_jobs.own_session)."""
     cutoff = time.time() - UNUSED_SESSION_DAYS * 86_400
-    for old in directory.glob("session-*.json"):
+    for old in directory.glob(pattern):
         with contextlib.suppress(OSError):
             if old.stat().st_mtime < cutoff:
                 old.unlink()
