@@ -6,17 +6,18 @@ again under its VACUUM). A Delta MERGE needs the run's transaction (`txnAppId`,
 `txnVersion`) and marker as settings; Iceberg's needs the run's `spark.wap.id`.
 
 A Connect server compiles each session's generated code on its own: the cache of compiled
-classes is keyed by the session's class loader. A session opened for one MERGE compiled all of
-its ~60 classes again, and the JIT then worked on them afresh, every run: 2.6 s of the
-server's CPU per run at 1M records on two cores, where the peer's long-lived session compiled
-one class (benchmarks/README.md, "upserts"). So the work named by `keep_for` (one drain's
-merges) gets a session that is kept on the server from one run to the next:
+classes is keyed by the session's class loader. A clone made for one MERGE compiled its ~58
+classes again every run, and the JIT then worked on them afresh, where a long-lived session
+compiles 2 (benchmarks/README.md, "merge_session"). So the work named by `keep_for` (every
+drain's Delta merges: "merge") gets a session kept on the server from one run to the next:
 
 - a slot of a small pool, leased under a file lock (processes and threads never share one);
 - its id derived from the run session's, the work and the slot (`shared_session_id`: a
   session the server closed, idle too long, is followed by the next generation);
 - given exactly the run session's settings when leased: what an earlier lease set (the last
   run's transaction) is unset;
+- never holding what only a released session frees (a `localCheckpoint`: Iceberg's MERGE
+  keeps its clone);
 - never changed under a running operation: a slot whose last lease did not end cleanly (it
   raised, or its process was killed in its MERGE, whose commit reads the transaction
   settings when it commits) leaves that session to it and moves on to a new one.
@@ -76,7 +77,7 @@ def own_settings(spark: SparkSession, keep_for: str | None = None) -> Iterator[S
     finally:
         with contextlib.suppress(Exception):
             own.stop()  # released on the server: it ran no Python, so it leaves no daemon
-        drop_client(own)  # stopped: never closed again by the collector (see session._dropped)
+        drop_client(own)  # kept referenced, never closed again by the collector (session._dropped)
 
 
 @dataclass
@@ -128,12 +129,12 @@ def _kept(spark: SparkSession, where: MadeAt, slot: _Slot) -> SparkSession:
     for _ in range(MAX_CLOSED):
         if not slot.clean:
             session_id = shared_session_id(where.directory, where.endpoint, slot.key, session_id)
-        own = ConnectSession(connection=with_session_id(where.address, session_id))
+        own = cast(SparkSession, ConnectSession(with_session_id(where.address, session_id)))
         try:
-            _settings_of(spark, cast(SparkSession, own))
-            return cast(SparkSession, own)
+            _settings_of(spark, own)
+            return own
         except Exception as err:
-            drop_client(cast(SparkSession, own))
+            drop_client(own)
             if SESSION_CLOSED not in str(err):  # closed: idle too long, the next one then
                 raise
             slot.clean = False

@@ -92,7 +92,9 @@ def merge_iceberg(
     # before them (`read_once`)
     with read_once(shape(collapsed), spec, spark.table(table), again) as (source, view, counts):
         wap = wap_id(drain, run_id, nonce)
-        with own_settings(spark, keep_for="merge") as merging:
+        # a clone, released afterwards, not a kept session (`keep_for`): only a released
+        # session frees the checkpoint below (dropping the DataFrame left its blocks on the server)
+        with own_settings(spark) as merging:
             merging.conf.set("spark.wap.id", wap)
             # Iceberg's row-level MERGE takes a deterministic source only (the Kafka read and the
             # decoding's partition barrier are not): the collapsed rows, checkpointed from the cache
