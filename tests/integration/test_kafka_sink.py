@@ -41,7 +41,7 @@ from test_exactly_once import (
 
 from dagster_project.metadata import run_metadata
 from drainer import faults
-from drainer.errors import ConfigError, FencedOut
+from drainer.errors import ConfigError, FencedOut, KafkaUnavailable
 from drainer.kafka.producer import OutRecord
 from drainer.observe.status import drain_status
 from drainer.settings import load_settings
@@ -310,6 +310,29 @@ def test_an_output_without_value_is_one_line_and_commits_nothing(make_drain, spa
         with pytest.raises(ConfigError, match="the output has no `value` column"):
             drain_job.run(drain.name, trigger="test", settings=load_settings())
         _nothing_committed(drain, out)
+
+
+def test_a_server_producer_that_cannot_open_its_transaction_fails_the_run_and_commits_nothing(
+    make_drain, spark
+):
+    """The server's producer fences and begins its transaction while the write's tasks already
+    read: a failed open (here `initTransactions` given 1 ms) must still fail the tasks' first
+    sends, and the run, with its one-line error, never hang them or let a record through.
+    Without the setting, the next run drains every record once."""
+    if auto_producer(spark) != "server":
+        pytest.skip("the Connect server has no drainer producer jar (no JDK)")
+    with output_topic() as out:
+        sink = {"type": "kafka", "topic": out, "producer": "server"}
+        drain = make_drain(sink=sink, kafka_java={"max.block.ms": 1}, **MODES["dataframe"])
+        total = sum(produce_backlog(drain).values())
+        with pytest.raises(KafkaUnavailable, match="transactions could not start") as err:
+            drain_job.run(drain, trigger="test", settings=load_settings())
+        assert "\n" not in str(err.value) and "Nothing was produced" in str(err.value)
+        _nothing_committed(drain, out)
+        assert sum(sources(out, "read_uncommitted").values()) == 0  # not one record sent
+        again = drain.model_copy(update={"kafka_java": {}})
+        assert drain_job.run(again, trigger="test", settings=load_settings()).drained == total
+        assert_each_source_once(out, high_watermarks(drain))
 
 
 def test_producer_server_where_the_server_cannot_is_one_line_and_commits_nothing(make_drain, spark):

@@ -12,6 +12,9 @@
 //     (`initTransactions` on the drain's transactional.id) and begins the transaction; its
 //     tasks send the rows; its commit flushes them, so every record is on the broker (or its
 //     error known) when the write returns. Further writes (the dead letters) add to it.
+//     The fence and the begin (broker round trips, ~0.1 s) run beside the tasks' first reads:
+//     a task's first send, the write's commit and the transaction's end wait for them, and a
+//     failed open fails each of those with its own kind.
 //   - the driver then checks its Postgres lease and reads this source with `action=commit`:
 //     the marker (which carries the counts per topic) is sent and the transaction committed,
 //     once (a repeated read returns the same result). `action=abort` aborts it. An attempt
@@ -29,6 +32,8 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicReference;
@@ -159,6 +164,8 @@ public class KafkaTxnSink implements TableProvider {
     // milliseconds per step, for the run's phases: open (producer made, initTransactions,
     // beginTransaction), flush (the writes' last records), marker, commit, close
     final Map<String, Double> steps = new TreeMap<>();
+    // initTransactions (the fence) and beginTransaction, on a thread of their own (`begin`)
+    final CompletableFuture<Void> opened = new CompletableFuture<>();
 
     synchronized void took(String step, long sinceNanos) {
       steps.merge(step, (System.nanoTime() - sinceNanos) / 1e6, Double::sum);
@@ -185,13 +192,47 @@ public class KafkaTxnSink implements TableProvider {
       if (e != null) throw e;
     }
 
+    /** Fence older producers of the drain and begin the transaction, beside the write's
+     * planning and its tasks' reads; `open` names where a failure is reported. */
+    void begin(String topic, long since) {
+      Thread opening = new Thread(() -> {
+        try {
+          producer.initTransactions(); // fences every older producer of the drain
+          producer.beginTransaction();
+          took("open", since);
+          opened.complete(null);
+        } catch (Throwable e) { // any: a task waits on `opened` until it is completed
+          producer.close(Duration.ZERO);
+          opened.completeExceptionally(
+              failure("init_" + kindOf(e, kinds), null, topic, describe(e)));
+        }
+      }, "drainer-kafka-sink-open");
+      opening.setDaemon(true);
+      opening.start();
+    }
+
+    /** Waits for `begin`; its failure, thrown. */
+    void awaitOpen() {
+      try {
+        opened.join();
+      } catch (CompletionException e) {
+        throw (RuntimeException) e.getCause();
+      }
+    }
+
     synchronized void add(String topic, long records, long bytes) {
       long[] sum = produced.computeIfAbsent(topic, t -> new long[2]);
       sum[0] += records;
       sum[1] += bytes;
     }
 
-    synchronized List<Object[]> commit(String markerTopic, int partition, String markerKey,
+    List<Object[]> commit(String markerTopic, int partition, String markerKey,
+        String template, String producedToken, String bytesToken) {
+      awaitOpen(); // outside the lock: `abort` takes it only once the open has ended
+      return committed(markerTopic, partition, markerKey, template, producedToken, bytesToken);
+    }
+
+    synchronized List<Object[]> committed(String markerTopic, int partition, String markerKey,
         String template, String producedToken, String bytesToken) {
       if ("committed".equals(state)) return result;
       if (!"open".equals(state)) {
@@ -236,11 +277,20 @@ public class KafkaTxnSink implements TableProvider {
       }
     }
 
-    synchronized void abort() {
+    void abort() {
+      try {
+        opened.join();
+      } catch (CompletionException e) {
+        // a failed open: its producer is closed, no transaction began
+      }
+      aborted();
+    }
+
+    synchronized void aborted() {
       if (!"open".equals(state)) return;
       state = "aborted";
       try {
-        producer.abortTransaction();
+        if (!opened.isCompletedExceptionally()) producer.abortTransaction();
       } catch (KafkaException e) {
         // a fenced or failed producer's transaction is aborted by the coordinator
       } finally {
@@ -326,26 +376,18 @@ public class KafkaTxnSink implements TableProvider {
       } catch (KafkaException e) {
         throw failure("settings", null, options.get("topic"), describe(e));
       }
-      try {
-        producer.initTransactions(); // fences every older producer of the drain
-        producer.beginTransaction();
-      } catch (KafkaException e) {
-        producer.close(Duration.ZERO);
-        throw failure("init_" + kindOf(e, options.get("kinds")), null, options.get("topic"),
-            describe(e));
-      }
       RunTxn txn = new RunTxn(key, tid, options.get("kinds"), producer);
-      txn.took("open", opening);
-      // older attempts of the drain are fenced now: their producers are closed, for good
-      OPEN.forEach((k, old) -> {
+      OPEN.put(key, txn);
+      txn.begin(options.get("topic"), opening);
+      // once the fence is up, older attempts of the drain are fenced: their producers closed
+      txn.opened.thenRun(() -> OPEN.forEach((k, old) -> {
         if (old.tid.equals(tid) && !k.equals(key)) {
           OPEN.remove(k);
           if (FENCED.size() > 1000) FENCED.clear(); // a zombie's answer, not a record to keep
           FENCED.add(k);
           old.abort();
         }
-      });
-      OPEN.put(key, txn);
+      }));
       return txn;
     }
 
@@ -366,6 +408,7 @@ public class KafkaTxnSink implements TableProvider {
     }
 
     public void commit(WriterCommitMessage[] messages) {
+      txn.awaitOpen(); // a write without rows still fails on a failed open
       long records = 0;
       long bytes = 0;
       for (WriterCommitMessage m : messages) {
@@ -417,6 +460,7 @@ public class KafkaTxnSink implements TableProvider {
     final byte[] runHeader;
     long records = 0;
     long bytes = 0;
+    boolean begun; // the transaction's open awaited, once per writer
 
     RowWriter(Writers at, RunTxn txn, byte[] runHeader) {
       this.at = at;
@@ -425,6 +469,10 @@ public class KafkaTxnSink implements TableProvider {
     }
 
     public void write(InternalRow row) {
+      if (!begun) {
+        txn.awaitOpen();
+        begun = true;
+      }
       txn.check();
       byte[] src = at.source() < 0 || row.isNullAt(at.source()) ? null : row.getBinary(at.source());
       // the source's text is made only for a failure that names it, never per record
