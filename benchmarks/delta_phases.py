@@ -10,6 +10,8 @@ Connect server (each round starts one rung later):
 - `read_noop`: Spark reading the ranges into `noop` (the limit lakehouse_sinks.py reports);
 - `projected_noop`: the same read through `one_row_per_record`'s projection (the rows drainer's
   benchmark drain writes), into `noop`;
+- `counted_noop`: the same with an observation that only counts the read's records
+  (`count(1)`): what observing the read costs at all, apart from the sums of its bytes;
 - `observed_noop`: the same, the read counted as a drainer run counts it (its records and bytes
   per level, `spark_jobs.kafka_source.counted`), into `noop`;
 - `delta_append`: the projected rows appended to a new Delta table by a plain Spark batch job:
@@ -19,7 +21,7 @@ Connect server (each round starts one rung later):
   backlog), timed whole; its phases (plan, Spark job, the sink's steps, Postgres commit, mirror)
   are kept.
 
-Each rung's median is printed with what it adds to the rung before and its ratio to `read_noop`.
+`--rungs` times some of them (in this order). Each rung's median is printed with what it adds to the rung before and its ratio to `read_noop`.
 Every Delta table is read back without Spark and must hold each record once. Results:
 `benchmarks/results/delta_phases-<N>.json`. Topics and tables are removed afterwards unless
 `--keep`.
@@ -44,6 +46,7 @@ from drainer.settings import load_settings
 RUNGS = (
     "read_noop",
     "projected_noop",
+    "counted_noop",
     "observed_noop",
     "delta_append",
     "delta_append_observed",
@@ -64,14 +67,18 @@ def stored_ranges(source: Any) -> list[Any]:
     ]
 
 
-def rows_of(spark: Any, source: Any, observed: bool) -> Any:
-    """The projected rows of the backlog, the read counted as a drainer run counts it."""
+def rows_of(spark: Any, source: Any, observed: bool, count_only: bool = False) -> Any:
+    """The projected rows of the backlog, the read counted as a drainer run counts it
+    (`count_only`: its records only, in an observation of their own)."""
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     from spark_jobs.kafka_source import counted
 
     read = fair.bounded_read(spark, source, fair.drain_read_options(source))
-    if observed:
+    if count_only:
+        read = read.observe(Observation(f"records_{uuid.uuid4().hex}"), F.count(F.lit(1)))
+    elif observed:
         ranges = stored_ranges(source)
         full = {(r.topic, r.partition): r.end - r.start for r in ranges}
         levelled = read.withColumn("level", F.substring_index("topic", "-", -1).cast("int"))
@@ -88,7 +95,7 @@ def one_rung(spark: Any, rung: str, source: Any, records: int, made: list[str]) 
         made.append(where)
         got = run_drainer(drain, records, Jvm(None))  # no memory probe: this one times
     else:
-        rows = rows_of(spark, source, observed="observed" in rung)
+        rows = rows_of(spark, source, "observed" in rung, count_only=rung == "counted_noop")
         started = time.perf_counter()
         if rung.endswith("noop"):
             rows.write.format("noop").mode("overwrite").save()
@@ -107,7 +114,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=20_000)
     parser.add_argument("--keep", action="store_true", help="leave topics and tables")
+    parser.add_argument("--rungs", nargs="+", choices=RUNGS, default=list(RUNGS))
     args = parser.parse_args()
+    rungs = [r for r in RUNGS if r in args.rungs]
     from spark_jobs.session import get_spark
 
     warm = fresh_drain(args.warmup, processor=PROCESSOR)
@@ -116,15 +125,15 @@ def main() -> int:
     produce(source, args.records)
     spark = get_spark(load_settings())
     made: list[str] = []
-    for rung in RUNGS:  # first writes load classes, the JIT compiles
+    for rung in rungs:  # first writes load classes, the JIT compiles
         one_rung(spark, rung, warm, args.warmup, made)
     runs: list[dict[str, Any]] = []
     for round_ in range(args.repeat):
-        for rung in RUNGS[round_ % len(RUNGS) :] + RUNGS[: round_ % len(RUNGS)]:
+        for rung in rungs[round_ % len(rungs) :] + rungs[: round_ % len(rungs)]:
             got = one_rung(spark, rung, source, args.records, made)
             runs.append({"path": rung, "round": round_, **got})
             print(f"{args.records:,} {rung}: {got['wall_s']:.2f} s", file=sys.stderr)
-    rows = summary(runs)
+    rows = summary(runs, rungs)
     print(table(args.records, rows))
     if not args.keep:
         for where in made:
@@ -142,13 +151,13 @@ def main() -> int:
     return 0
 
 
-def summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each rung's median, what it adds to the rung before, its ratio to the read; drainer's
-    phase medians."""
+def summary(runs: list[dict[str, Any]], rungs: list[str]) -> list[dict[str, Any]]:
+    """Each rung's median, what it adds to the rung before, its ratio to the first rung (the
+    read, unless `--rungs` left it out); drainer's phase medians."""
     rows: list[dict[str, Any]] = []
-    floor = fair.median([r["wall_s"] for r in runs if r["path"] == RUNGS[0]])
+    floor = fair.median([r["wall_s"] for r in runs if r["path"] == rungs[0]])
     before = None
-    for rung in RUNGS:
+    for rung in rungs:
         mine = [r for r in runs if r["path"] == rung]
         wall = fair.median([r["wall_s"] for r in mine])
         row: dict[str, Any] = {
@@ -177,7 +186,7 @@ def table(records: int, rows: list[dict[str, Any]]) -> str:
     for row in rows:
         adds = "" if row["adds_s"] is None else f"{row['adds_s']:+.2f}"
         lines.append(f"| {row['path']} | {row['wall_s']:.2f} | {adds} | {row['over_read_noop']}x |")
-    phases = next(r.get("phases") for r in rows if r["path"] == "drainer")
+    phases = next((r.get("phases") for r in rows if r["path"] == "drainer"), None)
     if phases:
         lines.append("drainer's phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
     return "\n".join(lines)
