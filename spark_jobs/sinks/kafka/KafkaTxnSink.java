@@ -196,15 +196,28 @@ public class KafkaTxnSink implements TableProvider {
      * planning and its tasks' reads; `open` names where a failure is reported. */
     void begin(String topic, long since) {
       Thread opening = new Thread(() -> {
+        Throwable error = null;
         try {
           producer.initTransactions(); // fences every older producer of the drain
           producer.beginTransaction();
           took("open", since);
-          opened.complete(null);
         } catch (Throwable e) { // any: a task waits on `opened` until it is completed
-          producer.close(Duration.ZERO);
-          opened.completeExceptionally(
-              failure("init_" + kindOf(e, kinds), null, topic, describe(e)));
+          error = e;
+        }
+        // `opened` completes under the lock `abort` takes: an abort sees the open ended (and
+        // ends the transaction itself), or it left that to this thread
+        synchronized (this) {
+          if (error != null) {
+            producer.close(Duration.ZERO);
+            opened.completeExceptionally(
+                failure("init_" + kindOf(error, kinds), null, topic, describe(error)));
+          } else if ("aborted".equals(state)) {
+            end(true);
+            opened.completeExceptionally(
+                failure("gone", null, topic, "the attempt's transaction was aborted"));
+          } else {
+            opened.complete(null);
+          }
         }
       }, "drainer-kafka-sink-open");
       opening.setDaemon(true);
@@ -228,7 +241,7 @@ public class KafkaTxnSink implements TableProvider {
 
     List<Object[]> commit(String markerTopic, int partition, String markerKey,
         String template, String producedToken, String bytesToken) {
-      awaitOpen(); // outside the lock: `abort` takes it only once the open has ended
+      awaitOpen(); // outside the lock, which the open's thread takes to end
       return committed(markerTopic, partition, markerKey, template, producedToken, bytesToken);
     }
 
@@ -277,20 +290,18 @@ public class KafkaTxnSink implements TableProvider {
       }
     }
 
-    void abort() {
-      try {
-        opened.join();
-      } catch (CompletionException e) {
-        // a failed open: its producer is closed, no transaction began
-      }
-      aborted();
-    }
-
-    synchronized void aborted() {
+    /** Ends the attempt's transaction uncommitted: now when its open is over, else its open's
+     * thread does once the broker answers, so an abort (a driver's Ctrl-C) never waits on it. */
+    synchronized void abort() {
       if (!"open".equals(state)) return;
       state = "aborted";
+      if (opened.isDone()) end(!opened.isCompletedExceptionally());
+    }
+
+    /** The transaction aborted where one began, and the producer closed. */
+    private void end(boolean began) {
       try {
-        if (!opened.isCompletedExceptionally()) producer.abortTransaction();
+        if (began) producer.abortTransaction();
       } catch (KafkaException e) {
         // a fenced or failed producer's transaction is aborted by the coordinator
       } finally {
@@ -380,7 +391,7 @@ public class KafkaTxnSink implements TableProvider {
       OPEN.put(key, txn);
       txn.begin(options.get("topic"), opening);
       // once the fence is up, older attempts of the drain are fenced: their producers closed
-      txn.opened.thenRun(() -> OPEN.forEach((k, old) -> {
+      txn.opened.thenRunAsync(() -> OPEN.forEach((k, old) -> {
         if (old.tid.equals(tid) && !k.equals(key)) {
           OPEN.remove(k);
           if (FENCED.size() > 1000) FENCED.clear(); // a zombie's answer, not a record to keep
