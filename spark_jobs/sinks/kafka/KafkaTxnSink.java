@@ -193,7 +193,7 @@ public class KafkaTxnSink implements TableProvider {
     }
 
     /** Fence older producers of the drain and begin the transaction, beside the write's
-     * planning and its tasks' reads; `open` names where a failure is reported. */
+     * planning and its tasks' reads; `topic` names where a failure is reported. */
     void begin(String topic, long since) {
       Thread opening = new Thread(() -> {
         Throwable error = null;
