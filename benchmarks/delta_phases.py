@@ -21,7 +21,8 @@ Connect server (each round starts one rung later):
   backlog), timed whole; its phases (plan, Spark job, the sink's steps, Postgres commit, mirror)
   are kept.
 
-`--rungs` times some of them (in this order). Each rung's median is printed with what it adds to the rung before and its ratio to `read_noop`.
+`--rungs` times some of them (in this order). Each rung's median is printed with what it adds
+to the rung before and its ratio to the first rung timed (`read_noop` unless left out).
 Every Delta table is read back without Spark and must hold each record once. Results:
 `benchmarks/results/delta_phases-<N>.json`. Topics and tables are removed afterwards unless
 `--keep`.
