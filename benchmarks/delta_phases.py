@@ -83,7 +83,7 @@ def rows_of(spark: Any, source: Any, observed: bool, count_only: bool = False) -
         ranges = stored_ranges(source)
         full = {(r.topic, r.partition): r.end - r.start for r in ranges}
         levelled = read.withColumn("level", F.substring_index("topic", "-", -1).cast("int"))
-        read, _ = counted(levelled, ranges, bytes_per_partition=False, full=full)
+        read, _ = counted(levelled, ranges, bytes_by="level", full=full)
         read = read.drop("level")
     return projection(read)
 

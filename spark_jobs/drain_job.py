@@ -6,7 +6,7 @@ import logging
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -33,7 +33,7 @@ from drainer.lifecycle.run import drain_once
 from drainer.processing.callables import load_callable
 from drainer.settings import Settings
 from drainer.sinks import SinkCommit
-from drainer.store import runs, throughput
+from drainer.store import runs
 from drainer.store.leases import check_fence
 from drainer.store.runs import StoredRange, StoredRun
 from spark_jobs.attempts import attempt_tag, holding_server, stop_earlier_attempts, stop_interrupted
@@ -41,9 +41,10 @@ from spark_jobs.bad_records import ReasonOf, guarded, known_bad_record, stage_ba
 from spark_jobs.decode import ERROR, STRUCTURED, decode
 from spark_jobs.driver_read import DRIVER_READS
 from spark_jobs.imports import import_failed_in_tasks
-from spark_jobs.kafka_source import Read, count_read, counted, read_ranges
+from spark_jobs.kafka_source import Measure, Read, count_read, read_ranges
 from spark_jobs.processor_errors import processor_failed
 from spark_jobs.retried import retried_records
+from spark_jobs.run_counts import RunCounts, run_counts
 from spark_jobs.session import cores, describe, get_spark, shares_files
 from spark_jobs.sinks import SparkSink, spark_sink_for
 from spark_jobs.sinks.upsert import flag_records
@@ -240,26 +241,26 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             _stage_bad_records(ctx, spark, sink, df, failures_of)
             return ExecutionResult(
                 read={key: m.records for key, m in counts.items()},
-                read_bytes={key: m.bytes for key, m in counts.items()},
+                read_bytes=_bytes_of(counts),
                 spark_start_s=spark_start,
                 table_commit=landed,
                 failures_attempt=failures_of,
             )
         if faults.armed("during_spark"):
             sink.crash_while_writing(ctx)
-        decoded = None
+        counting = run_counts(ctx, _decodes(drain))
+        decoded, measure = None, None
         if sink.keeps_decoded and _decodes(drain):
             # decoded once, from the counted read: the sink keeps the records, so its staging
             # and its write read (and count) Kafka once
-            df, measure = _counted(ctx, df)
+            df, measure = counting.beneath(df)
             with _failures_named(ctx, spark, sink, processed=False):  # a sink may fail one here
                 decoded = _flagged(ctx, spark, sink, df)
             _stage_bad_records(ctx, spark, sink, df, ctx.attempt, decoded)
         else:
             # staged from the read before it is counted: the count rides on the write's job
             _stage_bad_records(ctx, spark, sink, df, ctx.attempt)
-            df, measure = _counted(ctx, df)
-        commit = _write(ctx, spark, sink, df, decoded)
+        commit, measure = _write(ctx, spark, sink, df, counting, decoded, measure)
         if commit is not None:
             record_proof(ctx, commit)  # on record before anything else can fail
             log.info("run %d of drain %s: %s", ctx.run.id, drain.name, sink.commit_line(commit))
@@ -267,7 +268,7 @@ def _execute(ctx: RunContext) -> ExecutionResult:
         measured = measure()
         return ExecutionResult(
             read={key: m.records for key, m in measured.items()},
-            read_bytes={key: m.bytes for key, m in measured.items()},
+            read_bytes=_bytes_of(measured),
             spark_start_s=spark_start,
             table_commit=commit,
             sink_steps=sink.steps(),
@@ -284,54 +285,65 @@ def _execute(ctx: RunContext) -> ExecutionResult:
             shutil.rmtree(stage, ignore_errors=True)
 
 
-def _counted(
-    ctx: RunContext, df: DataFrame
-) -> tuple[DataFrame, Callable[[], dict[tuple[str, int], Read]]]:
-    """The read, counted by the job that consumes it (`counted`)."""
-    return counted(
-        df,
-        ctx.run.ranges,
-        # record mode never prunes the read, so its observation is there; were it missing, the
-        # bytes stay unmeasured rather than read twice
-        recount=ctx.drain.mode == "dataframe",
-        # only a byte budget plans with each partition's record size
-        bytes_per_partition=ctx.drain.budget_bytes is not None,
-        full=_full_reads(ctx),
-    )
-
-
-def _full_reads(ctx: RunContext) -> dict[tuple[str, int], int] | None:
-    """What each partition's read returns when its offsets have no gaps, for a dataframe-mode
-    run whose drain's last run found none (its counts then come from the total); None counts
-    each partition. Record mode keeps its per-partition counts: it never reads twice."""
-    if ctx.drain.mode != "dataframe":
+def _bytes_of(measured: Mapping[tuple[str, int], Read]) -> dict[tuple[str, int], int] | None:
+    """The bytes read per (topic, partition); None when the run did not count them."""
+    if any(m.bytes is None for m in measured.values()):
         return None
-    with ctx.engine.connect() as conn:
-        if throughput.last_read_had_gaps(conn, ctx.drain.name):
-            return None
-    return ctx.readable_records()
+    return {key: m.bytes or 0 for key, m in measured.items()}
 
 
 def _write(
     ctx: RunContext,
     spark: SparkSession,
     sink: SparkSink,
-    df: DataFrame,
+    read: DataFrame,
+    counts: RunCounts,
     decoded: DataFrame | None = None,
-) -> SinkCommit | None:
-    """The processing mode's output, written by the sink; `decoded`: the records as the sink
-    flagged them already (`keeps_decoded`)."""
+    measure: Measure | None = None,
+) -> tuple[SinkCommit | None, Measure]:
+    """The processing mode's output, written by the sink, and how to count what the run read
+    (`measure`, when the read was counted already); `decoded`: the records as the sink flagged
+    them already (`keeps_decoded`). The read is counted above the processor when its output is
+    one row per record, else beneath it (`spark_jobs.run_counts`)."""
     drain = ctx.drain
     if drain.mode == "record":
-        return sink.write_records(spark, ctx, df, _output_schema(drain))
-    if _decodes(drain):  # records as typed rows: the processor (if any) gets them decoded
-        flagged = decoded if decoded is not None else _flagged(ctx, spark, sink, df)
-        df = guarded(flagged, drain.bad_records)
+        read, measure = counts.beneath(read)
+        return sink.write_records(spark, ctx, read, _output_schema(drain)), measure
+    processed = _decoded(ctx, spark, sink, read, decoded)
     with _failures_named(ctx, spark, sink, processed=True):
-        out = df if drain.processor is None else load_callable(drain.processor, "processor")(df)
-        if sink.state_spec(ctx) is None:  # an upsert's collapse drops them, after its ties
-            out = out.drop(*drain.unwritten_metadata())
-        return sink.write(spark, ctx, out)
+        out = _processed(ctx, sink, processed)
+        if measure is None:
+            above = counts.above(out, processed, read)
+            if above is None:  # the output is built again on the counted read
+                read, measure = counts.beneath(read)
+                out = _processed(ctx, sink, _decoded(ctx, spark, sink, read, None))
+            else:
+                out, measure = above
+        return sink.write(spark, ctx, out), measure
+
+
+def _decoded(
+    ctx: RunContext,
+    spark: SparkSession,
+    sink: SparkSink,
+    read: DataFrame,
+    decoded: DataFrame | None,
+) -> DataFrame:
+    """What the processor (or the sink) gets of the read: the records as typed rows, the bad
+    ones handled (`guarded`), where the drain decodes; else the read itself."""
+    if not _decodes(ctx.drain):
+        return read
+    flagged = decoded if decoded is not None else _flagged(ctx, spark, sink, read)
+    return guarded(flagged, ctx.drain.bad_records)
+
+
+def _processed(ctx: RunContext, sink: SparkSink, df: DataFrame) -> DataFrame:
+    """The drain's processor applied to `df`, without the metadata only the run reads."""
+    drain = ctx.drain
+    out = df if drain.processor is None else load_callable(drain.processor, "processor")(df)
+    if sink.state_spec(ctx) is None:  # an upsert's collapse drops them, after its ties
+        out = out.drop(*drain.unwritten_metadata())
+    return out
 
 
 @contextmanager

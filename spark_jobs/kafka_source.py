@@ -12,7 +12,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -196,20 +196,28 @@ def spark_group(drain: DrainConfig, settings: Mapping[str, str], key: str) -> st
     return f"{drain.group}-spark-{hmac.new(key.encode(), text, 'sha256').hexdigest()[:12]}"
 
 
+BytesBy = Literal["partition", "level"] | None
+
+
 class Read(NamedTuple):
-    """What the run read of one (topic, partition): records, and their key+value bytes."""
+    """What the run read of one (topic, partition): records, and their key+value+header bytes
+    (None: not measured, `counted`'s `bytes_by`)."""
 
     records: int
-    bytes: int
+    bytes: int | None
+
+
+# what a run read per (topic, partition), once the job that counts it ran
+Measure = Callable[[], dict[tuple[str, int], Read]]
 
 
 def counted(
     df: DataFrame,
     ranges: list[StoredRange],
     recount: bool = True,
-    bytes_per_partition: bool = True,
+    bytes_by: BytesBy = "partition",
     full: Mapping[tuple[str, int], int] | None = None,
-) -> tuple[DataFrame, Callable[[], dict[tuple[str, int], Read]]]:
+) -> tuple[DataFrame, Measure]:
     """The read with its records and bytes counted per (topic, partition) by the job that
     consumes it.
 
@@ -221,10 +229,11 @@ def counted(
     nothing instead). Call the returned function after that job's action.
 
     The records of each (topic, partition) are packed into a few sums (`drainer.read_counts`),
-    checked against a plain total. Bytes are summed per partition when `bytes_per_partition`
-    (a drain with `budget_bytes` plans with each partition's record size), else per level and
-    shared out over the level's partitions by their records: issue 30 measured the per-row
-    cost of the observation at 1M records as ~550 ns with two sums per partition.
+    checked against a plain total. Bytes are summed per partition when `bytes_by` is
+    "partition" (a drain with `budget_bytes` plans with each partition's record size), per
+    level and shared out over the level's partitions by their records when "level" (issue 30
+    measured the per-row cost of the observation at 1M records as ~550 ns with two sums per
+    partition), and not at all when None (their sums cost ~70 ns a record, delta_phases).
 
     `full` (`RunContext.readable_records`: the most records each partition's read can
     return) leaves the packed sums out: when the total is the sum of `full`, every partition
@@ -265,7 +274,9 @@ def counted(
         assert packed is not None
         metrics.append(F.sum(packed.otherwise(F.lit(0).cast("long"))).alias(f"n{word}"))
     levels = sorted(set(level_of.values()))
-    if bytes_per_partition:
+    if bytes_by is None:
+        pass
+    elif bytes_by == "partition":
         for i, key in enumerate(keys):
             metrics.append(
                 F.sum(F.when(mine(key), F.col(size_col)).otherwise(0)).cast("long").alias(f"b{i}")
@@ -313,7 +324,10 @@ def counted(
             # one record per offset): not trusted, counted again exactly
             log.warning("the read's packed counts %s exceed their bounds: counting again", records)
             return count_read(df, ranges)
-        if bytes_per_partition:
+        sizes: dict[tuple[str, int], int | None]
+        if bytes_by is None:
+            sizes = dict.fromkeys(keys)
+        elif bytes_by == "partition":
             sizes = {key: int(found.get(f"b{i}") or 0) for i, key in enumerate(keys)}
         else:
             sizes = {}
@@ -321,6 +335,36 @@ def counted(
                 mine_keys = {k: records[k] for k in keys if level_of[k] == level}
                 sizes |= read_counts.apportion(int(found.get(f"l{level}") or 0), mine_keys)
         return {key: Read(records[key], sizes[key]) for key in keys}
+
+    return observed, counts
+
+
+def counted_rows(
+    out: DataFrame, read: DataFrame, ranges: list[StoredRange], full: Mapping[tuple[str, int], int]
+) -> tuple[DataFrame, Measure]:
+    """`out` (one row per record of `read`: `spark_jobs.row_preserving`) with its rows
+    counted by the job that writes it: the read's records, without their bytes.
+
+    An observation above the processor sees rows Spark has made already, where beneath it
+    it costs a copy of every record (`spark_jobs.row_preserving`); only the total is taken, so
+    `full` (`RunContext.readable_records`) must be known: a total short of it (transaction
+    markers, aborted or compacted records) has `read` counted again per partition, as
+    `counted` does. Call the returned function after that job's action.
+    """
+    keys = sorted({(r.topic, r.partition) for r in ranges})
+    observation = Observation(f"drainer_rows_written_{uuid.uuid4().hex}")
+    observed = _batch(out).observe(observation, F.count(F.lit(1)).alias("records"))
+
+    def counts() -> dict[tuple[str, int], Read]:
+        try:
+            total = observation.get.get("records")
+        except Exception as err:  # Connect fails to convert metrics it never collected
+            log.debug("the output's observation is missing (%s): counting the read", err)
+            total = None
+        if total is None or int(total) != sum(full.get(key, 0) for key in keys):
+            log.info("the output's %s rows are not each record of the ranges: counting them", total)
+            return count_read(read, ranges)
+        return {key: Read(full.get(key, 0), None) for key in keys}
 
     return observed, counts
 

@@ -129,6 +129,13 @@ class DrainConfig(KnownKeys):
         "shares, so a level of large records cannot fill a run meant for small ones; sizes "
         "as 100KB, 512MiB, 1GB (KB = 1000 bytes, KiB = 1024); null turns it off",
     )
+    measure_bytes: bool | None = Field(
+        default=None,
+        description="count each run's key+value+header bytes per level (`drainer status`, "
+        "run metadata, byte rates): true, false, or null to count them only where the drain "
+        "plans with them (`budget_bytes`, `run_seconds`); counting them costs a copy of each "
+        "record in the run's Spark job (~10% of a large append)",
+    )
     schedule: str | None = Field(
         default="*/5 * * * *",
         description="Dagster cron schedule launching one run over all levels; null for none",

@@ -175,8 +175,9 @@ def test_record_mode_and_a_pruned_read_measure_their_bytes_too(make_drain, spark
             mode="record",
             handler="spark_jobs.examples:record_echo",
             output_schema=RECORD_ECHO_SCHEMA,
+            measure_bytes=True,
         ),
-        make_drain(processor="tests.processors:nothing_kept"),
+        make_drain(processor="tests.processors:nothing_kept", measure_bytes=True),
     ):
         _produce_sized(drain, 2, 50, 300 - 1)
         result = drain_job.run(drain, trigger="test", settings=load_settings())

@@ -215,7 +215,8 @@ def test_a_plan_of_fewer_ranges_than_cores_is_read_in_split_tasks_exactly_once(m
             ),
             {"d": drain.name},
         ).one()
-    assert read.read_records == 5000 and read.read_bytes > 5000 * 100
+    # counted above the processor, which keeps one row per record: bytes are not measured
+    assert read.read_records == 5000 and read.read_bytes is None
 
 
 def test_kafka_is_read_through_the_v2_scan_with_each_records_level(make_drain, spark):
