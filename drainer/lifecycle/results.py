@@ -102,8 +102,9 @@ class LevelReport:
     fill_ratio: float
     backlog_after: int
     lost_to_retention: int = 0  # offsets Kafka deleted before this run could drain them
-    # key+value+header bytes the level's records took (0 when the executor did not measure them)
-    read_bytes: int = 0
+    # key+value+header bytes the level's records took (None when the run did not measure them:
+    # `measure_bytes`)
+    read_bytes: int | None = None
 
 
 @dataclass

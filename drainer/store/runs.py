@@ -365,15 +365,14 @@ LEVEL_REPORT_COLUMNS = (
 
 
 def level_rows(conn: Connection, run_id: int) -> list[dict[str, Any]]:
-    """A run's per-level numbers as stored (missing ones as 0), highest level first."""
+    """A run's per-level numbers as stored (missing ones as 0, bytes it did not count None),
+    highest level first."""
+    kept = (c if c == "read_bytes" else f"coalesce({c}, 0) AS {c}" for c in LEVEL_REPORT_COLUMNS)
     rows = conn.execute(
-        text(
-            f"SELECT {', '.join(LEVEL_REPORT_COLUMNS)} FROM run_levels WHERE run_id = :r "
-            "ORDER BY level DESC"
-        ),
+        text(f"SELECT {', '.join(kept)} FROM run_levels WHERE run_id = :r ORDER BY level DESC"),
         {"r": run_id},
     ).mappings()
-    return [{k: (v if v is not None else 0) for k, v in row.items()} for row in rows]
+    return [dict(row) for row in rows]
 
 
 def recent_runs(conn: Connection, drain: str, limit: int) -> Sequence[Row[Any]]:

@@ -53,7 +53,7 @@ def airflow_drains(stack, tmp_path_factory) -> Iterator[AirflowDrains]:
 
     suffix = uuid.uuid4().hex[:6]
     bodies: dict[str, dict[str, Any]] = {
-        "manual": {"processor": PER_RECORD},
+        "manual": {"processor": PER_RECORD, "measure_bytes": True},  # bytes reach the XCom
         "backfilled": {"processor": PER_RECORD, "schedule": "0 0 1 1 *"},
         "cron": {"processor": PER_RECORD, "schedule": "* * * * *"},
         "killed": {"processor": "spark_jobs.examples:slow_one_row_per_record"},
