@@ -32,6 +32,7 @@ OWN_TABLES = frozenset(
         "run_commit_details",
         "run_levels",
         "run_ranges",
+        "run_stage_tasks",
         "run_table_rows",
         "run_table_commits",
         "run_table_proofs",

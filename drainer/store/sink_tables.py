@@ -49,7 +49,6 @@ from drainer.store.sink_names import (
     MAX_IDENTIFIER_BYTES,
     RUN_COLUMN,
     TASK_COLUMN,
-    fit_name,
     literal,
     quote,
     stage_comment,
@@ -60,10 +59,6 @@ log = logging.getLogger(__name__)
 
 LEGACY_STAGING_SUFFIX = "_staging"  # the one shared staging table of earlier versions
 PUBLISH_MODES = ("attach", "copy")
-
-
-def _task_index_name(table: str, run_id: int) -> str:
-    return fit_name(table, f"_r{int(run_id)}_task")
 
 
 def legacy_staging_name(table: str) -> str | None:
@@ -224,12 +219,7 @@ def _create_stage(conn: Connection, table: str, run_id: int) -> str:
     conn.execute(
         text(f"COMMENT ON TABLE {quote(stage)} IS {literal(stage_comment(table, run_id))}")
     )
-    conn.execute(
-        text(
-            f"CREATE INDEX IF NOT EXISTS {quote(_task_index_name(table, run_id))} "
-            f"ON {quote(stage)} ({quote(TASK_COLUMN)})"
-        )
-    )
+    # no index on the task column: a task finds its earlier attempts in `run_stage_tasks`
     return stage
 
 
@@ -260,6 +250,7 @@ def publish_staged(conn: Connection, table: str, run_id: int) -> int:
     if stage is None:
         return 0
     rows = conn.scalar(text(f"SELECT count(*) FROM {quote(stage)}"))
+    _forget_tasks(conn, stage)  # it stops being a stage either way
     if kind == "p" and rows:
         conn.execute(text(f"ALTER TABLE {quote(stage)} DROP COLUMN {quote(TASK_COLUMN)}"))
         if sink_partitions.attach_run(conn, table, stage, run_id):
@@ -321,6 +312,7 @@ def clear_staged(conn: Connection, table: str, run_id: int) -> None:
     stage = owned_stage(conn, table, run_id)
     if stage is not None:
         conn.execute(text(f"TRUNCATE {quote(stage)}"))
+        _forget_tasks(conn, stage)
     _clear_legacy(conn, table, run_id)
 
 
@@ -329,7 +321,14 @@ def drop_staged(conn: Connection, table: str, run_id: int) -> None:
     stage = owned_stage(conn, table, run_id)
     if stage is not None:
         conn.execute(text(f"DROP TABLE {quote(stage)}"))
+        _forget_tasks(conn, stage)
     _clear_legacy(conn, table, run_id)
+
+
+def _forget_tasks(conn: Connection, stage: str) -> None:
+    """The stage's tasks off record, with its rows (emptied or dropped in the same
+    transaction): a run that stages into it again starts without earlier attempts."""
+    conn.execute(text("DELETE FROM run_stage_tasks WHERE stage = :s"), {"s": stage})
 
 
 def clear_task_partition(
@@ -402,12 +401,20 @@ def _copy_into(stage: str, columns: list[str]) -> str:
 
 
 def _replace_task_rows(conn: Any, table: str, run_id: int, task: str) -> str:
-    """Lock the task's rows of the run's stage (a retried task waits for its first attempt)
-    and delete them; the stage's name."""
+    """Lock the task's rows of the run's stage (a retried task waits for its first attempt),
+    record that the task staged, and delete what an earlier attempt of it staged; the stage's
+    name. Only a task that finds itself on record already deletes: without an index on the
+    task column (whose upkeep doubled every COPY) that is a scan of the stage, which a first
+    attempt, the usual case, never pays."""
     stage = stage_name(table, run_id)
     conn.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
         (f"drainer-stage:{table}:{run_id}:{task}",),
     )
-    conn.execute(f"DELETE FROM {quote(stage)} WHERE {quote(TASK_COLUMN)} = %s", (task,))
+    first = conn.execute(
+        "INSERT INTO run_stage_tasks (stage, task) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        (stage, task),
+    ).rowcount
+    if not first:
+        conn.execute(f"DELETE FROM {quote(stage)} WHERE {quote(TASK_COLUMN)} = %s", (task,))
     return stage

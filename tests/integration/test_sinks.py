@@ -196,6 +196,35 @@ def test_resume_empties_the_stage_and_abandon_drops_it():
     assert _publish(table, 51) == 0 and _rows(table) == []
 
 
+def test_a_task_staged_again_replaces_its_rows_in_a_stage_without_indexes():
+    """Tasks record themselves in run_stage_tasks with their rows, so the stage needs no index
+    (its upkeep doubled each COPY): only a task on record already deletes its earlier rows."""
+    table = _fresh_table(run_id=61)
+    stage = sink_names.stage_name(table, 61)
+    _stage(table, 61, [("a", 1), ("a", 2)], task="p0")
+    _stage(table, 61, [("b", 3)], task="p1")
+    _stage(table, 61, [("c", 4)], task="p0")  # p0 retried: its first attempt's rows go
+    assert _rows(stage) == [("b", 3), ("c", 4)]
+    with get_engine().begin() as conn:
+        indexes = conn.scalar(
+            text("SELECT count(*) FROM pg_indexes WHERE tablename = :t"), {"t": stage}
+        )
+        assert indexes == 0
+        assert _claims(conn, stage) == ["p0", "p1"]
+        sink_tables.clear_staged(conn, table, 61)  # a resumed run starts without attempts
+        assert _claims(conn, stage) == []
+    _stage(table, 61, [("d", 5)], task="p0")
+    assert _publish(table, 61) == 1 and _rows(table) == [("d", 5)]
+    with get_engine().connect() as conn:
+        assert _claims(conn, stage) == []  # published: off record with the stage
+
+
+def _claims(conn, stage: str) -> list[str]:
+    return sorted(
+        conn.scalars(text("SELECT task FROM run_stage_tasks WHERE stage = :s"), {"s": stage})
+    )
+
+
 def test_rows_an_earlier_version_staged_are_published_once():
     """An upgrade in the middle of a run: the old shared `<table>_staging` holds its rows."""
     table = _fresh_table(run_id=61, partitioned=False)
