@@ -306,8 +306,10 @@ def _write(
     them already (`keeps_decoded`). The read is counted above the processor when its output is
     one row per record, else beneath it (`spark_jobs.run_counts`)."""
     drain = ctx.drain
-    if drain.mode == "record":
+    if measure is None and not counts.may_count_above:  # record mode among them
         read, measure = counts.beneath(read)
+    if drain.mode == "record":
+        assert measure is not None
         return sink.write_records(spark, ctx, read, _output_schema(drain)), measure
     processed = _decoded(ctx, spark, sink, read, decoded)
     with _failures_named(ctx, spark, sink, processed=True):

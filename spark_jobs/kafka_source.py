@@ -256,11 +256,11 @@ def counted(
     # Per row, once: the (topic, partition) as one integer of the level (the topic's suffix,
     # already a column) and the partition, and the record's bytes. The sums below then compare
     # integers instead of the topic string and re-deriving the size in each (issue 17). Both
-    # columns are dropped after it.
+    # columns are dropped after it; the size only where bytes are counted.
     key_col, size_col = f"_drainer_k_{tag}", f"_drainer_b_{tag}"
-    with_key = df.withColumn(key_col, _key_of(F.col("level"), F.col("partition"))).withColumn(
-        size_col, record_bytes()
-    )
+    with_key = df.withColumn(key_col, _key_of(F.col("level"), F.col("partition")))
+    if bytes_by is not None:
+        with_key = with_key.withColumn(size_col, record_bytes())
 
     def mine(key: tuple[str, int]) -> Column:
         return F.col(key_col) == F.lit(_key(topic_level(key[0]), key[1]))
@@ -274,16 +274,14 @@ def counted(
         assert packed is not None
         metrics.append(F.sum(packed.otherwise(F.lit(0).cast("long"))).alias(f"n{word}"))
     levels = sorted(set(level_of.values()))
-    if bytes_by is None:
-        pass
-    elif bytes_by == "partition":
+    if bytes_by == "partition":
         for i, key in enumerate(keys):
             metrics.append(
                 F.sum(F.when(mine(key), F.col(size_col)).otherwise(0)).cast("long").alias(f"b{i}")
             )
-    elif len(levels) == 1:
+    elif bytes_by == "level" and len(levels) == 1:
         metrics.append(F.sum(F.col(size_col)).cast("long").alias(f"l{levels[0]}"))
-    else:
+    elif bytes_by == "level":
         for level in levels:
             in_level = F.col("level") == F.lit(level)
             metrics.append(
@@ -291,6 +289,7 @@ def counted(
                 .cast("long")
                 .alias(f"l{level}")
             )
+    # dropping a column by a name the frame lacks (no size without bytes) does nothing
     observed = _batch(with_key).observe(observation, *metrics).drop(key_col, size_col)
 
     def counts() -> dict[tuple[str, int], Read]:

@@ -51,6 +51,12 @@ class RunCounts:
     recount: bool  # a read Spark pruned away is read again to count it (dataframe mode)
     may_count_output: bool
 
+    @property
+    def may_count_above(self) -> bool:
+        """Whether the output may stand for the read at all (`above` still reads the
+        processor's plan): else the read is counted before any output is built on it."""
+        return self.may_count_output and self.full is not None
+
     def beneath(self, read: DataFrame) -> tuple[DataFrame, Measure]:
         """The read, counted by the job that consumes it (`counted`)."""
         return counted(read, self.ranges, self.recount, self.bytes_by, self.full)
@@ -61,7 +67,7 @@ class RunCounts:
         """`out` with its rows counted as the read's records, when `out` is one row per row
         of `processed` (the processor's input) and that holds every record of `read`; else
         None (count `beneath`, and build the output again on the counted read)."""
-        if not self.may_count_output or self.full is None or not preserves_rows(out, processed):
+        if self.full is None or not self.may_count_above or not preserves_rows(out, processed):
             return None
         return counted_rows(out, read, self.ranges, self.full)
 
