@@ -114,7 +114,7 @@ def ensure_sink_tables(
                 table,
                 ", ".join(added),
             )
-        _create_stage(conn, table, run_id)
+        _default_run(conn, _create_stage(conn, table, run_id), run_id)
 
 
 # a column of the first type is stored in a table column of the second without loss
@@ -223,6 +223,18 @@ def _create_stage(conn: Connection, table: str, run_id: int) -> str:
     return stage
 
 
+def _default_run(conn: Connection, stage: str, run_id: int) -> None:
+    """The stage's run column defaults to its run, so a COPY of CSV leaves it out (one field
+    less per row to write and parse). Set on every stage the driver prepares, one made by an
+    earlier version too; a stage without it would refuse such a COPY (the column is NOT NULL),
+    never take a null."""
+    conn.execute(
+        text(
+            f"ALTER TABLE {quote(stage)} ALTER COLUMN {quote(RUN_COLUMN)} SET DEFAULT {int(run_id)}"
+        )
+    )
+
+
 def table_columns(conn: Connection, table: str) -> list[str]:
     """The sink columns of a table (without drainer's own), [] when it does not exist."""
     rows = conn.execute(
@@ -245,12 +257,14 @@ def publish_staged(conn: Connection, table: str, run_id: int) -> int:
     kind = relkind(conn, table)
     if kind is None:
         return 0  # nothing was ever staged: the run read no records
-    _adopt_legacy_rows(conn, table, run_id)
+    adopted = _adopt_legacy_rows(conn, table, run_id)
     stage = owned_stage(conn, table, run_id)
     if stage is None:
         return 0
-    rows = conn.scalar(text(f"SELECT count(*) FROM {quote(stage)}"))
-    _forget_tasks(conn, stage)  # it stops being a stage either way
+    rows = None if adopted else _tasks_rows(conn, stage)
+    if rows is None:
+        rows = conn.scalar(text(f"SELECT count(*) FROM {quote(stage)}"))
+    forget_tasks(conn, stage)  # it stops being a stage either way
     if kind == "p" and rows:
         conn.execute(text(f"ALTER TABLE {quote(stage)} DROP COLUMN {quote(TASK_COLUMN)}"))
         if sink_partitions.attach_run(conn, table, stage, run_id):
@@ -272,21 +286,37 @@ def _legacy_staging(conn: Connection, table: str) -> str | None:
     return legacy if _has_drainer_columns(conn, legacy) else None
 
 
-def _adopt_legacy_rows(conn: Connection, table: str, run_id: int) -> None:
-    """Move rows of this run that an earlier version staged in `<table>_staging` into its stage.
+def _tasks_rows(conn: Connection, stage: str) -> int | None:
+    """The rows the stage's tasks recorded with their COPYs; None when a task recorded none
+    (one of an earlier version) or no task is on record (rows staged otherwise): count then."""
+    row = conn.execute(
+        text(
+            "SELECT count(*) AS tasks, count(rows) AS counted, sum(rows) AS rows "
+            "FROM run_stage_tasks WHERE stage = :s"
+        ),
+        {"s": stage},
+    ).one()
+    if not row.tasks or row.counted != row.tasks:
+        return None
+    return int(row.rows)
+
+
+def _adopt_legacy_rows(conn: Connection, table: str, run_id: int) -> bool:
+    """Move rows of this run that an earlier version staged in `<table>_staging` into its
+    stage; whether there were any.
 
     Only a run staged before an upgrade and committed after it without executing again has
     any (a resumed run that executes deletes them first, `clear_staged`).
     """
     legacy = _legacy_staging(conn, table)
     if legacy is None:
-        return
+        return False
     found = conn.scalar(
         text(f"SELECT EXISTS (SELECT FROM {quote(legacy)} WHERE {quote(RUN_COLUMN)} = :r)"),
         {"r": run_id},
     )
     if not found:
-        return
+        return False
     stage = _create_stage(conn, table, run_id)
     quoted = quote(*table_columns(conn, table), RUN_COLUMN, TASK_COLUMN)
     conn.execute(
@@ -297,6 +327,7 @@ def _adopt_legacy_rows(conn: Connection, table: str, run_id: int) -> None:
         {"r": run_id},
     )
     _clear_legacy(conn, table, run_id)
+    return True
 
 
 def _clear_legacy(conn: Connection, table: str, run_id: int) -> None:
@@ -312,7 +343,7 @@ def clear_staged(conn: Connection, table: str, run_id: int) -> None:
     stage = owned_stage(conn, table, run_id)
     if stage is not None:
         conn.execute(text(f"TRUNCATE {quote(stage)}"))
-        _forget_tasks(conn, stage)
+        forget_tasks(conn, stage)
     _clear_legacy(conn, table, run_id)
 
 
@@ -321,11 +352,11 @@ def drop_staged(conn: Connection, table: str, run_id: int) -> None:
     stage = owned_stage(conn, table, run_id)
     if stage is not None:
         conn.execute(text(f"DROP TABLE {quote(stage)}"))
-        _forget_tasks(conn, stage)
+        forget_tasks(conn, stage)
     _clear_legacy(conn, table, run_id)
 
 
-def _forget_tasks(conn: Connection, stage: str) -> None:
+def forget_tasks(conn: Connection, stage: str) -> None:
     """The stage's tasks off record, with its rows (emptied or dropped in the same
     transaction): a run that stages into it again starts without earlier attempts."""
     conn.execute(text("DELETE FROM run_stage_tasks WHERE stage = :s"), {"s": stage})
@@ -339,9 +370,12 @@ def clear_task_partition(
     Record mode stages a partition in chunks whose task keys start `topic:partition:`; the
     partition's staged failures go with them.
     """
+    stage, prefix = stage_name(table, run_id), f"{topic}:{partition}:"
     conn.execute(
-        f"DELETE FROM {quote(stage_name(table, run_id))} WHERE starts_with({quote(TASK_COLUMN)}, %s)",
-        (f"{topic}:{partition}:",),
+        f"DELETE FROM {quote(stage)} WHERE starts_with({quote(TASK_COLUMN)}, %s)", (prefix,)
+    )
+    conn.execute(  # their records go with them, or the commit would sum their rows
+        "DELETE FROM run_stage_tasks WHERE stage = %s AND starts_with(task, %s)", (stage, prefix)
     )
     clear_partition_failures(conn, run_id, topic, partition, attempt)
 
@@ -369,10 +403,11 @@ def write_staged(
     """
     stage = _replace_task_rows(conn, table, run_id, task)
     count = 0
-    with conn.cursor().copy(_copy_into(stage, columns)) as copy:
+    with conn.cursor().copy(_copy_into(stage, [*columns, RUN_COLUMN])) as copy:
         for row in rows:
             copy.write_row((*row, run_id, task))
             count += 1
+    _record_rows(conn, stage, task, count)
     return count
 
 
@@ -385,19 +420,29 @@ def write_staged_csv(
     chunks: Iterable[tuple[Any, int]],
 ) -> int:
     """`write_staged` for rows already encoded as CSV, each chunk (a bytes-like block of whole
-    lines, the run and task columns last) with its row count: no Python object per row."""
+    lines, the task column last) with its row count: no Python object per row. The run
+    column is left to the stage's default (`_default_run`)."""
     stage = _replace_task_rows(conn, table, run_id, task)
     count = 0
     with conn.cursor().copy(f"{_copy_into(stage, columns)} (FORMAT csv)") as copy:
         for data, rows in chunks:
             copy.write(data)
             count += rows
+    _record_rows(conn, stage, task, count)
     return count
 
 
 def _copy_into(stage: str, columns: list[str]) -> str:
-    """The COPY of a task's rows into the stage: the output's columns, then the run and task."""
-    return f"COPY {quote(stage)} ({quote(*columns, RUN_COLUMN, TASK_COLUMN)}) FROM STDIN"
+    """The COPY of a task's rows into the stage: the given columns, then the task."""
+    return f"COPY {quote(stage)} ({quote(*columns, TASK_COLUMN)}) FROM STDIN"
+
+
+def _record_rows(conn: Any, stage: str, task: str, rows: int) -> None:
+    """The task's row count beside its record, committed with its rows: the commit sums
+    these (`_tasks_rows`) instead of scanning the stage."""
+    conn.execute(
+        "UPDATE run_stage_tasks SET rows = %s WHERE stage = %s AND task = %s", (rows, stage, task)
+    )
 
 
 def _replace_task_rows(conn: Any, table: str, run_id: int, task: str) -> str:

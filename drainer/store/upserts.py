@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, text
 
 from drainer.store.sink_names import RUN_COLUMN, fit_name, quote
-from drainer.store.sink_tables import owned_stage, relkind, table_columns
+from drainer.store.sink_tables import forget_tasks, owned_stage, relkind, table_columns
 
 DELETED_AT = "_deleted_at"  # when the delete was merged; null on a live row
 
@@ -186,6 +186,7 @@ def merge_staged(
         )
     )
     conn.execute(text(f"DROP TABLE {quote(stage)}"))
+    forget_tasks(conn, stage)
     conn.execute(
         text(
             f"CREATE OR REPLACE VIEW {quote(live_view(table))} AS SELECT "

@@ -74,10 +74,9 @@ class PostgresStage:
         write_staged(conn, self.table, names, run_id, task, rows)
 
 
-def csv_chunks(
-    batches: Iterable[pa.RecordBatch], run_id: int, task: str
-) -> Iterator[tuple[memoryview, int]]:
-    """Each Arrow batch as COPY's CSV, the run and task columns added: Arrow's own CSV writer,
+def csv_chunks(batches: Iterable[pa.RecordBatch], task: str) -> Iterator[tuple[memoryview, int]]:
+    """Each Arrow batch as COPY's CSV, the task column added (the run column is the stage's
+    default, one field less per row for Postgres to parse): Arrow's own CSV writer,
     no Python object per row (issue 30: one `write_row` per row made Postgres the slowest sink
     at 10M). Every type the sink stores but bytea encodes as Postgres reads it: strings always
     quoted (so an empty string is not a null, which is an empty field), timestamps ISO with
@@ -87,14 +86,10 @@ def csv_chunks(
         n = batch.num_rows
         if not n:
             continue
-        columns = [
-            *batch.columns,
-            pa.repeat(pa.scalar(run_id, pa.int64()), n),
-            pa.repeat(pa.scalar(task, pa.string()), n),
-        ]
+        columns = [*batch.columns, pa.repeat(pa.scalar(task, pa.string()), n)]
         out = pa.BufferOutputStream()
         pa_csv.write_csv(
-            pa.RecordBatch.from_arrays(columns, [*batch.schema.names, "_run", "_task"]),
+            pa.RecordBatch.from_arrays(columns, [*batch.schema.names, "_task"]),
             out,
             write_options=options,
         )
@@ -129,7 +124,7 @@ class PostgresSparkSink(PostgresSink, SparkSink):
             with psycopg.connect(url) as conn:
                 check_fence(conn, lease, shared=True)
                 if as_csv:
-                    chunks = csv_chunks(batches, run_id, task)
+                    chunks = csv_chunks(batches, task)
                     count = write_staged_csv(conn, table, names, run_id, task, chunks)
                 else:
                     rows = modes.arrow_rows(batches)

@@ -219,6 +219,58 @@ def test_a_task_staged_again_replaces_its_rows_in_a_stage_without_indexes():
         assert _claims(conn, stage) == []  # published: off record with the stage
 
 
+def test_the_commit_sums_what_the_tasks_recorded_instead_of_scanning_the_stage():
+    """Each task records its row count with its rows; the commit adds them up, so publishing
+    reads no staged row. The CSV path leaves the run column to the stage's default."""
+    table = _fresh_table(run_id=81)
+    stage = sink_names.stage_name(table, 81)
+    with psycopg.connect(_url()) as conn:
+        lines = [(b'"a",1,p0\n"b",2,p0\n', 2)]
+        assert sink_tables.write_staged_csv(conn, table, NAMES, 81, "p0", lines) == 2
+    _stage(table, 81, [("c", 3)], task="p1")
+    assert _rows(stage, run_id=81) == [("a", 1), ("b", 2), ("c", 3)]
+    with get_engine().begin() as conn:
+        recorded = conn.execute(
+            text("SELECT task, rows FROM run_stage_tasks WHERE stage = :s ORDER BY task"),
+            {"s": stage},
+        ).all()
+        assert [tuple(r) for r in recorded] == [("p0", 2), ("p1", 1)]
+        oid = conn.scalar(text("SELECT CAST(:s AS regclass)::oid"), {"s": f'"{stage}"'})
+        assert sink_tables.publish_staged(conn, table, 81) == 3
+        assert conn.scalar(text("SELECT pg_stat_get_xact_numscans(:o)"), {"o": oid}) == 0
+    assert _rows(table) == [("a", 1), ("b", 2), ("c", 3)]
+
+
+def test_a_stage_whose_tasks_recorded_no_counts_is_counted():
+    """Tasks of an earlier version recorded no counts: the commit counts the stage, once."""
+    table = _fresh_table(run_id=82)
+    stage = sink_names.stage_name(table, 82)
+    _stage(table, 82, [("a", 1), ("b", 2)], task="p0")
+    _stage(table, 82, [("c", 3)], task="p1")
+    with get_engine().begin() as conn:
+        conn.execute(
+            text("UPDATE run_stage_tasks SET rows = NULL WHERE stage = :s AND task = 'p1'"),
+            {"s": stage},
+        )
+        oid = conn.scalar(text("SELECT CAST(:s AS regclass)::oid"), {"s": f'"{stage}"'})
+        assert sink_tables.publish_staged(conn, table, 82) == 3
+        assert conn.scalar(text("SELECT pg_stat_get_xact_numscans(:o)"), {"o": oid}) == 1
+
+
+def test_clearing_a_partitions_chunks_takes_their_records_with_them():
+    """Record mode stages a partition in chunks and clears them all on a retry: their
+    records go too, or the commit would add up rows that are gone."""
+    table = _fresh_table(run_id=83)
+    stage = sink_names.stage_name(table, 83)
+    for task, n in (("t:0:0", 1), ("t:0:1", 2), ("t:1:0", 3)):
+        _stage(table, 83, [("x", n)], task=task)
+    with psycopg.connect(_url()) as conn:
+        sink_tables.clear_task_partition(conn, table, 83, "t", 0)
+    with get_engine().connect() as conn:
+        assert _claims(conn, stage) == ["t:1:0"]
+    assert _publish(table, 83) == 1 and _rows(table) == [("x", 3)]
+
+
 def _claims(conn, stage: str) -> list[str]:
     return sorted(
         conn.scalars(text("SELECT task FROM run_stage_tasks WHERE stage = :s"), {"s": stage})
